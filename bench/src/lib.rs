@@ -1,0 +1,1 @@
+//! Benchmarks: nccl-tests-style tables with same-run baselines.

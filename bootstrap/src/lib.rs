@@ -1,0 +1,1 @@
+//! oxccl base layer

@@ -1,0 +1,1 @@
+//! oxccl-kernels: the arithmetic of collectives.

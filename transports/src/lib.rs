@@ -1,0 +1,1 @@
+//! oxccl-transports: moving bytes between two ranks.
