@@ -1,0 +1,350 @@
+//! [`Bootstrap`]: a job's ranks joined through the root, with the collective operations the
+//! runtime needs before any data path exists.
+
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::endpoint::{Endpoint, Limits};
+use crate::error::{Error, Result};
+use crate::id::UniqueId;
+use crate::log::target;
+use crate::root::{self, kind_name, RootTimeouts};
+use crate::sock::{self, Refused};
+use crate::wire::{self, Message};
+use crate::{iface, NOCOLOR};
+
+/// Tags at or above this value are the bootstrap's own; user tags must stay below.
+pub const RESERVED_TAGS: u64 = 1 << 63;
+const TAG_ALLGATHER: u64 = RESERVED_TAGS;
+const TAG_BROADCAST: u64 = RESERVED_TAGS + 1;
+const TAG_BARRIER: u64 = RESERVED_TAGS + 0x100; // + round
+
+/// The ranks of one communicator, connected for control traffic.
+///
+/// Created by [`Bootstrap::init`] (from a [`UniqueId`]), by [`Bootstrap::from_env`], or
+/// by [`Bootstrap::split`] of another bootstrap (sharing its connections). Collective
+/// operations must be called by every rank in the same order. Every wait ends with an
+/// error naming the rank waited for when that rank dies, when the timeout passes, or when
+/// [`Bootstrap::abort`] is called from any thread.
+pub struct Bootstrap {
+    endpoint: Arc<Endpoint>,
+    /// Namespace of this communicator's messages on the shared connections.
+    comm: u64,
+    /// Endpoint ranks of this communicator's members, in rank order.
+    members: Vec<u32>,
+    rank: u32,
+    splits: AtomicU64,
+    aborted: AtomicBool,
+}
+
+impl Bootstrap {
+    /// Creates a unique id whose root this process serves, on the interface the config
+    /// selects. Hand the id to every rank (MPI broadcast, file, environment), then call
+    /// [`Bootstrap::init`] on each.
+    pub fn create_id(config: &Config) -> Result<UniqueId> {
+        Bootstrap::create_id_on(config, None, false)
+    }
+
+    /// [`Bootstrap::create_id`] for a job whose ranks all run on this machine (threads, or
+    /// processes started here): the root listens on loopback unless NCCL_SOCKET_IFNAME says
+    /// otherwise.
+    pub fn create_local_id(config: &Config) -> Result<UniqueId> {
+        Bootstrap::create_id_on(config, None, true)
+    }
+
+    fn create_id_on(config: &Config, at: Option<SocketAddr>, local_job: bool) -> Result<UniqueId> {
+        let (listener, addr) = match at {
+            Some(addr) => (sock::listen(addr.ip(), addr.port()).map_err(|e| Error::io(format!("listening on {addr}"), e))?, addr),
+            None => {
+                let ip = select_ip(config, None, local_job)?;
+                let listener = sock::listen(ip, 0).map_err(|e| Error::io(format!("listening on {ip}"), e))?;
+                let addr = listener.local_addr().map_err(|e| Error::io("reading the root's address", e))?;
+                (listener, addr)
+            }
+        };
+        let id = UniqueId::with_random_secret(addr)?;
+        root::serve(listener, id, RootTimeouts::from_config(config))?;
+        tracing::info!(target: target::BOOTSTRAP, "bootstrap root listening on {addr}");
+        Ok(id)
+    }
+
+    /// Joins the job named by `id` as `rank` of `nranks`.
+    ///
+    /// Rank 0 serves the root itself when the id's root is not served by this process and
+    /// its address can be bound here (ids from `NCCL_COMM_ID` and launchers).
+    pub fn init(id: &UniqueId, rank: u32, nranks: u32, config: &Config) -> Result<Bootstrap> {
+        if nranks == 0 || rank >= nranks {
+            return Err(Error::invalid(format!("rank {rank} of {nranks} ranks")));
+        }
+        let span = tracing::info_span!(target: target::BOOTSTRAP, "bootstrap", rank, nranks);
+        let _enter = span.enter();
+        if rank == 0 && !root::is_served_here(id.root()) {
+            serve_root_if_here(id, config)?;
+        }
+        let limits = Limits { timeout: config.bootstrap_timeout, handshake: config.handshake_timeout, max_frame: config.max_frame_bytes };
+        let ip = select_ip(config, Some(id.root().ip()), false)?;
+        let listener = sock::listen(ip, 0).map_err(|e| Error::io(format!("listening on {ip}"), e))?;
+        let endpoint = Endpoint::listen(listener, rank, nranks, *id.secret(), limits)?;
+        let table = join_root(id, &endpoint, config)?;
+        endpoint.set_table(table);
+        let bootstrap = Bootstrap::new(Arc::new(endpoint), 0, (0..nranks).collect(), rank);
+        // Connect the ring eagerly: a successor learns of its predecessor's death from the
+        // connection ending, from the first moment on.
+        if nranks > 1 {
+            bootstrap.endpoint.connect(bootstrap.next(), &bootstrap.aborted)?;
+        }
+        tracing::info!(target: target::BOOTSTRAP, "rank {rank}/{nranks} bootstrapped, listening on {}", bootstrap.endpoint.listen_addr());
+        Ok(bootstrap)
+    }
+
+    fn new(endpoint: Arc<Endpoint>, comm: u64, members: Vec<u32>, rank: u32) -> Bootstrap {
+        Bootstrap { endpoint, comm, members, rank, splits: AtomicU64::new(0), aborted: AtomicBool::new(false) }
+    }
+
+    /// This rank's position in the communicator.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// Number of ranks in the communicator.
+    pub fn nranks(&self) -> u32 {
+        self.members.len() as u32
+    }
+
+    /// The address this rank's peers connect to.
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.endpoint.listen_addr()
+    }
+
+    /// This rank's position in the job the connections were made for (the root
+    /// communicator's rank; differs from [`Bootstrap::rank`] after a split).
+    pub fn job_rank(&self) -> u32 {
+        self.endpoint.rank()
+    }
+
+    /// Gathers one fixed-size record from every rank; the result holds rank r's record at
+    /// `r * record.len()`. Records of different sizes are an error on every rank.
+    pub fn allgather(&self, record: &[u8]) -> Result<Vec<u8>> {
+        let (n, len) = (self.nranks() as usize, record.len());
+        let mut out = vec![0u8; n * len];
+        out[self.rank as usize * len..][..len].copy_from_slice(record);
+        // Ring: pass each record on n-1 times; FIFO order per connection keeps it straight.
+        // A record of the wrong size is still passed on, so that every rank finishes the
+        // ring and reports the mismatch rather than waiting for the rest.
+        let mut carry = record.to_vec();
+        let mut mismatch = None;
+        for step in 0..n - 1 {
+            self.send_internal(self.next(), TAG_ALLGATHER, &carry)?;
+            carry = self.recv_internal(self.prev(), TAG_ALLGATHER, "allgather")?;
+            let from = (self.rank as usize + n - step - 1) % n;
+            if carry.len() == len {
+                out[from * len..][..len].copy_from_slice(&carry);
+            } else if mismatch.is_none() {
+                mismatch = Some(format!("allgather records differ in size: rank {from} gave {} bytes, rank {} gave {len}", carry.len(), self.rank));
+            }
+        }
+        match mismatch {
+            None => Ok(out),
+            Some(what) => Err(Error::invalid(what)),
+        }
+    }
+
+    /// Broadcasts `data` from `root`: on return every rank holds the root's bytes.
+    pub fn broadcast(&self, root: u32, data: &mut Vec<u8>) -> Result<()> {
+        self.check_peer(root, "broadcast root")?;
+        if self.rank == root {
+            for peer in (0..self.nranks()).filter(|&p| p != root) {
+                self.send_internal(peer, TAG_BROADCAST, data)?;
+            }
+        } else {
+            *data = self.recv_internal(root, TAG_BROADCAST, "broadcast")?;
+        }
+        Ok(())
+    }
+
+    /// Returns once every rank has entered the barrier (dissemination: log2(n) rounds).
+    pub fn barrier(&self) -> Result<()> {
+        let n = self.nranks();
+        let mut distance = 1;
+        let mut round = 0;
+        while distance < n {
+            self.send_internal((self.rank + distance) % n, TAG_BARRIER + round, &[])?;
+            self.recv_internal((self.rank + n - distance) % n, TAG_BARRIER + round, "barrier")?;
+            distance *= 2;
+            round += 1;
+        }
+        Ok(())
+    }
+
+    /// Sends `data` to `peer` under `tag` (below [`RESERVED_TAGS`]). Messages between two
+    /// ranks with the same tag arrive in order.
+    pub fn send(&self, peer: u32, tag: u64, data: &[u8]) -> Result<()> {
+        self.check_user_tag(tag)?;
+        self.check_peer(peer, "send peer")?;
+        self.send_internal(peer, tag, data)
+    }
+
+    /// Receives the next message `peer` sent under `tag`.
+    pub fn recv(&self, peer: u32, tag: u64) -> Result<Vec<u8>> {
+        self.check_user_tag(tag)?;
+        self.check_peer(peer, "recv peer")?;
+        self.recv_internal(peer, tag, "recv")
+    }
+
+    /// Splits the communicator: ranks passing the same `color` form a new one, ordered by
+    /// `key` then by their rank here. [`NOCOLOR`] (-1) takes part in the exchange but joins
+    /// nothing (`None`). Collective; reuses these connections (no new rendezvous).
+    pub fn split(&self, color: i32, key: i32) -> Result<Option<Bootstrap>> {
+        let mut record = [0u8; 8];
+        record[..4].copy_from_slice(&color.to_le_bytes());
+        record[4..].copy_from_slice(&key.to_le_bytes());
+        let all = self.allgather(&record)?;
+        let entries: Vec<(i32, i32)> = all
+            .chunks_exact(8)
+            .map(|c| (i32::from_le_bytes(c[..4].try_into().expect("4 bytes")), i32::from_le_bytes(c[4..].try_into().expect("4 bytes"))))
+            .collect();
+        if let Some((rank, (bad, _))) = entries.iter().enumerate().find(|(_, (c, _))| *c < 0 && *c != NOCOLOR) {
+            return Err(Error::invalid(format!("split color {bad} from rank {rank}: colors must be >= 0 or NCCL_SPLIT_NOCOLOR (-1)")));
+        }
+        let sequence = self.splits.fetch_add(1, Ordering::Relaxed);
+        if color == NOCOLOR {
+            return Ok(None);
+        }
+        let mut group: Vec<(i32, u32)> =
+            entries.iter().enumerate().filter(|(_, (c, _))| *c == color).map(|(r, (_, k))| (*k, r as u32)).collect();
+        group.sort_unstable();
+        let rank = group.iter().position(|&(_, r)| r == self.rank).expect("this rank passed this color") as u32;
+        let members = group.iter().map(|&(_, r)| self.members[r as usize]).collect();
+        let comm = mix(&[self.comm, sequence, color as u64]);
+        Ok(Some(Bootstrap::new(self.endpoint.clone(), comm, members, rank)))
+    }
+
+    /// Makes every current and future wait of this communicator return an error. Callable
+    /// from any thread; returns at once.
+    pub fn abort(&self) {
+        self.aborted.store(true, Ordering::Release);
+        self.endpoint.wake_all();
+    }
+
+    /// Tells every rank that the job failed, naming the failed ranks (best effort), and
+    /// makes this rank's waits fail.
+    pub fn announce_failure(&self, reason: &str, failed: &[u32]) {
+        let job_ranks = failed.iter().filter_map(|&r| self.members.get(r as usize).copied()).collect();
+        self.endpoint.fail(reason.to_string(), job_ranks);
+    }
+
+    fn next(&self) -> u32 {
+        (self.rank + 1) % self.nranks()
+    }
+
+    fn prev(&self) -> u32 {
+        (self.rank + self.nranks() - 1) % self.nranks()
+    }
+
+    fn check_peer(&self, peer: u32, what: &str) -> Result<()> {
+        if peer >= self.nranks() {
+            return Err(Error::invalid(format!("{what} {peer} out of range for {} ranks", self.nranks())));
+        }
+        Ok(())
+    }
+
+    fn check_user_tag(&self, tag: u64) -> Result<()> {
+        if tag >= RESERVED_TAGS {
+            return Err(Error::invalid(format!("tag {tag:#x} is reserved (user tags are below 2^63)")));
+        }
+        Ok(())
+    }
+
+    fn send_internal(&self, peer: u32, tag: u64, data: &[u8]) -> Result<()> {
+        let result = self.endpoint.send(self.members[peer as usize], self.comm, tag, data, &self.aborted);
+        self.to_comm_ranks(result)
+    }
+
+    fn recv_internal(&self, peer: u32, tag: u64, phase: &str) -> Result<Vec<u8>> {
+        let result = self.endpoint.recv(self.members[peer as usize], self.comm, tag, phase, &self.aborted);
+        if let Err(Error::Timeout { .. }) = &result {
+            // A rank that stops answering is announced as failed so the rest of the job
+            // stops waiting for it too.
+            self.endpoint.fail(format!("rank {peer} did not answer during {phase}"), vec![self.members[peer as usize]]);
+        }
+        self.to_comm_ranks(result)
+    }
+
+    /// Errors name job ranks; translate them to this communicator's ranks where possible.
+    fn to_comm_ranks<T>(&self, result: Result<T>) -> Result<T> {
+        result.map_err(|e| match e {
+            Error::PeerFailed { rank, phase, reason } => match self.members.iter().position(|&m| m == rank) {
+                Some(r) => Error::PeerFailed { rank: r as u32, phase, reason },
+                None => Error::PeerFailed { rank, phase, reason: format!("{reason} (job rank {rank}, not in this communicator)") },
+            },
+            other => other,
+        })
+    }
+}
+
+/// Picks the listen address for this rank from the config and the machine's interfaces.
+pub(crate) fn select_ip(config: &Config, toward: Option<IpAddr>, local_job: bool) -> Result<IpAddr> {
+    let interfaces = iface::list()?;
+    iface::select(&interfaces, config.socket_ifname.as_ref(), config.socket_family, toward, local_job)
+}
+
+/// Rank 0 of an id it did not create: serve the root if its address is on this machine.
+fn serve_root_if_here(id: &UniqueId, config: &Config) -> Result<()> {
+    match sock::listen(id.root().ip(), id.root().port()) {
+        Ok(listener) => {
+            tracing::info!(target: target::BOOTSTRAP, "rank 0 serves the bootstrap root at {}", id.root());
+            root::serve(listener, *id, RootTimeouts::from_config(config))
+        }
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::AddrInUse | std::io::ErrorKind::AddrNotAvailable) => {
+            tracing::info!(target: target::BOOTSTRAP, "bootstrap root {} is served elsewhere ({e})", id.root());
+            Ok(())
+        }
+        Err(e) => Err(Error::io(format!("listening on the bootstrap root address {}", id.root()), e)),
+    }
+}
+
+/// Introduces this rank to the root and waits for the address table.
+fn join_root(id: &UniqueId, endpoint: &Endpoint, config: &Config) -> Result<Vec<std::net::SocketAddr>> {
+    let never = AtomicBool::new(false);
+    let deadline = endpoint.deadline();
+    let mut stream: TcpStream = sock::connect(id.root(), "bootstrap root", deadline, Refused::Retry, &never)?;
+    wire::write_message(&mut stream, &Message::Hello(endpoint.hello()))
+        .map_err(|e| Error::io(format!("sending the hello to the bootstrap root {}", id.root()), e))?;
+    // The root answers once every rank joined, or aborts the job after its own timeout.
+    let wait = config.bootstrap_timeout + config.handshake_timeout + Duration::from_secs(1);
+    sock::set_read_timeout(&stream, Some(wait))?;
+    let started = Instant::now();
+    let (root, rank) = (id.root(), endpoint.rank());
+    match wire::read_message(&mut stream, config.max_frame_bytes) {
+        Ok(Message::Table(table)) if table.len() == endpoint.nranks() as usize => Ok(table),
+        Ok(Message::Table(table)) => Err(Error::wire("table", format!("{} entries for {} ranks", table.len(), endpoint.nranks()))),
+        Ok(Message::Refuse { reason }) => Err(Error::RefusedByRoot { root, rank, reason }),
+        Ok(Message::Abort { reason, failed }) => match failed.first() {
+            Some(&first) => Err(Error::PeerFailed { rank: first, phase: "bootstrap".into(), reason: format!("{reason} (failed ranks {failed:?})") }),
+            None => Err(Error::Aborted { reason }),
+        },
+        Ok(other) => Err(Error::wire("root answer", format!("unexpected {}", kind_name(&other)))),
+        Err(Error::Timeout { .. }) => Err(Error::Timeout { phase: format!("waiting for the bootstrap root {root}"), waited: started.elapsed() }),
+        Err(Error::Wire { reason, .. }) if reason.contains("truncated") => Err(Error::Aborted { reason: format!("bootstrap root {root} closed the connection") }),
+        Err(e) => Err(e),
+    }
+}
+
+/// Mixes words into a communicator id (splitmix64 steps): equal inputs give equal ids on
+/// every rank.
+fn mix(words: &[u64]) -> u64 {
+    words.iter().fold(0x243f_6a88_85a3_08d3u64, |acc, &w| {
+        let mut z = acc ^ w.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    })
+}
+
+#[cfg(test)]
+pub(crate) fn create_id_at(config: &Config, addr: SocketAddr) -> Result<UniqueId> {
+    Bootstrap::create_id_on(config, Some(addr), true)
+}

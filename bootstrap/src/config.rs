@@ -1,0 +1,385 @@
+//! Every setting oxccl reads, in one table, parsed once into a typed [`Config`].
+//!
+//! Names follow NCCL's where NCCL has the knob (`NCCL_DEBUG`, `NCCL_SOCKET_IFNAME`, ...);
+//! oxccl's own knobs start with `OXCCL_`. A malformed value is an error naming the
+//! variable. An unknown `OXCCL_*` variable is an error (a typo must not be silently
+//! ignored); unknown `NCCL_*` variables are logged and ignored, since NCCL has hundreds of
+//! knobs that scripts set for other libraries. Tests build a `Config` from a map instead of
+//! mutating the process environment.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::iface::{AddressFamily, InterfaceFilter};
+use crate::log::{DebugLevel, Subsystems};
+
+/// The environment as seen once: variable name → value. Tests build one by hand.
+pub type Env = BTreeMap<String, String>;
+
+/// Snapshot of the process environment (non-UTF-8 variables are skipped: none of ours can
+/// be non-UTF-8).
+pub fn process_env() -> Env {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect()
+}
+
+/// How ranks find each other, chosen by `OXCCL_BOOTSTRAP`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BootstrapMethod {
+    /// `NCCL_COMM_ID`, then a launcher that names a root (torchrun, Slurm), then MPI
+    /// (mpirun), then `OXCCL_UNIQUE_ID` / `OXCCL_UNIQUE_ID_FILE`.
+    Auto,
+    /// Only the environment (NCCL_COMM_ID, launcher variables, OXCCL_UNIQUE_ID[_FILE]).
+    Env,
+    /// Only MPI: rank 0 creates the id and broadcasts it over MPI_COMM_WORLD.
+    Mpi,
+}
+
+/// oxccl's settings, typed. Build with [`Config::from_env`] or [`Config::from_vars`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Config {
+    pub debug: DebugLevel,
+    pub debug_subsys: Subsystems,
+    pub debug_file: Option<String>,
+    pub socket_ifname: Option<InterfaceFilter>,
+    pub socket_family: Option<AddressFamily>,
+    pub comm_id: Option<String>,
+    pub bootstrap: BootstrapMethod,
+    pub bootstrap_timeout: Duration,
+    pub handshake_timeout: Duration,
+    pub bootstrap_port: Option<u16>,
+    pub unique_id: Option<String>,
+    pub unique_id_file: Option<String>,
+    pub max_frame_bytes: usize,
+    pub host_id: Option<String>,
+    pub buffsize: usize,
+    pub algo: Option<String>,
+    pub proto: Option<String>,
+    pub shm_disable: bool,
+}
+
+/// One knob: its variable, default, parser and a one-line description.
+pub struct Knob {
+    pub name: &'static str,
+    /// The default as the variable would spell it; `""` means unset.
+    pub default: &'static str,
+    pub doc: &'static str,
+    set: fn(&mut Config, &str) -> std::result::Result<(), String>,
+}
+
+/// The table of every knob. docs/CONFIG.md is checked against it by a test.
+pub static KNOBS: &[Knob] = &[
+    Knob {
+        name: "NCCL_DEBUG",
+        default: "WARN",
+        doc: "log level: NONE, VERSION, WARN, INFO, TRACE",
+        set: |c, v| Ok(c.debug = v.parse()?),
+    },
+    Knob {
+        name: "NCCL_DEBUG_SUBSYS",
+        default: "INIT,BOOTSTRAP,ENV",
+        doc: "subsystems logged at INFO/TRACE: comma list of INIT, COLL, P2P, SHM, NET, GRAPH, TUNING, ENV, ALLOC, CALL, PROXY, BOOTSTRAP, ALL; a leading ^ excludes",
+        set: |c, v| Ok(c.debug_subsys = v.parse()?),
+    },
+    Knob {
+        name: "NCCL_DEBUG_FILE",
+        default: "",
+        doc: "write logs to this file instead of stderr; %h is replaced by the host name, %p by the pid",
+        set: |c, v| Ok(c.debug_file = non_empty(v)),
+    },
+    Knob {
+        name: "NCCL_SOCKET_IFNAME",
+        default: "",
+        doc: "interfaces for bootstrap and socket traffic: comma list of name prefixes; ^ excludes, = matches exact names",
+        set: |c, v| Ok(c.socket_ifname = if v.is_empty() { None } else { Some(v.parse()?) }),
+    },
+    Knob {
+        name: "NCCL_SOCKET_FAMILY",
+        default: "",
+        doc: "restrict interfaces to AF_INET or AF_INET6",
+        set: |c, v| Ok(c.socket_family = if v.is_empty() { None } else { Some(v.parse()?) }),
+    },
+    Knob {
+        name: "NCCL_COMM_ID",
+        default: "",
+        doc: "host:port of a fixed bootstrap root (rank 0 listens there); skips passing a unique id",
+        set: |c, v| Ok(c.comm_id = non_empty(v)),
+    },
+    Knob {
+        name: "NCCL_HOSTID",
+        default: "",
+        doc: "override this process's host identity (ranks with different ids never use shared memory with each other)",
+        set: |c, v| Ok(c.host_id = non_empty(v)),
+    },
+    Knob {
+        name: "NCCL_BUFFSIZE",
+        default: "4194304",
+        doc: "bytes of buffering per connection (split into slots)",
+        set: |c, v| Ok(c.buffsize = parse_bytes(v, 4096)?),
+    },
+    Knob {
+        name: "NCCL_ALGO",
+        default: "",
+        doc: "force or exclude algorithms (ring, tree, direct), NCCL syntax; checked when a collective is planned",
+        set: |c, v| Ok(c.algo = non_empty(v)),
+    },
+    Knob {
+        name: "NCCL_PROTO",
+        default: "",
+        doc: "force or exclude protocols (simple, ll, ll128), NCCL syntax; checked when a collective is planned",
+        set: |c, v| Ok(c.proto = non_empty(v)),
+    },
+    Knob {
+        name: "NCCL_SHM_DISABLE",
+        default: "0",
+        doc: "1: never use shared memory between ranks of one host (use the network transport)",
+        set: |c, v| Ok(c.shm_disable = parse_bool(v)?),
+    },
+    Knob {
+        name: "OXCCL_BOOTSTRAP",
+        default: "auto",
+        doc: "how ranks find each other without an explicit id: auto, env, mpi",
+        set: |c, v| {
+            c.bootstrap = match v.to_ascii_lowercase().as_str() {
+                "auto" => BootstrapMethod::Auto,
+                "env" => BootstrapMethod::Env,
+                "mpi" => BootstrapMethod::Mpi,
+                _ => return Err("expected auto, env or mpi".into()),
+            };
+            Ok(())
+        },
+    },
+    Knob {
+        name: "OXCCL_BOOTSTRAP_TIMEOUT_MS",
+        default: "60000",
+        doc: "how long any bootstrap wait (root reachable, all ranks joined, a peer's message) may take",
+        set: |c, v| Ok(c.bootstrap_timeout = parse_millis(v)?),
+    },
+    Knob {
+        name: "OXCCL_HANDSHAKE_TIMEOUT_MS",
+        default: "5000",
+        doc: "how long a newly connected peer may take to identify itself before it is dropped",
+        set: |c, v| Ok(c.handshake_timeout = parse_millis(v)?),
+    },
+    Knob {
+        name: "OXCCL_BOOTSTRAP_PORT",
+        default: "",
+        doc: "root port for launchers that give a root host but no port (Slurm); default derived from the job and step ids",
+        set: |c, v| {
+            c.bootstrap_port = if v.is_empty() {
+                None
+            } else {
+                Some(v.parse().map_err(|_| "expected a port number 1..65535".to_string())?)
+            };
+            Ok(())
+        },
+    },
+    Knob {
+        name: "OXCCL_UNIQUE_ID",
+        default: "",
+        doc: "the job's unique id as 256 hex digits (as printed by UniqueId::to_hex)",
+        set: |c, v| Ok(c.unique_id = non_empty(v)),
+    },
+    Knob {
+        name: "OXCCL_UNIQUE_ID_FILE",
+        default: "",
+        doc: "rank 0 writes the unique id to this path, the other ranks wait for it (use a fresh path per job)",
+        set: |c, v| Ok(c.unique_id_file = non_empty(v)),
+    },
+    Knob {
+        name: "OXCCL_MAX_FRAME_BYTES",
+        default: "67108864",
+        doc: "largest bootstrap message accepted; longer frames are refused before any allocation",
+        set: |c, v| Ok(c.max_frame_bytes = parse_bytes(v, 1024)?),
+    },
+];
+
+/// Variables that launchers set and [`crate::launcher`] reads; not knobs, but not typos.
+const LAUNCHER_VARS: &[&str] = &["OXCCL_RANK", "OXCCL_NRANKS", "OXCCL_LOCAL_RANK"];
+
+impl Config {
+    /// Reads the process environment once.
+    pub fn from_env() -> Result<Config> {
+        Config::from_vars(&process_env())
+    }
+
+    /// Builds a config from a variable map (defaults for everything absent).
+    pub fn from_vars(env: &Env) -> Result<Config> {
+        let mut config = Config::blank();
+        for knob in KNOBS {
+            let value = env.get(knob.name).map(String::as_str).unwrap_or(knob.default);
+            config.set_knob(knob, value)?;
+        }
+        for name in env.keys().filter(|k| k.starts_with("OXCCL_")) {
+            if !KNOBS.iter().any(|k| k.name == name) && !LAUNCHER_VARS.contains(&name.as_str()) {
+                return Err(Error::Config {
+                    name: name.clone(),
+                    value: env[name].clone(),
+                    reason: "unknown oxccl setting (see docs/CONFIG.md)".into(),
+                });
+            }
+        }
+        Ok(config)
+    }
+
+    /// Defaults only, ignoring the environment.
+    pub fn defaults() -> Config {
+        // Every default in KNOBS parses: the `defaults_parse` test checks it.
+        Config::from_vars(&Env::new()).expect("KNOBS defaults parse")
+    }
+
+    /// Overrides one setting by its variable name, as an API caller would.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<&mut Config> {
+        let knob = KNOBS
+            .iter()
+            .find(|k| k.name == name)
+            .ok_or_else(|| Error::Config {
+                name: name.into(),
+                value: value.into(),
+                reason: "unknown setting".into(),
+            })?;
+        self.set_knob(knob, value)?;
+        Ok(self)
+    }
+
+    fn set_knob(&mut self, knob: &Knob, value: &str) -> Result<()> {
+        (knob.set)(self, value.trim()).map_err(|reason| Error::Config {
+            name: knob.name.into(),
+            value: value.into(),
+            reason,
+        })
+    }
+
+    fn blank() -> Config {
+        Config {
+            debug: DebugLevel::Warn,
+            debug_subsys: Subsystems::default(),
+            debug_file: None,
+            socket_ifname: None,
+            socket_family: None,
+            comm_id: None,
+            bootstrap: BootstrapMethod::Auto,
+            bootstrap_timeout: Duration::from_secs(60),
+            handshake_timeout: Duration::from_secs(5),
+            bootstrap_port: None,
+            unique_id: None,
+            unique_id_file: None,
+            max_frame_bytes: 64 << 20,
+            host_id: None,
+            buffsize: 4 << 20,
+            algo: None,
+            proto: None,
+            shm_disable: false,
+        }
+    }
+}
+
+fn non_empty(v: &str) -> Option<String> {
+    (!v.is_empty()).then(|| v.to_string())
+}
+
+fn parse_bool(v: &str) -> std::result::Result<bool, String> {
+    match v {
+        "1" | "true" | "TRUE" | "yes" => Ok(true),
+        "0" | "false" | "FALSE" | "no" | "" => Ok(false),
+        _ => Err("expected 0 or 1".into()),
+    }
+}
+
+fn parse_millis(v: &str) -> std::result::Result<Duration, String> {
+    match v.parse::<u64>() {
+        Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
+        _ => Err("expected a positive number of milliseconds".into()),
+    }
+}
+
+/// Bytes, with an optional K/M/G suffix (powers of two), at least `min`.
+fn parse_bytes(v: &str, min: usize) -> std::result::Result<usize, String> {
+    let (digits, shift) = match v.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&v[..i], 10),
+        Some((i, 'm' | 'M')) => (&v[..i], 20),
+        Some((i, 'g' | 'G')) => (&v[..i], 30),
+        _ => (v, 0),
+    };
+    let n: usize = digits.parse().map_err(|_| "expected a byte count (e.g. 4194304 or 4M)".to_string())?;
+    let bytes = n.checked_shl(shift).filter(|b| b >> shift == n).ok_or("byte count overflows")?;
+    if bytes < min {
+        return Err(format!("must be at least {min} bytes"));
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Env {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn defaults_parse() {
+        let c = Config::defaults();
+        assert_eq!(c.buffsize, 4 << 20);
+        assert_eq!(c.bootstrap_timeout, Duration::from_secs(60));
+        assert_eq!(c.bootstrap, BootstrapMethod::Auto);
+    }
+
+    #[test]
+    fn values_are_typed() {
+        let c = Config::from_vars(&env(&[
+            ("NCCL_BUFFSIZE", "8M"),
+            ("NCCL_SHM_DISABLE", "1"),
+            ("OXCCL_BOOTSTRAP_TIMEOUT_MS", "1500"),
+            ("NCCL_DEBUG", "info"),
+        ]))
+        .unwrap();
+        assert_eq!(c.buffsize, 8 << 20);
+        assert!(c.shm_disable);
+        assert_eq!(c.bootstrap_timeout, Duration::from_millis(1500));
+        assert_eq!(c.debug, DebugLevel::Info);
+    }
+
+    #[test]
+    fn malformed_value_names_the_variable() {
+        let err = Config::from_vars(&env(&[("NCCL_BUFFSIZE", "lots")])).unwrap_err();
+        assert!(err.to_string().contains("NCCL_BUFFSIZE"), "{err}");
+        let err = Config::from_vars(&env(&[("OXCCL_HANDSHAKE_TIMEOUT_MS", "0")])).unwrap_err();
+        assert!(err.to_string().contains("OXCCL_HANDSHAKE_TIMEOUT_MS"), "{err}");
+    }
+
+    #[test]
+    fn unknown_oxccl_variable_is_an_error_but_nccl_ones_are_not() {
+        let err = Config::from_vars(&env(&[("OXCCL_BOOTSTRAP_TIMEOUT", "5")])).unwrap_err();
+        assert!(err.to_string().contains("OXCCL_BOOTSTRAP_TIMEOUT"), "{err}");
+        Config::from_vars(&env(&[("NCCL_IB_HCA", "mlx5"), ("OXCCL_RANK", "0")])).unwrap();
+    }
+
+    #[test]
+    fn api_override_goes_through_the_same_parser() {
+        let mut c = Config::defaults();
+        c.set("OXCCL_HANDSHAKE_TIMEOUT_MS", "250").unwrap();
+        assert_eq!(c.handshake_timeout, Duration::from_millis(250));
+        assert!(c.set("OXCCL_HANDSHAKE_TIMEOUT_MS", "-1").is_err());
+        assert!(c.set("NCCL_NOPE", "1").is_err());
+    }
+
+    #[test]
+    fn byte_counts_check_overflow_and_minimum() {
+        assert_eq!(parse_bytes("1K", 0), Ok(1024));
+        assert!(parse_bytes("99999999999999999999G", 0).is_err());
+        assert!(parse_bytes("10", 4096).is_err());
+    }
+
+    #[test]
+    fn config_doc_lists_every_knob() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/CONFIG.md"))
+            .expect("docs/CONFIG.md exists");
+        for knob in KNOBS {
+            assert!(doc.contains(&format!("`{}`", knob.name)), "docs/CONFIG.md misses {}", knob.name);
+        }
+    }
+}

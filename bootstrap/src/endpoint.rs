@@ -1,0 +1,311 @@
+//! One rank's network presence during and after bootstrap: its listener, its connections
+//! to peers, and the mailbox that incoming control messages land in.
+//!
+//! Every incoming connection gets a reader thread: it checks the peer's hello within the
+//! handshake timeout, then files each `Data` frame under (sender, communicator, tag).
+//! Outgoing connections are opened on first use and kept. A peer whose connection ends
+//! (EOF, reset) is marked failed, and a rank that sees a failure forwards an abort notice
+//! to its ring successor, so that one death is known to every rank quickly and by name.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::error::{Error, Result};
+use crate::id::{Secret, PROTOCOL_VERSION};
+use crate::log::target;
+use crate::rendezvous::{check_credentials, check_position};
+use crate::root::{kind_name, read_hello, refuse};
+use crate::sock::{self, Refused};
+use crate::wire::{self, Hello, Message, HELLO_MAGIC};
+
+/// A rank's endpoint. Dropping it closes every connection and stops its threads.
+pub(crate) struct Endpoint {
+    shared: Arc<Shared>,
+}
+
+/// Settings an endpoint needs from the config.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    pub timeout: Duration,
+    pub handshake: Duration,
+    pub max_frame: usize,
+}
+
+struct Shared {
+    rank: u32,
+    nranks: u32,
+    secret: Secret,
+    listen: SocketAddr,
+    limits: Limits,
+    table: OnceLock<Vec<SocketAddr>>,
+    outgoing: Vec<Mutex<Option<TcpStream>>>,
+    inbox: Mutex<Inbox>,
+    arrived: Condvar,
+    stop: Arc<AtomicBool>,
+    incoming: Mutex<Vec<TcpStream>>,
+}
+
+#[derive(Default)]
+struct Inbox {
+    queues: HashMap<(u32, u64, u64), VecDeque<Vec<u8>>>,
+    /// Peers whose connection to us ended: nothing more will come from them.
+    closed: HashSet<u32>,
+    /// The job-wide failure, once known.
+    failure: Option<Failure>,
+}
+
+#[derive(Clone, Debug)]
+struct Failure {
+    reason: String,
+    failed: Vec<u32>,
+}
+
+impl Endpoint {
+    /// Binds a listener and starts accepting peers. The table comes later.
+    pub fn listen(listener: TcpListener, rank: u32, nranks: u32, secret: Secret, limits: Limits) -> Result<Endpoint> {
+        let listen = listener.local_addr().map_err(|e| Error::io("reading the listener's address", e))?;
+        let shared = Arc::new(Shared {
+            rank,
+            nranks,
+            secret,
+            listen,
+            limits,
+            table: OnceLock::new(),
+            outgoing: (0..nranks).map(|_| Mutex::new(None)).collect(),
+            inbox: Mutex::new(Inbox::default()),
+            arrived: Condvar::new(),
+            stop: Arc::new(AtomicBool::new(false)),
+            incoming: Mutex::new(Vec::new()),
+        });
+        let weak = Arc::downgrade(&shared);
+        sock::accept_loop(listener, shared.stop.clone(), "bootstrap-peer", move |stream, peer| {
+            if let Some(shared) = weak.upgrade() {
+                Shared::serve_incoming(shared, stream, peer);
+            }
+        })
+        .map_err(|e| Error::io("starting the bootstrap listener", e))?;
+        Ok(Endpoint { shared })
+    }
+
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.shared.listen
+    }
+
+    pub fn rank(&self) -> u32 {
+        self.shared.rank
+    }
+
+    pub fn nranks(&self) -> u32 {
+        self.shared.nranks
+    }
+
+    /// Our hello, for the root and for peers.
+    pub fn hello(&self) -> Hello {
+        let s = &self.shared;
+        Hello { magic: HELLO_MAGIC, version: PROTOCOL_VERSION, secret: s.secret, rank: s.rank, nranks: s.nranks, listen: s.listen }
+    }
+
+    pub fn set_table(&self, table: Vec<SocketAddr>) {
+        let _ = self.shared.table.set(table);
+    }
+
+    /// The deadline of a wait starting now.
+    pub fn deadline(&self) -> Instant {
+        Instant::now() + self.shared.limits.timeout
+    }
+
+    /// Sends one control message to `peer`, connecting on first use.
+    pub fn send(&self, peer: u32, comm: u64, tag: u64, payload: &[u8], abort: &AtomicBool) -> Result<()> {
+        self.shared.send(peer, &Message::Data { comm, tag, payload: payload.to_vec() }, abort)
+    }
+
+    /// Opens the connection to `peer` now rather than at the first send.
+    pub fn connect(&self, peer: u32, abort: &AtomicBool) -> Result<()> {
+        self.shared.connected(peer, abort).map(drop)
+    }
+
+    /// Waits for the next message from `peer` on (comm, tag).
+    pub fn recv(&self, peer: u32, comm: u64, tag: u64, phase: &str, abort: &AtomicBool) -> Result<Vec<u8>> {
+        let s = &self.shared;
+        let start = Instant::now();
+        let deadline = start + s.limits.timeout;
+        let mut inbox = s.inbox.lock();
+        loop {
+            if let Some(message) = inbox.queues.get_mut(&(peer, comm, tag)).and_then(VecDeque::pop_front) {
+                return Ok(message);
+            }
+            if let Some(f) = &inbox.failure {
+                return Err(f.to_error(phase));
+            }
+            if abort.load(Ordering::Acquire) {
+                return Err(Error::Aborted { reason: format!("abort requested during {phase}") });
+            }
+            if inbox.closed.contains(&peer) {
+                return Err(Error::PeerFailed { rank: peer, phase: phase.into(), reason: "connection closed".into() });
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Timeout { phase: format!("{phase}, waiting for rank {peer}"), waited: now - start });
+            }
+            // Wake at least every 100 ms to see an abort flag set without a notification.
+            let wake = deadline.min(now + Duration::from_millis(100));
+            s.arrived.wait_until(&mut inbox, wake);
+        }
+    }
+
+    /// Wakes every waiter so that it sees an abort flag.
+    pub fn wake_all(&self) {
+        let _guard = self.shared.inbox.lock();
+        self.shared.arrived.notify_all();
+    }
+
+    /// Records a job-wide failure and tells the ring successor.
+    pub fn fail(&self, reason: String, failed: Vec<u32>) {
+        self.shared.fail(Failure { reason, failed });
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        for stream in self.shared.incoming.lock().drain(..) {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+        for slot in &self.shared.outgoing {
+            if let Some(mut stream) = slot.lock().take() {
+                let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+                let _ = wire::write_message(&mut stream, &Message::Bye);
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+}
+
+impl Failure {
+    fn to_error(&self, phase: &str) -> Error {
+        match self.failed.first() {
+            Some(&rank) => Error::PeerFailed {
+                rank,
+                phase: phase.into(),
+                reason: if self.failed.len() > 1 {
+                    format!("{} (failed ranks {:?})", self.reason, self.failed)
+                } else {
+                    self.reason.clone()
+                },
+            },
+            None => Error::Aborted { reason: self.reason.clone() },
+        }
+    }
+}
+
+impl Shared {
+    fn send(&self, peer: u32, message: &Message, abort: &AtomicBool) -> Result<()> {
+        let mut slot = self.connected(peer, abort)?;
+        let stream = slot.as_mut().expect("connected() leaves a stream");
+        if let Err(e) = wire::write_message(stream, message) {
+            *slot = None;
+            return Err(Error::PeerFailed { rank: peer, phase: "bootstrap send".into(), reason: format!("write failed: {e}") });
+        }
+        Ok(())
+    }
+
+    /// The connection to `peer`, opened (with our hello) on first use.
+    fn connected(&self, peer: u32, abort: &AtomicBool) -> Result<parking_lot::MutexGuard<'_, Option<TcpStream>>> {
+        let table = self.table.get().ok_or_else(|| Error::invalid("send before the bootstrap completed"))?;
+        let addr = *table.get(peer as usize).ok_or_else(|| Error::invalid(format!("peer {peer} out of range")))?;
+        let mut slot = self.outgoing[peer as usize].lock();
+        if slot.is_none() {
+            let failed = |reason: String| Error::PeerFailed { rank: peer, phase: "bootstrap connect".into(), reason };
+            let deadline = Instant::now() + self.limits.timeout;
+            let mut stream = sock::connect(addr, "bootstrap peer", deadline, Refused::Fatal, abort)
+                .map_err(|e| failed(format!("cannot connect to {addr}: {e}")))?;
+            let hello = Message::Hello(Hello {
+                magic: HELLO_MAGIC,
+                version: PROTOCOL_VERSION,
+                secret: self.secret,
+                rank: self.rank,
+                nranks: self.nranks,
+                listen: self.listen,
+            });
+            wire::write_message(&mut stream, &hello).map_err(|e| failed(format!("hello to {addr}: {e}")))?;
+            let _ = stream.set_write_timeout(Some(self.limits.timeout));
+            *slot = Some(stream);
+        }
+        Ok(slot)
+    }
+
+    fn serve_incoming(self: Arc<Self>, mut stream: TcpStream, peer: SocketAddr) {
+        let hello = match read_hello(&mut stream, self.limits.handshake) {
+            Ok(hello) => hello,
+            Err(e) => {
+                tracing::warn!(target: target::BOOTSTRAP, "rank {}: dropping connection from {peer}: {e}", self.rank);
+                return;
+            }
+        };
+        let checked = check_credentials(&hello, &self.secret)
+            .and_then(|()| check_position(hello.rank, hello.nranks, Some(self.nranks)))
+            .and_then(|()| if hello.rank == self.rank { Err("claims to be this rank".into()) } else { Ok(()) });
+        if let Err(reason) = checked {
+            refuse(stream, peer, &reason);
+            return;
+        }
+        let from = hello.rank;
+        if sock::set_read_timeout(&stream, None).is_err() {
+            return;
+        }
+        if let Ok(clone) = stream.try_clone() {
+            self.incoming.lock().push(clone);
+        }
+        let end = loop {
+            match wire::read_message(&mut stream, self.limits.max_frame) {
+                Ok(Message::Data { comm, tag, payload }) => {
+                    let mut inbox = self.inbox.lock();
+                    inbox.queues.entry((from, comm, tag)).or_default().push_back(payload);
+                    self.arrived.notify_all();
+                }
+                Ok(Message::Abort { reason, failed }) => {
+                    self.fail(Failure { reason, failed });
+                }
+                Ok(Message::Bye) => break String::new(),
+                Ok(other) => break format!("unexpected {} after the handshake", kind_name(&other)),
+                Err(e) => break e.to_string(),
+            }
+        };
+        if self.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let said_goodbye = end.is_empty();
+        tracing::debug!(target: target::BOOTSTRAP, "rank {}: connection from rank {from} ended: {}", self.rank, if said_goodbye { "goodbye" } else { &end });
+        let mut inbox = self.inbox.lock();
+        inbox.closed.insert(from);
+        self.arrived.notify_all();
+        drop(inbox);
+        // A connection that ends without a goodbye means the peer died: the ring
+        // predecessor announces the death to everyone else from here.
+        if !said_goodbye && self.nranks > 1 && from == (self.rank + self.nranks - 1) % self.nranks {
+            self.fail(Failure { reason: format!("rank {from} disconnected ({end})"), failed: vec![from] });
+        }
+    }
+
+    fn fail(&self, failure: Failure) {
+        {
+            let mut inbox = self.inbox.lock();
+            if inbox.failure.is_some() || self.stop.load(Ordering::Acquire) {
+                return;
+            }
+            tracing::warn!(target: target::BOOTSTRAP, "rank {}: {}", self.rank, failure.reason);
+            inbox.failure = Some(failure.clone());
+            self.arrived.notify_all();
+        }
+        let next = (self.rank + 1) % self.nranks;
+        if next != self.rank && !failure.failed.contains(&next) {
+            let notice = Message::Abort { reason: failure.reason, failed: failure.failed };
+            let _ = self.send(next, &notice, &AtomicBool::new(false));
+        }
+    }
+}
