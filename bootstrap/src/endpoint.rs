@@ -281,31 +281,35 @@ impl Shared {
         }
         let said_goodbye = end.is_empty();
         tracing::debug!(target: target::BOOTSTRAP, "rank {}: connection from rank {from} ended: {}", self.rank, if said_goodbye { "goodbye" } else { &end });
+        // A connection that ends without a goodbye means the peer died: the death is
+        // announced to the rest of the job before any local waiter hears of it, so that
+        // this rank cannot exit with the news untold.
+        if !said_goodbye {
+            self.fail(Failure { reason: format!("rank {from} disconnected ({end})"), failed: vec![from] });
+        }
         let mut inbox = self.inbox.lock();
         inbox.closed.insert(from);
         self.arrived.notify_all();
-        drop(inbox);
-        // A connection that ends without a goodbye means the peer died: the ring
-        // predecessor announces the death to everyone else from here.
-        if !said_goodbye && self.nranks > 1 && from == (self.rank + self.nranks - 1) % self.nranks {
-            self.fail(Failure { reason: format!("rank {from} disconnected ({end})"), failed: vec![from] });
-        }
     }
 
     fn fail(&self, failure: Failure) {
         {
-            let mut inbox = self.inbox.lock();
+            let inbox = self.inbox.lock();
             if inbox.failure.is_some() || self.stop.load(Ordering::Acquire) {
                 return;
             }
-            tracing::warn!(target: target::BOOTSTRAP, "rank {}: {}", self.rank, failure.reason);
-            inbox.failure = Some(failure.clone());
-            self.arrived.notify_all();
         }
+        // Tell the ring successor first (it forwards in turn), then wake local waiters.
         let next = (self.rank + 1) % self.nranks;
-        if next != self.rank && !failure.failed.contains(&next) {
-            let notice = Message::Abort { reason: failure.reason, failed: failure.failed };
+        if next != self.rank && !failure.failed.contains(&next) && self.table.get().is_some() {
+            let notice = Message::Abort { reason: failure.reason.clone(), failed: failure.failed.clone() };
             let _ = self.send(next, &notice, &AtomicBool::new(false));
+        }
+        let mut inbox = self.inbox.lock();
+        if inbox.failure.is_none() {
+            tracing::warn!(target: target::BOOTSTRAP, "rank {}: {}", self.rank, failure.reason);
+            inbox.failure = Some(failure);
+            self.arrived.notify_all();
         }
     }
 }

@@ -159,7 +159,8 @@ pub fn init(config: &Config) {
             },
             None => stderr_subscriber(filter),
         };
-        if result.is_ok() && config.debug >= DebugLevel::Version {
+        // NCCL prints its version line at VERSION and at INFO and above, not at WARN.
+        if result.is_ok() && (config.debug == DebugLevel::Version || config.debug >= DebugLevel::Info) {
             tracing::warn!(target: target::INIT, "{prefix} oxccl version {}", env!("CARGO_PKG_VERSION"));
         }
     });
