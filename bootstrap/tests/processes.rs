@@ -121,3 +121,27 @@ fn malformed_setting_is_a_clear_error() {
     assert_eq!(r.code(), Some(2), "{r:?}");
     assert!(r.stderr.contains("OXCCL_BOOTSTRAP_TIMEOUT_MS"), "{}", r.stderr);
 }
+
+#[test]
+fn debug_file_receives_the_logs() {
+    let dir = std::env::temp_dir().join(format!("oxccl-debugfile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pattern = dir.join("log.%h.%p");
+    let config = oxccl_bootstrap::Config::defaults();
+    let id = oxccl_bootstrap::Bootstrap::create_local_id(&config).unwrap();
+    let results = run_all(ranks(2, |_, c| {
+        c.env("OXCCL_UNIQUE_ID", id.to_hex())
+            .env("NCCL_DEBUG", "INFO")
+            .env("NCCL_DEBUG_SUBSYS", "BOOTSTRAP")
+            .env("NCCL_DEBUG_FILE", &pattern);
+    }), Duration::from_secs(60));
+    assert_all_ok(&results);
+    let logs: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap()).collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(logs.len(), 2, "one file per process");
+    for log in logs {
+        assert!(log.contains("oxccl::bootstrap") && log.contains("bootstrapped"), "{log}");
+        let init_info = log.lines().any(|l| l.contains(" INFO ") && l.contains("oxccl::init"));
+        assert!(!init_info, "INIT is not in NCCL_DEBUG_SUBSYS: {log}");
+    }
+}

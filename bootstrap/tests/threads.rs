@@ -244,3 +244,19 @@ fn unanswered_wait_times_out_naming_the_peer() {
     });
     assert!(results.into_iter().all(|r| r.is_ok()));
 }
+
+#[test]
+fn ipv6_loopback_job() {
+    let mut config = config(20_000);
+    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+    config.set("NCCL_SOCKET_FAMILY", "AF_INET6").unwrap();
+    let id = Bootstrap::create_local_id(&config).unwrap();
+    assert!(id.root().is_ipv6(), "{:?}", id.root());
+    let results = run_ranks(&id, 3, &config, |b| {
+        assert!(b.listen_addr().is_ipv6());
+        b.allgather(&[b.rank() as u8]).unwrap()
+    });
+    for r in results {
+        assert_eq!(r.unwrap(), vec![0, 1, 2]);
+    }
+}
