@@ -1,0 +1,214 @@
+//! A host stream: work runs in submission order on the stream's own thread, like a CUDA
+//! stream; callers get a [`Work`] handle to wait on. An error is sticky: the failed job's
+//! handle reports it, later jobs are skipped and report it too, as a CUDA stream's do.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::error::{Error, Result};
+
+type Job = Box<dyn FnOnce() -> Result<()> + Send>;
+
+/// An ordered queue of work with a thread that runs it.
+pub(crate) struct HostStream {
+    jobs: Option<crossbeam_channel::Sender<(u64, Job)>>,
+    state: Arc<State>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct State {
+    progress: Mutex<Progress>,
+    changed: Condvar,
+    abort: Arc<AtomicBool>,
+}
+
+#[derive(Default)]
+struct Progress {
+    submitted: u64,
+    completed: u64,
+    /// The first failure: the job's sequence number and its error.
+    failure: Option<(u64, Error)>,
+}
+
+/// A handle on one submitted job.
+#[derive(Clone)]
+pub struct Work {
+    seq: u64,
+    state: Arc<State>,
+}
+
+impl HostStream {
+    /// Starts the stream's thread. `abort` ends waits on the stream early.
+    pub fn new(name: &str, abort: Arc<AtomicBool>) -> Result<HostStream> {
+        let (tx, rx) = crossbeam_channel::unbounded::<(u64, Job)>();
+        let state = Arc::new(State { progress: Mutex::new(Progress::default()), changed: Condvar::new(), abort });
+        let worker = state.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("oxccl-stream-{name}"))
+            .spawn(move || {
+                for (seq, job) in rx {
+                    let skip = worker.progress.lock().failure.clone();
+                    let result = match skip {
+                        Some((_, e)) => Err(e),
+                        None => job(),
+                    };
+                    let mut p = worker.progress.lock();
+                    if let Err(e) = result {
+                        p.failure.get_or_insert((seq, e));
+                    }
+                    p.completed = seq;
+                    worker.changed.notify_all();
+                }
+            })
+            .map_err(|e| Error::Internal(format!("cannot start a stream thread: {e}")))?;
+        Ok(HostStream { jobs: Some(tx), state, thread: Some(thread) })
+    }
+
+    /// Queues a job; it runs after every job queued before it.
+    pub fn submit(&self, job: impl FnOnce() -> Result<()> + Send + 'static) -> Result<Work> {
+        let mut p = self.state.progress.lock();
+        if let Some((_, e)) = &p.failure {
+            return Err(e.clone());
+        }
+        p.submitted += 1;
+        let seq = p.submitted;
+        self.jobs
+            .as_ref()
+            .expect("the sender lives until drop")
+            .send((seq, Box::new(job)))
+            .map_err(|_| Error::Internal("stream thread is gone".into()))?;
+        Ok(Work { seq, state: self.state.clone() })
+    }
+
+    /// Waits for every job submitted so far.
+    pub fn synchronize(&self) -> Result<()> {
+        let seq = self.state.progress.lock().submitted;
+        Work { seq, state: self.state.clone() }.wait()
+    }
+
+    /// The sticky error, if a job failed.
+    pub fn error(&self) -> Option<Error> {
+        self.state.progress.lock().failure.as_ref().map(|(_, e)| e.clone())
+    }
+
+    /// Whether every submitted job has finished.
+    pub fn idle(&self) -> bool {
+        let p = self.state.progress.lock();
+        p.completed == p.submitted
+    }
+
+    /// Wakes waiters so that they see the abort flag.
+    pub fn wake(&self) {
+        let _p = self.state.progress.lock();
+        self.state.changed.notify_all();
+    }
+}
+
+impl Drop for HostStream {
+    fn drop(&mut self) {
+        // Closing the queue ends the thread once the queued jobs have run (each job has its
+        // own deadlines and abort checks, so this join is bounded).
+        self.jobs.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Work {
+    /// Waits until the job has run; its error, or an earlier job's, is returned. Returns
+    /// `Aborted` at once when the stream's abort flag is set.
+    pub fn wait(&self) -> Result<()> {
+        let mut p = self.state.progress.lock();
+        loop {
+            if p.completed >= self.seq {
+                return match &p.failure {
+                    Some((seq, e)) if *seq <= self.seq => Err(e.clone()),
+                    _ => Ok(()),
+                };
+            }
+            if self.state.abort.load(Ordering::Acquire) {
+                return Err(Error::Aborted { reason: String::new() });
+            }
+            // Wake periodically to see an abort flag set without a notification.
+            self.state.changed.wait_for(&mut p, Duration::from_millis(50));
+        }
+    }
+
+    /// Whether the job has run.
+    pub fn is_done(&self) -> bool {
+        self.state.progress.lock().completed >= self.seq
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn runs_in_order_and_reports_each_job() {
+        let stream = HostStream::new("t", Arc::new(AtomicBool::new(false))).unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let works: Vec<Work> = (0..50)
+            .map(|i| {
+                let order = order.clone();
+                stream.submit(move || {
+                    order.lock().push(i);
+                    Ok(())
+                })
+                .unwrap()
+            })
+            .collect();
+        works.last().unwrap().wait().unwrap();
+        assert!(works.iter().all(Work::is_done));
+        assert_eq!(*order.lock(), (0..50).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn errors_are_sticky() {
+        let stream = HostStream::new("t", Arc::new(AtomicBool::new(false))).unwrap();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let ok = stream.submit(|| Ok(())).unwrap();
+        let bad = stream.submit(|| Err(Error::invalid("boom"))).unwrap();
+        let r = ran.clone();
+        let after = stream
+            .submit(move || {
+                r.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .unwrap();
+        ok.wait().unwrap();
+        assert!(bad.wait().unwrap_err().to_string().contains("boom"));
+        assert!(after.wait().is_err());
+        assert_eq!(ran.load(Ordering::SeqCst), 0);
+        assert!(stream.submit(|| Ok(())).is_err());
+        assert!(stream.synchronize().is_err());
+    }
+
+    #[test]
+    fn abort_ends_a_wait_on_a_stuck_job() {
+        let abort = Arc::new(AtomicBool::new(false));
+        let stream = HostStream::new("t", abort.clone()).unwrap();
+        let flag = abort.clone();
+        let stuck = stream
+            .submit(move || {
+                while !flag.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(Error::Aborted { reason: String::new() })
+            })
+            .unwrap();
+        let waiter = std::thread::spawn(move || stuck.wait());
+        std::thread::sleep(Duration::from_millis(30));
+        let start = std::time::Instant::now();
+        abort.store(true, Ordering::Release);
+        stream.wake();
+        assert!(waiter.join().unwrap().is_err());
+        assert!(start.elapsed() < Duration::from_millis(500));
+    }
+}
