@@ -9,7 +9,8 @@ packages=(
   libopenmpi-dev openmpi-bin      # MPI bootstrap (rsmpi) and the mpirun tests
   libclang-dev clang              # rsmpi's bindgen
   libhwloc-dev libudev-dev        # topology through hwlocality
-  libibverbs-dev rdma-core        # the ibverbs feature
+  libibverbs-dev rdma-core cmake  # the ibverbs feature (ibverbs-sys builds rdma-core with cmake)
+  libnl-3-dev libnl-route-3-dev
   pkg-config gfortran             # build glue, the Fortran example
   slurm-wlm munge                 # the single-host Slurm of the srun tests
   iproute2

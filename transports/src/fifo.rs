@@ -243,6 +243,19 @@ impl Sender {
         h.tail.0.store(self.tail, Ordering::Release);
     }
 
+    /// How many slots are free now (the proxy engine fills several at once).
+    pub fn free(&mut self) -> usize {
+        self.head_seen = self.region.header().head.0.load(Ordering::Acquire);
+        self.region.nslots - (self.tail - self.head_seen) as usize
+    }
+
+    /// The address of the `i`-th free slot after the tail (`i < free()`): it stays free
+    /// until posted, so it may be filled asynchronously (by a network receive).
+    pub fn free_slot_ptr(&self, i: usize) -> *mut u8 {
+        assert!((self.tail + i as u64 - self.head_seen) < self.region.nslots as u64, "slot {i} is not known to be free");
+        self.region.slot_ptr(self.tail + i as u64)
+    }
+
     /// Whether every posted slot has been released by the receiver.
     pub fn drained(&mut self) -> bool {
         self.head_seen = self.region.header().head.0.load(Ordering::Acquire);
@@ -273,6 +286,21 @@ impl Receiver {
         // SAFETY: slot `head` was published by the sender (tail > head, acquire) and is not
         // written again until this receiver releases it.
         Some(unsafe { std::slice::from_raw_parts(self.region.slot_ptr(self.head), len) })
+    }
+
+    /// How many slots are filled now.
+    pub fn filled(&mut self) -> usize {
+        self.tail_seen = self.region.header().tail.0.load(Ordering::Acquire);
+        (self.tail_seen - self.head) as usize
+    }
+
+    /// The `i`-th filled slot after the head (`i < filled()`), as address and length: it
+    /// stays unchanged until released, so it may be read asynchronously (by a network send).
+    pub fn filled_slot(&self, i: usize) -> (*const u8, usize) {
+        assert!(self.head + (i as u64) < self.tail_seen, "slot {i} is not known to be filled");
+        let index = self.head + i as u64;
+        let len = self.region.header().sizes.0[(index % self.region.nslots as u64) as usize].load(Ordering::Relaxed) as usize;
+        (self.region.slot_ptr(index), len.min(self.region.slot_bytes))
     }
 
     /// Frees the slot returned by `try_peek`.
