@@ -229,6 +229,18 @@ impl Bootstrap {
         self.endpoint.wake_all();
     }
 
+    /// Returns the error a wait would end with now — a peer's failure or an abort — without
+    /// waiting. Data paths poll it so that a dead peer ends their waits too.
+    pub fn check(&self, phase: &str) -> Result<()> {
+        if self.aborted.load(Ordering::Acquire) {
+            return Err(Error::Aborted { reason: format!("abort requested during {phase}") });
+        }
+        match self.endpoint.failure(phase) {
+            Some(e) => self.to_comm_ranks(Err(e)),
+            None => Ok(()),
+        }
+    }
+
     /// Tells every rank that the job failed, naming the failed ranks (best effort), and
     /// makes this rank's waits fail.
     pub fn announce_failure(&self, reason: &str, failed: &[u32]) {

@@ -59,6 +59,8 @@ pub struct Config {
     pub algo: Option<String>,
     pub proto: Option<String>,
     pub shm_disable: bool,
+    pub coll_timeout: Duration,
+    pub socket_max_recvs: usize,
 }
 
 /// One knob: its variable, default, parser and a one-line description.
@@ -137,6 +139,21 @@ pub static KNOBS: &[Knob] = &[
         default: "0",
         doc: "1: never use shared memory between ranks of one host (use the network transport)",
         set: |c, v| Ok(c.shm_disable = parse_bool(v)?),
+    },
+    Knob {
+        name: "OXCCL_COLL_TIMEOUT_MS",
+        default: "600000",
+        doc: "how long one collective or point-to-point operation may wait for its peers before failing",
+        set: |c, v| Ok(c.coll_timeout = parse_millis(v)?),
+    },
+    Knob {
+        name: "OXCCL_SOCKET_MAX_RECVS",
+        default: "1",
+        doc: "receives the socket net accepts in one call (1..=8); above 1 the proxy posts receives together",
+        set: |c, v| match v.parse::<usize>() {
+            Ok(n @ 1..=8) => Ok(c.socket_max_recvs = n),
+            _ => Err("expected 1 to 8".into()),
+        },
     },
     Knob {
         name: "OXCCL_BOOTSTRAP",
@@ -273,6 +290,8 @@ impl Config {
             algo: None,
             proto: None,
             shm_disable: false,
+            coll_timeout: Duration::from_secs(600),
+            socket_max_recvs: 1,
         }
     }
 }

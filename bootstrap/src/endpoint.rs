@@ -158,6 +158,11 @@ impl Endpoint {
         }
     }
 
+    /// The job-wide failure, if one is known (never blocks on the network).
+    pub fn failure(&self, phase: &str) -> Option<Error> {
+        self.shared.inbox.lock().failure.as_ref().map(|f| f.to_error(phase))
+    }
+
     /// Wakes every waiter so that it sees an abort flag.
     pub fn wake_all(&self) {
         let _guard = self.shared.inbox.lock();

@@ -47,10 +47,6 @@ impl Error {
         Error::InvalidArgument { what: what.into() }
     }
 
-    pub(crate) fn usage(what: impl Into<String>) -> Self {
-        Error::InvalidUsage { what: what.into() }
-    }
-
     /// Whether the error was the caller's (the communicator stays usable).
     pub fn is_caller_error(&self) -> bool {
         matches!(self, Error::InvalidArgument { .. } | Error::InvalidUsage { .. })

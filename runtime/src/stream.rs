@@ -95,12 +95,6 @@ impl HostStream {
         self.state.progress.lock().failure.as_ref().map(|(_, e)| e.clone())
     }
 
-    /// Whether every submitted job has finished.
-    pub fn idle(&self) -> bool {
-        let p = self.state.progress.lock();
-        p.completed == p.submitted
-    }
-
     /// Wakes waiters so that they see the abort flag.
     pub fn wake(&self) {
         let _p = self.state.progress.lock();

@@ -3,15 +3,11 @@
 
 use super::{Collective, Link, Shape, Slice, Step};
 
-pub(super) fn plan(shape: &Shape) -> Vec<Vec<Vec<Step>>> {
-    (0..shape.nranks).map(|rank| lanes(shape, rank)).collect()
-}
-
 fn chunked(count: usize, chunk: usize, step: impl Fn(usize, usize) -> Step) -> Vec<Step> {
     (0..count.div_ceil(chunk)).map(|i| step(i * chunk, chunk.min(count - i * chunk))).collect()
 }
 
-fn lanes(shape: &Shape, rank: usize) -> Vec<Vec<Step>> {
+pub(super) fn lanes(shape: &Shape, rank: usize) -> Vec<Vec<Step>> {
     let (n, count, chunk, root) = (shape.nranks, shape.count, shape.chunk, shape.root);
     let link = |peer| Link { peer, channel: 0 };
     let copy = |src: usize, dst: usize| if count > 0 { vec![Step::Copy { src: Slice::send(src, count), dst: Slice::recv(dst, count) }] } else { vec![] };

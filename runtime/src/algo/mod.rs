@@ -253,20 +253,24 @@ pub struct Unsupported {
     pub reason: String,
 }
 
-/// Plans `shape` with `algorithm`.
+/// Plans `shape` with `algorithm` for every rank.
 pub fn plan(shape: Shape, algorithm: Algorithm) -> Result<Schedule, Unsupported> {
-    let unsupported = |reason: &str| Unsupported { algorithm: algorithm.name(), collective: shape.collective.name(), reason: reason.into() };
-    if shape.nranks == 0 || shape.chunk == 0 || shape.channels == 0 || shape.root >= shape.nranks {
-        return Err(unsupported("nranks, chunk and channels must be positive and root below nranks"));
-    }
-    let ranks = match (algorithm, shape.collective) {
-        (Algorithm::Ring, Collective::AllToAll | Collective::Gather | Collective::Scatter) => direct::plan(&shape),
-        (Algorithm::Ring, _) => ring::plan(&shape),
-        (Algorithm::Direct, Collective::AllToAll | Collective::Gather | Collective::Scatter) => direct::plan(&shape),
-        (Algorithm::Direct, _) => return Err(unsupported("direct exchange serves all_to_all, gather and scatter")),
-        (Algorithm::Tree, _) => return Err(unsupported("the double binary tree is not implemented yet")),
-    };
+    let ranks = (0..shape.nranks).map(|rank| plan_rank(shape, algorithm, rank)).collect::<Result<_, _>>()?;
     Ok(Schedule { shape, algorithm, ranks })
+}
+
+/// Plans `shape` with `algorithm` for one rank: its lanes.
+pub fn plan_rank(shape: Shape, algorithm: Algorithm, rank: usize) -> Result<Vec<Vec<Step>>, Unsupported> {
+    let unsupported = |reason: &str| Unsupported { algorithm: algorithm.name(), collective: shape.collective.name(), reason: reason.into() };
+    if shape.nranks == 0 || shape.chunk == 0 || shape.channels == 0 || shape.root >= shape.nranks || rank >= shape.nranks {
+        return Err(unsupported("nranks, chunk and channels must be positive, root and rank below nranks"));
+    }
+    match (algorithm, shape.collective) {
+        (Algorithm::Ring | Algorithm::Direct, Collective::AllToAll | Collective::Gather | Collective::Scatter) => Ok(direct::lanes(&shape, rank)),
+        (Algorithm::Ring, _) => Ok(ring::lanes(&shape, rank)),
+        (Algorithm::Direct, _) => Err(unsupported("direct exchange serves all_to_all, gather and scatter")),
+        (Algorithm::Tree, _) => Err(unsupported("the double binary tree is not implemented yet")),
+    }
 }
 
 /// Splits `total` elements into `parts` near-equal consecutive ranges: (offset, count).

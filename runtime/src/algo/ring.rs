@@ -4,10 +4,8 @@
 
 use super::{split, Collective, Link, Shape, Slice, Step};
 
-pub(super) fn plan(shape: &Shape) -> Vec<Vec<Vec<Step>>> {
-    (0..shape.nranks)
-        .map(|rank| (0..shape.channels).map(|channel| lane(shape, rank, channel)).collect())
-        .collect()
+pub(super) fn lanes(shape: &Shape, rank: usize) -> Vec<Vec<Step>> {
+    (0..shape.channels).map(|channel| lane(shape, rank, channel)).collect()
 }
 
 fn lane(shape: &Shape, rank: usize, channel: usize) -> Vec<Step> {

@@ -1,0 +1,521 @@
+//! [`Communicator`]: a set of ranks that run collectives together.
+//!
+//! Calls validate their arguments on the caller's thread (a caller error leaves the
+//! communicator usable), then enqueue work on the communicator's host stream, which runs
+//! it in order like a CUDA stream. The typed methods wait for their work; the `unsafe`
+//! `enqueue_*` methods return a [`Work`] handle at once. Errors of the work surface on the
+//! handle, in [`Communicator::synchronize`] and in [`Communicator::error`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use oxccl_bootstrap::{Bootstrap, Config, UniqueId};
+use oxccl_kernels::{DataType, ReduceOp};
+use oxccl_transports::fifo;
+use oxccl_transports::net::socket::SocketNet;
+use parking_lot::Mutex;
+
+use crate::algo::{self, Collective, Shape, Slice, Step};
+use crate::conn::{self, Geometry, Transports};
+use crate::error::{Error, Result};
+use crate::exec::{self, Buffers, Connections, Lane};
+use crate::log_target;
+use crate::proxy::NetLinks;
+use crate::stream::{HostStream, Work};
+use crate::task::{CollectiveTask, PointToPoint, Task};
+use crate::tune::Tuner;
+
+/// Slots per connection (NCCL's NCCL_STEPS).
+pub const SLOTS: usize = 8;
+
+/// A communicator. Dropping it waits for its queued work, then closes its connections.
+pub struct Communicator {
+    // Dropped first: waits for queued work, which holds `exec`.
+    stream: HostStream,
+    exec: Arc<Exec>,
+}
+
+/// What the stream's jobs work with.
+struct Exec {
+    boot: Bootstrap,
+    rank: usize,
+    nranks: usize,
+    config: Config,
+    abort: Arc<AtomicBool>,
+    tuner: Tuner,
+    transports: Transports,
+    net: NetLinks,
+    socket: Arc<SocketNet>,
+    connections: Mutex<Connections>,
+}
+
+impl Communicator {
+    /// Joins the job named by `id` as `rank` of `nranks`.
+    pub fn init(id: &UniqueId, rank: u32, nranks: u32, config: &Config) -> Result<Communicator> {
+        Communicator::from_bootstrap(Bootstrap::init(id, rank, nranks, config)?, config)
+    }
+
+    /// Joins the job the environment describes (launcher, NCCL_COMM_ID, MPI; see
+    /// `Bootstrap::from_env`).
+    pub fn from_env(config: &Config) -> Result<Communicator> {
+        Communicator::from_bootstrap(Bootstrap::from_env(config)?, config)
+    }
+
+    /// Rank 0 of the MPI communicator creates the id and broadcasts it over MPI.
+    #[cfg(feature = "mpi")]
+    pub fn from_mpi<C: mpi::topology::Communicator>(comm: &C, config: &Config) -> Result<Communicator> {
+        Communicator::from_bootstrap(Bootstrap::from_mpi(comm, config)?, config)
+    }
+
+    /// `n` communicators of one job, one per rank, in this process (one thread each).
+    pub fn init_all(n: u32, config: &Config) -> Result<Vec<Communicator>> {
+        let id = Bootstrap::create_local_id(config)?;
+        let handles: Vec<_> = (0..n)
+            .map(|rank| {
+                let config = config.clone();
+                std::thread::spawn(move || Communicator::init(&id, rank, n, &config))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().map_err(|_| Error::Internal("init thread panicked".into()))?).collect()
+    }
+
+    /// Builds a communicator over a joined bootstrap.
+    pub fn from_bootstrap(boot: Bootstrap, config: &Config) -> Result<Communicator> {
+        let (rank, nranks) = (boot.rank() as usize, boot.nranks() as usize);
+        let span = tracing::info_span!(target: log_target::INIT, "comm_init", rank, nranks);
+        let _enter = span.enter();
+        let tuner = Tuner::new(config.algo.as_deref(), config.proto.as_deref())?;
+        let same_host = host_peers(&boot, config)?;
+        static CLEANED: std::sync::Once = std::sync::Once::new();
+        CLEANED.call_once(|| {
+            let removed = fifo::cleanup_stale();
+            if removed > 0 {
+                tracing::info!(target: log_target::SHM, "removed {removed} stale shared-memory segments");
+            }
+        });
+        let slot_bytes = (config.buffsize / SLOTS).max(4096).next_multiple_of(64);
+        let transports = Transports { same_host, shm_allowed: !config.shm_disable, geometry: Geometry { slots: SLOTS, slot_bytes } };
+        let socket = Arc::new(SocketNet::with_max_recvs(boot.listen_addr().ip(), config.socket_max_recvs));
+        let abort = Arc::new(AtomicBool::new(false));
+        let exec = Arc::new(Exec {
+            net: NetLinks::new(socket.clone()),
+            socket,
+            boot,
+            rank,
+            nranks,
+            config: config.clone(),
+            abort: abort.clone(),
+            tuner,
+            transports,
+            connections: Mutex::new(Connections::default()),
+        });
+        let stream = HostStream::new(&rank.to_string(), abort)?;
+        tracing::info!(target: log_target::INIT, "rank {rank}/{nranks} ready");
+        Ok(Communicator { stream, exec })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.exec.rank
+    }
+
+    pub fn nranks(&self) -> usize {
+        self.exec.nranks
+    }
+
+    /// Ranks passing the same `color` form a new communicator, ordered by `key` then rank;
+    /// [`oxccl_bootstrap::NOCOLOR`] joins none. Collective; reuses the bootstrap connections.
+    pub fn split(&self, color: i32, key: i32) -> Result<Option<Communicator>> {
+        self.check_usable()?;
+        match self.exec.boot.split(color, key)? {
+            Some(boot) => Ok(Some(Communicator::from_bootstrap(boot, &self.exec.config)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Waits for every operation enqueued so far.
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream.synchronize()
+    }
+
+    /// The communicator's error, if an operation failed (never blocks).
+    pub fn error(&self) -> Option<Error> {
+        if self.exec.abort.load(Ordering::Acquire) {
+            return Some(Error::Aborted { reason: String::new() });
+        }
+        self.stream.error()
+    }
+
+    /// Stops every operation and wait of this communicator, from any thread; they return
+    /// `Aborted` in bounded time.
+    pub fn abort(&self) {
+        self.exec.abort.store(true, Ordering::Release);
+        self.exec.boot.abort();
+        self.stream.wake();
+    }
+
+    /// Waits for queued work; the communicator can then be dropped without waiting.
+    pub fn finalize(&self) -> Result<()> {
+        self.synchronize()
+    }
+
+    /// Counts of the socket net's receive calls: (calls, calls carrying several buffers).
+    pub fn net_receive_stats(&self) -> (u64, u64) {
+        let s = self.exec.socket.stats();
+        (s.irecv_calls.load(Ordering::Relaxed), s.irecv_grouped.load(Ordering::Relaxed))
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        match self.error() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Enqueues one collective on raw buffers.
+    ///
+    /// # Safety
+    /// `send` and `recv` must be valid for the byte sizes the collective needs on this rank
+    /// (see [`Collective::buffer_counts`]), may alias only as NCCL's in-place conventions
+    /// say, and must not be touched by anyone else until the returned work completes.
+    pub unsafe fn enqueue_collective(&self, collective: Collective, send: *const u8, recv: *mut u8, count: usize, dtype: DataType, op: ReduceOp, root: usize) -> Result<Work> {
+        self.check_usable()?;
+        let task = self.collective_task(collective, send, recv, count, dtype, op, root)?;
+        self.submit(Task { p2p: vec![], collectives: vec![task] })
+    }
+
+    fn collective_task(&self, collective: Collective, send: *const u8, recv: *mut u8, count: usize, dtype: DataType, op: ReduceOp, root: usize) -> Result<CollectiveTask> {
+        let n = self.nranks();
+        if collective.rooted() && root >= n {
+            return Err(Error::invalid(format!("root {root} out of range for {n} ranks")));
+        }
+        if collective == Collective::AllToAll && std::ptr::eq(send, recv) && count > 0 {
+            return Err(Error::invalid("all_to_all cannot run in place (send and recv are the same buffer)"));
+        }
+        let (send_count, recv_count) = collective.buffer_counts(count, n, self.rank(), root);
+        let bytes = |elements: usize, what: &str| {
+            elements.checked_mul(dtype.size()).filter(|&b| b <= isize::MAX as usize).ok_or_else(|| Error::invalid(format!("{what} count {elements} overflows")))
+        };
+        let (send_bytes, recv_bytes) = (bytes(send_count, "send")?, bytes(recv_count, "recv")?);
+        if send_bytes > 0 && send.is_null() {
+            return Err(Error::invalid("send buffer is null"));
+        }
+        if recv_bytes > 0 && recv.is_null() {
+            return Err(Error::invalid("recv buffer is null"));
+        }
+        Ok(CollectiveTask { collective, count, dtype, op, root, buffers: Buffers { send, send_bytes, recv, recv_bytes } })
+    }
+
+    fn submit(&self, task: Task) -> Result<Work> {
+        let exec = self.exec.clone();
+        self.stream.submit(move || exec.run(task))
+    }
+
+    /// Starts a group: operations added to it are launched together by [`Group::end`].
+    pub fn group(&self) -> Group<'_> {
+        Group { comm: self, task: Task::default() }
+    }
+}
+
+/// Operations launched together: point-to-point operations all progress at once (matched
+/// send/recv pairs never deadlock, whatever their order), collectives follow in call order.
+pub struct Group<'a> {
+    comm: &'a Communicator,
+    task: Task,
+}
+
+impl<'a> Group<'a> {
+    /// Adds a send of `data` to `peer`.
+    pub fn send<T: crate::Element>(&mut self, data: &'a [T], peer: usize) -> Result<&mut Self> {
+        self.point_to_point(peer, bytemuck::cast_slice(data).as_ptr(), std::ptr::null_mut(), std::mem::size_of_val(data), true)
+    }
+
+    /// Adds a receive from `peer` into `data` (the peer sends exactly as many elements).
+    pub fn recv<T: crate::Element>(&mut self, data: &'a mut [T], peer: usize) -> Result<&mut Self> {
+        let bytes = std::mem::size_of_val(data);
+        self.point_to_point(peer, std::ptr::null(), bytemuck::cast_slice_mut(data).as_mut_ptr(), bytes, false)
+    }
+
+    /// Adds a send on raw memory.
+    ///
+    /// # Safety
+    /// `data` is valid for `bytes` bytes until the group's work completes.
+    pub unsafe fn send_raw(&mut self, data: *const u8, bytes: usize, peer: usize) -> Result<&mut Self> {
+        self.point_to_point(peer, data, std::ptr::null_mut(), bytes, true)
+    }
+
+    /// Adds a receive on raw memory.
+    ///
+    /// # Safety
+    /// `data` is valid for `bytes` bytes, untouched by others, until the work completes.
+    pub unsafe fn recv_raw(&mut self, data: *mut u8, bytes: usize, peer: usize) -> Result<&mut Self> {
+        self.point_to_point(peer, std::ptr::null(), data, bytes, false)
+    }
+
+    fn point_to_point(&mut self, peer: usize, send: *const u8, recv: *mut u8, bytes: usize, is_send: bool) -> Result<&mut Self> {
+        if peer >= self.comm.nranks() {
+            return Err(Error::invalid(format!("peer {peer} out of range for {} ranks", self.comm.nranks())));
+        }
+        if bytes > 0 && send.is_null() && recv.is_null() {
+            return Err(Error::invalid("buffer is null"));
+        }
+        let buffers = Buffers { send, send_bytes: if is_send { bytes } else { 0 }, recv, recv_bytes: if is_send { 0 } else { bytes } };
+        self.task.p2p.push(PointToPoint { peer, bytes, buffers, send: is_send });
+        Ok(self)
+    }
+
+    /// Adds a collective on typed buffers (`send` may be `None` for in-place, where `recv`
+    /// holds the input as NCCL's in-place conventions say).
+    pub fn collective<T: crate::Element>(&mut self, collective: Collective, send: Option<&'a [T]>, recv: &'a mut [T], count: usize, op: ReduceOp, root: usize) -> Result<&mut Self> {
+        let task = typed_task(self.comm, collective, send, recv, count, op, root)?;
+        self.task.collectives.push(task);
+        Ok(self)
+    }
+
+    /// Launches the group and waits for it.
+    pub fn end(self) -> Result<()> {
+        self.launch()?.wait()
+    }
+
+    /// Launches the group; the work's handle is returned at once.
+    ///
+    /// # Safety
+    /// The buffers the group borrows must stay untouched until the work completes (the
+    /// borrow ends when this returns, so the caller must wait on the handle before using
+    /// them again).
+    pub unsafe fn launch_async(self) -> Result<Work> {
+        self.launch()
+    }
+
+    fn launch(self) -> Result<Work> {
+        self.comm.check_usable()?;
+        self.comm.submit(self.task)
+    }
+}
+
+/// Checks typed buffers against the collective's needs and builds its task.
+fn typed_task<T: crate::Element>(comm: &Communicator, collective: Collective, send: Option<&[T]>, recv: &mut [T], count: usize, op: ReduceOp, root: usize) -> Result<CollectiveTask> {
+    let n = comm.nranks();
+    let rank = comm.rank();
+    if collective.rooted() && root >= n {
+        return Err(Error::invalid(format!("root {root} out of range for {n} ranks")));
+    }
+    let (send_count, recv_count) = collective.buffer_counts(count, n, rank, root);
+    if recv.len() < recv_count {
+        return Err(Error::invalid(format!("{}: recv buffer holds {} elements, {recv_count} needed", collective.name(), recv.len())));
+    }
+    let recv_ptr = bytemuck::cast_slice_mut::<T, u8>(recv).as_mut_ptr();
+    let send_ptr: *const u8 = match send {
+        Some(send) if send.len() < send_count => {
+            return Err(Error::invalid(format!("{}: send buffer holds {} elements, {send_count} needed", collective.name(), send.len())));
+        }
+        Some(send) => bytemuck::cast_slice::<T, u8>(send).as_ptr(),
+        None => {
+            if let Some(offset) = collective.in_place_recv_offset(count, rank, root) {
+                return Err(Error::invalid(format!(
+                    "{} in place reads its input from the send buffer (recv = send + {offset} elements): pass the send buffer",
+                    collective.name()
+                )));
+            }
+            let offset = collective.in_place_send_offset(count, rank, root).unwrap_or(0);
+            recv_ptr.wrapping_add(offset * std::mem::size_of::<T>())
+        }
+    };
+    comm.collective_task(collective, send_ptr, recv_ptr, count, T::DATATYPE, op, root)
+}
+
+impl Communicator {
+    /// Runs one collective on typed buffers and waits for it. `send: None` runs in place.
+    pub fn run<T: crate::Element>(&self, collective: Collective, send: Option<&[T]>, recv: &mut [T], count: usize, op: ReduceOp, root: usize) -> Result<()> {
+        self.check_usable()?;
+        let task = typed_task(self, collective, send, recv, count, op, root)?;
+        self.submit(Task { p2p: vec![], collectives: vec![task] })?.wait()
+    }
+
+    /// `recv[i] = op over ranks of send[i]`, `count = recv.len()`.
+    pub fn all_reduce<T: crate::Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
+        let count = recv.len();
+        self.run(Collective::AllReduce, Some(send), recv, count, op, 0)
+    }
+
+    /// All-reduce in place.
+    pub fn all_reduce_in_place<T: crate::Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
+        let count = buf.len();
+        self.run(Collective::AllReduce, None, buf, count, op, 0)
+    }
+
+    /// Every rank's `buf` becomes the root's.
+    pub fn broadcast<T: crate::Element>(&self, buf: &mut [T], root: usize) -> Result<()> {
+        let count = buf.len();
+        self.run(Collective::Broadcast, None, buf, count, ReduceOp::Sum, root)
+    }
+
+    /// The root's `recv` becomes the reduction of every rank's `send` (`recv` is ignored
+    /// elsewhere and may be empty).
+    pub fn reduce<T: crate::Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp, root: usize) -> Result<()> {
+        self.run(Collective::Reduce, Some(send), recv, send.len(), op, root)
+    }
+
+    /// `recv` (n × send.len()) holds every rank's `send`, in rank order.
+    pub fn all_gather<T: crate::Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        self.run(Collective::AllGather, Some(send), recv, send.len(), ReduceOp::Sum, 0)
+    }
+
+    /// `recv` (count) is block `rank` of the reduction of every rank's `send` (n × count).
+    pub fn reduce_scatter<T: crate::Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
+        let count = recv.len();
+        self.run(Collective::ReduceScatter, Some(send), recv, count, op, 0)
+    }
+
+    /// Block p of `send` goes to rank p, arriving as block `rank` of its `recv`.
+    pub fn all_to_all<T: crate::Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        let count = send.len() / self.nranks();
+        self.run(Collective::AllToAll, Some(send), recv, count, ReduceOp::Sum, 0)
+    }
+
+    /// The root's `recv` (n × send.len()) holds every rank's `send`.
+    pub fn gather<T: crate::Element>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
+        self.run(Collective::Gather, Some(send), recv, send.len(), ReduceOp::Sum, root)
+    }
+
+    /// Block p of the root's `send` lands in rank p's `recv`.
+    pub fn scatter<T: crate::Element>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
+        let count = recv.len();
+        self.run(Collective::Scatter, Some(send), recv, count, ReduceOp::Sum, root)
+    }
+
+    /// Sends `data` to `peer` and waits (pair with the peer's `recv`; for exchanges, use a
+    /// [`Group`] so both directions progress together).
+    pub fn send<T: crate::Element>(&self, data: &[T], peer: usize) -> Result<()> {
+        let mut g = self.group();
+        g.send(data, peer)?;
+        g.end()
+    }
+
+    /// Receives from `peer` into `data` and waits.
+    pub fn recv<T: crate::Element>(&self, data: &mut [T], peer: usize) -> Result<()> {
+        let mut g = self.group();
+        g.recv(data, peer)?;
+        g.end()
+    }
+}
+
+impl Exec {
+    fn run(&self, task: Task) -> Result<()> {
+        let mut connections = self.connections.lock();
+        if !task.p2p.is_empty() {
+            self.run_p2p(&task.p2p, &mut connections)?;
+        }
+        for c in &task.collectives {
+            self.run_collective(c, &mut connections)?;
+        }
+        Ok(())
+    }
+
+    fn health(&self) -> Result<()> {
+        if self.abort.load(Ordering::Acquire) {
+            return Err(Error::Aborted { reason: String::new() });
+        }
+        self.boot.check("collective")?;
+        self.net.check()
+    }
+
+    fn execute(&self, lanes: &[Lane], buffers: &[Buffers], dtype: DataType, op: ReduceOp, connections: &mut Connections) -> Result<()> {
+        conn::ensure(lanes, connections, &self.boot, &self.transports, &self.net)?;
+        let mut expected: HashMap<algo::Link, u64> = HashMap::new();
+        for (step, _) in lanes.iter().flat_map(|l| &l.steps) {
+            if let Some(link) = step.receives().filter(|l| self.net.is_net_receive(l)) {
+                *expected.entry(link).or_default() += 1;
+            }
+        }
+        for (link, n) in expected {
+            self.net.expect(link, n);
+        }
+        let health = || self.health();
+        let cx = exec::Context { dtype, combine: op.combine(), deadline: Instant::now() + self.config.coll_timeout, health: &health };
+        exec::run(lanes, buffers, connections, &cx)
+    }
+
+    fn run_collective(&self, task: &CollectiveTask, connections: &mut Connections) -> Result<()> {
+        if task.count == 0 {
+            return Ok(());
+        }
+        let algorithm = self.tuner.choose(task.collective)?;
+        let esize = task.dtype.size();
+        let shape = Shape {
+            collective: task.collective,
+            count: task.count,
+            nranks: self.nranks,
+            root: task.root,
+            chunk: (self.transports.geometry.slot_bytes / esize).max(1),
+            channels: 1,
+        };
+        let lanes = algo::plan_rank(shape, algorithm, self.rank).map_err(|e| Error::invalid(e.to_string()))?;
+        let lanes: Vec<Lane> = lanes.into_iter().map(|steps| Lane { steps: steps.into_iter().map(|s| (s, 0)).collect() }).collect();
+        let mut buffers = task.buffers;
+        // Avg of floats and PreMulSum scale each rank's input once, before the reduction.
+        let mut scaled = Vec::new();
+        if let Some(factor) = task.collective.reduces().then(|| task.op.input_scale(task.dtype, self.nranks)).flatten() {
+            scaled = vec![0u8; buffers.send_bytes];
+            // SAFETY: the send buffer is valid for send_bytes (enqueue's contract).
+            let input = unsafe { std::slice::from_raw_parts(buffers.send, buffers.send_bytes) };
+            oxccl_kernels::scale(task.dtype, factor, &mut scaled, input)?;
+            buffers.send = scaled.as_ptr();
+        }
+        self.execute(&lanes, &[buffers], task.dtype, task.op, connections)?;
+        drop(scaled);
+        if task.collective.reduces() && task.op.needs_final_division(task.dtype) && buffers.recv_bytes > 0 {
+            // SAFETY: the recv buffer is valid for recv_bytes and the operation is done.
+            let out = unsafe { std::slice::from_raw_parts_mut(buffers.recv, buffers.recv_bytes) };
+            oxccl_kernels::divide(task.dtype, self.nranks as u64, out)?;
+        }
+        Ok(())
+    }
+
+    fn run_p2p(&self, ops: &[PointToPoint], connections: &mut Connections) -> Result<()> {
+        // Sends to oneself pair with receives from oneself, in order.
+        let own_sends: Vec<&PointToPoint> = ops.iter().filter(|o| o.send && o.peer == self.rank).collect();
+        let own_recvs: Vec<&PointToPoint> = ops.iter().filter(|o| !o.send && o.peer == self.rank).collect();
+        if own_sends.len() != own_recvs.len() {
+            return Err(Error::invalid(format!("{} sends to this rank but {} receives from it in one group", own_sends.len(), own_recvs.len())));
+        }
+        for (s, r) in own_sends.iter().zip(&own_recvs) {
+            if s.bytes != r.bytes {
+                return Err(Error::invalid(format!("send of {} bytes to this rank meets a receive of {} bytes", s.bytes, r.bytes)));
+            }
+            // SAFETY: both buffers are valid for `bytes` (enqueue's contract).
+            unsafe { std::ptr::copy(s.buffers.send, r.buffers.recv, s.bytes) };
+        }
+        let chunk = self.transports.geometry.slot_bytes;
+        let mut lanes: HashMap<(usize, bool), Lane> = HashMap::new();
+        let mut buffers = Vec::new();
+        for op in ops.iter().filter(|o| o.peer != self.rank) {
+            let index = buffers.len();
+            buffers.push(op.buffers);
+            let link = conn::p2p_link(op.peer);
+            let lane = lanes.entry((op.peer, op.send)).or_insert_with(|| Lane { steps: Vec::new() });
+            for offset in (0..op.bytes).step_by(chunk) {
+                let count = chunk.min(op.bytes - offset);
+                let step = if op.send { Step::Send { to: link, src: Slice::send(offset, count) } } else { Step::Recv { from: link, dst: Slice::recv(offset, count) } };
+                lane.steps.push((step, index));
+            }
+        }
+        let lanes: Vec<Lane> = lanes.into_values().filter(|l| !l.steps.is_empty()).collect();
+        self.execute(&lanes, &buffers, DataType::Uint8, ReduceOp::Sum, connections)
+    }
+}
+
+/// Which ranks share this rank's host (NCCL_HOSTID, else host name and boot id).
+fn host_peers(boot: &Bootstrap, config: &Config) -> Result<Vec<bool>> {
+    let id = config.host_id.clone().unwrap_or_else(|| {
+        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+        format!("{}:{}", oxccl_bootstrap::host_name(), boot_id.trim())
+    });
+    let mut record = [0u8; 128];
+    let bytes = id.as_bytes();
+    let len = bytes.len().min(128);
+    record[..len].copy_from_slice(&bytes[..len]);
+    let all = boot.allgather(&record)?;
+    Ok(all.chunks_exact(128).map(|r| r == record).collect())
+}

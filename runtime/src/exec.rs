@@ -1,0 +1,248 @@
+//! The host executor: walks a rank's lanes of schedule steps over FIFO connections with CPU
+//! copies and reductions. Lanes progress round-robin and never block on one connection, so
+//! exchanges with many peers (all_to_all, grouped send/recv) cannot wait on each other.
+//! Idle passes spin, then yield; every wait watches the deadline, the abort flag and the
+//! bootstrap's failure notices.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use oxccl_kernels::{combine, combine_into, Combine, DataType};
+use oxccl_transports::fifo;
+
+use crate::algo::{Buffer, Link, Slice, Step};
+use crate::error::{Error, Result};
+
+/// The user buffers of one operation. The pointers must stay valid, and not be touched by
+/// anyone else, until the operation completes; `send` may alias `recv` as the schedule's
+/// in-place conventions allow.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Buffers {
+    pub send: *const u8,
+    pub send_bytes: usize,
+    pub recv: *mut u8,
+    pub recv_bytes: usize,
+}
+
+// SAFETY: Buffers only carries addresses; whoever builds one vouches for their validity for
+// the operation (see the struct's contract), whichever thread runs it.
+unsafe impl Send for Buffers {}
+
+/// A lane of steps; each step works on the buffers it names (an index into the buffers
+/// passed to [`run`]): a group's point-to-point lane may serve several operations.
+pub(crate) struct Lane {
+    pub steps: Vec<(Step, usize)>,
+}
+
+/// This rank's ends of its connections, by link.
+#[derive(Default)]
+pub(crate) struct Connections {
+    pub senders: HashMap<Link, fifo::Sender>,
+    pub receivers: HashMap<Link, fifo::Receiver>,
+}
+
+/// What the executor needs besides steps and buffers.
+pub(crate) struct Context<'a> {
+    pub dtype: DataType,
+    pub combine: Combine,
+    pub deadline: Instant,
+    /// Returns an error when the operation must stop (abort, a dead peer).
+    pub health: &'a dyn Fn() -> Result<()>,
+}
+
+/// Runs every lane to completion.
+pub(crate) fn run(lanes: &[Lane], buffers: &[Buffers], connections: &mut Connections, cx: &Context) -> Result<()> {
+    let esize = cx.dtype.size();
+    check_bounds(lanes, buffers, connections, esize)?;
+    let mut cursor = vec![0usize; lanes.len()];
+    let mut idle: u32 = 0;
+    loop {
+        let mut progressed = false;
+        let mut pending = false;
+        for (lane, at) in lanes.iter().zip(cursor.iter_mut()) {
+            while let Some((step, b)) = lane.steps.get(*at) {
+                // SAFETY: bounds were checked above; the buffers' validity is the caller's.
+                if !unsafe { try_step(step, &buffers[*b], connections, esize, cx)? } {
+                    pending = true;
+                    break;
+                }
+                *at += 1;
+                progressed = true;
+            }
+        }
+        if !pending {
+            return Ok(());
+        }
+        if progressed {
+            idle = 0;
+            continue;
+        }
+        idle = idle.saturating_add(1);
+        if idle < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+        if idle % 256 == 0 {
+            (cx.health)()?;
+            if Instant::now() >= cx.deadline {
+                let stuck: Vec<String> = lanes.iter().zip(&cursor).filter_map(|(l, &c)| l.steps.get(c).map(|(s, _)| format!("{s:?}"))).collect();
+                return Err(Error::Timeout { phase: format!("collective, waiting at {}", stuck.join("; ")), waited: Default::default() });
+            }
+        }
+    }
+}
+
+fn check_bounds(lanes: &[Lane], buffers: &[Buffers], connections: &Connections, esize: usize) -> Result<()> {
+    for lane in lanes {
+        for (step, index) in &lane.steps {
+            let b = buffers.get(*index).ok_or_else(|| Error::Internal("a step names missing buffers".into()))?;
+            for slice in slices(step) {
+                let limit = match slice.buffer {
+                    Buffer::Send => b.send_bytes,
+                    Buffer::Recv => b.recv_bytes,
+                };
+                if (slice.offset + slice.count) * esize > limit {
+                    return Err(Error::Internal(format!("{step:?} exceeds a buffer of {limit} bytes")));
+                }
+            }
+            if let Some(link) = step.sends() {
+                let tx = connections.senders.get(&link).ok_or_else(|| Error::Internal(format!("no connection to {link:?}")))?;
+                if step.count() * esize > tx.slot_bytes() {
+                    return Err(Error::Internal(format!("{step:?} exceeds a {}-byte slot", tx.slot_bytes())));
+                }
+            }
+            if let Some(link) = step.receives() {
+                connections.receivers.get(&link).ok_or_else(|| Error::Internal(format!("no connection from {link:?}")))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn slices(step: &Step) -> Vec<Slice> {
+    match *step {
+        Step::Send { src, .. } => vec![src],
+        Step::Recv { dst, .. } | Step::RecvCopySend { dst, .. } => vec![dst],
+        Step::RecvReduceSend { local, .. } => vec![local],
+        Step::RecvReduceCopy { local, dst, .. } | Step::RecvReduceCopySend { local, dst, .. } => vec![local, dst],
+        Step::Copy { src, dst } => vec![src, dst],
+    }
+}
+
+fn address(b: &Buffers, s: &Slice, esize: usize) -> *mut u8 {
+    let base = match s.buffer {
+        Buffer::Send => b.send as *mut u8,
+        Buffer::Recv => b.recv,
+    };
+    base.wrapping_add(s.offset * esize)
+}
+
+/// # Safety
+/// The slice is within its buffer (checked by `check_bounds`) and the buffer is valid.
+unsafe fn read<'a>(b: &Buffers, s: &Slice, esize: usize) -> &'a [u8] {
+    // SAFETY: per the function's contract.
+    unsafe { std::slice::from_raw_parts(address(b, s, esize), s.count * esize) }
+}
+
+/// # Safety
+/// As [`read`], and no other reference to the slice's memory is live.
+unsafe fn write<'a>(b: &Buffers, s: &Slice, esize: usize) -> &'a mut [u8] {
+    // SAFETY: per the function's contract.
+    unsafe { std::slice::from_raw_parts_mut(address(b, s, esize), s.count * esize) }
+}
+
+/// `dst = received (op) local`, in place when `local` and `dst` are the same memory.
+///
+/// # Safety
+/// As [`write`] for `dst` and [`read`] for `local`.
+unsafe fn reduce_to(b: &Buffers, local: &Slice, dst: &Slice, received: &[u8], esize: usize, cx: &Context) -> Result<()> {
+    let (l, d) = (address(b, local, esize), address(b, dst, esize));
+    let len = local.count * esize;
+    if l == d {
+        // SAFETY: per the function's contract; only `dst` is referenced.
+        combine(cx.dtype, cx.combine, unsafe { write(b, dst, esize) }, received)?;
+    } else if (l as usize) < (d as usize) + len && (d as usize) < (l as usize) + len {
+        return Err(Error::Internal(format!("{local:?} and {dst:?} overlap partially")));
+    } else {
+        // SAFETY: disjoint, checked above.
+        combine_into(cx.dtype, cx.combine, unsafe { write(b, dst, esize) }, received, unsafe { read(b, local, esize) })?;
+    }
+    Ok(())
+}
+
+/// Runs `step` if its connections are ready; returns whether it ran.
+///
+/// # Safety
+/// The step's slices are within `b`'s buffers, which are valid.
+unsafe fn try_step(step: &Step, b: &Buffers, conns: &mut Connections, esize: usize, cx: &Context) -> Result<bool> {
+    let bytes = step.count() * esize;
+    let Connections { senders, receivers } = conns;
+    // Everything is checked for readiness before anything is consumed.
+    let mut rx = match step.receives() {
+        Some(link) => {
+            let rx = receivers.get_mut(&link).expect("checked by check_bounds");
+            match rx.try_peek() {
+                Some(slot) if slot.len() == bytes => Some((rx_ptr(slot), rx)),
+                Some(slot) => {
+                    return Err(Error::Internal(format!("{step:?}: received {} bytes, expected {bytes}", slot.len())));
+                }
+                None => return Ok(false),
+            }
+        }
+        None => None,
+    };
+    let mut tx = match step.sends() {
+        Some(link) => {
+            let tx = senders.get_mut(&link).expect("checked by check_bounds");
+            match tx.try_reserve() {
+                Some(slot) => Some((slot.as_mut_ptr(), tx)),
+                None => return Ok(false),
+            }
+        }
+        None => None,
+    };
+    // SAFETY: the peeked slot stays valid and unchanged until released below.
+    let received: &[u8] = match &rx {
+        Some((ptr, _)) => unsafe { std::slice::from_raw_parts(*ptr, bytes) },
+        None => &[],
+    };
+    // SAFETY: the reserved slot is ours until posted below.
+    let outgoing: &mut [u8] = match &mut tx {
+        Some((ptr, _)) => unsafe { std::slice::from_raw_parts_mut(*ptr, bytes) },
+        None => &mut [],
+    };
+    // SAFETY (all blocks below): slices are in bounds (check_bounds), the buffers valid.
+    match *step {
+        Step::Send { src, .. } => outgoing.copy_from_slice(unsafe { read(b, &src, esize) }),
+        Step::Recv { dst, .. } => unsafe { write(b, &dst, esize) }.copy_from_slice(received),
+        Step::RecvReduceSend { local, .. } => combine_into(cx.dtype, cx.combine, outgoing, received, unsafe { read(b, &local, esize) })?,
+        Step::RecvReduceCopy { local, dst, .. } => unsafe { reduce_to(b, &local, &dst, received, esize, cx)? },
+        Step::RecvReduceCopySend { local, dst, .. } => {
+            unsafe { reduce_to(b, &local, &dst, received, esize, cx)? };
+            outgoing.copy_from_slice(unsafe { read(b, &dst, esize) });
+        }
+        Step::RecvCopySend { dst, .. } => {
+            unsafe { write(b, &dst, esize) }.copy_from_slice(received);
+            outgoing.copy_from_slice(received);
+        }
+        Step::Copy { src, dst } => {
+            let (s, d) = (address(b, &src, esize), address(b, &dst, esize));
+            if s != d {
+                // SAFETY: both in bounds; copy handles overlap.
+                unsafe { std::ptr::copy(s as *const u8, d, src.count * esize) };
+            }
+        }
+    }
+    if let Some((_, tx)) = tx {
+        tx.post(bytes);
+    }
+    if let Some((_, rx)) = rx.as_mut() {
+        rx.release();
+    }
+    Ok(true)
+}
+
+fn rx_ptr(slot: &[u8]) -> *const u8 {
+    slot.as_ptr()
+}

@@ -1,0 +1,340 @@
+//! The proxy engine: one progress thread per process, shared by every communicator, that
+//! moves network connections' FIFO slots through a [`Net`].
+//!
+//! Communicators hand it links through a lock-free queue (crossbeam's `SegQueue`) and never
+//! wait for it. A send link watches the FIFO the executor fills and `isend`s each posted
+//! slot, releasing it when the send completes. A receive link posts `irecv`s into the free
+//! slots of the FIFO the executor drains — as many buffers per call as the net's
+//! `max_recvs` allows and as many as the executor has announced it expects (the executor
+//! knows each operation's messages per link) — and publishes slots as receives complete.
+//! The loop never blocks on one peer: every net call is non-blocking and every link is
+//! visited in turn.
+
+use std::collections::HashMap;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use crossbeam_queue::SegQueue;
+use oxccl_transports::fifo::{Receiver, Region, Sender};
+use oxccl_transports::net::{MemoryHandle, MemoryKind, Net, Opaque, RecvBuffer, RecvComm, Request, SendComm};
+use parking_lot::Mutex;
+
+use crate::algo::Link;
+use crate::conn::Geometry;
+use crate::error::{Error, Result};
+use crate::log_target;
+
+/// A communicator's network links, and the way to the process's proxy thread.
+pub(crate) struct NetLinks {
+    net: Arc<dyn Net>,
+    expected: Mutex<HashMap<Link, Arc<AtomicU64>>>,
+    failure: Arc<Mutex<Option<String>>>,
+    closed: Arc<AtomicBool>,
+}
+
+impl NetLinks {
+    pub fn new(net: Arc<dyn Net>) -> NetLinks {
+        NetLinks { net, expected: Mutex::new(HashMap::new()), failure: Arc::default(), closed: Arc::new(AtomicBool::new(false)) }
+    }
+
+    /// The receiving side of a network link: a local FIFO the proxy fills, and the handle
+    /// the sender connects with.
+    pub fn listen(&self, link: Link, geometry: Geometry) -> Result<(Receiver, Vec<u8>)> {
+        let region = Region::heap(geometry.slots, geometry.slot_bytes).map_err(transport)?;
+        let (handle, listen) = self.net.listen(0).map_err(transport)?;
+        let expected = Arc::new(AtomicU64::new(0));
+        self.expected.lock().insert(link, expected.clone());
+        proxy().submit(Box::new(RecvLink {
+            link,
+            net: self.net.clone(),
+            listen: Some(listen),
+            comm: None,
+            memory: None,
+            fifo: Sender::new(region.clone()),
+            expected,
+            posted: 0,
+            inflight: VecDeque::new(),
+            tag: 0,
+            shared: self.shared(),
+        }));
+        Ok((Receiver::new(region), handle))
+    }
+
+    /// The sending side: a local FIFO the proxy drains into the net.
+    pub fn connect(&self, link: Link, handle: &[u8], geometry: Geometry) -> Result<Sender> {
+        let mut comm = self.net.connect(0, handle).map_err(transport)?.ok_or_else(|| Error::Transport("net connect did not complete".into()))?;
+        let region = Region::heap(geometry.slots, geometry.slot_bytes).map_err(transport)?;
+        let memory = self.net.register(&mut comm, std::ptr::null_mut(), 0, MemoryKind::Host).map_err(transport)?;
+        proxy().submit(Box::new(SendLink {
+            link,
+            net: self.net.clone(),
+            comm,
+            memory,
+            fifo: Receiver::new(region.clone()),
+            inflight: VecDeque::new(),
+            tag: 0,
+            shared: self.shared(),
+        }));
+        Ok(Sender::new(region))
+    }
+
+    /// Announces that `messages` more messages will arrive on the receive link.
+    pub fn expect(&self, link: Link, messages: u64) {
+        if let Some(counter) = self.expected.lock().get(&link) {
+            counter.fetch_add(messages, Ordering::AcqRel);
+            proxy().wake();
+        }
+    }
+
+    /// Whether `link` is a network receive link.
+    pub fn is_net_receive(&self, link: &Link) -> bool {
+        self.expected.lock().contains_key(link)
+    }
+
+    /// The first failure of any of this communicator's links.
+    pub fn check(&self) -> Result<()> {
+        match &*self.failure.lock() {
+            Some(reason) => Err(Error::Transport(reason.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn shared(&self) -> Shared {
+        Shared { failure: self.failure.clone(), closed: self.closed.clone() }
+    }
+}
+
+impl Drop for NetLinks {
+    fn drop(&mut self) {
+        // The proxy drops this communicator's links (and their comms) on its next pass.
+        self.closed.store(true, Ordering::Release);
+        proxy().wake();
+    }
+}
+
+#[derive(Clone)]
+struct Shared {
+    failure: Arc<Mutex<Option<String>>>,
+    closed: Arc<AtomicBool>,
+}
+
+/// A link the proxy progresses. `Ok(true)` when it did something.
+trait Progress: Send {
+    fn progress(&mut self) -> Result<bool, String>;
+    fn shared(&self) -> &Shared;
+    fn describe(&self) -> String;
+}
+
+struct SendLink {
+    link: Link,
+    net: Arc<dyn Net>,
+    comm: SendComm,
+    memory: MemoryHandle,
+    fifo: Receiver,
+    inflight: VecDeque<Request>,
+    tag: u32,
+    shared: Shared,
+}
+
+impl Progress for SendLink {
+    fn progress(&mut self) -> Result<bool, String> {
+        let mut busy = false;
+        let filled = self.fifo.filled();
+        while self.inflight.len() < filled {
+            let (data, len) = self.fifo.filled_slot(self.inflight.len());
+            // SAFETY: the slot stays filled and unchanged until released below, after the
+            // send completed.
+            match unsafe { self.net.isend(&mut self.comm, data, len, self.tag, &self.memory) }.map_err(|e| e.to_string())? {
+                Some(request) => {
+                    self.inflight.push_back(request);
+                    self.tag = self.tag.wrapping_add(1);
+                    busy = true;
+                }
+                None => break,
+            }
+        }
+        while let Some(front) = self.inflight.front_mut() {
+            match self.net.test(front).map_err(|e| e.to_string())? {
+                Some(_) => {
+                    self.inflight.pop_front();
+                    self.fifo.release();
+                    busy = true;
+                }
+                None => break,
+            }
+        }
+        Ok(busy)
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    fn describe(&self) -> String {
+        format!("send to rank {} channel {}", self.link.peer, self.link.channel)
+    }
+}
+
+struct RecvLink {
+    link: Link,
+    net: Arc<dyn Net>,
+    listen: Option<Opaque>,
+    comm: Option<RecvComm>,
+    memory: Option<MemoryHandle>,
+    fifo: Sender,
+    /// Messages announced by the executor and not yet posted.
+    expected: Arc<AtomicU64>,
+    /// Free slots handed to posted receives.
+    posted: usize,
+    inflight: VecDeque<(Request, usize)>,
+    tag: u32,
+    shared: Shared,
+}
+
+impl Progress for RecvLink {
+    fn progress(&mut self) -> Result<bool, String> {
+        let mut busy = false;
+        if self.comm.is_none() {
+            let listen = self.listen.as_mut().expect("listening until accepted");
+            match self.net.accept(listen).map_err(|e| e.to_string())? {
+                Some(mut comm) => {
+                    self.memory = Some(self.net.register(&mut comm, std::ptr::null_mut(), 0, MemoryKind::Host).map_err(|e| e.to_string())?);
+                    self.comm = Some(comm);
+                    if let Some(l) = self.listen.take() {
+                        let _ = self.net.close_listen(l);
+                    }
+                    busy = true;
+                }
+                None => return Ok(false),
+            }
+        }
+        let comm = self.comm.as_mut().expect("accepted above");
+        let memory = self.memory.as_ref().expect("registered with the comm");
+        let max_recvs = self.net.properties(0).map(|p| p.max_recvs).unwrap_or(1).max(1);
+        loop {
+            let free = self.fifo.free() - self.posted;
+            let wanted = self.expected.load(Ordering::Acquire) as usize;
+            let n = max_recvs.min(free).min(wanted);
+            if n == 0 {
+                break;
+            }
+            let buffers: Vec<RecvBuffer> = (0..n)
+                .map(|i| RecvBuffer { data: self.fifo.free_slot_ptr(self.posted + i), len: self.fifo.slot_bytes(), tag: self.tag.wrapping_add(i as u32) })
+                .collect();
+            let handles: Vec<&MemoryHandle> = (0..n).map(|_| memory).collect();
+            // SAFETY: the slots are free and stay unpublished until the receive completes.
+            match unsafe { self.net.irecv(comm, &buffers, &handles) }.map_err(|e| e.to_string())? {
+                Some(request) => {
+                    self.inflight.push_back((request, n));
+                    self.posted += n;
+                    self.tag = self.tag.wrapping_add(n as u32);
+                    self.expected.fetch_sub(n as u64, Ordering::AcqRel);
+                    busy = true;
+                }
+                None => break,
+            }
+        }
+        while let Some((front, n)) = self.inflight.front_mut() {
+            match self.net.test(front).map_err(|e| e.to_string())? {
+                Some(sizes) => {
+                    for size in sizes {
+                        self.fifo.post(size);
+                    }
+                    self.posted -= *n;
+                    self.inflight.pop_front();
+                    busy = true;
+                }
+                None => break,
+            }
+        }
+        Ok(busy)
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    fn describe(&self) -> String {
+        format!("receive from rank {} channel {}", self.link.peer, self.link.channel)
+    }
+}
+
+/// The process's proxy thread and its queue.
+struct Proxy {
+    queue: SegQueue<Box<dyn Progress>>,
+    thread: std::thread::Thread,
+}
+
+static PROXY: OnceLock<Proxy> = OnceLock::new();
+
+fn proxy() -> &'static Proxy {
+    PROXY.get_or_init(|| {
+        let thread = std::thread::Builder::new()
+            .name("oxccl-proxy".into())
+            .spawn(|| {
+                // The static is set as soon as this initializer returns.
+                let proxy = loop {
+                    match PROXY.get() {
+                        Some(p) => break p,
+                        None => std::thread::park_timeout(Duration::from_millis(1)),
+                    }
+                };
+                run(proxy)
+            })
+            .expect("starting the oxccl proxy thread");
+        Proxy { queue: SegQueue::new(), thread: thread.thread().clone() }
+    })
+}
+
+impl Proxy {
+    fn submit(&self, link: Box<dyn Progress>) {
+        self.queue.push(link);
+        self.wake();
+    }
+
+    fn wake(&self) {
+        self.thread.unpark();
+    }
+}
+
+fn run(proxy: &Proxy) {
+    let mut links: Vec<Box<dyn Progress>> = Vec::new();
+    let mut idle: u32 = 0;
+    loop {
+        while let Some(link) = proxy.queue.pop() {
+            links.push(link);
+        }
+        links.retain(|l| !l.shared().closed.load(Ordering::Acquire));
+        let mut busy = false;
+        links.retain_mut(|link| match link.progress() {
+            Ok(did) => {
+                busy |= did;
+                true
+            }
+            Err(reason) => {
+                let reason = format!("{}: {reason}", link.describe());
+                tracing::warn!(target: log_target::PROXY, "network link failed: {reason}");
+                link.shared().failure.lock().get_or_insert(reason);
+                false
+            }
+        });
+        if busy {
+            idle = 0;
+            continue;
+        }
+        idle = idle.saturating_add(1);
+        if links.is_empty() {
+            std::thread::park_timeout(Duration::from_millis(100));
+        } else if idle < 256 {
+            std::thread::yield_now();
+        } else {
+            std::thread::park_timeout(Duration::from_micros(50));
+        }
+    }
+}
+
+fn transport(e: oxccl_transports::Error) -> Error {
+    Error::Transport(e.to_string())
+}
