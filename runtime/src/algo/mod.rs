@@ -1,40 +1,102 @@
-//! Algorithms as data: each is a pure function from a [`Shape`] to a [`Schedule`] — for
-//! every rank, lanes of steps that an executor walks. No I/O here: schedules are validated
-//! ([`validate`]) and simulated for all ranks together ([`simulate`]) in unit tests, and the
-//! host executor and the CUDA kernels interpret the same steps.
+//! Algorithms as data: each algorithm is a pure function from a [`Shape`] to a
+//! [`Schedule`] — for every rank, lanes of [`Step`]s that an executor walks. No I/O, no
+//! threads here: schedules are checked by [`validate`] and run for all ranks together by
+//! [`simulate`] in unit tests, and the host executor and the CUDA kernels interpret the
+//! same steps; they do not invent their own.
+//!
+//! | algorithm | collectives | module |
+//! |---|---|---|
+//! | ring | all_reduce, broadcast, reduce, all_gather, reduce_scatter | `ring` |
+//! | double binary tree | all_reduce | `tree` |
+//! | direct | all_to_all, gather, scatter | `direct` |
+//! | ring for all_to_all, gather, scatter | the direct schedule (below) | `direct` |
+//! | point-to-point | grouped send/recv | [`point_to_point`] |
+//!
+//! Ring all_to_all, gather and scatter are the direct schedules: forwarding other ranks'
+//! blocks around a ring only adds traffic (each block would cross up to n-1 links instead
+//! of one), and NCCL itself runs these collectives as grouped sends and receives.
+//!
+//! # Lanes, channels and connections
+//!
+//! A schedule gives each rank a list of [`Lane`]s. A lane is an ordered list of steps; the
+//! lanes of a rank progress independently (the host executor round-robins them, a kernel
+//! gives each a warp group). A ring channel is one lane; a tree channel is two (reduce up,
+//! broadcast down, as NCCL's `runTreeSplit` splits its threads), so that the next chunk
+//! climbs while the last one descends; direct exchange has a lane per peer and direction,
+//! so that no exchange waits behind another.
+//!
+//! A step that sends or receives names a [`Link`]: a peer and a channel. Messages from rank
+//! a to rank b on one channel form one FIFO of bounded depth (the connection's slots), so
+//! each end of a connection belongs to exactly one lane, and the receiver's sequence of
+//! message sizes equals the sender's. Each message is at most `shape.chunk` elements — the
+//! FIFO slot — and a step moves exactly one message: steps are coarse, one per chunk.
+//! Channel numbers: ring channel c uses channel c; tree channel c uses 2c (tree 0) and
+//! 2c+1 (tree 1); direct exchange uses channel 0; point-to-point uses the channels given.
 //!
 //! # Buffers and aliasing
 //!
-//! Steps name slices of the user's `Send` and `Recv` buffers, in elements. Buffer sizes
-//! follow NCCL (`count` as the user passes it): all_reduce `count`/`count`; broadcast
-//! `count`/`count`; reduce `count`/`count` (recv at the root); all_gather `count`/`n*count`;
-//! reduce_scatter `n*count`/`count`; all_to_all `n*count`/`n*count`; gather `count`/`n*count`
-//! (root); scatter `n*count` (root)/`count`.
+//! Steps name [`Slice`]s of the user's `Send` and `Recv` buffers, in elements. No schedule
+//! needs scratch memory: a tree node with two children keeps its partial sum in its own
+//! output. Buffer sizes follow NCCL (`count` as the user passes it), see
+//! [`Collective::buffer_counts`]: all_reduce `count`/`count`; broadcast `count` (root)/`count`;
+//! reduce `count`/`count` (root); all_gather `count`/`n*count`; reduce_scatter
+//! `n*count`/`count`; all_to_all `n*count`/`n*count`; gather `count`/`n*count` (root);
+//! scatter `n*count` (root)/`count`.
 //!
-//! In-place calls use NCCL's conventions: send == recv for all_reduce, broadcast and
-//! reduce (all_to_all in place is refused by the runtime); all_gather's send is
-//! `recv + rank*count`; reduce_scatter's recv is `send + rank*count`; gather's send is the
-//! root's `recv + root*count`; scatter's recv is the root's `send + root*count`. Every
-//! schedule is correct under those aliasings: no step reads a region of `Send` after a step
-//! wrote different data to the same memory through `Recv`. The simulator checks both ways.
-//! An executor treats a `Copy` whose source and destination are the same memory as a no-op,
-//! and a reduce whose local operand and destination coincide as an in-place reduce.
+//! In-place calls follow NCCL's conventions: send == recv for all_reduce, broadcast and
+//! reduce; all_gather's send is `recv + rank*count`; reduce_scatter's recv is
+//! `send + rank*count`; gather's send is the root's `recv + root*count`; scatter's recv is
+//! the root's `send + root*count` (see [`Collective::in_place_send_offset`] and
+//! [`Collective::in_place_recv_offset`]). all_to_all has no in-place form (every block is
+//! both read and overwritten, which bounded FIFOs cannot order without scratch memory); the
+//! runtime refuses it. The contract every schedule keeps, and the simulator checks by
+//! running each one with separate and with aliased buffers:
 //!
-//! # Connections
+//! - no step reads input (`Send`) memory after a step wrote different data there through
+//!   `Recv`: a lane reads each input element before it writes the output over it;
+//! - when two lanes of a rank touch the same memory and one writes, the accesses are ordered
+//!   by messages (a happens-before chain), never by luck of interleaving: the simulator
+//!   tracks vector clocks and rejects unordered conflicting accesses;
+//! - a reduce's `local` and `dst` are the same memory or disjoint. An executor treats a
+//!   `Copy` whose source and destination are the same memory as a no-op, and a reduce whose
+//!   `local` and `dst` coincide as an in-place reduce.
 //!
-//! A step that sends or receives names a peer and a channel; messages from rank a to rank b
-//! on one channel form one FIFO, so on each side they must all come from one lane, in the
-//! same order (the validator checks this). Each message carries at most `chunk` elements.
+//! # Reductions and postprocessing
+//!
+//! Schedules are op-agnostic: every reducing step combines "received (op) local" with the
+//! collective's op, which the executor applies (the simulator takes any combine function).
+//! Avg and PreMulSum need no steps of their own: the executor scales each rank's input
+//! before the schedule runs (PreMulSum, float Avg) or divides the output after it finishes
+//! (integer Avg), which is what the host executor does. A kernel may instead scale as it
+//! reads: in every reducing schedule each element of `Send` is read exactly once (tested).
+//! Output chunks may hold partial results while the schedule runs (a tree node's partial
+//! sum), so postprocessing the output waits for the schedule to finish.
+//!
+//! # Deadlock freedom
+//!
+//! Each connection end belongs to one lane, and a step, once it can run (message there,
+//! slot free), stays runnable until it runs. So whether the lanes of all ranks finish does
+//! not depend on the order an executor interleaves them, and one simulated order — the
+//! validator's — decides it for every order, at the given FIFO depth. Ring schedules need
+//! two slots per connection (with one, a full ring of receive-and-send steps jams); trees,
+//! direct exchange and point-to-point need one. NCCL's connections have eight.
 
 mod direct;
+mod p2p;
 mod ring;
+mod schedule;
 mod simulate;
+mod tree;
 mod validate;
 
-pub use simulate::{simulate, Element};
-pub use validate::validate;
+pub use p2p::{point_to_point, Direction, PointToPointPlan, SelfCopy, Transfer, TransferLane};
+pub use schedule::{Buffer, Lane, Link, Role, Schedule, Slice, Step};
+pub use simulate::{simulate, simulate_point_to_point, Options};
+pub use tree::{binary_tree, double_tree, TreeNode};
+pub use validate::{validate, validate_point_to_point, At, ScheduleError, Stuck};
 
-use std::fmt;
+/// The FIFO slot size NCCL's Simple protocol uses by default (4 MiB buffer / 8 steps).
+pub const DEFAULT_CHUNK_BYTES: usize = 512 << 10;
 
 /// Which collective.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -85,6 +147,11 @@ impl Collective {
         matches!(self, Collective::Broadcast | Collective::Reduce | Collective::Gather | Collective::Scatter)
     }
 
+    /// Whether NCCL defines an in-place form (every collective but all_to_all).
+    pub fn has_in_place(self) -> bool {
+        self != Collective::AllToAll
+    }
+
     /// Elements of (send, recv) buffers on `rank` for `count`.
     pub fn buffer_counts(self, count: usize, nranks: usize, rank: usize, root: usize) -> (usize, usize) {
         let n = nranks;
@@ -125,16 +192,29 @@ impl Collective {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Algorithm {
     Ring,
+    /// NCCL's double binary tree (all_reduce only).
     Tree,
     Direct,
 }
 
 impl Algorithm {
+    pub const ALL: [Algorithm; 3] = [Algorithm::Ring, Algorithm::Tree, Algorithm::Direct];
+
+    /// The name `NCCL_ALGO` uses.
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::Ring => "ring",
             Algorithm::Tree => "tree",
             Algorithm::Direct => "direct",
+        }
+    }
+
+    /// Whether [`plan`] accepts this algorithm for `collective`.
+    pub fn supports(self, collective: Collective) -> bool {
+        match self {
+            Algorithm::Ring => true,
+            Algorithm::Tree => collective == Collective::AllReduce,
+            Algorithm::Direct => matches!(collective, Collective::AllToAll | Collective::Gather | Collective::Scatter),
         }
     }
 }
@@ -143,105 +223,46 @@ impl Algorithm {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
     pub collective: Collective,
+    /// Elements, as the user passes `count` to NCCL (per rank for all_gather, reduce_scatter,
+    /// all_to_all, gather and scatter).
     pub count: usize,
     pub nranks: usize,
+    /// Ignored by collectives without a root.
     pub root: usize,
-    /// Most elements one message (one FIFO slot) carries; at least 1.
+    /// Most elements one message (one FIFO slot) carries; at least 1. Also the pipelining
+    /// grain: every algorithm moves data in messages of this size, so a chunk can be on
+    /// the next hop while the following one is on this one.
     pub chunk: usize,
-    /// Channels to spread the data over (ring); at least 1.
+    /// Channels the data is split over; at least 1. Ring and tree only; direct exchange
+    /// already has a lane per peer.
     pub channels: usize,
 }
 
-/// The user buffer a slice is in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Buffer {
-    Send,
-    Recv,
-}
-
-/// A range of elements of a user buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Slice {
-    pub buffer: Buffer,
-    pub offset: usize,
-    pub count: usize,
-}
-
-impl Slice {
-    pub fn send(offset: usize, count: usize) -> Slice {
-        Slice { buffer: Buffer::Send, offset, count }
+impl Shape {
+    /// Root 0, one channel, and messages of at most [`DEFAULT_CHUNK_BYTES`] of
+    /// `element_size`-byte elements.
+    pub fn new(collective: Collective, count: usize, nranks: usize, element_size: usize) -> Shape {
+        Shape { collective, count, nranks, root: 0, chunk: 1, channels: 1 }.with_chunk_bytes(DEFAULT_CHUNK_BYTES, element_size)
     }
 
-    pub fn recv(offset: usize, count: usize) -> Slice {
-        Slice { buffer: Buffer::Recv, offset, count }
-    }
-}
-
-/// One end of a message: the peer and the channel of the connection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Link {
-    pub peer: usize,
-    pub channel: usize,
-}
-
-/// One step of a lane. Each message is `count` elements; reductions use the collective's op.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Step {
-    /// Send `src` to `to`.
-    Send { to: Link, src: Slice },
-    /// Receive into `dst` from `from`.
-    Recv { from: Link, dst: Slice },
-    /// Receive from `from`, reduce with `local`, send the result to `to`.
-    RecvReduceSend { from: Link, to: Link, local: Slice },
-    /// Receive from `from`, reduce with `local`, write the result to `dst`.
-    RecvReduceCopy { from: Link, local: Slice, dst: Slice },
-    /// Receive from `from`, reduce with `local`, write the result to `dst` and send it to `to`.
-    RecvReduceCopySend { from: Link, to: Link, local: Slice, dst: Slice },
-    /// Receive from `from` into `dst` and send the same data on to `to`.
-    RecvCopySend { from: Link, to: Link, dst: Slice },
-    /// Copy `src` to `dst` locally (a no-op when they are the same memory).
-    Copy { src: Slice, dst: Slice },
-}
-
-impl Step {
-    /// The link this step receives from, if any.
-    pub fn receives(&self) -> Option<Link> {
-        match *self {
-            Step::Recv { from, .. }
-            | Step::RecvReduceSend { from, .. }
-            | Step::RecvReduceCopy { from, .. }
-            | Step::RecvReduceCopySend { from, .. }
-            | Step::RecvCopySend { from, .. } => Some(from),
-            Step::Send { .. } | Step::Copy { .. } => None,
-        }
+    pub fn with_root(self, root: usize) -> Shape {
+        Shape { root, ..self }
     }
 
-    /// The link this step sends to, if any.
-    pub fn sends(&self) -> Option<Link> {
-        match *self {
-            Step::Send { to, .. } | Step::RecvReduceSend { to, .. } | Step::RecvReduceCopySend { to, .. } | Step::RecvCopySend { to, .. } => Some(to),
-            _ => None,
-        }
+    pub fn with_channels(self, channels: usize) -> Shape {
+        Shape { channels, ..self }
     }
 
-    /// Elements this step moves.
-    pub fn count(&self) -> usize {
-        match *self {
-            Step::Send { src, .. } => src.count,
-            Step::Recv { dst, .. } | Step::RecvCopySend { dst, .. } => dst.count,
-            Step::RecvReduceSend { local, .. } | Step::RecvReduceCopy { local, .. } | Step::RecvReduceCopySend { local, .. } => local.count,
-            Step::Copy { src, .. } => src.count,
-        }
+    /// Messages of at most `chunk_bytes` bytes (the FIFO slot size) of `element_size`-byte
+    /// elements, and at least one element.
+    pub fn with_chunk_bytes(self, chunk_bytes: usize, element_size: usize) -> Shape {
+        Shape { chunk: (chunk_bytes / element_size.max(1)).max(1), ..self }
     }
-}
 
-/// Every rank's lanes for one collective. `ranks[r][l]` is lane `l` of rank `r`: lanes of a
-/// rank progress independently; the steps of a lane run in order.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Schedule {
-    pub shape: Shape,
-    pub algorithm: Algorithm,
-    pub ranks: Vec<Vec<Vec<Step>>>,
+    /// Elements of (send, recv) buffers on `rank`.
+    pub fn buffer_counts(&self, rank: usize) -> (usize, usize) {
+        self.collective.buffer_counts(self.count, self.nranks, rank, self.root)
+    }
 }
 
 /// An algorithm that cannot plan this shape.
@@ -255,22 +276,30 @@ pub struct Unsupported {
 
 /// Plans `shape` with `algorithm` for every rank.
 pub fn plan(shape: Shape, algorithm: Algorithm) -> Result<Schedule, Unsupported> {
-    let ranks = (0..shape.nranks).map(|rank| plan_rank(shape, algorithm, rank)).collect::<Result<_, _>>()?;
+    let ranks = (0..shape.nranks).map(|rank| plan_lanes(shape, algorithm, rank)).collect::<Result<_, _>>()?;
     Ok(Schedule { shape, algorithm, ranks })
 }
 
-/// Plans `shape` with `algorithm` for one rank: its lanes.
-pub fn plan_rank(shape: Shape, algorithm: Algorithm, rank: usize) -> Result<Vec<Vec<Step>>, Unsupported> {
+/// Plans `shape` with `algorithm` for one rank: its lanes (none empty).
+pub fn plan_lanes(shape: Shape, algorithm: Algorithm, rank: usize) -> Result<Vec<Lane>, Unsupported> {
     let unsupported = |reason: &str| Unsupported { algorithm: algorithm.name(), collective: shape.collective.name(), reason: reason.into() };
     if shape.nranks == 0 || shape.chunk == 0 || shape.channels == 0 || shape.root >= shape.nranks || rank >= shape.nranks {
         return Err(unsupported("nranks, chunk and channels must be positive, root and rank below nranks"));
     }
-    match (algorithm, shape.collective) {
-        (Algorithm::Ring | Algorithm::Direct, Collective::AllToAll | Collective::Gather | Collective::Scatter) => Ok(direct::lanes(&shape, rank)),
-        (Algorithm::Ring, _) => Ok(ring::lanes(&shape, rank)),
-        (Algorithm::Direct, _) => Err(unsupported("direct exchange serves all_to_all, gather and scatter")),
-        (Algorithm::Tree, _) => Err(unsupported("the double binary tree is not implemented yet")),
-    }
+    let mut lanes = match (algorithm, shape.collective) {
+        (Algorithm::Ring | Algorithm::Direct, Collective::AllToAll | Collective::Gather | Collective::Scatter) => direct::lanes(&shape, rank),
+        (Algorithm::Ring, _) => ring::lanes(&shape, rank),
+        (Algorithm::Tree, Collective::AllReduce) => tree::lanes(&shape, rank),
+        (Algorithm::Direct, _) => return Err(unsupported("direct exchange serves all_to_all, gather and scatter")),
+        (Algorithm::Tree, _) => return Err(unsupported("the double binary tree serves all_reduce only")),
+    };
+    lanes.retain(|l| !l.steps.is_empty());
+    Ok(lanes)
+}
+
+/// Plans `shape` with `algorithm` for one rank: its lanes' steps (the executor's view).
+pub fn plan_rank(shape: Shape, algorithm: Algorithm, rank: usize) -> Result<Vec<Vec<Step>>, Unsupported> {
+    Ok(plan_lanes(shape, algorithm, rank)?.into_iter().map(|l| l.steps).collect())
 }
 
 /// Splits `total` elements into `parts` near-equal consecutive ranges: (offset, count).
@@ -279,19 +308,9 @@ pub(crate) fn split(total: usize, parts: usize) -> impl Iterator<Item = (usize, 
     (0..parts).map(move |i| (i * base + i.min(extra), base + usize::from(i < extra)))
 }
 
-impl fmt::Display for Schedule {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{} {} {:?}", self.algorithm.name(), self.shape.collective.name(), self.shape)?;
-        for (rank, lanes) in self.ranks.iter().enumerate() {
-            for (lane, steps) in lanes.iter().enumerate() {
-                writeln!(f, "rank {rank} lane {lane}:")?;
-                for step in steps {
-                    writeln!(f, "  {step:?}")?;
-                }
-            }
-        }
-        Ok(())
-    }
+/// Consecutive pieces of at most `chunk` elements of [offset, offset+len): (offset, count).
+pub(crate) fn chunks(offset: usize, len: usize, chunk: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..len.div_ceil(chunk)).map(move |i| (offset + i * chunk, chunk.min(len - i * chunk)))
 }
 
 #[cfg(test)]

@@ -1,11 +1,18 @@
 //! Ring algorithms: rank r sends to r+1 and receives from r-1 on every channel. Data is
-//! split over channels, then into chunks of at most `shape.chunk` elements, so that chunks
-//! pipeline around the ring.
+//! split over channels (one lane each), then into chunks of at most `shape.chunk`
+//! elements, so that chunks pipeline around the ring: while rank r works on one chunk, its
+//! neighbours work on the ones before and after it.
+//!
+//! all_reduce is NCCL's `runRing`: reduce-scatter then all-gather over n segments of a
+//! round of n chunks, 2(n-1) messages per rank per round, each rank sending 2(n-1)/n of
+//! the data — the bandwidth-optimal amount. reduce_scatter and all_gather are the two
+//! halves of it over the user's blocks; broadcast and reduce are chains through every rank,
+//! pipelined per chunk.
 
-use super::{split, Collective, Link, Shape, Slice, Step};
+use super::{chunks, split, Collective, Lane, Link, Role, Shape, Slice, Step};
 
-pub(super) fn lanes(shape: &Shape, rank: usize) -> Vec<Vec<Step>> {
-    (0..shape.channels).map(|channel| lane(shape, rank, channel)).collect()
+pub(super) fn lanes(shape: &Shape, rank: usize) -> Vec<Lane> {
+    (0..shape.channels).map(|channel| Lane { role: Role::Ring { channel }, steps: lane(shape, rank, channel) }).collect()
 }
 
 fn lane(shape: &Shape, rank: usize, channel: usize) -> Vec<Step> {
@@ -32,11 +39,6 @@ struct Ring {
     prev: Link,
 }
 
-/// Chunks of [offset, offset+len): (offset, count).
-fn chunks(offset: usize, len: usize, chunk: usize) -> impl Iterator<Item = (usize, usize)> {
-    (0..len.div_ceil(chunk)).map(move |i| (offset + i * chunk, chunk.min(len - i * chunk)))
-}
-
 impl Ring {
     /// Segment `i` (0..n) modulo n.
     fn at(&self, i: isize) -> usize {
@@ -44,7 +46,9 @@ impl Ring {
     }
 
     /// Reduce-scatter then all-gather, in rounds of n chunks: segment s of a round ends up
-    /// fully reduced on rank s-1, which then starts it around the ring.
+    /// fully reduced on rank s-1, which then starts it around the ring. Every step reads
+    /// `Send` only for segments this rank has not yet written through `Recv`, so in place is
+    /// safe; segments of 0 elements (rounds shorter than n) are skipped by every rank alike.
     fn all_reduce(&self, offset: usize, len: usize, chunk: usize, steps: &mut Vec<Step>) {
         let (n, r) = (self.n, self.rank as isize);
         if n == 1 {
@@ -73,21 +77,21 @@ impl Ring {
         }
     }
 
-    /// A chain from the root around the ring.
+    /// A chain from the root around the ring. The root copies its own output last, so
+    /// that the first chunk leaves at once.
     fn broadcast(&self, root: usize, offset: usize, len: usize, chunk: usize, steps: &mut Vec<Step>) {
         let position = (self.rank + self.n - root) % self.n;
+        if self.n > 1 {
+            for (o, c) in chunks(offset, len, chunk) {
+                steps.push(match position {
+                    0 => Step::Send { to: self.next, src: Slice::send(o, c) },
+                    p if p == self.n - 1 => Step::Recv { from: self.prev, dst: Slice::recv(o, c) },
+                    _ => Step::RecvCopySend { from: self.prev, to: self.next, dst: Slice::recv(o, c) },
+                });
+            }
+        }
         if position == 0 && len > 0 {
             steps.push(Step::Copy { src: Slice::send(offset, len), dst: Slice::recv(offset, len) });
-        }
-        if self.n == 1 {
-            return;
-        }
-        for (o, c) in chunks(offset, len, chunk) {
-            steps.push(match position {
-                0 => Step::Send { to: self.next, src: Slice::send(o, c) },
-                p if p == self.n - 1 => Step::Recv { from: self.prev, dst: Slice::recv(o, c) },
-                _ => Step::RecvCopySend { from: self.prev, to: self.next, dst: Slice::recv(o, c) },
-            });
         }
     }
 
@@ -110,26 +114,27 @@ impl Ring {
     }
 
     /// Each rank's block travels n-1 hops; `offset`/`len` select this channel's part of
-    /// every block.
+    /// every block. The own block is copied last (a no-op in place, where `Send` is that
+    /// block), so that the first chunk leaves at once.
     fn all_gather(&self, count: usize, offset: usize, len: usize, chunk: usize, steps: &mut Vec<Step>) {
         let r = self.rank as isize;
+        if self.n > 1 {
+            for (o, c) in chunks(offset, len, chunk) {
+                steps.push(Step::Send { to: self.next, src: Slice::send(o, c) });
+                for j in 1..self.n as isize - 1 {
+                    let block = self.at(r - j);
+                    steps.push(Step::RecvCopySend { from: self.prev, to: self.next, dst: Slice::recv(block * count + o, c) });
+                }
+                steps.push(Step::Recv { from: self.prev, dst: Slice::recv(self.at(r + 1) * count + o, c) });
+            }
+        }
         if len > 0 {
             steps.push(Step::Copy { src: Slice::send(offset, len), dst: Slice::recv(self.rank * count + offset, len) });
         }
-        if self.n == 1 {
-            return;
-        }
-        for (o, c) in chunks(offset, len, chunk) {
-            steps.push(Step::Send { to: self.next, src: Slice::send(o, c) });
-            for j in 1..self.n as isize - 1 {
-                let block = self.at(r - j);
-                steps.push(Step::RecvCopySend { from: self.prev, to: self.next, dst: Slice::recv(block * count + o, c) });
-            }
-            steps.push(Step::Recv { from: self.prev, dst: Slice::recv(self.at(r + 1) * count + o, c) });
-        }
     }
 
-    /// Block s is reduced around the ring and ends on rank s.
+    /// Block s is reduced around the ring, starting at rank s+1, and ends on rank s. In
+    /// place, rank r's output is its own block r of `Send`, which only the last step reads.
     fn reduce_scatter(&self, count: usize, offset: usize, len: usize, chunk: usize, steps: &mut Vec<Step>) {
         let r = self.rank as isize;
         if self.n == 1 {

@@ -1,0 +1,200 @@
+//! The shape of what the algorithms build: trees, traffic, message sizes, FIFO depth,
+//! the executor's view, printing.
+
+use super::*;
+
+/// The tree drawn in NCCL's `trees.cc` for 14 ranks.
+#[test]
+fn binary_tree_matches_nccl_for_14_ranks() {
+    let children = |r| binary_tree(14, r).children;
+    let parent = |r| binary_tree(14, r).parent;
+    assert_eq!((parent(0), children(0)), (None, vec![8]));
+    assert_eq!((parent(8), children(8)), (Some(0), vec![4, 12]));
+    assert_eq!(children(4), vec![2, 6]);
+    assert_eq!(children(12), vec![10, 13]);
+    assert_eq!((parent(13), children(13)), (Some(12), vec![]));
+    assert_eq!(children(10), vec![9, 11]);
+    assert_eq!((parent(1), children(1)), (Some(2), vec![]));
+}
+
+#[test]
+fn double_trees_are_spanning_trees() {
+    for n in 1..=70 {
+        let trees: [Vec<TreeNode>; 2] = [0, 1].map(|t| (0..n).map(|r| double_tree(n, r)[t].clone()).collect());
+        for (tree, nodes) in trees.iter().enumerate() {
+            let roots: Vec<usize> = (0..n).filter(|&r| nodes[r].parent.is_none()).collect();
+            assert_eq!(roots.len(), 1, "n={n} tree {tree}");
+            for (r, node) in nodes.iter().enumerate() {
+                assert!(node.children.len() <= 2 && !node.children.contains(&r), "n={n} tree {tree} rank {r}: {node:?}");
+                if let Some(p) = node.parent {
+                    assert!(nodes[p].children.contains(&r), "n={n} tree {tree}: {p} does not list child {r}");
+                }
+                for &c in &node.children {
+                    assert_eq!(nodes[c].parent, Some(r), "n={n} tree {tree}");
+                }
+                // Every rank reaches the root in at most log2(n)+1 hops (no cycles).
+                let (mut at, mut hops) = (r, 0);
+                while let Some(p) = nodes[at].parent {
+                    at = p;
+                    hops += 1;
+                    assert!(hops <= usize::BITS as usize - n.leading_zeros() as usize + 1, "n={n} tree {tree} rank {r}");
+                }
+            }
+        }
+        // The point of two trees: with an even count, each rank is a leaf in one of them.
+        if n % 2 == 0 {
+            for (r, (first, second)) in trees[0].iter().zip(&trees[1]).enumerate() {
+                assert!(first.children.is_empty() || second.children.is_empty(), "n={n}: rank {r} is inner in both trees");
+            }
+        }
+    }
+}
+
+/// Ring and tree all_reduce both send 2(n-1)·count elements in all; the ring spreads them
+/// evenly, 2(n-1)/n of the data per rank — the bandwidth-optimal amount.
+#[test]
+fn all_reduce_traffic_is_bandwidth_optimal() {
+    for n in 2..=16 {
+        for (count, chunk) in [(n * 1000, 100), (4099, 64), (7, 2)] {
+            let shape = Shape { collective: Collective::AllReduce, count, nranks: n, root: 0, chunk, channels: 2 };
+            for algorithm in [Algorithm::Ring, Algorithm::Tree] {
+                let sent = plan(shape, algorithm).unwrap().elements_sent();
+                assert_eq!(sent.iter().sum::<usize>(), 2 * (n - 1) * count, "{algorithm:?} {shape}");
+            }
+            let sent = plan(shape, Algorithm::Ring).unwrap().elements_sent();
+            if count % (n * chunk) == 0 {
+                assert!(sent.iter().all(|&s| s == 2 * (n - 1) * count / n), "{shape}: {sent:?}");
+            }
+        }
+    }
+}
+
+/// Ring steps that receive and send hold every rank's net in-flight messages to one, so two
+/// slots per connection always leave room; with one slot a full ring jams and the validator
+/// says who is stuck. Trees and direct exchange never wait in a cycle, so one slot does.
+#[test]
+fn fifo_depth() {
+    for collective in Collective::ALL {
+        for algorithm in Algorithm::ALL.into_iter().filter(|a| a.supports(collective)) {
+            let shape = Shape { collective, count: 100, nranks: 5, root: 2, chunk: 3, channels: 2 };
+            let schedule = plan(shape, algorithm).unwrap();
+            validate(&schedule, 2).unwrap();
+            if algorithm != Algorithm::Ring || matches!(collective, Collective::AllToAll | Collective::Gather | Collective::Scatter) {
+                validate(&schedule, 1).unwrap_or_else(|e| panic!("{algorithm:?} {shape}: {e}"));
+            }
+        }
+    }
+    let shape = Shape { collective: Collective::AllReduce, count: 100, nranks: 5, root: 0, chunk: 3, channels: 1 };
+    match validate(&plan(shape, Algorithm::Ring).unwrap(), 1) {
+        Err(e @ ScheduleError::Deadlock { .. }) => {
+            let ScheduleError::Deadlock { slots, ref stuck } = e else { unreachable!() };
+            assert_eq!(slots, 1);
+            assert_eq!(stuck.len(), 5, "{e}");
+            assert!(stuck.iter().all(|s| s.waiting_for.starts_with("a free slot")), "{e}");
+            assert!(e.to_string().contains("rank 4 lane 0 (ring, channel 0) step"), "{e}");
+        }
+        other => panic!("expected a deadlock, got {other:?}"),
+    }
+}
+
+/// Kernels may fold PreMulSum's scaling into the read of the input: every reducing schedule
+/// reads each input element exactly once.
+#[test]
+fn reducing_schedules_read_each_input_once() {
+    for nranks in 1..=9 {
+        for collective in Collective::ALL.into_iter().filter(|c| c.reduces()) {
+            for algorithm in Algorithm::ALL.into_iter().filter(|a| a.supports(collective)) {
+                for (count, chunk, channels) in [(1, 1, 1), (29, 3, 2), (100, 100, 3)] {
+                    let shape = Shape { collective, count, nranks, root: nranks / 2, chunk, channels };
+                    let schedule = plan(shape, algorithm).unwrap();
+                    for (rank, lanes) in schedule.ranks.iter().enumerate() {
+                        let mut reads = vec![0; shape.buffer_counts(rank).0];
+                        for s in lanes.iter().flat_map(|l| &l.steps).filter_map(Step::reads).filter(|s| s.buffer == Buffer::Send) {
+                            reads[s.offset..s.end()].iter_mut().for_each(|n| *n += 1);
+                        }
+                        assert!(reads.iter().all(|&n| n == 1), "{algorithm:?} {shape} rank {rank}: {reads:?}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn messages_are_bounded_by_the_chunk_in_bytes() {
+    let shape = Shape::new(Collective::AllReduce, 1 << 20, 4, 4).with_chunk_bytes(4096, 4).with_channels(2);
+    assert_eq!(shape.chunk, 1024);
+    for algorithm in [Algorithm::Ring, Algorithm::Tree] {
+        let schedule = plan(shape, algorithm).unwrap();
+        assert!(schedule.steps().filter(|(.., s)| s.sends().is_some()).all(|(.., s)| s.count() <= 1024));
+        validate(&schedule, 2).unwrap();
+    }
+    assert_eq!(Shape::new(Collective::AllGather, 1, 2, 8).chunk, DEFAULT_CHUNK_BYTES / 8);
+    assert_eq!(Shape::new(Collective::AllGather, 1, 2, 8).with_chunk_bytes(3, 8).chunk, 1, "at least one element");
+}
+
+/// Steps are coarse: one step per chunk-sized message, no more.
+#[test]
+fn one_step_per_message() {
+    let shape = Shape { collective: Collective::AllReduce, count: 8 * 1000, nranks: 8, root: 0, chunk: 100, channels: 1 };
+    let schedule = plan(shape, Algorithm::Ring).unwrap();
+    // 10 rounds of 8 segments of 100 elements; per round and rank 2(n-1) = 14 messages
+    // out and 14 in, in 2n-1 = 15 steps (the first only sends, the last only receives).
+    assert!(schedule.ranks.iter().all(|lanes| lanes.len() == 1 && lanes[0].steps.len() == 10 * 15));
+    assert_eq!(schedule.messages(), 8 * 10 * 14);
+}
+
+#[test]
+fn plan_rank_is_the_executors_view_of_plan() {
+    let shape = Shape { collective: Collective::AllReduce, count: 50, nranks: 6, root: 0, chunk: 4, channels: 2 };
+    for algorithm in [Algorithm::Ring, Algorithm::Tree] {
+        let schedule = plan(shape, algorithm).unwrap();
+        for rank in 0..6 {
+            let lanes: Vec<Vec<Step>> = schedule.ranks[rank].iter().map(|l| l.steps.clone()).collect();
+            assert_eq!(plan_rank(shape, algorithm, rank).unwrap(), lanes);
+            assert!(lanes.iter().all(|l| !l.is_empty()));
+        }
+    }
+}
+
+#[test]
+fn tree_lanes_use_separate_channels_per_tree() {
+    let shape = Shape { collective: Collective::AllReduce, count: 64, nranks: 4, root: 0, chunk: 8, channels: 2 };
+    let schedule = plan(shape, Algorithm::Tree).unwrap();
+    for (rank, lane, _, step) in schedule.steps() {
+        let role = schedule.ranks[rank][lane].role;
+        let (Role::TreeUp { channel, tree } | Role::TreeDown { channel, tree }) = role else { panic!("{role:?}") };
+        for link in step.sends().into_iter().chain(step.receives()) {
+            assert_eq!(link.channel, 2 * channel + tree);
+        }
+    }
+}
+
+#[test]
+fn unsupported_choices_are_errors() {
+    let shape = Shape { collective: Collective::AllReduce, count: 8, nranks: 2, root: 0, chunk: 4, channels: 1 };
+    assert!(plan(shape, Algorithm::Direct).is_err());
+    assert!(plan(Shape { collective: Collective::Broadcast, ..shape }, Algorithm::Tree).unwrap_err().to_string().contains("all_reduce only"));
+    assert!(plan(Shape { root: 2, ..shape }, Algorithm::Ring).is_err());
+    assert!(plan(Shape { chunk: 0, ..shape }, Algorithm::Ring).is_err());
+    let a2a = Shape { collective: Collective::AllToAll, ..shape };
+    let schedule = plan(a2a, Algorithm::Direct).unwrap();
+    let err = simulate(&schedule, &inputs(&a2a, value), |a, b| a + b, &Options { in_place: true, ..Options::default() }).unwrap_err();
+    assert!(matches!(err, ScheduleError::NoInPlace { .. }), "{err}");
+    for collective in Collective::ALL {
+        for algorithm in Algorithm::ALL {
+            assert_eq!(plan(Shape { collective, ..shape }, algorithm).is_ok(), algorithm.supports(collective), "{algorithm:?} {collective:?}");
+        }
+    }
+}
+
+#[test]
+fn schedules_print_readably() {
+    let shape = Shape { collective: Collective::AllReduce, count: 6, nranks: 3, root: 0, chunk: 2, channels: 1 };
+    let text = plan(shape, Algorithm::Ring).unwrap().to_string();
+    assert!(text.starts_with("ring: all_reduce of 6 elements over 3 ranks, chunks of at most 2 elements, 1 channel(s)\n"), "{text}");
+    assert!(text.contains("rank 1:\n  lane 0 (ring, channel 0), 5 steps:\n"), "{text}");
+    assert!(text.contains("recv_reduce_copy_send from rank 0 ch 0 to rank 2 ch 0 local send["), "{text}");
+    let tree = plan(Shape { nranks: 4, ..shape }, Algorithm::Tree).unwrap().to_string();
+    assert!(tree.contains("(tree 1 down, channel 0)") && tree.contains("-> recv["), "{tree}");
+}
