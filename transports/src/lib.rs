@@ -1,25 +1,58 @@
 //! oxccl-transports: moving bytes between two ranks.
 //!
-//! A connection is a one-way [`fifo`] of slots with head and tail counters, placed where
-//! both ends can see it: a shared-memory mapping for ranks on one host, or local memory
-//! that the runtime's proxy engine moves through a [`net::Net`] for ranks on other hosts.
-//! Executors only see FIFOs.
+//! A connection is a one-way FIFO of slots with head and tail counters ([`shm`]), placed
+//! where both ends can see it: a mapping under /dev/shm for ranks on one host, or local
+//! memory that the runtime's proxy engine moves through a [`net::Net`] for ranks on other
+//! hosts. Executors only see FIFOs.
+//!
+//! Exchanging connection handles between ranks is the caller's job: every handle here is an
+//! opaque byte vector (at most [`net::HANDLE_MAX_BYTES`] for the net, as in NCCL).
+//!
+//! `unsafe` lives in two places: [`shm`] (the mapping and the slots handed out in place)
+//! and `net::lent` (the raw buffers that cross the [`net::Net`] boundary, as in NCCL's C
+//! plugin API). Everything else is safe code.
 
-pub mod fifo;
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 pub mod net;
+pub mod shm;
+mod sync;
+
+/// The FIFO module under the name the runtime imports it by (same items as [`shm`]).
+pub use shm as fifo;
+
+use std::time::Duration;
 
 /// The transports' one error type.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// A system call failed; `what` says what we were doing.
     #[error("{what}: {source}")]
     Io { what: String, source: std::io::Error },
+    /// Bytes from the peer (a handle, a greeting, a header) that do not parse.
     #[error("malformed {what}: {reason}")]
     Malformed { what: &'static str, reason: String },
+    /// The caller passed something out of range.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The connection is gone (EOF, reset, or an earlier failure of this comm).
     #[error("connection closed by the peer: {0}")]
     Closed(String),
+    /// An incoming message does not fit the receive buffer posted for it.
+    #[error("message of {message} bytes (tag {tag}) for a {buffer}-byte receive buffer")]
+    MessageTooLarge { message: usize, buffer: usize, tag: u32 },
+    /// A wait passed its deadline.
+    #[error("timed out after {waited:?} waiting for {what}")]
+    Timeout { what: &'static str, waited: Duration },
+    /// A wait saw the caller's abort flag.
+    #[error("aborted while waiting for {what}")]
+    Aborted { what: &'static str },
+    /// The process at the other end of a shared-memory FIFO no longer exists.
+    #[error("peer process {pid} exited while we waited for {what}")]
+    PeerExited { pid: u32, what: &'static str },
+    /// Not implemented by this transport, with the reason.
     #[error("not supported: {0}")]
     Unsupported(String),
 }

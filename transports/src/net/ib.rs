@@ -1,38 +1,63 @@
 //! RDMA devices through rdma-core (the `ibverbs` crate), behind the `ibverbs` feature.
 //!
-//! What is here: device discovery and properties. `ibverbs::devices()` answers ENOSYS (an
-//! error, not an empty list) on machines without RDMA; that is treated as "no devices".
-//! The verbs data path (queue pairs, RDMA writes, GPU memory registration) is not written:
-//! no machine this project runs on has an RDMA NIC to test it against, so every data-path
-//! call returns `Unsupported` naming that reason rather than pretending.
+//! What is here: device discovery and properties. `ibverbs::devices()` answers an error
+//! (ENOSYS without kernel RDMA support; some setups also answer ENODEV or an empty list)
+//! on machines without RDMA; all of those mean "no devices", not a failure. Properties
+//! come from the device list and sysfs (`/sys/class/infiniband/<dev>/...`): name, GUID,
+//! PCI path and the rate of port 1.
+//!
+//! What is not: the verbs data path (queue pairs, RDMA writes, memory registration, GPU
+//! direct). No machine this project runs on has an RDMA NIC to test it against, so
+//! `listen`, `connect`, `accept`, `reg_mr`, `isend`, `irecv` and `test` return
+//! [`Error::Unsupported`] saying so, rather than pretending; use the socket net.
 
-use super::{ListenComm, MemoryHandle, MemoryKind, Net, Opaque, PointerSupport, Properties, RecvBuffer, RecvComm, Request, SendComm};
+use std::path::{Path, PathBuf};
+
+use super::{
+    DeviceOffload, ListenComm, MemoryKind, MrHandle, Net, NetProperties, Opaque, PointerSupport, RecvBuffer, RecvComm, Request, SendComm, MAX_MESSAGE_BYTES,
+};
 use crate::{Error, Result};
+
+const SYSFS: &str = "/sys/class/infiniband";
+/// Receives per `irecv` that NCCL's IB transport takes (NCCL_NET_IB_MAX_RECVS).
+const MAX_RECVS: usize = 8;
 
 /// InfiniBand / RoCE devices found through rdma-core.
 pub struct IbNet {
-    devices: Vec<(String, u64)>,
+    devices: Vec<Device>,
+}
+
+#[derive(Clone, Debug)]
+struct Device {
+    name: String,
+    guid: u64,
 }
 
 impl IbNet {
-    /// Lists the machine's RDMA devices (none is not an error).
+    /// Lists the machine's RDMA devices; having none is not an error.
     pub fn new() -> IbNet {
         let devices = match ibverbs::devices() {
             Ok(list) => list
                 .iter()
-                .map(|d| {
-                    let name = d.name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-                    let guid = d.guid().map(u64::from).unwrap_or(0);
-                    (name, guid)
+                .map(|device| Device {
+                    name: device.name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default(),
+                    guid: device.guid().map(u64::from).unwrap_or(0),
                 })
                 .collect(),
-            Err(_) => Vec::new(),
+            Err(e) => {
+                tracing::debug!(target: "oxccl::net", "no RDMA devices: {e}");
+                Vec::new()
+            }
         };
         IbNet { devices }
     }
 
+    fn device(&self, device: usize) -> Result<&Device> {
+        self.devices.get(device).ok_or_else(|| Error::InvalidArgument(format!("IB device {device} (there are {})", self.devices.len())))
+    }
+
     fn unsupported<T>(&self) -> Result<T> {
-        Err(Error::Unsupported("the verbs data path is not implemented (no RDMA NIC to test it on); use the socket net".into()))
+        Err(Error::Unsupported("the verbs data path is not implemented (no RDMA NIC here to test it on); use the socket net".into()))
     }
 }
 
@@ -40,6 +65,16 @@ impl Default for IbNet {
     fn default() -> Self {
         IbNet::new()
     }
+}
+
+/// The rate of a port in Mb/s, from sysfs text such as "100 Gb/sec (4X EDR)".
+fn rate_mbps(text: &str) -> Option<u32> {
+    let gigabits: f64 = text.split_whitespace().next()?.parse().ok()?;
+    Some((gigabits * 1000.0) as u32)
+}
+
+fn pci_path(name: &str) -> Option<String> {
+    std::fs::canonicalize(Path::new(SYSFS).join(name).join("device")).ok().map(|path: PathBuf| path.to_string_lossy().into_owned())
 }
 
 impl Net for IbNet {
@@ -51,19 +86,24 @@ impl Net for IbNet {
         Ok(self.devices.len())
     }
 
-    fn properties(&self, device: usize) -> Result<Properties> {
-        let (name, guid) = self.devices.get(device).ok_or_else(|| Error::InvalidArgument(format!("IB device {device} of {}", self.devices.len())))?;
-        Ok(Properties {
-            name: name.clone(),
-            pci_path: Some(format!("/sys/class/infiniband/{name}/device")),
-            guid: *guid,
+    fn properties(&self, device: usize) -> Result<NetProperties> {
+        let Device { name, guid } = self.device(device)?.clone();
+        let rate = std::fs::read_to_string(Path::new(SYSFS).join(&name).join("ports/1/rate")).ok();
+        Ok(NetProperties {
+            pci_path: pci_path(&name),
+            name,
+            guid,
             ptr_support: PointerSupport { host: true, cuda: false, dmabuf: false },
-            speed_mbps: 0,
-            latency_us: 0.0,
+            reg_is_global: true,
+            force_flush: false,
+            speed_mbps: rate.as_deref().and_then(rate_mbps).unwrap_or(0),
             port: 1,
+            latency_us: 0.0,
             max_comms: 0,
-            max_recvs: 1,
-            reg_is_global: false,
+            max_recvs: MAX_RECVS,
+            offload: DeviceOffload::Host,
+            max_p2p_bytes: MAX_MESSAGE_BYTES,
+            max_coll_bytes: MAX_MESSAGE_BYTES,
         })
     }
 
@@ -76,16 +116,16 @@ impl Net for IbNet {
     fn accept(&self, _listen: &mut ListenComm) -> Result<Option<RecvComm>> {
         self.unsupported()
     }
-    fn register(&self, _comm: &mut Opaque, _data: *mut u8, _len: usize, _kind: MemoryKind) -> Result<MemoryHandle> {
+    fn reg_mr(&self, _comm: &mut Opaque, _data: *mut u8, _len: usize, _kind: MemoryKind) -> Result<MrHandle> {
         self.unsupported()
     }
-    fn deregister(&self, _comm: &mut Opaque, _handle: MemoryHandle) -> Result<()> {
+    fn dereg_mr(&self, _comm: &mut Opaque, _handle: MrHandle) -> Result<()> {
         self.unsupported()
     }
-    unsafe fn isend(&self, _comm: &mut SendComm, _data: *const u8, _len: usize, _tag: u32, _handle: &MemoryHandle) -> Result<Option<Request>> {
+    unsafe fn isend(&self, _comm: &mut SendComm, _data: *const u8, _len: usize, _tag: u32, _handle: &MrHandle) -> Result<Option<Request>> {
         self.unsupported()
     }
-    unsafe fn irecv(&self, _comm: &mut RecvComm, _buffers: &[RecvBuffer], _handles: &[&MemoryHandle]) -> Result<Option<Request>> {
+    unsafe fn irecv(&self, _comm: &mut RecvComm, _buffers: &[RecvBuffer], _handles: &[&MrHandle]) -> Result<Option<Request>> {
         self.unsupported()
     }
     fn test(&self, _request: &mut Request) -> Result<Option<Vec<usize>>> {
@@ -104,11 +144,31 @@ impl Net for IbNet {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn no_rdma_is_no_devices_not_an_error() {
-        let net = super::IbNet::new();
-        use super::Net;
-        let n = net.devices().unwrap();
-        assert!(net.properties(n).is_err());
+        let net = IbNet::new();
+        let count = net.devices().unwrap();
+        for device in 0..count {
+            let properties = net.properties(device).unwrap();
+            assert!(!properties.name.is_empty());
+            assert_eq!(properties.max_recvs, MAX_RECVS);
+        }
+        assert!(net.properties(count).is_err());
+    }
+
+    #[test]
+    fn the_data_path_says_it_is_unsupported() {
+        let err = IbNet::new().listen(0).unwrap_err();
+        assert!(matches!(err, Error::Unsupported(_)), "{err}");
+        assert!(err.to_string().contains("socket net"));
+    }
+
+    #[test]
+    fn port_rates_parse() {
+        assert_eq!(rate_mbps("100 Gb/sec (4X EDR)\n"), Some(100_000));
+        assert_eq!(rate_mbps("2.5 Gb/sec (1X SDR)"), Some(2_500));
+        assert_eq!(rate_mbps("garbage"), None);
     }
 }

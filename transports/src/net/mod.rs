@@ -1,21 +1,47 @@
-//! The network transport interface, shaped like NCCL's net plugin API (v8–v10): device
-//! properties, listen/connect/accept, memory registration, `isend`, `irecv` of up to
-//! `max_recvs` tagged buffers at once, `test`, the three closes and a global finalize.
+//! The network transport interface, shaped like NCCL's net plugin API (v8–v10, plus v11's
+//! global `finalize`): device properties, listen/connect/accept, memory registration,
+//! `isend`, `irecv` of up to `max_recvs` tagged buffers at once, `test`, the three closes.
 //!
-//! Buffers cross this interface as raw addresses, as in the C plugin API: a buffer passed to
-//! `isend` or `irecv` must stay valid, and untouched by anyone else, until `test` reports
-//! the request done. Comms and requests are opaque boxes each implementation downcasts.
+//! As in the C API, every call returns at once. `connect` and `accept` answer `None` until
+//! the connection is up (call again with the same arguments); `isend` and `irecv` answer
+//! `None` when the comm has [`MAX_REQUESTS`] requests in flight; `test` answers `None`
+//! until the request is done, and progresses the comm's I/O while it is at it.
 //!
-//! Implementations: [`socket`] (TCP; runs everywhere) and, with the `ibverbs` feature,
-//! `ib` (device discovery through rdma-core; no machine here has an RDMA NIC).
+//! Buffers cross this interface as raw addresses, as in the C plugin API, so that a proxy
+//! engine can hand the net the slots of a FIFO or a GPU buffer: a buffer passed to `isend`
+//! or `irecv` must stay valid, and untouched by anyone else, until `test` reports the
+//! request done (or the comm is closed). That is why those two calls are `unsafe`.
+//! Implementations turn the addresses into `lent` values at once, the only place where
+//! they are dereferenced.
+//!
+//! Listen handles are opaque bytes (at most [`HANDLE_MAX_BYTES`]); getting them from the
+//! listening rank to the connecting one is the caller's job. Comms, requests and memory
+//! registrations are [`Opaque`] boxes that each implementation downcasts to its own types.
+//!
+//! Implementations: [`socket`] (TCP; runs everywhere) and, with the `ibverbs` feature, `ib`
+//! (device discovery through rdma-core; its data path returns `Unsupported`).
+//!
+//! Multi-receive contract (NCCL's `plugins/net/README.md`): one `irecv` of n buffers is one
+//! request, done when all n messages have arrived; messages arrive in the order they were
+//! sent on the connection, and a message's tag only picks the buffer inside the oldest
+//! posted receive. A buffer may be larger than its message (the real size is reported),
+//! never smaller.
 
 #[cfg(feature = "ibverbs")]
 pub mod ib;
+pub(crate) mod lent;
 pub mod socket;
 
 use std::any::Any;
 
 use crate::Result;
+
+/// Largest listen handle, in bytes (NCCL_NET_HANDLE_MAXSIZE).
+pub const HANDLE_MAX_BYTES: usize = 128;
+/// Requests in flight per comm that every implementation supports (NCCL_NET_MAX_REQUESTS).
+pub const MAX_REQUESTS: usize = 32;
+/// Largest message (NCCL_MAX_NET_SIZE_BYTES, 1 TiB).
+pub const MAX_MESSAGE_BYTES: usize = 1 << 40;
 
 /// Where a device can read and write (NCCL_PTR_HOST, NCCL_PTR_CUDA, NCCL_PTR_DMABUF).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -25,21 +51,44 @@ pub struct PointerSupport {
     pub dmabuf: bool,
 }
 
-/// What a network device reports (ncclNetProperties_t).
+/// Who drives the device's data path (ncclNetDeviceType): the host proxy, or GPU code.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeviceOffload {
+    #[default]
+    Host,
+    /// The GPU unpacks received data itself (NCCL_NET_DEVICE_UNPACK).
+    Unpack,
+}
+
+/// What a network device reports (ncclNetProperties_v10_t).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Properties {
+pub struct NetProperties {
     pub name: String,
+    /// The device's sysfs path; `None` for virtual devices (such as a socket net).
     pub pci_path: Option<String>,
+    /// Devices with the same guid share a port.
     pub guid: u64,
     pub ptr_support: PointerSupport,
-    pub speed_mbps: u32,
-    pub latency_us: f32,
-    pub port: u32,
-    pub max_comms: u32,
-    /// How many receives one `irecv` may carry.
-    pub max_recvs: usize,
+    /// Registrations are not tied to one comm (the net keeps a registration cache).
     pub reg_is_global: bool,
+    /// Received GPU data needs an `iflush` before the GPU may read it.
+    pub force_flush: bool,
+    pub speed_mbps: u32,
+    pub port: u32,
+    /// Latency in microseconds; 0 means "use the runtime's default".
+    pub latency_us: f32,
+    pub max_comms: u32,
+    /// How many buffers one `irecv` may carry.
+    pub max_recvs: usize,
+    pub offload: DeviceOffload,
+    /// Largest point-to-point message.
+    pub max_p2p_bytes: usize,
+    /// Largest collective-network message.
+    pub max_coll_bytes: usize,
 }
+
+/// The name the runtime knows [`NetProperties`] by.
+pub type Properties = NetProperties;
 
 /// The kind of memory a registration covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,8 +97,15 @@ pub enum MemoryKind {
     Cuda,
 }
 
-/// An opaque comm or request of some implementation.
+/// An opaque comm, request or registration of some implementation.
 pub struct Opaque(pub Box<dyn Any + Send>);
+
+impl std::fmt::Debug for Opaque {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The contents belong to the implementation and may not be Debug.
+        f.write_str("Opaque(..)")
+    }
+}
 
 impl Opaque {
     pub fn new<T: Any + Send>(value: T) -> Opaque {
@@ -60,15 +116,23 @@ impl Opaque {
     pub fn get<T: Any>(&mut self, what: &'static str) -> Result<&mut T> {
         self.0.downcast_mut::<T>().ok_or_else(|| crate::Error::InvalidArgument(format!("not a {what} of this net")))
     }
+
+    /// Like [`get`](Self::get), for a shared reference.
+    pub fn get_ref<T: Any>(&self, what: &'static str) -> Result<&T> {
+        self.0.downcast_ref::<T>().ok_or_else(|| crate::Error::InvalidArgument(format!("not a {what} of this net")))
+    }
 }
 
 pub type ListenComm = Opaque;
 pub type SendComm = Opaque;
 pub type RecvComm = Opaque;
 pub type Request = Opaque;
-pub type MemoryHandle = Opaque;
+/// A memory registration (NCCL's mhandle).
+pub type MrHandle = Opaque;
+/// The name the runtime knows [`MrHandle`] by.
+pub type MemoryHandle = MrHandle;
 
-/// One receive buffer of an `irecv`.
+/// One receive buffer of an `irecv`: where to put the message with this tag.
 #[derive(Clone, Copy, Debug)]
 pub struct RecvBuffer {
     pub data: *mut u8,
@@ -76,38 +140,71 @@ pub struct RecvBuffer {
     pub tag: u32,
 }
 
-/// A network transport.
+/// A network transport. Implementations are shared by every communicator of a process,
+/// hence `Send + Sync`; comms are used by one thread at a time (`&mut`).
 pub trait Net: Send + Sync {
-    /// The implementation's name ("Socket", "IB").
+    /// The implementation's name ("Socket", "IB"), as `NCCL_NET` selects it.
     fn name(&self) -> &str;
+
     /// How many devices it drives.
     fn devices(&self) -> Result<usize>;
-    fn properties(&self, device: usize) -> Result<Properties>;
-    /// Starts listening; the handle (opaque bytes) goes to the connecting peer.
+
+    fn properties(&self, device: usize) -> Result<NetProperties>;
+
+    /// Starts listening on `device`. The handle (opaque bytes, at most
+    /// [`HANDLE_MAX_BYTES`]) goes to the peer that will `connect`.
     fn listen(&self, device: usize) -> Result<(Vec<u8>, ListenComm)>;
-    /// Connects to a peer's handle. `None`: not yet, call again.
+
+    /// Connects to a peer's listen handle. `None`: not connected yet; call again with the
+    /// same handle.
     fn connect(&self, device: usize, handle: &[u8]) -> Result<Option<SendComm>>;
-    /// Accepts the peer that connected to `listen`. `None`: not yet, call again.
+
+    /// Accepts the peer that connected to `listen`. `None`: nobody yet; call again.
     fn accept(&self, listen: &mut ListenComm) -> Result<Option<RecvComm>>;
-    /// Registers memory for sends or receives on `comm`.
-    fn register(&self, comm: &mut Opaque, data: *mut u8, len: usize, kind: MemoryKind) -> Result<MemoryHandle>;
-    fn deregister(&self, comm: &mut Opaque, handle: MemoryHandle) -> Result<()>;
-    /// Starts sending `len` bytes at `data` with `tag`. `None`: try again later.
+
+    /// Registers `data..data+len` for sends or receives on `comm` (a send or receive comm).
+    /// Registering touches no memory; the later `isend`/`irecv` carry the obligations.
+    fn reg_mr(&self, comm: &mut Opaque, data: *mut u8, len: usize, kind: MemoryKind) -> Result<MrHandle>;
+
+    fn dereg_mr(&self, comm: &mut Opaque, handle: MrHandle) -> Result<()>;
+
+    /// Starts sending `len` bytes at `data` with `tag`. `None`: too many requests in
+    /// flight; try again later.
     ///
     /// # Safety
-    /// `data..data+len` stays valid and unchanged until the request completes.
-    unsafe fn isend(&self, comm: &mut SendComm, data: *const u8, len: usize, tag: u32, handle: &MemoryHandle) -> Result<Option<Request>>;
-    /// Starts receiving one message into each buffer (at most `max_recvs`), matched by tag.
-    /// `None`: try again later.
+    /// Unless `len` is 0, `data..data+len` must stay valid and unchanged until `test`
+    /// reports the request done or the comm is closed.
+    unsafe fn isend(&self, comm: &mut SendComm, data: *const u8, len: usize, tag: u32, handle: &MrHandle) -> Result<Option<Request>>;
+
+    /// Starts receiving one message into each buffer (1 ..= `max_recvs` of them, each with
+    /// its registration in `handles`), matched by tag. `None`: try again later.
     ///
     /// # Safety
-    /// Every buffer stays valid, and untouched, until the request completes.
-    unsafe fn irecv(&self, comm: &mut RecvComm, buffers: &[RecvBuffer], handles: &[&MemoryHandle]) -> Result<Option<Request>>;
-    /// Progresses a request: the byte count of each of its buffers once done.
+    /// Every buffer must stay valid, and untouched by anyone else, until `test` reports
+    /// the request done or the comm is closed.
+    unsafe fn irecv(&self, comm: &mut RecvComm, buffers: &[RecvBuffer], handles: &[&MrHandle]) -> Result<Option<Request>>;
+
+    /// Progresses a request. Once done: the byte count of each of its buffers (for a send,
+    /// the bytes sent). Asking again after done answers the same.
     fn test(&self, request: &mut Request) -> Result<Option<Vec<usize>>>;
+
     fn close_send(&self, comm: SendComm) -> Result<()>;
     fn close_recv(&self, comm: RecvComm) -> Result<()>;
     fn close_listen(&self, comm: ListenComm) -> Result<()>;
-    /// Releases global resources; no call may follow.
-    fn finalize(&self) {}
+
+    /// Releases the net's global resources (connections still being set up); no call may
+    /// follow.
+    fn finalize(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// [`reg_mr`](Self::reg_mr) under the name the runtime uses.
+    fn register(&self, comm: &mut Opaque, data: *mut u8, len: usize, kind: MemoryKind) -> Result<MrHandle> {
+        self.reg_mr(comm, data, len, kind)
+    }
+
+    /// [`dereg_mr`](Self::dereg_mr) under the name the runtime uses.
+    fn deregister(&self, comm: &mut Opaque, handle: MrHandle) -> Result<()> {
+        self.dereg_mr(comm, handle)
+    }
 }

@@ -1,106 +1,163 @@
-//! A [`Net`] over TCP: non-blocking sockets progressed inside `test`, messages framed as
-//! (tag, length, bytes). One TCP connection per comm; requests complete in order.
+//! A [`Net`] over TCP, on any interface address (loopback in tests).
 //!
-//! `max_recvs` is configurable ([`SocketNet::with_max_recvs`]); the counters in
-//! [`SocketNet::stats`] show how many receives were posted together.
+//! Everything is non-blocking and progressed by the caller's calls: `connect` and `accept`
+//! advance their handshakes, and `test` moves a comm's queued bytes. The net starts no
+//! threads, so a proxy engine drives many comms from its one progress thread (as NCCL's
+//! proxy drives its socket plugin, minus the plugin's helper threads: one TCP connection
+//! per comm is enough for loopback and for the runtime's tests).
+//!
+//! Handshake: the listen handle carries the listener's address and a random magic; the
+//! connecting side greets with that magic. A connection whose greeting is wrong, late or
+//! missing is logged and dropped, and counted in [`Stats::strangers_refused`]; it never
+//! disturbs the peer that was expected.
+//!
+//! `max_recvs` (how many buffers one `irecv` may carry) is 1 by default, like NCCL's socket
+//! transport, and configurable ([`SocketNet::with_max_recvs`]) so that the proxy engine's
+//! grouped receives can be tested without an IB NIC; [`SocketNet::stats`] counts them.
 
-use std::collections::VecDeque;
-use std::io::{ErrorKind, Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+mod stream;
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{ErrorKind, Read};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
-use super::{ListenComm, MemoryHandle, MemoryKind, Net, Opaque, PointerSupport, Properties, RecvBuffer, RecvComm, Request, SendComm};
+use socket2::{Domain, Protocol, Socket, Type};
+
+use super::lent::{LentBuffer, LentBytes};
+use super::{
+    DeviceOffload, ListenComm, MemoryKind, MrHandle, Net, NetProperties, Opaque, PointerSupport, RecvBuffer, RecvComm, Request, SendComm, HANDLE_MAX_BYTES,
+    MAX_MESSAGE_BYTES, MAX_REQUESTS,
+};
 use crate::{Error, Result};
+use stream::{RecvState, SendState};
 
-/// Most requests in flight per comm (NCCL_NET_MAX_REQUESTS).
-pub const MAX_REQUESTS: usize = 32;
-const HEADER: usize = 12;
+/// First bytes of listen handles and greetings: the format's name and version.
+const PROTOCOL: [u8; 4] = *b"OXS1";
+const GREETING_BYTES: usize = 12;
+/// How long a connection being made may take before `connect` gives up.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long an accepted connection may take to greet before it is dropped.
+const GREETING_TIMEOUT: Duration = Duration::from_secs(10);
+/// Accepted connections waiting for their greeting; beyond this the oldest is dropped, so
+/// that a flood of strangers cannot grow memory without bound.
+const MAX_ARRIVING: usize = 64;
 
 /// TCP on one interface address.
 pub struct SocketNet {
     ip: IpAddr,
     max_recvs: usize,
     stats: Arc<Stats>,
+    /// Connections being made, by listen handle, until `connect` returns them.
+    connecting: Mutex<HashMap<Vec<u8>, Connecting>>,
 }
 
-/// Counts of receive calls, for checking that receives were posted together.
+/// Counters of what the net did, for tests and for checking that receives were grouped.
 #[derive(Debug, Default)]
 pub struct Stats {
+    pub isend_calls: AtomicU64,
     pub irecv_calls: AtomicU64,
+    /// Buffers over all `irecv` calls.
     pub irecv_buffers: AtomicU64,
     /// `irecv` calls that carried more than one buffer.
     pub irecv_grouped: AtomicU64,
+    pub bytes_sent: AtomicU64,
+    pub bytes_received: AtomicU64,
+    /// Accepted connections dropped for a wrong, late or missing greeting.
+    pub strangers_refused: AtomicU64,
+}
+
+/// A copy of [`Stats`] at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    pub isend_calls: u64,
+    pub irecv_calls: u64,
+    pub irecv_buffers: u64,
+    pub irecv_grouped: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub strangers_refused: u64,
+}
+
+impl Stats {
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        StatsSnapshot {
+            isend_calls: load(&self.isend_calls),
+            irecv_calls: load(&self.irecv_calls),
+            irecv_buffers: load(&self.irecv_buffers),
+            irecv_grouped: load(&self.irecv_grouped),
+            bytes_sent: load(&self.bytes_sent),
+            bytes_received: load(&self.bytes_received),
+            strangers_refused: load(&self.strangers_refused),
+        }
+    }
 }
 
 impl SocketNet {
-    /// A net listening on `ip`, one receive per `irecv` (as NCCL's socket transport).
+    /// A net on interface address `ip`, one receive per `irecv` (as NCCL's socket transport).
     pub fn new(ip: IpAddr) -> SocketNet {
         SocketNet::with_max_recvs(ip, 1)
     }
 
-    /// A net that accepts up to `max_recvs` buffers per `irecv`.
+    /// A net that accepts up to `max_recvs` buffers per `irecv` (at least 1).
     pub fn with_max_recvs(ip: IpAddr, max_recvs: usize) -> SocketNet {
-        SocketNet { ip, max_recvs: max_recvs.max(1), stats: Arc::default() }
+        SocketNet { ip, max_recvs: max_recvs.max(1), stats: Arc::default(), connecting: Mutex::default() }
     }
 
     pub fn stats(&self) -> &Stats {
         &self.stats
     }
+
+    fn check_device(&self, device: usize) -> Result<()> {
+        if device != 0 {
+            return Err(Error::InvalidArgument(format!("socket device {device} (there is 1)")));
+        }
+        Ok(())
+    }
 }
 
+/// What a listen comm holds.
 struct Listening {
     listener: TcpListener,
     magic: u64,
+    arriving: VecDeque<Arriving>,
 }
 
-struct SendState {
-    stream: TcpStream,
-    queue: VecDeque<Outgoing>,
-    next_id: u64,
-    done: u64,
-    failed: Option<String>,
+/// An accepted connection that has not greeted yet.
+struct Arriving {
+    socket: Socket,
+    peer: SocketAddr,
+    since: Instant,
+    greeting: [u8; GREETING_BYTES],
+    read: usize,
 }
 
-struct Outgoing {
-    id: u64,
-    header: [u8; HEADER],
-    data: *const u8,
-    len: usize,
+/// A connection being made.
+struct Connecting {
+    socket: Socket,
+    addr: SocketAddr,
+    started: Instant,
+    connected: bool,
+    greeting: [u8; GREETING_BYTES],
     written: usize,
 }
 
-// SAFETY: `data` points at a buffer the caller keeps valid until the request completes
-// (the isend contract); nothing else is thread-bound.
-unsafe impl Send for Outgoing {}
-
-struct RecvState {
-    stream: TcpStream,
-    queue: VecDeque<Incoming>,
-    next_id: u64,
-    done: u64,
-    /// The message being read: header bytes so far, then (buffer index, length, read).
-    header: [u8; HEADER],
-    header_read: usize,
-    body: Option<(usize, usize, usize)>,
-    /// Sizes of completed requests not yet collected by `test`.
-    completed: std::collections::HashMap<u64, Vec<usize>>,
-    failed: Option<String>,
-}
-
-struct Incoming {
-    id: u64,
-    buffers: Vec<RecvBuffer>,
-    sizes: Vec<Option<usize>>,
-}
-
-// SAFETY: the buffers are the caller's to keep valid until completion (the irecv contract).
-unsafe impl Send for Incoming {}
-
+/// What a request holds: its comm's state, its id there, and its result once known.
 enum Pending {
-    Send(Arc<Mutex<SendState>>, u64),
-    Recv(Arc<Mutex<RecvState>>, u64, usize),
+    Send { state: Arc<Mutex<SendState>>, id: u64, len: usize },
+    Recv { state: Arc<Mutex<RecvState>>, id: u64, sizes: Option<Vec<usize>> },
+}
+
+/// A registration: the socket net reads and writes host memory as it is, so this only
+/// records what was registered.
+#[allow(dead_code)] // kept for debugging output
+#[derive(Debug)]
+struct Registration {
+    data: usize,
+    len: usize,
 }
 
 impl Net for SocketNet {
@@ -112,129 +169,183 @@ impl Net for SocketNet {
         Ok(1)
     }
 
-    fn properties(&self, device: usize) -> Result<Properties> {
-        if device != 0 {
-            return Err(Error::InvalidArgument(format!("socket device {device} (there is 1)")));
-        }
-        Ok(Properties {
+    fn properties(&self, device: usize) -> Result<NetProperties> {
+        self.check_device(device)?;
+        Ok(NetProperties {
             name: format!("socket:{}", self.ip),
             pci_path: None,
             guid: 0,
             ptr_support: PointerSupport { host: true, cuda: false, dmabuf: false },
+            reg_is_global: false,
+            force_flush: false,
             speed_mbps: 10_000,
-            latency_us: 0.0,
             port: 0,
+            latency_us: 0.0,
             max_comms: 65536,
             max_recvs: self.max_recvs,
-            reg_is_global: false,
+            offload: DeviceOffload::Host,
+            max_p2p_bytes: MAX_MESSAGE_BYTES,
+            max_coll_bytes: MAX_MESSAGE_BYTES,
         })
     }
 
     fn listen(&self, device: usize) -> Result<(Vec<u8>, ListenComm)> {
-        self.properties(device)?;
+        self.check_device(device)?;
         let listener = TcpListener::bind(SocketAddr::new(self.ip, 0)).map_err(|e| Error::io(format!("listening on {}", self.ip), e))?;
-        listener.set_nonblocking(true).map_err(|e| Error::io("non-blocking listener", e))?;
-        let addr = listener.local_addr().map_err(|e| Error::io("listener address", e))?;
-        let mut magic = [0u8; 8];
-        getrandom::fill(&mut magic).map_err(|e| Error::io("random", std::io::Error::other(e.to_string())))?;
-        let magic = u64::from_le_bytes(magic);
-        let mut handle = magic.to_le_bytes().to_vec();
-        handle.extend_from_slice(addr.to_string().as_bytes());
-        Ok((handle, Opaque::new(Listening { listener, magic })))
+        listener.set_nonblocking(true).map_err(|e| Error::io("making the listener non-blocking", e))?;
+        let addr = listener.local_addr().map_err(|e| Error::io("reading the listener's address", e))?;
+        let mut random = [0u8; 8];
+        getrandom::fill(&mut random).map_err(|e| Error::io("choosing a magic", std::io::Error::other(e.to_string())))?;
+        let magic = u64::from_le_bytes(random);
+        Ok((encode_handle(addr, magic), Opaque::new(Listening { listener, magic, arriving: VecDeque::new() })))
     }
 
-    fn connect(&self, _device: usize, handle: &[u8]) -> Result<Option<SendComm>> {
-        let bad = |reason: &str| Error::Malformed { what: "socket handle", reason: reason.into() };
-        if handle.len() < 9 {
-            return Err(bad("too short"));
+    fn connect(&self, device: usize, handle: &[u8]) -> Result<Option<SendComm>> {
+        self.check_device(device)?;
+        let (addr, magic) = decode_handle(handle)?;
+        let mut connecting = lock(&self.connecting, "the net's pending connections")?;
+        let mut attempt = match connecting.remove(handle) {
+            Some(attempt) => attempt,
+            None => Connecting::start(addr, magic)?,
+        };
+        // On error the attempt is dropped: the next call starts afresh.
+        match attempt.progress()? {
+            true => {
+                let state = SendState::new(attempt.socket, self.stats.clone());
+                Ok(Some(Opaque::new(Arc::new(Mutex::new(state)))))
+            }
+            false => {
+                connecting.insert(handle.to_vec(), attempt);
+                Ok(None)
+            }
         }
-        let magic = &handle[..8];
-        let addr: SocketAddr = std::str::from_utf8(&handle[8..]).ok().and_then(|s| s.parse().ok()).ok_or_else(|| bad("no address"))?;
-        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(|e| Error::io(format!("connecting to {addr}"), e))?;
-        stream.set_nodelay(true).map_err(|e| Error::io("TCP_NODELAY", e))?;
-        stream.write_all(magic).map_err(|e| Error::io(format!("greeting {addr}"), e))?;
-        stream.set_nonblocking(true).map_err(|e| Error::io("non-blocking socket", e))?;
-        Ok(Some(Opaque::new(Arc::new(Mutex::new(SendState { stream, queue: VecDeque::new(), next_id: 0, done: 0, failed: None })))))
     }
 
     fn accept(&self, listen: &mut ListenComm) -> Result<Option<RecvComm>> {
         let listening = listen.get::<Listening>("listen comm")?;
-        let mut stream = match listening.listener.accept() {
-            Ok((stream, _)) => stream,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
-            Err(e) => return Err(Error::io("accepting", e)),
-        };
-        stream.set_nonblocking(false).and_then(|()| stream.set_read_timeout(Some(Duration::from_secs(10)))).map_err(|e| Error::io("socket options", e))?;
-        let mut magic = [0u8; 8];
-        stream.read_exact(&mut magic).map_err(|e| Error::io("reading the greeting", e))?;
-        if u64::from_le_bytes(magic) != listening.magic {
-            return Err(Error::Malformed { what: "socket greeting", reason: "wrong magic (a stranger connected)".into() });
+        loop {
+            match listening.listener.accept() {
+                Ok((stream, peer)) => {
+                    stream.set_nonblocking(true).map_err(|e| Error::io("making an accepted socket non-blocking", e))?;
+                    let arriving = Arriving { socket: Socket::from(stream), peer, since: Instant::now(), greeting: [0; GREETING_BYTES], read: 0 };
+                    listening.arriving.push_back(arriving);
+                    if listening.arriving.len() > MAX_ARRIVING {
+                        let oldest = listening.arriving.pop_front().expect("longer than the limit");
+                        self.refuse(&oldest, "too many connections waiting to greet");
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io("accepting", e)),
+            }
         }
-        stream.set_nodelay(true).and_then(|()| stream.set_nonblocking(true)).map_err(|e| Error::io("socket options", e))?;
-        let state = RecvState { stream, queue: VecDeque::new(), next_id: 0, done: 0, header: [0; HEADER], header_read: 0, body: None, completed: Default::default(), failed: None };
-        Ok(Some(Opaque::new(Arc::new(Mutex::new(state)))))
+        let mut index = 0;
+        while index < listening.arriving.len() {
+            let arriving = &mut listening.arriving[index];
+            match arriving.progress(listening.magic) {
+                Ok(true) => {
+                    let arriving = listening.arriving.remove(index).expect("index is in range");
+                    arriving.socket.set_tcp_nodelay(true).map_err(|e| Error::io("setting TCP_NODELAY", e))?;
+                    let state = RecvState::new(arriving.socket, self.stats.clone());
+                    return Ok(Some(Opaque::new(Arc::new(Mutex::new(state)))));
+                }
+                Ok(false) if arriving.since.elapsed() < GREETING_TIMEOUT => index += 1,
+                Ok(false) => {
+                    let arriving = listening.arriving.remove(index).expect("index is in range");
+                    self.refuse(&arriving, "no greeting in time");
+                }
+                Err(reason) => {
+                    let arriving = listening.arriving.remove(index).expect("index is in range");
+                    self.refuse(&arriving, &reason);
+                }
+            }
+        }
+        Ok(None)
     }
 
-    fn register(&self, _comm: &mut Opaque, _data: *mut u8, _len: usize, kind: MemoryKind) -> Result<MemoryHandle> {
+    fn reg_mr(&self, _comm: &mut Opaque, data: *mut u8, len: usize, kind: MemoryKind) -> Result<MrHandle> {
         match kind {
-            MemoryKind::Host => Ok(Opaque::new(())),
+            MemoryKind::Host => Ok(Opaque::new(Registration { data: data as usize, len })),
             MemoryKind::Cuda => Err(Error::Unsupported("the socket net moves host memory only".into())),
         }
     }
 
-    fn deregister(&self, _comm: &mut Opaque, _handle: MemoryHandle) -> Result<()> {
+    fn dereg_mr(&self, _comm: &mut Opaque, handle: MrHandle) -> Result<()> {
+        handle.get_ref::<Registration>("memory registration")?;
         Ok(())
     }
 
-    unsafe fn isend(&self, comm: &mut SendComm, data: *const u8, len: usize, tag: u32, _handle: &MemoryHandle) -> Result<Option<Request>> {
+    unsafe fn isend(&self, comm: &mut SendComm, data: *const u8, len: usize, tag: u32, _handle: &MrHandle) -> Result<Option<Request>> {
+        if len > MAX_MESSAGE_BYTES {
+            return Err(Error::InvalidArgument(format!("message of {len} bytes (at most {MAX_MESSAGE_BYTES})")));
+        }
         let state = comm.get::<Arc<Mutex<SendState>>>("send comm")?.clone();
-        let mut s = state.lock().map_err(|_| Error::Closed("send comm poisoned".into()))?;
-        if s.queue.len() >= MAX_REQUESTS {
+        let mut send = lock(&state, "send comm")?;
+        // A grouped receive takes max_recvs messages per request, so the sending side keeps
+        // that many times more in flight (the multi-receive contract).
+        if send.queued() >= MAX_REQUESTS * self.max_recvs {
             return Ok(None);
         }
-        let mut header = [0u8; HEADER];
-        header[..4].copy_from_slice(&tag.to_le_bytes());
-        header[4..].copy_from_slice(&(len as u64).to_le_bytes());
-        let id = s.next_id;
-        s.next_id += 1;
-        s.queue.push_back(Outgoing { id, header, data, len, written: 0 });
-        drop(s);
-        Ok(Some(Opaque::new(Pending::Send(state, id))))
+        // SAFETY: the caller's isend contract (valid and unchanged until done) is the one
+        // LentBytes::new asks for; the value lives in the comm's queue until sent.
+        let data = unsafe { LentBytes::new(data, len) }?;
+        let id = send.push(data, tag);
+        // Start at once: small messages usually leave before the first test.
+        let progress = send.progress();
+        drop(send);
+        progress?;
+        self.stats.isend_calls.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(Opaque::new(Pending::Send { state, id, len })))
     }
 
-    unsafe fn irecv(&self, comm: &mut RecvComm, buffers: &[RecvBuffer], _handles: &[&MemoryHandle]) -> Result<Option<Request>> {
+    unsafe fn irecv(&self, comm: &mut RecvComm, buffers: &[RecvBuffer], handles: &[&MrHandle]) -> Result<Option<Request>> {
         if buffers.is_empty() || buffers.len() > self.max_recvs {
-            return Err(Error::InvalidArgument(format!("irecv of {} buffers (1..={})", buffers.len(), self.max_recvs)));
+            return Err(Error::InvalidArgument(format!("irecv of {} buffers (this net takes 1..={})", buffers.len(), self.max_recvs)));
         }
-        let state = comm.get::<Arc<Mutex<RecvState>>>("recv comm")?.clone();
-        let mut s = state.lock().map_err(|_| Error::Closed("recv comm poisoned".into()))?;
-        if s.queue.len() >= MAX_REQUESTS {
+        if handles.len() != buffers.len() {
+            return Err(Error::InvalidArgument(format!("irecv of {} buffers with {} registrations", buffers.len(), handles.len())));
+        }
+        let state = comm.get::<Arc<Mutex<RecvState>>>("receive comm")?.clone();
+        let mut recv = lock(&state, "receive comm")?;
+        if recv.queued() >= MAX_REQUESTS {
             return Ok(None);
         }
-        let id = s.next_id;
-        s.next_id += 1;
-        s.queue.push_back(Incoming { id, buffers: buffers.to_vec(), sizes: vec![None; buffers.len()] });
-        drop(s);
+        let mut lent = Vec::with_capacity(buffers.len());
+        for buffer in buffers {
+            // SAFETY: the caller's irecv contract (valid and untouched until done) is the one
+            // LentBuffer::new asks for; the value lives in the comm's queue until filled.
+            lent.push((unsafe { LentBuffer::new(buffer.data, buffer.len) }?, buffer.tag));
+        }
+        let id = recv.push(lent);
+        drop(recv);
         self.stats.irecv_calls.fetch_add(1, Ordering::Relaxed);
         self.stats.irecv_buffers.fetch_add(buffers.len() as u64, Ordering::Relaxed);
         if buffers.len() > 1 {
             self.stats.irecv_grouped.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(Some(Opaque::new(Pending::Recv(state, id, buffers.len()))))
+        Ok(Some(Opaque::new(Pending::Recv { state, id, sizes: None })))
     }
 
     fn test(&self, request: &mut Request) -> Result<Option<Vec<usize>>> {
         match request.get::<Pending>("request")? {
-            Pending::Send(state, id) => {
-                let mut s = state.lock().map_err(|_| Error::Closed("send comm poisoned".into()))?;
-                progress_send(&mut s)?;
-                Ok((*id < s.done).then(|| vec![0]))
+            Pending::Send { state, id, len } => {
+                let mut send = lock(state, "send comm")?;
+                if !send.is_done(*id) {
+                    send.progress()?;
+                }
+                Ok(send.is_done(*id).then(|| vec![*len]))
             }
-            Pending::Recv(state, id, n) => {
-                let mut s = state.lock().map_err(|_| Error::Closed("recv comm poisoned".into()))?;
-                progress_recv(&mut s)?;
-                debug_assert!(*n > 0);
-                Ok(s.completed.remove(id))
+            Pending::Recv { state, id, sizes } => {
+                if sizes.is_none() {
+                    let mut recv = lock(state, "receive comm")?;
+                    // A request completed before a later failure still reports its sizes.
+                    let progress = recv.progress();
+                    *sizes = recv.take_completed(*id);
+                    if sizes.is_none() {
+                        progress?;
+                    }
+                }
+                Ok(sizes.clone())
             }
         }
     }
@@ -253,99 +364,125 @@ impl Net for SocketNet {
         drop(comm);
         Ok(())
     }
+
+    fn finalize(&self) -> Result<()> {
+        lock(&self.connecting, "the net's pending connections")?.clear();
+        Ok(())
+    }
 }
 
-fn progress_send(s: &mut SendState) -> Result<()> {
-    if let Some(reason) = &s.failed {
-        return Err(Error::Closed(reason.clone()));
+impl SocketNet {
+    fn refuse(&self, arriving: &Arriving, reason: &str) {
+        tracing::warn!(target: "oxccl::net", "dropped a connection from {}: {reason}", arriving.peer);
+        self.stats.strangers_refused.fetch_add(1, Ordering::Relaxed);
     }
-    while let Some(front) = s.queue.front_mut() {
-        let total = HEADER + front.len;
-        while front.written < total {
-            let result = if front.written < HEADER {
-                s.stream.write(&front.header[front.written..])
-            } else {
-                let at = front.written - HEADER;
-                // SAFETY: the isend contract keeps data..data+len valid until completion.
-                let body = unsafe { std::slice::from_raw_parts(front.data, front.len) };
-                s.stream.write(&body[at..])
-            };
-            match result {
-                Ok(0) => return fail(&mut s.failed, "connection closed while sending".into()),
-                Ok(n) => front.written += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return fail(&mut s.failed, format!("send failed: {e}")),
+}
+
+impl Connecting {
+    fn start(addr: SocketAddr, magic: u64) -> Result<Connecting> {
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(|e| Error::io("creating a socket", e))?;
+        socket.set_nonblocking(true).map_err(|e| Error::io("making a socket non-blocking", e))?;
+        socket.set_tcp_nodelay(true).map_err(|e| Error::io("setting TCP_NODELAY", e))?;
+        let connected = match socket.connect(&addr.into()) {
+            Ok(()) => true,
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => false,
+            Err(e) => return Err(Error::io(format!("connecting to {addr}"), e)),
+        };
+        Ok(Connecting { socket, addr, started: Instant::now(), connected, greeting: greeting(magic), written: 0 })
+    }
+
+    /// Advances the handshake; true once connected and greeted.
+    fn progress(&mut self) -> Result<bool> {
+        if !self.connected {
+            if let Some(e) = self.socket.take_error().map_err(|e| Error::io("reading a socket's error", e))? {
+                return Err(Error::io(format!("connecting to {}", self.addr), e));
             }
-        }
-        s.done = front.id + 1;
-        s.queue.pop_front();
-    }
-    Ok(())
-}
-
-/// Progresses receives, filing the sizes of completed requests.
-fn progress_recv(s: &mut RecvState) -> Result<()> {
-    if let Some(reason) = &s.failed {
-        return Err(Error::Closed(reason.clone()));
-    }
-    loop {
-        if s.queue.is_empty() {
-            return Ok(());
-        }
-        if s.body.is_none() {
-            while s.header_read < HEADER {
-                let at = s.header_read;
-                match s.stream.read(&mut s.header[at..]) {
-                    Ok(0) => return fail(&mut s.failed, "connection closed by the sender".into()),
-                    Ok(n) => s.header_read += n,
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(e) => return fail(&mut s.failed, format!("receive failed: {e}")),
+            match self.socket.peer_addr() {
+                Ok(_) => self.connected = true,
+                Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+                    if self.started.elapsed() > CONNECT_TIMEOUT {
+                        return Err(Error::Timeout { what: "a TCP connection", waited: self.started.elapsed() });
+                    }
+                    return Ok(false);
                 }
+                Err(e) => return Err(Error::io(format!("connecting to {}", self.addr), e)),
             }
-            let tag = u32::from_le_bytes(s.header[..4].try_into().expect("4 bytes"));
-            let len = u64::from_le_bytes(s.header[4..].try_into().expect("8 bytes")) as usize;
-            let front = s.queue.front().expect("checked non-empty");
-            let Some(index) = (0..front.buffers.len()).find(|&i| front.sizes[i].is_none() && front.buffers[i].tag == tag) else {
-                return fail(&mut s.failed, format!("message with tag {tag} matches no posted receive"));
-            };
-            if len > front.buffers[index].len {
-                return fail(&mut s.failed, format!("message of {len} bytes for a {}-byte receive buffer", front.buffers[index].len));
-            }
-            s.body = Some((index, len, 0));
         }
-        let (index, len, mut read) = s.body.expect("set above");
-        let buffer = s.queue.front().expect("non-empty").buffers[index];
-        while read < len {
-            // SAFETY: the irecv contract keeps the buffer valid; len <= buffer.len (checked).
-            let target = unsafe { std::slice::from_raw_parts_mut(buffer.data, len) };
-            match s.stream.read(&mut target[read..]) {
-                Ok(0) => return fail(&mut s.failed, "connection closed by the sender".into()),
-                Ok(n) => read += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    s.body = Some((index, len, read));
-                    return Ok(());
-                }
+        while self.written < GREETING_BYTES {
+            match self.socket.send_with_flags(&self.greeting[self.written..], libc::MSG_NOSIGNAL) {
+                Ok(n) => self.written += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return fail(&mut s.failed, format!("receive failed: {e}")),
+                Err(e) => return Err(Error::io(format!("greeting {}", self.addr), e)),
             }
         }
-        s.body = None;
-        s.header_read = 0;
-        let front = s.queue.front_mut().expect("non-empty");
-        front.sizes[index] = Some(len);
-        if front.sizes.iter().all(Option::is_some) {
-            let done = s.queue.pop_front().expect("non-empty");
-            s.done = done.id + 1;
-            s.completed.insert(done.id, done.sizes.into_iter().map(|x| x.expect("all set")).collect());
-        }
+        Ok(true)
     }
 }
 
-fn fail<T>(slot: &mut Option<String>, reason: String) -> Result<T> {
-    *slot = Some(reason.clone());
-    Err(Error::Closed(reason))
+impl Arriving {
+    /// Reads the greeting; true once it is complete and right, an error if it is wrong.
+    fn progress(&mut self, magic: u64) -> std::result::Result<bool, String> {
+        while self.read < GREETING_BYTES {
+            match (&self.socket).read(&mut self.greeting[self.read..]) {
+                Ok(0) => return Err("closed before greeting".into()),
+                Ok(n) => self.read += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("reading its greeting: {e}")),
+            }
+        }
+        if self.greeting != greeting(magic) {
+            return Err("wrong greeting (not the peer this handle was given to)".into());
+        }
+        Ok(true)
+    }
+}
+
+fn greeting(magic: u64) -> [u8; GREETING_BYTES] {
+    let mut bytes = [0u8; GREETING_BYTES];
+    bytes[..4].copy_from_slice(&PROTOCOL);
+    bytes[4..].copy_from_slice(&magic.to_le_bytes());
+    bytes
+}
+
+/// Handle bytes: protocol (4), magic (u64 LE), port (u16 LE), family (4 or 6), address.
+fn encode_handle(addr: SocketAddr, magic: u64) -> Vec<u8> {
+    let mut handle = PROTOCOL.to_vec();
+    handle.extend_from_slice(&magic.to_le_bytes());
+    handle.extend_from_slice(&addr.port().to_le_bytes());
+    match addr.ip() {
+        IpAddr::V4(ip) => {
+            handle.push(4);
+            handle.extend_from_slice(&ip.octets());
+        }
+        IpAddr::V6(ip) => {
+            handle.push(6);
+            handle.extend_from_slice(&ip.octets());
+        }
+    }
+    debug_assert!(handle.len() <= HANDLE_MAX_BYTES);
+    handle
+}
+
+fn decode_handle(handle: &[u8]) -> Result<(SocketAddr, u64)> {
+    let bad = |reason: &str| Error::Malformed { what: "socket listen handle", reason: reason.into() };
+    if handle.len() < 15 || handle[..4] != PROTOCOL {
+        return Err(bad("not a socket-net handle of this version"));
+    }
+    let magic = u64::from_le_bytes(handle[4..12].try_into().expect("8 bytes"));
+    let port = u16::from_le_bytes([handle[12], handle[13]]);
+    let ip = match (handle[14], &handle[15..]) {
+        (4, octets) if octets.len() == 4 => IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(octets).expect("4 bytes"))),
+        (6, octets) if octets.len() == 16 => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(octets).expect("16 bytes"))),
+        _ => return Err(bad("bad address family or length")),
+    };
+    Ok((SocketAddr::new(ip, port), magic))
+}
+
+fn lock<'a, T>(mutex: &'a Mutex<T>, what: &str) -> Result<MutexGuard<'a, T>> {
+    // A panic while a comm was locked may have left it half-updated: fail the comm.
+    mutex.lock().map_err(|_| Error::Closed(format!("{what} is unusable after a panic")))
 }
 
 #[cfg(test)]

@@ -1,115 +1,289 @@
 use super::*;
+use std::io::Write;
+use std::net::TcpStream;
 
+const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+fn deadline() -> Instant {
+    Instant::now() + Duration::from_secs(60)
+}
+
+/// Connects a send comm to a receive comm of `net`, calling both sides until done.
 fn pair(net: &SocketNet) -> (SendComm, RecvComm) {
     let (handle, mut listen) = net.listen(0).unwrap();
-    let send = net.connect(0, &handle).unwrap().unwrap();
-    let recv = loop {
-        if let Some(r) = net.accept(&mut listen).unwrap() {
-            break r;
+    let until = deadline();
+    let (mut send, mut recv) = (None, None);
+    while send.is_none() || recv.is_none() {
+        if send.is_none() {
+            send = net.connect(0, &handle).unwrap();
         }
-    };
-    (send, recv)
+        if recv.is_none() {
+            recv = net.accept(&mut listen).unwrap();
+        }
+        assert!(Instant::now() < until, "no connection");
+    }
+    net.close_listen(listen).unwrap();
+    (send.unwrap(), recv.unwrap())
 }
 
 fn wait(net: &SocketNet, request: &mut Request) -> Vec<usize> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let until = deadline();
     loop {
         if let Some(sizes) = net.test(request).unwrap() {
             return sizes;
         }
-        assert!(std::time::Instant::now() < deadline, "request never completed");
+        assert!(Instant::now() < until, "request never completed");
     }
 }
 
+fn wait_error(net: &SocketNet, request: &mut Request) -> Error {
+    let until = deadline();
+    loop {
+        match net.test(request) {
+            Err(e) => return e,
+            Ok(Some(sizes)) => panic!("completed with {sizes:?}"),
+            Ok(None) => assert!(Instant::now() < until, "request never failed"),
+        }
+    }
+}
+
+fn message(index: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 13 + index * 7) as u8).collect()
+}
+
+/// Sends one message per size from a second thread and receives them in groups of up to
+/// `max_recvs`, each buffer 5 bytes larger than its message.
 fn exchange(max_recvs: usize, sizes: &[usize]) {
-    let net = Arc::new(SocketNet::with_max_recvs("127.0.0.1".parse().unwrap(), max_recvs));
+    let net = Arc::new(SocketNet::with_max_recvs(LOOPBACK, max_recvs));
     let (mut send, mut recv) = pair(&net);
-    let messages: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(m, &len)| (0..len).map(|i| (i * 13 + m) as u8).collect()).collect();
+    let messages: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(m, &len)| message(m, len)).collect();
     let sender = {
         let (net, messages) = (net.clone(), messages.clone());
         std::thread::spawn(move || {
-            let handle = Opaque::new(());
-            for (m, msg) in messages.iter().enumerate() {
-                // SAFETY: msg outlives the request, which is waited for below.
-                let mut req = loop {
-                    if let Some(r) = unsafe { net.isend(&mut send, msg.as_ptr(), msg.len(), m as u32, &handle) }.unwrap() {
-                        break r;
+            let registration = net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+            for (m, data) in messages.iter().enumerate() {
+                let until = deadline();
+                let mut request = loop {
+                    // SAFETY: data outlives the request, which is waited for below.
+                    if let Some(request) = unsafe { net.isend(&mut send, data.as_ptr(), data.len(), m as u32, &registration) }.unwrap() {
+                        break request;
                     }
+                    assert!(Instant::now() < until);
                 };
-                wait(&net, &mut req);
+                assert_eq!(wait(&net, &mut request), vec![data.len()]);
             }
+            net.dereg_mr(&mut send, registration).unwrap();
+            net.close_send(send).unwrap();
         })
     };
-    let handle = Opaque::new(());
+    let registration = net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
     let mut m = 0;
     while m < messages.len() {
         let group = max_recvs.min(messages.len() - m);
-        let mut bufs: Vec<Vec<u8>> = (0..group).map(|i| vec![0u8; sizes[m + i] + 5]).collect();
-        let descs: Vec<RecvBuffer> = bufs.iter_mut().enumerate().map(|(i, b)| RecvBuffer { data: b.as_mut_ptr(), len: b.len(), tag: (m + i) as u32 }).collect();
-        let handles: Vec<&MemoryHandle> = (0..group).map(|_| &handle).collect();
-        // SAFETY: bufs outlive the request, which is waited for below.
-        let mut req = unsafe { net.irecv(&mut recv, &descs, &handles) }.unwrap().unwrap();
-        let got = wait(&net, &mut req);
-        for i in 0..group {
-            assert_eq!(got[i], sizes[m + i]);
-            assert_eq!(&bufs[i][..got[i]], &messages[m + i][..], "message {}", m + i);
+        let mut buffers: Vec<Vec<u8>> = (0..group).map(|i| vec![0u8; sizes[m + i] + 5]).collect();
+        // Post the group's buffers in reverse tag order: tags, not positions, pick buffers.
+        let posted: Vec<RecvBuffer> = buffers.iter_mut().enumerate().rev().map(|(i, b)| RecvBuffer { data: b.as_mut_ptr(), len: b.len(), tag: (m + i) as u32 }).collect();
+        let registrations = vec![&registration; group];
+        // SAFETY: buffers outlive the request, which is waited for below.
+        let mut request = unsafe { net.irecv(&mut recv, &posted, &registrations) }.unwrap().unwrap();
+        let received = wait(&net, &mut request);
+        assert_eq!(net.test(&mut request).unwrap().as_ref(), Some(&received), "asking again answers the same");
+        for (position, buffer) in posted.iter().enumerate() {
+            let index = buffer.tag as usize;
+            assert_eq!(received[position], sizes[index], "size of message {index}");
+            assert!(buffers[index - m][..sizes[index]] == messages[index][..], "message {index} corrupted");
         }
         m += group;
     }
     sender.join().unwrap();
-    let stats = net.stats();
-    assert_eq!(stats.irecv_buffers.load(Ordering::Relaxed), sizes.len() as u64);
-    if max_recvs > 1 && sizes.len() > 1 {
-        assert!(stats.irecv_grouped.load(Ordering::Relaxed) > 0);
-    } else {
-        assert_eq!(stats.irecv_grouped.load(Ordering::Relaxed), 0);
-    }
+    let stats = net.stats().snapshot();
+    let total: usize = sizes.iter().sum();
+    assert_eq!(stats.irecv_buffers, sizes.len() as u64);
+    assert_eq!((stats.bytes_sent, stats.bytes_received), (total as u64, total as u64));
+    assert_eq!(stats.irecv_calls, sizes.len().div_ceil(max_recvs) as u64);
+    assert_eq!(stats.irecv_grouped > 0, max_recvs > 1 && sizes.len() > 1);
 }
 
 #[test]
-fn messages_of_many_sizes_with_one_and_eight_receives_per_call() {
-    let sizes = [0, 1, 4097, 64 << 20, 3, 0, 100_000, 7, 8, 9];
-    exchange(1, &sizes);
-    exchange(8, &sizes);
+fn messages_of_many_sizes_with_one_receive_per_call() {
+    exchange(1, &[0, 1, 4097, 64 << 20, 3, 0, 100_000, 7, 8, 9]);
+}
+
+#[test]
+fn messages_of_many_sizes_with_eight_receives_per_call() {
+    exchange(8, &[0, 1, 4097, 64 << 20, 3, 0, 100_000, 7, 8, 9]);
 }
 
 #[test]
 fn too_small_a_buffer_is_an_error_naming_both_sizes() {
-    let net = SocketNet::new("127.0.0.1".parse().unwrap());
+    let net = SocketNet::new(LOOPBACK);
     let (mut send, mut recv) = pair(&net);
+    let registration = net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
     let data = [1u8; 100];
-    let h = Opaque::new(());
     // SAFETY: data lives to the end of the test.
-    let mut s = unsafe { net.isend(&mut send, data.as_ptr(), 100, 0, &h) }.unwrap().unwrap();
-    wait(&net, &mut s);
-    let mut buf = [0u8; 10];
-    // SAFETY: buf lives to the end of the test.
-    let mut r = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: buf.as_mut_ptr(), len: 10, tag: 0 }], &[&h]) }.unwrap().unwrap();
-    let err = loop {
-        match net.test(&mut r) {
-            Err(e) => break e.to_string(),
-            Ok(Some(_)) => panic!("completed"),
-            Ok(None) => {}
-        }
-    };
-    assert!(err.contains("100") && err.contains("10-byte"), "{err}");
+    let mut sent = unsafe { net.isend(&mut send, data.as_ptr(), 100, 0, &registration) }.unwrap().unwrap();
+    wait(&net, &mut sent);
+    let mut buffer = [0u8; 10];
+    let posted = [RecvBuffer { data: buffer.as_mut_ptr(), len: 10, tag: 0 }];
+    // SAFETY: buffer lives to the end of the test.
+    let mut request = unsafe { net.irecv(&mut recv, &posted, &[&registration]) }.unwrap().unwrap();
+    let err = wait_error(&net, &mut request);
+    assert!(matches!(err, Error::MessageTooLarge { message: 100, buffer: 10, tag: 0 }), "{err}");
+    assert!(err.to_string().contains("100 bytes") && err.to_string().contains("10-byte"), "{err}");
 }
 
 #[test]
-fn strangers_are_refused_and_properties_reported() {
-    let net = SocketNet::with_max_recvs("127.0.0.1".parse().unwrap(), 8);
-    assert_eq!(net.properties(0).unwrap().max_recvs, 8);
-    assert!(net.properties(1).is_err());
+fn a_message_whose_tag_is_not_posted_is_an_error() {
+    let net = SocketNet::with_max_recvs(LOOPBACK, 2);
+    let (mut send, mut recv) = pair(&net);
+    let registration = net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+    // SAFETY: a zero-byte message reads no memory.
+    let mut sent = unsafe { net.isend(&mut send, std::ptr::null(), 0, 7, &registration) }.unwrap().unwrap();
+    wait(&net, &mut sent);
+    let mut buffers = [[0u8; 4]; 2];
+    let posted: Vec<RecvBuffer> = buffers.iter_mut().enumerate().map(|(i, b)| RecvBuffer { data: b.as_mut_ptr(), len: 4, tag: i as u32 }).collect();
+    // SAFETY: buffers live to the end of the test.
+    let mut request = unsafe { net.irecv(&mut recv, &posted, &[&registration, &registration]) }.unwrap().unwrap();
+    let err = wait_error(&net, &mut request).to_string();
+    assert!(err.contains("tag 7") && err.contains("[0, 1]"), "{err}");
+}
+
+#[test]
+fn receives_out_of_range_are_refused() {
+    let net = SocketNet::with_max_recvs(LOOPBACK, 2);
+    let (_send, mut recv) = pair(&net);
+    let registration = net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+    let mut buffer = [0u8; 4];
+    let one = RecvBuffer { data: buffer.as_mut_ptr(), len: 4, tag: 0 };
+    // SAFETY: every call below is refused before touching any buffer.
+    unsafe {
+        assert!(net.irecv(&mut recv, &[], &[]).is_err());
+        assert!(net.irecv(&mut recv, &[one, one, one], &[&registration; 3]).is_err());
+        assert!(net.irecv(&mut recv, &[one], &[]).is_err());
+        let null = RecvBuffer { data: std::ptr::null_mut(), len: 4, tag: 0 };
+        assert!(net.irecv(&mut recv, &[null], &[&registration]).is_err());
+    }
+    assert!(net.reg_mr(&mut recv, buffer.as_mut_ptr(), 4, MemoryKind::Cuda).is_err());
+}
+
+#[test]
+fn a_full_send_queue_asks_to_try_again_later() {
+    let net = SocketNet::new(LOOPBACK);
+    let (mut send, _recv) = pair(&net);
+    let registration = net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+    let data = vec![0u8; 1 << 20];
+    let mut requests = Vec::new();
+    // Nobody reads: the socket buffers fill, then the queue.
+    let refused = (0..4 * MAX_REQUESTS).any(|tag| {
+        // SAFETY: data outlives the requests (dropped at the end of the test, after them).
+        match unsafe { net.isend(&mut send, data.as_ptr(), data.len(), tag as u32, &registration) }.unwrap() {
+            Some(request) => {
+                requests.push(request);
+                false
+            }
+            None => true,
+        }
+    });
+    assert!(refused, "isend never answered 'later'");
+    net.close_send(send).unwrap();
+}
+
+#[test]
+fn a_sender_that_goes_away_fails_the_pending_receive() {
+    let net = SocketNet::new(LOOPBACK);
+    let (send, mut recv) = pair(&net);
+    net.close_send(send).unwrap();
+    let registration = net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+    let mut buffer = [0u8; 4];
+    // SAFETY: buffer lives to the end of the test.
+    let mut request = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: buffer.as_mut_ptr(), len: 4, tag: 0 }], &[&registration]) }.unwrap().unwrap();
+    assert!(matches!(wait_error(&net, &mut request), Error::Closed(_)));
+}
+
+#[test]
+fn strangers_are_dropped_and_the_expected_peer_still_accepted() {
+    let net = SocketNet::with_max_recvs(LOOPBACK, 8);
     let (handle, mut listen) = net.listen(0).unwrap();
-    let addr = std::str::from_utf8(&handle[8..]).unwrap().to_string();
-    let mut stranger = TcpStream::connect(addr).unwrap();
-    stranger.write_all(&[0u8; 8]).unwrap();
-    let err = loop {
-        match net.accept(&mut listen) {
-            Err(e) => break e.to_string(),
-            Ok(Some(_)) => panic!("stranger accepted"),
-            Ok(None) => {}
+    let (addr, magic) = decode_handle(&handle).unwrap();
+    let mut wrong = TcpStream::connect(addr).unwrap();
+    wrong.write_all(&greeting(magic ^ 1)).unwrap();
+    let _silent = TcpStream::connect(addr).unwrap();
+    drop(TcpStream::connect(addr).unwrap()); // closes before greeting
+    let send = loop {
+        if let Some(send) = net.connect(0, &handle).unwrap() {
+            break send;
         }
     };
-    assert!(err.contains("wrong magic"), "{err}");
+    let until = deadline();
+    let recv = loop {
+        if let Some(recv) = net.accept(&mut listen).unwrap() {
+            break recv;
+        }
+        assert!(Instant::now() < until);
+    };
+    // The silent one is still waiting for its greeting; the other two are gone.
+    assert_eq!(net.stats().snapshot().strangers_refused, 2);
+    drop((send, recv));
+}
+
+#[test]
+fn connecting_to_nobody_fails() {
+    let net = SocketNet::new(LOOPBACK);
+    let (handle, listen) = net.listen(0).unwrap();
+    net.close_listen(listen).unwrap();
+    let until = deadline();
+    let err = loop {
+        match net.connect(0, &handle) {
+            Err(e) => break e,
+            Ok(Some(_)) => panic!("connected to a closed listener"),
+            Ok(None) => assert!(Instant::now() < until),
+        }
+    };
+    assert!(err.to_string().contains("refused"), "{err}");
+}
+
+#[test]
+fn handles_round_trip_and_garbage_is_refused() {
+    for addr in ["127.0.0.1:5000", "[::1]:65535"] {
+        let addr: SocketAddr = addr.parse().unwrap();
+        let handle = encode_handle(addr, 42);
+        assert!(handle.len() <= HANDLE_MAX_BYTES);
+        assert_eq!(decode_handle(&handle).unwrap(), (addr, 42));
+    }
+    let net = SocketNet::new(LOOPBACK);
+    assert!(net.connect(0, b"nonsense").is_err());
+    let mut truncated = encode_handle("[::1]:1".parse().unwrap(), 1);
+    truncated.pop();
+    assert!(net.connect(0, &truncated).is_err());
+}
+
+#[test]
+fn properties_are_reported() {
+    let net = SocketNet::with_max_recvs(LOOPBACK, 8);
+    let properties = net.properties(0).unwrap();
+    assert_eq!((properties.max_recvs, properties.max_comms), (8, 65536));
+    assert!(properties.ptr_support.host && !properties.ptr_support.cuda);
+    assert_eq!(SocketNet::new(LOOPBACK).properties(0).unwrap().max_recvs, 1);
+    assert!(net.properties(1).is_err());
+    assert_eq!(net.devices().unwrap(), 1);
+    net.finalize().unwrap();
+}
+
+#[test]
+fn ipv6_loopback_works() {
+    let net = SocketNet::new(IpAddr::V6(Ipv6Addr::LOCALHOST));
+    let (mut send, mut recv) = pair(&net);
+    let registration = net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+    let data = *b"over ::1";
+    let mut buffer = [0u8; 8];
+    // SAFETY: data and buffer live to the end of the test.
+    let (mut sent, mut received) = unsafe {
+        (
+            net.isend(&mut send, data.as_ptr(), 8, 3, &registration).unwrap().unwrap(),
+            net.irecv(&mut recv, &[RecvBuffer { data: buffer.as_mut_ptr(), len: 8, tag: 3 }], &[&registration]).unwrap().unwrap(),
+        )
+    };
+    wait(&net, &mut sent);
+    assert_eq!(wait(&net, &mut received), vec![8]);
+    assert_eq!(&buffer, b"over ::1");
 }

@@ -1,0 +1,77 @@
+//! Caller memory lent to a net request: the raw addresses of `isend` and `irecv` turned into
+//! values whose construction is the one `unsafe` step. The `unsafe` entry points hand over
+//! the caller's promise (valid and untouched until the request completes) by constructing
+//! these; the rest of a net implementation uses them as ordinary slices.
+
+use crate::{Error, Result};
+
+/// Bytes lent for reading (a send).
+pub(crate) struct LentBytes {
+    data: *const u8,
+    len: usize,
+}
+
+/// Bytes lent for writing (a receive).
+pub(crate) struct LentBuffer {
+    data: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the memory is the caller's, lent to this value alone until it is dropped (the
+// construction contract), so using it from another thread is like moving a `&[u8]`.
+unsafe impl Send for LentBytes {}
+// SAFETY: as above, like moving a `&mut [u8]`.
+unsafe impl Send for LentBuffer {}
+
+impl LentBytes {
+    /// # Safety
+    /// Unless `len` is 0, `data..data+len` must be readable, and written by nobody, until
+    /// this value is dropped.
+    pub(crate) unsafe fn new(data: *const u8, len: usize) -> Result<LentBytes> {
+        check(data.is_null(), len)?;
+        Ok(LentBytes { data, len })
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: non-null (checked in new), and readable and unchanging while self lives
+        // (the contract of new).
+        unsafe { std::slice::from_raw_parts(self.data, self.len) }
+    }
+}
+
+impl LentBuffer {
+    /// # Safety
+    /// Unless `len` is 0, `data..data+len` must be writable, and accessed by nobody else,
+    /// until this value is dropped.
+    pub(crate) unsafe fn new(data: *mut u8, len: usize) -> Result<LentBuffer> {
+        check(data.is_null(), len)?;
+        Ok(LentBuffer { data, len })
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        if self.len == 0 {
+            return &mut [];
+        }
+        // SAFETY: non-null (checked in new), writable and ours alone while self lives (the
+        // contract of new); `&mut self` keeps two slices from coexisting.
+        unsafe { std::slice::from_raw_parts_mut(self.data, self.len) }
+    }
+}
+
+fn check(null: bool, len: usize) -> Result<()> {
+    if null && len > 0 {
+        return Err(Error::InvalidArgument(format!("null buffer of {len} bytes")));
+    }
+    Ok(())
+}

@@ -1,0 +1,547 @@
+//! One-way FIFOs of slots in memory both ends can see: a mapping under /dev/shm for two
+//! processes on one host, or the heap for two threads (or the local half of a network
+//! connection, which the proxy engine fills or drains).
+//!
+//! # Layout
+//!
+//! One page of `#[repr(C)]` header (checked at compile time): magic, geometry and the
+//! two pids, then the tail (slots posted by the sender) and the head (slots released by the
+//! receiver), each on its own cache line so that the two ends never write the same line,
+//! then each slot's byte count. The slots follow, 64-byte aligned. Counters are 64-bit and
+//! only grow; slot `i` is `i % slots`.
+//!
+//! # Protocol
+//!
+//! The sender writes slot `tail % slots` in place (the executor reduces straight into it),
+//! stores its size, then publishes it by advancing the tail with release ordering. The
+//! receiver sees the tail with acquire ordering, reads the slot in place, then frees it by
+//! advancing the head with release ordering; the sender's acquire of the head orders its
+//! next write to that slot after the receiver's read. The loom tests in `loom_tests` check
+//! exactly this, on the heap with the same code:
+//!
+//! ```text
+//! RUSTFLAGS="--cfg loom" cargo test -p oxccl-transports --release loom
+//! ```
+//!
+//! `try_*` calls never block, so one thread can progress many connections. `wait_*` calls
+//! spin briefly, then yield, then sleep in growing steps, and give up with an error at the
+//! deadline, when the caller's abort flag is set, or when the peer process has exited.
+//!
+//! # Lifetime of a shared segment
+//!
+//! The receiver creates the segment (`/dev/shm/oxccl-<pid>-<random>`, mode 0600) and hands
+//! the sender the bytes of [`Region::create_shared`]'s handle. The sender maps it and
+//! removes its name at once: from then on nothing is left in /dev/shm whoever crashes. If
+//! the sender never comes, the receiver's [`Region`] removes the name on drop; if the
+//! receiver is killed before that, [`cleanup_stale`] removes segments of dead pids.
+
+mod memory;
+
+pub use memory::cleanup_stale;
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::sync::{spin_hint, AtomicU32, AtomicU64, SlotAccess};
+use crate::{Error, Result};
+
+/// Slots per FIFO by default (NCCL_STEPS).
+pub const DEFAULT_SLOTS: usize = 8;
+/// Bytes of all slots of a FIFO together by default (NCCL_BUFFSIZE, 4 MiB).
+pub const DEFAULT_BUFFER_BYTES: usize = 4 << 20;
+/// Bytes per slot by default: the buffer split into its steps.
+pub const DEFAULT_SLOT_BYTES: usize = DEFAULT_BUFFER_BYTES / DEFAULT_SLOTS;
+/// Most slots a FIFO may have (the header holds this many sizes).
+pub const MAX_SLOTS: usize = 16;
+
+const MAGIC: u64 = 0x4f58_4649_464f_0002; // "OXFIFO", layout version 2
+/// The header takes one page, so that the slots start page-aligned in a mapping.
+const HEADER_BYTES: usize = 4096;
+const SLOT_ALIGN: usize = 64;
+
+/// How a FIFO is cut into slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    pub slots: usize,
+    pub slot_bytes: usize,
+}
+
+impl Geometry {
+    /// `buffer_bytes` (NCCL_BUFFSIZE) split into `slots` steps.
+    pub fn from_buffer(buffer_bytes: usize, slots: usize) -> Geometry {
+        Geometry { slots, slot_bytes: buffer_bytes / slots.max(1) }
+    }
+
+    /// Bytes of memory a FIFO of this geometry takes, header included.
+    pub fn region_bytes(&self) -> usize {
+        HEADER_BYTES + self.slots * self.stride()
+    }
+
+    fn stride(&self) -> usize {
+        self.slot_bytes.next_multiple_of(SLOT_ALIGN)
+    }
+
+    fn check(&self) -> Result<()> {
+        // Sizes are stored as u32; half of that leaves room for the rounding to SLOT_ALIGN.
+        if !(2..=MAX_SLOTS).contains(&self.slots) || self.slot_bytes == 0 || self.slot_bytes > u32::MAX as usize / 2 {
+            return Err(Error::InvalidArgument(format!(
+                "FIFO of {} slots of {} bytes (needs 2..={MAX_SLOTS} slots of 1..=2 GiB)",
+                self.slots, self.slot_bytes
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Default for Geometry {
+    fn default() -> Geometry {
+        Geometry { slots: DEFAULT_SLOTS, slot_bytes: DEFAULT_SLOT_BYTES }
+    }
+}
+
+#[repr(C, align(64))]
+struct CacheLine<T>(T);
+
+/// The shared part of a FIFO, at the start of its memory.
+#[repr(C)]
+struct Header {
+    magic: AtomicU64,
+    slots: AtomicU32,
+    slot_bytes: AtomicU32,
+    /// The receiver's pid (it creates shared segments); 0 on the heap.
+    receiver_pid: AtomicU32,
+    /// The sender's pid once it has opened the segment; 0 before that and on the heap.
+    sender_pid: AtomicU32,
+    _reserved: [u32; 10],
+    tail: CacheLine<AtomicU64>,
+    head: CacheLine<AtomicU64>,
+    sizes: CacheLine<[AtomicU32; MAX_SLOTS]>,
+}
+
+// The layout is shared between processes (possibly of different builds): pin it. Loom's
+// atomics are larger, and loom builds have no shared segments.
+#[cfg(not(loom))]
+const _: () = {
+    assert!(std::mem::size_of::<Header>() == 256);
+    assert!(std::mem::align_of::<Header>() == 64);
+    assert!(std::mem::offset_of!(Header, slots) == 8);
+    assert!(std::mem::offset_of!(Header, receiver_pid) == 16);
+    assert!(std::mem::offset_of!(Header, sender_pid) == 20);
+    assert!(std::mem::offset_of!(Header, tail) == 64);
+    assert!(std::mem::offset_of!(Header, head) == 128);
+    assert!(std::mem::offset_of!(Header, sizes) == 192);
+    assert!(std::mem::size_of::<Header>() <= HEADER_BYTES);
+};
+
+impl Header {
+    fn new() -> Header {
+        Header {
+            magic: AtomicU64::new(0),
+            slots: AtomicU32::new(0),
+            slot_bytes: AtomicU32::new(0),
+            receiver_pid: AtomicU32::new(0),
+            sender_pid: AtomicU32::new(0),
+            _reserved: [0; 10],
+            tail: CacheLine(AtomicU64::new(0)),
+            head: CacheLine(AtomicU64::new(0)),
+            sizes: CacheLine(std::array::from_fn(|_| AtomicU32::new(0))),
+        }
+    }
+}
+
+/// The memory of one FIFO, shared by its two ends.
+pub struct Region {
+    header: NonNull<Header>,
+    slots: NonNull<u8>,
+    geometry: Geometry,
+    /// Loom's view of who owns each slot (zero-sized outside loom).
+    access: Box<[SlotAccess]>,
+    memory: memory::Memory,
+}
+
+// SAFETY: the region is plain memory owned by `memory`; concurrent access is coordinated
+// through the header's atomics (one sender, one receiver, each touching only the slots the
+// protocol gives it at the time).
+unsafe impl Send for Region {}
+// SAFETY: as above.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// A FIFO on the heap, for two ends in one process.
+    pub fn heap(slots: usize, slot_bytes: usize) -> Result<Arc<Region>> {
+        let geometry = Geometry { slots, slot_bytes };
+        geometry.check()?;
+        let memory = memory::Memory::heap(geometry, Header::new())?;
+        let region = Region::over(memory, geometry);
+        region.initialize(0);
+        Ok(Arc::new(region))
+    }
+
+    /// A FIFO in a new shared-memory segment, made by the receiving end. Returns it and the
+    /// handle (segment name and geometry, as bytes) that the sending process opens.
+    #[cfg(not(loom))]
+    pub fn create_shared(slots: usize, slot_bytes: usize) -> Result<(Arc<Region>, Vec<u8>)> {
+        let geometry = Geometry { slots, slot_bytes };
+        geometry.check()?;
+        let memory = memory::Memory::create_segment(geometry)?;
+        let handle = memory::encode_handle(memory.segment_name().expect("a segment has a name"), geometry);
+        let region = Region::over(memory, geometry);
+        region.initialize(std::process::id());
+        Ok((Arc::new(region), handle))
+    }
+
+    /// Opens the segment another process created (the sending end), and removes its name:
+    /// both ends have it mapped now, so nothing needs the name any more.
+    #[cfg(not(loom))]
+    pub fn open_shared(handle: &[u8]) -> Result<Arc<Region>> {
+        let (name, geometry) = memory::decode_handle(handle)?;
+        geometry.check()?;
+        let memory = memory::Memory::open_segment(&name, geometry)?;
+        let region = Region::over(memory, geometry);
+        let header = region.header();
+        let bad = |reason: &str| Error::Malformed { what: "shared-memory segment", reason: format!("{name}: {reason}") };
+        if header.magic.load(Ordering::Acquire) != MAGIC {
+            return Err(bad("not initialized by an oxccl FIFO of this layout version"));
+        }
+        if header.slots.load(Ordering::Relaxed) as usize != geometry.slots || header.slot_bytes.load(Ordering::Relaxed) as usize != geometry.slot_bytes {
+            return Err(bad("header geometry differs from the handle's"));
+        }
+        // One sender per FIFO: a second opener (impossible once the name is gone, but a
+        // race between two openers is not) is refused.
+        let me = std::process::id();
+        if let Err(other) = header.sender_pid.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
+            return Err(bad(&format!("already opened by process {other}")));
+        }
+        Ok(Arc::new(region))
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    pub fn nslots(&self) -> usize {
+        self.geometry.slots
+    }
+
+    pub fn slot_bytes(&self) -> usize {
+        self.geometry.slot_bytes
+    }
+
+    /// The segment's name under /dev/shm, for shared FIFOs (gone from there once opened).
+    pub fn segment_name(&self) -> Option<&str> {
+        self.memory.segment_name()
+    }
+
+    fn over(memory: memory::Memory, geometry: Geometry) -> Region {
+        let (header, slots) = memory.parts();
+        let access = (0..geometry.slots).map(|_| SlotAccess::default()).collect();
+        Region { header: header.cast(), slots, geometry, access, memory }
+    }
+
+    fn initialize(&self, receiver_pid: u32) {
+        let header = self.header();
+        header.slots.store(self.geometry.slots as u32, Ordering::Relaxed);
+        header.slot_bytes.store(self.geometry.slot_bytes as u32, Ordering::Relaxed);
+        header.receiver_pid.store(receiver_pid, Ordering::Relaxed);
+        header.head.0.store(0, Ordering::Relaxed);
+        header.tail.0.store(0, Ordering::Relaxed);
+        // Last, with release: an opener that sees the magic sees everything above.
+        header.magic.store(MAGIC, Ordering::Release);
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: `header` points at a Header (heap) or at zero-filled or initialized bytes
+        // (mapping), valid for every bit pattern since it holds only atomics and integers,
+        // and lives as long as `memory`, which lives as long as self.
+        unsafe { self.header.as_ref() }
+    }
+
+    fn slot_index(&self, counter: u64) -> usize {
+        (counter % self.geometry.slots as u64) as usize
+    }
+
+    fn slot_ptr(&self, counter: u64) -> *mut u8 {
+        let offset = self.slot_index(counter) * self.geometry.stride();
+        // SAFETY: index < slots, and the slot memory holds `slots` strides.
+        unsafe { self.slots.as_ptr().add(offset) }
+    }
+
+    /// The pid in `field` if it names another process that no longer exists.
+    fn exited_peer(&self, field: &AtomicU32) -> Option<u32> {
+        let pid = field.load(Ordering::Relaxed);
+        (pid != 0 && pid != std::process::id() && !memory::process_exists(pid)).then_some(pid)
+    }
+}
+
+/// The sending end of a FIFO. One per FIFO.
+pub struct Sender {
+    region: Arc<Region>,
+    tail: u64,
+    head_seen: u64,
+}
+
+/// The receiving end of a FIFO. One per FIFO.
+pub struct Receiver {
+    region: Arc<Region>,
+    head: u64,
+    tail_seen: u64,
+}
+
+impl Sender {
+    pub fn new(region: Arc<Region>) -> Sender {
+        let header = region.header();
+        let tail = header.tail.0.load(Ordering::Acquire);
+        let head_seen = header.head.0.load(Ordering::Acquire);
+        Sender { region, tail, head_seen }
+    }
+
+    /// The next free slot to write in place, if there is one; publish it with [`post`](Self::post).
+    pub fn try_reserve(&mut self) -> Option<&mut [u8]> {
+        if self.has_free_slot() {
+            Some(self.reserved_slot())
+        } else {
+            None
+        }
+    }
+
+    /// The next free slot, waiting for the receiver to free one until `deadline` or `abort`.
+    pub fn wait_reserve(&mut self, deadline: Instant, abort: &AtomicBool) -> Result<&mut [u8]> {
+        let mut backoff = Backoff::new(deadline, "a free FIFO slot");
+        while !self.has_free_slot() {
+            backoff.pause(abort, || self.region.exited_peer(&self.region.header().receiver_pid))?;
+        }
+        Ok(self.reserved_slot())
+    }
+
+    /// Publishes the reserved slot holding `len` bytes.
+    ///
+    /// Panics if no slot is free (post without reserve) or `len` exceeds the slot.
+    pub fn post(&mut self, len: usize) {
+        let geometry = self.region.geometry;
+        assert!(len <= geometry.slot_bytes, "posted {len} bytes into a {}-byte slot", geometry.slot_bytes);
+        assert!(self.in_flight() < geometry.slots as u64, "post without a free slot (reserve first)");
+        let index = self.region.slot_index(self.tail);
+        self.region.access[index].writing();
+        let header = self.region.header();
+        // Relaxed: the release store of the tail below publishes it with the slot's bytes.
+        header.sizes.0[index].store(len as u32, Ordering::Relaxed);
+        self.tail += 1;
+        header.tail.0.store(self.tail, Ordering::Release);
+    }
+
+    /// How many slots are free now (the proxy engine fills several at once).
+    pub fn free(&mut self) -> usize {
+        self.refresh_head();
+        self.region.geometry.slots - self.in_flight() as usize
+    }
+
+    /// The address of the `i`-th free slot after the tail (`i < free()`): it stays free until
+    /// posted, so it may be filled asynchronously (by a network receive). Posts go in order.
+    pub fn free_slot_ptr(&self, i: usize) -> *mut u8 {
+        assert!(self.in_flight() + (i as u64) < self.region.geometry.slots as u64, "slot {i} is not known to be free");
+        let counter = self.tail + i as u64;
+        self.region.access[self.region.slot_index(counter)].writing();
+        self.region.slot_ptr(counter)
+    }
+
+    /// Whether the receiver has released every posted slot.
+    pub fn drained(&mut self) -> bool {
+        self.refresh_head();
+        self.in_flight() == 0
+    }
+
+    /// Waits until the receiver has released every posted slot, e.g. before closing.
+    pub fn wait_drained(&mut self, deadline: Instant, abort: &AtomicBool) -> Result<()> {
+        let mut backoff = Backoff::new(deadline, "the receiver to drain the FIFO");
+        while !self.drained() {
+            backoff.pause(abort, || self.region.exited_peer(&self.region.header().receiver_pid))?;
+        }
+        Ok(())
+    }
+
+    pub fn slot_bytes(&self) -> usize {
+        self.region.geometry.slot_bytes
+    }
+
+    fn has_free_slot(&mut self) -> bool {
+        if self.in_flight() < self.region.geometry.slots as u64 {
+            return true;
+        }
+        self.refresh_head();
+        self.in_flight() < self.region.geometry.slots as u64
+    }
+
+    /// Posted and not yet released. Clamped: a head past the tail (a corrupt peer) reads as
+    /// a full FIFO, which stalls into the caller's deadline instead of overwriting slots.
+    fn in_flight(&self) -> u64 {
+        let in_flight = self.tail.wrapping_sub(self.head_seen);
+        in_flight.min(self.region.geometry.slots as u64)
+    }
+
+    fn refresh_head(&mut self) {
+        self.head_seen = self.region.header().head.0.load(Ordering::Acquire);
+    }
+
+    fn reserved_slot(&mut self) -> &mut [u8] {
+        self.region.access[self.region.slot_index(self.tail)].writing();
+        let data = self.region.slot_ptr(self.tail);
+        // SAFETY: slot `tail` is free (the receiver released it: the acquire load of the head
+        // in has_free_slot ordered its reads before this), only this sender writes free slots,
+        // and the borrow of self keeps a second reservation from aliasing it.
+        unsafe { std::slice::from_raw_parts_mut(data, self.region.geometry.slot_bytes) }
+    }
+}
+
+impl Receiver {
+    pub fn new(region: Arc<Region>) -> Receiver {
+        let header = region.header();
+        let head = header.head.0.load(Ordering::Acquire);
+        let tail_seen = header.tail.0.load(Ordering::Acquire);
+        Receiver { region, head, tail_seen }
+    }
+
+    /// The next filled slot to read in place, if there is one; free it with [`release`](Self::release).
+    pub fn try_peek(&mut self) -> Option<&[u8]> {
+        if self.has_filled_slot() {
+            Some(self.filled_front())
+        } else {
+            None
+        }
+    }
+
+    /// The next filled slot, waiting for the sender until `deadline` or `abort`. Slots the
+    /// sender posted before it exited are still delivered; after them, its exit is an error.
+    pub fn wait_peek(&mut self, deadline: Instant, abort: &AtomicBool) -> Result<&[u8]> {
+        let mut backoff = Backoff::new(deadline, "a filled FIFO slot");
+        while !self.has_filled_slot() {
+            backoff.pause(abort, || self.region.exited_peer(&self.region.header().sender_pid))?;
+        }
+        Ok(self.filled_front())
+    }
+
+    /// Frees the slot returned by `try_peek` / `wait_peek` (or `filled_slot(0)`).
+    ///
+    /// Panics if no slot is known to be filled.
+    pub fn release(&mut self) {
+        assert!(self.filled_known() > 0, "release without a filled slot");
+        self.region.access[self.region.slot_index(self.head)].reading();
+        self.head += 1;
+        self.region.header().head.0.store(self.head, Ordering::Release);
+    }
+
+    /// How many slots are filled now.
+    pub fn filled(&mut self) -> usize {
+        self.refresh_tail();
+        self.filled_known() as usize
+    }
+
+    /// The `i`-th filled slot after the head (`i < filled()`), as address and length: it
+    /// stays unchanged until released, so it may be read asynchronously (by a network send).
+    pub fn filled_slot(&self, i: usize) -> (*const u8, usize) {
+        assert!((i as u64) < self.filled_known(), "slot {i} is not known to be filled");
+        let counter = self.head + i as u64;
+        self.region.access[self.region.slot_index(counter)].reading();
+        (self.region.slot_ptr(counter), self.posted_len(counter))
+    }
+
+    pub fn slot_bytes(&self) -> usize {
+        self.region.geometry.slot_bytes
+    }
+
+    fn has_filled_slot(&mut self) -> bool {
+        if self.filled_known() > 0 {
+            return true;
+        }
+        self.refresh_tail();
+        self.filled_known() > 0
+    }
+
+    /// Posted and not yet released, as far as this end knows. Clamped to the slot count so
+    /// that a corrupt tail cannot send indices past the FIFO.
+    fn filled_known(&self) -> u64 {
+        self.tail_seen.wrapping_sub(self.head).min(self.region.geometry.slots as u64)
+    }
+
+    fn refresh_tail(&mut self) {
+        self.tail_seen = self.region.header().tail.0.load(Ordering::Acquire);
+    }
+
+    /// The size the sender stored with slot `counter`, bounded by the slot.
+    fn posted_len(&self, counter: u64) -> usize {
+        let index = self.region.slot_index(counter);
+        let len = self.region.header().sizes.0[index].load(Ordering::Relaxed) as usize;
+        len.min(self.region.geometry.slot_bytes)
+    }
+
+    fn filled_front(&self) -> &[u8] {
+        self.region.access[self.region.slot_index(self.head)].reading();
+        let len = self.posted_len(self.head);
+        // SAFETY: slot `head` was published by the sender (the acquire load of the tail
+        // ordered its writes before this), len is within the slot, and the sender does not
+        // write it again until this receiver releases it, which needs `&mut self`.
+        unsafe { std::slice::from_raw_parts(self.region.slot_ptr(self.head), len) }
+    }
+}
+
+/// Spin, then yield, then sleep in growing steps, checking abort, deadline and the peer.
+struct Backoff {
+    what: &'static str,
+    started: Instant,
+    deadline: Instant,
+    rounds: u32,
+    sleep: Duration,
+    next_peer_check: Instant,
+}
+
+/// Rounds of busy spinning: a peer that is running answers within a few microseconds.
+const SPIN_ROUNDS: u32 = 200;
+/// Then rounds of yielding, which costs little when the peer shares our core.
+const YIELD_ROUNDS: u32 = 200;
+/// Sleeps then grow up to this, which bounds the latency added to a long wait.
+const LONGEST_SLEEP: Duration = Duration::from_micros(500);
+/// How often a sleeping waiter asks whether the peer process still exists.
+const PEER_CHECK_INTERVAL: Duration = Duration::from_millis(10);
+
+impl Backoff {
+    fn new(deadline: Instant, what: &'static str) -> Backoff {
+        let started = Instant::now();
+        Backoff { what, started, deadline, rounds: 0, sleep: Duration::from_micros(10), next_peer_check: started }
+    }
+
+    /// One pause between two polls; an error ends the wait.
+    fn pause(&mut self, abort: &AtomicBool, exited_peer: impl FnOnce() -> Option<u32>) -> Result<()> {
+        if abort.load(Ordering::Acquire) {
+            return Err(Error::Aborted { what: self.what });
+        }
+        let now = Instant::now();
+        if now >= self.deadline {
+            return Err(Error::Timeout { what: self.what, waited: now - self.started });
+        }
+        self.rounds = self.rounds.saturating_add(1);
+        if self.rounds <= SPIN_ROUNDS {
+            spin_hint();
+            return Ok(());
+        }
+        if now >= self.next_peer_check {
+            if let Some(pid) = exited_peer() {
+                return Err(Error::PeerExited { pid, what: self.what });
+            }
+            self.next_peer_check = now + PEER_CHECK_INTERVAL;
+        }
+        if self.rounds <= SPIN_ROUNDS + YIELD_ROUNDS {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(self.sleep.min(self.deadline - now));
+            self.sleep = (self.sleep * 2).min(LONGEST_SLEEP);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests;
+
+#[cfg(all(test, loom))]
+mod loom_tests;

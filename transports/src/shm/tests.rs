@@ -1,0 +1,186 @@
+use super::*;
+use std::path::Path;
+
+/// An abort flag nobody sets.
+static NEVER: AtomicBool = AtomicBool::new(false);
+
+fn pattern(message: u64, i: usize) -> u8 {
+    (message.wrapping_mul(31) as usize + i * 7) as u8
+}
+
+fn soon() -> Instant {
+    Instant::now() + Duration::from_secs(60)
+}
+
+#[test]
+fn heap_fifo_between_threads_with_waits() {
+    let region = Region::heap(4, 64 * 1024).unwrap();
+    let (mut tx, mut rx) = (Sender::new(region.clone()), Receiver::new(region));
+    let messages = 1024; // up to 64 MiB in all
+    let producer = std::thread::spawn(move || {
+        let abort = &NEVER;
+        for m in 0..messages {
+            let slot = tx.wait_reserve(soon(), abort).unwrap();
+            let len = (m as usize * 977) % (slot.len() + 1);
+            for (i, byte) in slot[..len].iter_mut().enumerate() {
+                *byte = pattern(m, i);
+            }
+            tx.post(len);
+        }
+        tx.wait_drained(soon(), abort).unwrap();
+    });
+    for m in 0..messages {
+        let slot = rx.wait_peek(soon(), &NEVER).unwrap();
+        assert_eq!(slot.len(), (m as usize * 977) % (64 * 1024 + 1), "message {m}");
+        assert!(slot.iter().enumerate().all(|(i, &b)| b == pattern(m, i)), "message {m} corrupted");
+        rx.release();
+    }
+    producer.join().unwrap();
+}
+
+#[test]
+fn full_and_empty_are_reported() {
+    let region = Region::heap(2, 8).unwrap();
+    let (mut tx, mut rx) = (Sender::new(region.clone()), Receiver::new(region));
+    assert!(rx.try_peek().is_none());
+    assert_eq!(tx.free(), 2);
+    for _ in 0..2 {
+        tx.try_reserve().unwrap()[0] = 9;
+        tx.post(1);
+    }
+    assert!(tx.try_reserve().is_none());
+    assert!(!tx.drained());
+    assert_eq!(rx.filled(), 2);
+    assert_eq!(rx.try_peek().unwrap(), &[9]);
+    rx.release();
+    assert!(tx.try_reserve().is_some());
+    assert_eq!(tx.free(), 1);
+}
+
+#[test]
+fn slots_handed_out_by_address_follow_the_counters() {
+    let region = Region::heap(4, 16).unwrap();
+    let (mut tx, mut rx) = (Sender::new(region.clone()), Receiver::new(region));
+    // Fill two free slots out of order through their addresses, as a network receive does.
+    assert_eq!(tx.free(), 4);
+    for i in [1usize, 0] {
+        let data = tx.free_slot_ptr(i);
+        // SAFETY: slot i is free and 16 bytes long; nothing else writes it until posted.
+        unsafe { std::ptr::write_bytes(data, i as u8 + 1, 16) };
+    }
+    tx.post(16);
+    tx.post(3);
+    assert_eq!(rx.filled(), 2);
+    let (data, len) = rx.filled_slot(1);
+    assert_eq!(len, 3);
+    // SAFETY: slot 1 is filled with 3 bytes and stays so until released.
+    assert_eq!(unsafe { std::slice::from_raw_parts(data, len) }, &[2, 2, 2]);
+    assert_eq!(rx.try_peek().unwrap(), &[1; 16]);
+}
+
+#[test]
+#[should_panic(expected = "post without a free slot")]
+fn posting_into_a_full_fifo_panics() {
+    let region = Region::heap(2, 8).unwrap();
+    let mut tx = Sender::new(region);
+    for _ in 0..3 {
+        tx.post(0);
+    }
+}
+
+#[test]
+#[should_panic(expected = "into a 8-byte slot")]
+fn posting_more_than_a_slot_panics() {
+    let mut tx = Sender::new(Region::heap(2, 8).unwrap());
+    tx.post(9);
+}
+
+#[test]
+fn waits_end_at_the_deadline() {
+    let region = Region::heap(2, 8).unwrap();
+    let mut rx = Receiver::new(region.clone());
+    let started = Instant::now();
+    let err = rx.wait_peek(started + Duration::from_millis(50), &NEVER).unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    let mut tx = Sender::new(region);
+    tx.post(0);
+    tx.post(0);
+    let err = tx.wait_reserve(Instant::now() + Duration::from_millis(50), &NEVER).unwrap_err();
+    assert!(err.to_string().contains("a free FIFO slot"), "{err}");
+}
+
+#[test]
+fn waits_end_when_aborted_from_another_thread() {
+    let region = Region::heap(2, 8).unwrap();
+    let mut rx = Receiver::new(region);
+    let abort = std::sync::Arc::new(AtomicBool::new(false));
+    let setter = {
+        let abort = abort.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            abort.store(true, Ordering::Release);
+        })
+    };
+    let started = Instant::now();
+    let err = rx.wait_peek(started + Duration::from_secs(60), &abort).unwrap_err();
+    assert!(matches!(err, Error::Aborted { .. }), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    setter.join().unwrap();
+}
+
+#[test]
+fn bad_geometry_and_handles_are_refused() {
+    assert!(Region::heap(1, 8).is_err());
+    assert!(Region::heap(MAX_SLOTS + 1, 8).is_err());
+    assert!(Region::heap(2, 0).is_err());
+    assert!(Region::open_shared(b"nonsense").is_err());
+    assert!(Region::open_shared(b"../etc/passwd\0\x02\0\0\0\x08\0\0\0").is_err());
+    assert!(Region::open_shared(b"oxccl-1-0000000000000000\0\x02\0\0\0").is_err());
+}
+
+#[test]
+fn default_geometry_is_nccls() {
+    let geometry = Geometry::default();
+    assert_eq!((geometry.slots, geometry.slot_bytes), (8, 512 * 1024));
+    assert_eq!(Geometry::from_buffer(4 << 20, 8), geometry);
+    assert_eq!(geometry.region_bytes(), 4096 + (4 << 20));
+}
+
+#[test]
+fn a_shared_segment_opened_in_process_loses_its_name() {
+    let (region, handle) = Region::create_shared(2, 64).unwrap();
+    let name = region.segment_name().unwrap().to_string();
+    let path = Path::new("/dev/shm").join(&name);
+    assert!(path.exists());
+    let opened = Region::open_shared(&handle).unwrap();
+    assert!(!path.exists(), "the opener removes the name");
+    // A second sender cannot open it.
+    assert!(Region::open_shared(&handle).is_err());
+    let (mut tx, mut rx) = (Sender::new(opened), Receiver::new(region));
+    tx.try_reserve().unwrap()[..5].copy_from_slice(b"hello");
+    tx.post(5);
+    assert_eq!(rx.try_peek().unwrap(), b"hello");
+}
+
+#[test]
+fn unopened_segments_are_removed_on_drop() {
+    let (region, _handle) = Region::create_shared(2, 64).unwrap();
+    let path = Path::new("/dev/shm").join(region.segment_name().unwrap());
+    assert!(path.exists());
+    drop(region);
+    assert!(!path.exists());
+}
+
+#[test]
+fn stale_segments_of_dead_processes_are_cleaned() {
+    // Above the kernel's largest pid_max (2^22), so no such process ever exists.
+    let stale = Path::new("/dev/shm").join("oxccl-999999999-0000000000000000");
+    std::fs::write(&stale, b"x").unwrap();
+    // Segments of live processes (ours) and other files stay.
+    let (live, _handle) = Region::create_shared(2, 64).unwrap();
+    let live_path = Path::new("/dev/shm").join(live.segment_name().unwrap());
+    assert!(cleanup_stale() >= 1);
+    assert!(!stale.exists());
+    assert!(live_path.exists());
+}
