@@ -49,12 +49,20 @@ impl DataType {
         }
     }
 
-    /// From an `ncclDataType_t` value.
+    /// From an `ncclDataType_t` value (the aliases ncclChar, ncclInt, ncclHalf, ncclFloat and
+    /// ncclDouble share their values with Int8, Int32, Float16, Float32 and Float64).
     pub fn from_nccl(value: i32) -> Result<DataType> {
-        usize::try_from(value).ok().and_then(|i| DataType::ALL.get(i).copied()).ok_or(Error::BadDataType(value))
+        usize::try_from(value).ok().and_then(|i| DataType::ALL.get(i).copied()).ok_or(Error::BadDataType { value })
     }
 
-    /// The name nccl-tests prints (`-d` accepts it too).
+    /// The `ncclDataType_t` value.
+    pub fn to_nccl(self) -> i32 {
+        self as i32
+    }
+
+    /// The name nccl-tests prints in its `type` column and accepts after `-d`: `int8`, `uint8`,
+    /// `int32`, `uint32`, `int64`, `uint64`, `half`, `float`, `double`, `bfloat16`, `f8e4m3`,
+    /// `f8e5m2`.
     pub fn name(self) -> &'static str {
         match self {
             DataType::Int8 => "int8",
@@ -92,6 +100,11 @@ impl DataType {
         })
     }
 
+    /// Whether the type is a signed integer.
+    pub fn is_signed_integer(self) -> bool {
+        matches!(self, DataType::Int8 | DataType::Int32 | DataType::Int64)
+    }
+
     /// Whether the type is floating point.
     pub fn is_float(self) -> bool {
         matches!(
@@ -100,17 +113,59 @@ impl DataType {
         )
     }
 
-    /// Checks that `len` bytes are whole elements.
-    pub fn check_len(self, len: usize) -> Result<usize> {
-        if len % self.size() != 0 {
-            return Err(Error::Ragged { len, dtype: self });
+    /// The number of elements in `bytes` bytes, or an error if that is not a whole number.
+    pub fn check_len(self, bytes: usize) -> Result<usize> {
+        if bytes % self.size() != 0 {
+            return Err(Error::NotWholeElements { bytes, dtype: self });
         }
-        Ok(len / self.size())
+        Ok(bytes / self.size())
+    }
+}
+
+impl TryFrom<i32> for DataType {
+    type Error = Error;
+
+    fn try_from(value: i32) -> Result<DataType> {
+        DataType::from_nccl(value)
     }
 }
 
 impl fmt::Display for DataType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_sizes_and_names_follow_nccl() {
+        let names = ["int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16", "f8e4m3", "f8e5m2"];
+        let sizes = [1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1];
+        for (i, dtype) in DataType::ALL.into_iter().enumerate() {
+            assert_eq!(dtype.to_nccl(), i as i32);
+            assert_eq!(DataType::from_nccl(i as i32), Ok(dtype));
+            assert_eq!(dtype.size(), sizes[i]);
+            assert_eq!(dtype.name(), names[i]);
+            assert_eq!(DataType::parse(names[i]), Some(dtype));
+            assert_eq!(dtype.is_float(), i >= 6, "{dtype}");
+        }
+        for value in [-1, 12, i32::MIN, i32::MAX] {
+            assert_eq!(DataType::from_nccl(value), Err(Error::BadDataType { value }));
+        }
+        assert_eq!(DataType::parse("float32"), Some(DataType::Float32));
+        assert_eq!(DataType::parse("BF16"), Some(DataType::Bfloat16));
+        assert_eq!(DataType::parse("int128"), None);
+    }
+
+    #[test]
+    fn lengths_must_be_whole_elements() {
+        assert_eq!(DataType::Float64.check_len(24), Ok(3));
+        assert_eq!(DataType::Float64.check_len(0), Ok(0));
+        let err = DataType::Float64.check_len(20).unwrap_err();
+        assert_eq!(err, Error::NotWholeElements { bytes: 20, dtype: DataType::Float64 });
+        assert!(err.to_string().contains("20 bytes") && err.to_string().contains("double"), "{err}");
     }
 }

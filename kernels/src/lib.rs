@@ -1,45 +1,96 @@
 //! oxccl-kernels: the arithmetic of collectives.
 //!
-//! CPU reductions for every datatype and op, on raw byte buffers as the executors hold
-//! them. They are the reference semantics the GPU kernels are checked against.
+//! CPU reductions for every datatype × op on raw byte buffers (native byte order), as the host
+//! executor holds them. They are also the reference semantics the GPU kernels are checked
+//! against, so each choice below follows what NCCL's kernels compute.
 //!
-//! # How each op is computed
+//! # Calling them from an executor
 //!
-//! - **Sum, Prod, Max, Min** combine elementwise at every step of a collective.
-//!   Integers wrap (two's complement), as in NCCL. Max and Min on floats propagate NaN
-//!   (if either side is NaN the result is NaN), as CUDA's `fmaxf`-free comparisons in
-//!   NCCL do not guarantee otherwise; documented so results can be compared.
-//! - **Avg**: floating types multiply every rank's input by 1/nranks before it enters the
-//!   sum ([`ReduceOp::input_scale`]); integer types sum and then divide the final result by
-//!   nranks with truncating division ([`ReduceOp::needs_final_division`]). NCCL does the same.
-//! - **PreMulSum(s)**: every rank's input is multiplied by `s` once, before it enters the
-//!   sum. For integer types `s` is converted to the type (`as`), and the product wraps.
-//! - **f16, bf16, fp8 (e4m3, e5m2)** are widened to f32, combined in f32 and rounded back
-//!   (round to nearest even) once per step: a ring all-reduce over n ranks rounds n-1
-//!   times, so expect the error of n-1 roundings of the low-precision type. fp8 conversions
-//!   saturate to the largest finite value (CUDA's `__NV_SATFINITE`): overflow and ±inf become
-//!   ±448 (e4m3) or ±57344 (e5m2); NaN stays NaN.
+//! Build a [`ReducePlan`] once per collective from `(op, dtype, nranks)` and apply its three
+//! steps at fixed places (the type's docs say exactly where):
+//!
+//! 1. [`ReducePlan::prepare_input`]: once per rank, on its own input (PreMulSum, float Avg);
+//! 2. [`reduce_in_place`] / [`reduce_into`]: at every reducing step;
+//! 3. [`ReducePlan::finalize`]: once, on the finished result (integer Avg).
+//!
+//! Buffers are raw bytes in native byte order, any alignment (aligned ones take typed,
+//! vectorized loops; misaligned ones a slower element-at-a-time path with the same results);
+//! lengths must be whole elements and equal. Nothing allocates.
+//!
+//! The same steps as free functions: [`premultiply`] (step 1), [`combine`] /
+//! [`combine_into`] (step 2 with a bare [`Combine`]), [`finalize_avg`] (step 3). [`scale`] and
+//! [`divide`] are the older names of steps 1 and 3, kept for existing callers.
+//!
+//! # Semantics
+//!
+//! - **Sum, Prod** — integers wrap (two's complement), as in NCCL; floats use IEEE arithmetic
+//!   with round to nearest even.
+//! - **Max, Min** — integers compare as signed or unsigned per their type. Floats follow C's
+//!   `fmaxf`/`fminf`, which NCCL's kernels call (and `__hmax`/`__hmin` for half types): if one
+//!   side is NaN the other side wins, so a result is NaN only where every rank had NaN. We also
+//!   order -0 < +0 (IEEE 754-2019 maximumNumber), so the sign of a zero result does not depend
+//!   on the order ranks are combined in.
+//! - **Avg** — floats: every rank's input is multiplied by 1/nranks *before* the sum, with the
+//!   scalar rounded as NCCL rounds it (`float(1.0/n)`, then converted to half, bfloat16 or fp8;
+//!   f64 keeps `1.0/n`). Integers: the wrapped sum is divided by nranks *after* the reduction,
+//!   truncating toward zero (-7 / 2 = -3). This is NCCL's split between `ncclDevPreMulSum` and
+//!   `ncclDevSumPostDiv`: combined in the same order, results match NCCL's bit for bit, which
+//!   "sum, then divide" would not.
+//! - **PreMulSum(s)** — each rank's input times that rank's scalar, in the datatype's
+//!   arithmetic (integers wrap), then a plain sum. See [`Scalar`] for how the scalar is held.
+//!
+//! # Precision of f16, bf16 and fp8
+//!
+//! These are widened to f32, combined in f32 and rounded back to the type (round to nearest
+//! even) once per operation. For one sum, product, quotient or premultiply this equals the
+//! correctly rounded result in the type (f32's 24 bits are at least 2p+2 for each of these
+//! p-bit types, so rounding twice is harmless), which is what NCCL's `__hadd`/`__hmul` give,
+//! and for fp8 what its half-precision path gives (a test checks all 65536 pairs). Across a
+//! collective, though, each step rounds: a ring all-reduce over n ranks rounds n-1 times, so
+//! expect up to about (n-1)/2 units in the last place of the type (bf16: 2^-8 relative per
+//! step; f16: 2^-11; e4m3: 2^-4; e5m2: 2^-3), and a result that depends on the order of the
+//! ranks, as on GPUs. fp8 encoding saturates: overflow and ±inf become ±max (448 for e4m3,
+//! 57344 for e5m2), NaN stays NaN (see [`fp8`]). f16 and bf16 overflow to ±inf as IEEE does.
+
+#![forbid(unsafe_code)]
 
 mod dtype;
+mod element;
 pub mod fp8;
+mod plan;
 mod reduce;
+mod scalar;
 
 pub use dtype::DataType;
-pub use reduce::{combine, combine_into, scale, divide, Combine, ReduceOp};
+pub use element::{E4M3, E5M2};
+pub use plan::{Combine, ReduceOp, ReducePlan};
+pub use reduce::{combine, combine_into, divide, finalize_avg, premultiply, premultiply_in_place, reduce_in_place, reduce_into, scale};
+pub use scalar::Scalar;
 
 /// The kernels' one error type.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    #[error("invalid datatype {0} (ncclDataType_t values are 0..=11)")]
-    BadDataType(i32),
-    #[error("invalid reduction op {0} (ncclRedOp_t values are 0..=4, or a PreMulSum op)")]
-    BadOp(i32),
-    #[error("buffer of {len} bytes is not a whole number of {dtype} elements")]
-    Ragged { len: usize, dtype: DataType },
-    #[error("buffer lengths differ: {0} and {1} bytes")]
-    LengthMismatch(usize, usize),
+    #[error("invalid datatype value {value}: ncclDataType_t values are 0..=11")]
+    BadDataType { value: i32 },
+    #[error("invalid reduction op value {value}: ncclRedOp_t values are 0..=4 (sum, prod, max, min, avg); PreMulSum ops are resolved by the C API")]
+    BadOp { value: i32 },
+    #[error("a buffer of {bytes} bytes is not a whole number of {dtype} elements ({} bytes each)", dtype.size())]
+    NotWholeElements { bytes: usize, dtype: DataType },
+    #[error("buffer lengths differ: the destination has {dst} bytes, a source has {src}")]
+    LengthMismatch { dst: usize, src: usize },
+    #[error("a reduce plan built for {plan} was given {given} buffers")]
+    PlanMismatch { plan: DataType, given: DataType },
+    #[error("a PreMulSum scalar of type {scalar} cannot scale {reduction} data; create the op with the collective's datatype")]
+    ScalarMismatch { scalar: DataType, reduction: DataType },
+    #[error("a {dtype} scalar is {} bytes, got {bytes}", dtype.size())]
+    ScalarSize { dtype: DataType, bytes: usize },
+    #[error("the number of ranks must be at least 1")]
+    NoRanks,
 }
 
 /// The kernels' result alias.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests;
