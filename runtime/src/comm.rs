@@ -421,7 +421,9 @@ impl Exec {
         self.net.check()
     }
 
-    fn execute(&self, lanes: &[Lane], buffers: &[Buffers], dtype: DataType, op: ReduceOp, connections: &mut Connections) -> Result<()> {
+    /// Runs lanes; `independent`: every message is sent without waiting for its receiver
+    /// (point-to-point, direct exchange), so the proxy may post receives together.
+    fn execute(&self, lanes: &[Lane], buffers: &[Buffers], dtype: DataType, op: ReduceOp, independent: bool, connections: &mut Connections) -> Result<()> {
         conn::ensure(lanes, connections, &self.boot, &self.transports, &self.net)?;
         let mut expected: HashMap<algo::Link, u64> = HashMap::new();
         for (step, _) in lanes.iter().flat_map(|l| &l.steps) {
@@ -430,7 +432,7 @@ impl Exec {
             }
         }
         for (link, n) in expected {
-            self.net.expect(link, n);
+            self.net.expect(link, n, independent);
         }
         let health = || self.health();
         let cx = exec::Context { dtype, combine: op.combine(), deadline: Instant::now() + self.config.coll_timeout, health: &health };
@@ -463,7 +465,7 @@ impl Exec {
             oxccl_kernels::scale(task.dtype, factor, &mut scaled, input)?;
             buffers.send = scaled.as_ptr();
         }
-        self.execute(&lanes, &[buffers], task.dtype, task.op, connections)?;
+        self.execute(&lanes, &[buffers], task.dtype, task.op, algorithm == algo::Algorithm::Direct, connections)?;
         drop(scaled);
         if task.collective.reduces() && task.op.needs_final_division(task.dtype) && buffers.recv_bytes > 0 {
             // SAFETY: the recv buffer is valid for recv_bytes and the operation is done.
@@ -502,7 +504,7 @@ impl Exec {
             }
         }
         let lanes: Vec<Lane> = lanes.into_values().filter(|l| !l.steps.is_empty()).collect();
-        self.execute(&lanes, &buffers, DataType::Uint8, ReduceOp::Sum, connections)
+        self.execute(&lanes, &buffers, DataType::Uint8, ReduceOp::Sum, true, connections)
     }
 }
 

@@ -4,15 +4,19 @@
 //! Communicators hand it links through a lock-free queue (crossbeam's `SegQueue`) and never
 //! wait for it. A send link watches the FIFO the executor fills and `isend`s each posted
 //! slot, releasing it when the send completes. A receive link posts `irecv`s into the free
-//! slots of the FIFO the executor drains — as many buffers per call as the net's
-//! `max_recvs` allows and as many as the executor has announced it expects (the executor
-//! knows each operation's messages per link) — and publishes slots as receives complete.
+//! slots of the FIFO the executor drains, and publishes slots as receives complete. The
+//! executor announces, per operation, how many messages each link will carry and whether
+//! they are independent (the sender sends them without waiting for this rank, as in
+//! point-to-point and direct exchanges): independent messages are posted together, up to
+//! the net's `max_recvs`; dependent ones (a ring's, where the next message needs this
+//! rank's previous one) one at a time, since a grouped receive completes only when all its
+//! buffers are filled.
 //! The loop never blocks on one peer: every net call is non-blocking and every link is
 //! visited in turn.
 
 use std::collections::HashMap;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -29,7 +33,7 @@ use crate::log_target;
 /// A communicator's network links, and the way to the process's proxy thread.
 pub(crate) struct NetLinks {
     net: Arc<dyn Net>,
-    expected: Mutex<HashMap<Link, Arc<AtomicU64>>>,
+    expected: Mutex<HashMap<Link, Expected>>,
     failure: Arc<Mutex<Option<String>>>,
     closed: Arc<AtomicBool>,
 }
@@ -44,7 +48,7 @@ impl NetLinks {
     pub fn listen(&self, link: Link, geometry: Geometry) -> Result<(Receiver, Vec<u8>)> {
         let region = Region::heap(geometry.slots, geometry.slot_bytes).map_err(transport)?;
         let (handle, listen) = self.net.listen(0).map_err(transport)?;
-        let expected = Arc::new(AtomicU64::new(0));
+        let expected = Expected::default();
         self.expected.lock().insert(link, expected.clone());
         proxy().submit(Box::new(RecvLink {
             link,
@@ -64,7 +68,17 @@ impl NetLinks {
 
     /// The sending side: a local FIFO the proxy drains into the net.
     pub fn connect(&self, link: Link, handle: &[u8], geometry: Geometry) -> Result<Sender> {
-        let mut comm = self.net.connect(0, handle).map_err(transport)?.ok_or_else(|| Error::Transport("net connect did not complete".into()))?;
+        // A net's connect may need several calls (NCCL's non-blocking connect).
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut comm = loop {
+            if let Some(comm) = self.net.connect(0, handle).map_err(transport)? {
+                break comm;
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(Error::Timeout { phase: format!("connecting to rank {} over the network", link.peer), waited: Duration::from_secs(30) });
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
         let region = Region::heap(geometry.slots, geometry.slot_bytes).map_err(transport)?;
         let memory = self.net.register(&mut comm, std::ptr::null_mut(), 0, MemoryKind::Host).map_err(transport)?;
         proxy().submit(Box::new(SendLink {
@@ -80,10 +94,11 @@ impl NetLinks {
         Ok(Sender::new(region))
     }
 
-    /// Announces that `messages` more messages will arrive on the receive link.
-    pub fn expect(&self, link: Link, messages: u64) {
-        if let Some(counter) = self.expected.lock().get(&link) {
-            counter.fetch_add(messages, Ordering::AcqRel);
+    /// Announces that `messages` more messages will arrive on the receive link;
+    /// `independent` when the sender sends them all without waiting for this rank.
+    pub fn expect(&self, link: Link, messages: u64, independent: bool) {
+        if let Some(expected) = self.expected.lock().get(&link) {
+            expected.0.lock().push_back((messages, independent));
             proxy().wake();
         }
     }
@@ -111,6 +126,32 @@ impl Drop for NetLinks {
         // The proxy drops this communicator's links (and their comms) on its next pass.
         self.closed.store(true, Ordering::Release);
         proxy().wake();
+    }
+}
+
+/// Announced messages of a receive link, in order: (count, independent).
+#[derive(Clone, Default)]
+struct Expected(Arc<Mutex<VecDeque<(u64, bool)>>>);
+
+impl Expected {
+    /// How many receives to post now: at most `limit`, from the front batch, one at a
+    /// time unless the batch is independent. Takes them off the announcement.
+    fn take(&self, max_recvs: usize, free: usize) -> usize {
+        let mut batches = self.0.lock();
+        while batches.front().is_some_and(|(n, _)| *n == 0) {
+            batches.pop_front();
+        }
+        let Some((left, independent)) = batches.front_mut() else { return 0 };
+        let n = (if *independent { max_recvs } else { 1 }).min(free).min(*left as usize);
+        *left -= n as u64;
+        n
+    }
+
+    /// Returns receives that could not be posted after all.
+    fn give_back(&self, n: usize) {
+        if let Some((left, _)) = self.0.lock().front_mut() {
+            *left += n as u64;
+        }
     }
 }
 
@@ -185,7 +226,7 @@ struct RecvLink {
     memory: Option<MemoryHandle>,
     fifo: Sender,
     /// Messages announced by the executor and not yet posted.
-    expected: Arc<AtomicU64>,
+    expected: Expected,
     /// Free slots handed to posted receives.
     posted: usize,
     inflight: VecDeque<(Request, usize)>,
@@ -215,8 +256,7 @@ impl Progress for RecvLink {
         let max_recvs = self.net.properties(0).map(|p| p.max_recvs).unwrap_or(1).max(1);
         loop {
             let free = self.fifo.free() - self.posted;
-            let wanted = self.expected.load(Ordering::Acquire) as usize;
-            let n = max_recvs.min(free).min(wanted);
+            let n = self.expected.take(max_recvs, free);
             if n == 0 {
                 break;
             }
@@ -230,10 +270,12 @@ impl Progress for RecvLink {
                     self.inflight.push_back((request, n));
                     self.posted += n;
                     self.tag = self.tag.wrapping_add(n as u32);
-                    self.expected.fetch_sub(n as u64, Ordering::AcqRel);
                     busy = true;
                 }
-                None => break,
+                None => {
+                    self.expected.give_back(n);
+                    break;
+                }
             }
         }
         while let Some((front, n)) = self.inflight.front_mut() {
