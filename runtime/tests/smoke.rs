@@ -1,25 +1,50 @@
+//! Four ranks as threads: all_reduce over shared memory and over the socket Net (with
+//! grouped receives allowed), checked against values computed directly.
+
 use oxccl_runtime::{bootstrap::Config, Communicator, ReduceOp};
 
-#[test]
-fn four_threads_all_reduce() {
+fn four_threads_all_reduce(net: bool) {
     let mut config = Config::defaults();
     config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
-    if std::env::var("SMOKE_NET").is_ok() { config.set("NCCL_SHM_DISABLE", "1").unwrap(); config.set("OXCCL_SOCKET_MAX_RECVS", "8").unwrap(); }
+    config.set("OXCCL_COLL_TIMEOUT_MS", "60000").unwrap();
+    if net {
+        config.set("NCCL_SHM_DISABLE", "1").unwrap();
+        config.set("OXCCL_SOCKET_MAX_RECVS", "8").unwrap();
+    }
     let comms = Communicator::init_all(4, &config).unwrap();
     let handles: Vec<_> = comms
         .into_iter()
         .map(|c| {
             std::thread::spawn(move || {
-                let send: Vec<f32> = (0..100_000).map(|i| (c.rank() * 1000 + i % 1000) as f32).collect();
+                let send: Vec<f32> = (0..300_000).map(|i| (c.rank() * 1000 + i % 1000) as f32).collect();
                 let mut recv = vec![0f32; send.len()];
                 c.all_reduce(&send, &mut recv, ReduceOp::Sum).unwrap();
                 for (i, x) in recv.iter().enumerate() {
                     assert_eq!(*x, (6000 + 4 * (i % 1000)) as f32, "element {i}");
                 }
+                // Point-to-point ring exchange in one group: both directions at once.
+                let (n, r) = (c.nranks(), c.rank());
+                let out = vec![r as u64; 200_000];
+                let mut inn = vec![0u64; 200_000];
+                let mut g = c.group();
+                g.send(&out, (r + 1) % n).unwrap();
+                g.recv(&mut inn, (r + n - 1) % n).unwrap();
+                g.end().unwrap();
+                assert!(inn.iter().all(|&x| x == ((r + n - 1) % n) as u64));
             })
         })
         .collect();
     for h in handles {
         h.join().unwrap();
     }
+}
+
+#[test]
+fn shared_memory() {
+    four_threads_all_reduce(false);
+}
+
+#[test]
+fn socket_net() {
+    four_threads_all_reduce(true);
 }
