@@ -20,6 +20,22 @@ as_root() {
   fi
 }
 
+# Runs a command that daemonizes with none of the caller's open files: only /dev/null on
+# stdin and the log file $1 on stdout/stderr. A daemon that kept an inherited descriptor
+# would keep a lock held forever, or keep the pipe of whoever reads our output (CI) open so
+# that it never sees the end.
+detached() {
+  local out=$1
+  shift
+  (
+    for fd in /proc/$BASHPID/fd/*; do
+      fd=${fd##*/}
+      if ((fd > 2)); then eval "exec $fd>&-" 2>/dev/null || true; fi
+    done
+    exec "$@" </dev/null >>"$out" 2>&1
+  )
+}
+
 # Whether the process whose pid is in the file $1 is alive.
 pidfile_alive() {
   [[ -s $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null
@@ -50,7 +66,7 @@ slurm_acquire() {
   local lock_fd rc=0
   mkdir -p "$slurm_leases"
   exec {lock_fd}>"$slurm_leases/lock"
-  flock "$lock_fd"
+  _slurm_lock "$lock_fd" || return 1
   _slurm_prune_leases
   if ! compgen -G "$slurm_leases/lease.*" >/dev/null \
      && pidfile_alive /run/slurmctld.pid && [[ ! -e $slurm_leases/owned ]]; then
@@ -58,7 +74,8 @@ slurm_acquire() {
   elif ! pidfile_alive /run/slurmctld.pid || ! pidfile_alive /run/slurmd.pid; then
     touch "$slurm_leases/owned"
   fi
-  as_root "$OXCCL_ROOT/slurm/start-single-host.sh" || rc=$?
+  # The start script must not hand the lock to the daemons it starts.
+  as_root "$OXCCL_ROOT/slurm/start-single-host.sh" {lock_fd}>&- || rc=$?
   ((rc)) || touch "$slurm_leases/lease.$$"
   exec {lock_fd}>&-
   return "$rc"
@@ -69,13 +86,21 @@ slurm_release() {
   local lock_fd
   [[ -d $slurm_leases ]] || return 0
   exec {lock_fd}>"$slurm_leases/lock"
-  flock "$lock_fd"
+  _slurm_lock "$lock_fd" || return 1
   rm -f "$slurm_leases/lease.$$"
   _slurm_prune_leases
   if ! compgen -G "$slurm_leases/lease.*" >/dev/null && [[ -e $slurm_leases/owned ]]; then
-    as_root "$OXCCL_ROOT/slurm/stop-single-host.sh" && rm -f "$slurm_leases/owned"
+    as_root "$OXCCL_ROOT/slurm/stop-single-host.sh" {lock_fd}>&- && rm -f "$slurm_leases/owned"
   fi
   exec {lock_fd}>&-
+}
+
+# Takes the lease lock on fd $1, giving up after 2 minutes (a run holds it only while it
+# starts or stops Slurm) with an error naming the lock file.
+_slurm_lock() {
+  flock -w 120 "$1" && return 0
+  log "could not lock $slurm_leases/lock within 120 s: its holders are $(fuser "$slurm_leases/lock" 2>/dev/null || echo unknown)"
+  return 1
 }
 
 # Leases of runs that died without releasing (SIGKILL) do not count.

@@ -39,7 +39,7 @@ start_munge() {
   chmod 700 /etc/munge
   chmod 400 /etc/munge/munge.key
   if ! pidfile_alive /run/munge/munged.pid; then
-    su -s /bin/sh munge -c /usr/sbin/munged || die "munged did not start; see /var/log/munge/munged.log"
+    detached /var/log/munge/munged.start.log su -s /bin/sh munge -c /usr/sbin/munged || die "munged did not start; see /var/log/munge/munged.log"
   fi
   munge -n | unmunge >/dev/null || die "munge does not round-trip a credential; see /var/log/munge/munged.log"
 }
@@ -96,11 +96,11 @@ CONF
 # slurmctld first: slurmd registers with it. Both daemonize and write their pid files.
 start_daemons() {
   if ! pidfile_alive "$ctld_pid"; then
-    slurmctld || fail "slurmctld did not start"
+    detached "$logs/slurmctld.start.log" slurmctld || fail "slurmctld did not start"
     started=1
   fi
   if ! pidfile_alive "$slurmd_pid"; then
-    slurmd || fail "slurmd did not start"
+    detached "$logs/slurmd.start.log" slurmd || fail "slurmd did not start"
     started=1
   fi
 }
