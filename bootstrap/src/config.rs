@@ -230,7 +230,8 @@ impl Config {
             let value = env.get(knob.name).map(String::as_str).unwrap_or(knob.default);
             config.set_knob(knob, value)?;
         }
-        for name in env.keys().filter(|k| k.starts_with("OXCCL_")) {
+        // OXCCL_TEST_* are the test suite's switches (OXCCL_TEST_SLURM, ...), not settings.
+        for name in env.keys().filter(|k| k.starts_with("OXCCL_") && !k.starts_with("OXCCL_TEST_")) {
             if !KNOBS.iter().any(|k| k.name == name) && !LAUNCHER_VARS.contains(&name.as_str()) {
                 return Err(Error::Config {
                     name: name.clone(),
@@ -374,7 +375,7 @@ mod tests {
     fn unknown_oxccl_variable_is_an_error_but_nccl_ones_are_not() {
         let err = Config::from_vars(&env(&[("OXCCL_BOOTSTRAP_TIMEOUT", "5")])).unwrap_err();
         assert!(err.to_string().contains("OXCCL_BOOTSTRAP_TIMEOUT"), "{err}");
-        Config::from_vars(&env(&[("NCCL_IB_HCA", "mlx5"), ("OXCCL_RANK", "0")])).unwrap();
+        Config::from_vars(&env(&[("NCCL_IB_HCA", "mlx5"), ("OXCCL_RANK", "0"), ("OXCCL_TEST_SLURM", "1")])).unwrap();
     }
 
     #[test]

@@ -155,9 +155,14 @@ impl Communicator {
         self.stream.wake();
     }
 
-    /// Waits for queued work; the communicator can then be dropped without waiting.
+    /// Waits for queued work, then for every message this rank sent to be taken by its
+    /// receiver's transport (the proxy's network sends included), so that the rank can exit
+    /// without cutting off data its peers still read. Dropping a communicator does the same
+    /// (logging instead of returning a failure). Bounded by OXCCL_COLL_TIMEOUT_MS; ends
+    /// early on abort or a peer's failure.
     pub fn finalize(&self) -> Result<()> {
-        self.synchronize()
+        self.synchronize()?;
+        self.exec.flush()
     }
 
     /// Counts of the socket net's receive calls: (calls, calls carrying several buffers).
@@ -215,6 +220,17 @@ impl Communicator {
     /// Starts a group: operations added to it are launched together by [`Group::end`].
     pub fn group(&self) -> Group<'_> {
         Group { comm: self, task: Task::default() }
+    }
+}
+
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        if self.error().is_some() {
+            return;
+        }
+        if let Err(e) = self.finalize() {
+            tracing::warn!(target: log_target::INIT, "rank {}: finalizing on drop: {e}", self.exec.rank);
+        }
     }
 }
 
@@ -409,6 +425,29 @@ impl Exec {
         }
         for c in &task.collectives {
             self.run_collective(c, &mut connections)?;
+        }
+        Ok(())
+    }
+
+    /// Waits until every sending FIFO is empty: all posted slots taken by the receiver
+    /// (shared memory) or sent by the proxy (network).
+    fn flush(&self) -> Result<()> {
+        let deadline = Instant::now() + self.config.coll_timeout;
+        let mut connections = self.connections.lock();
+        for (link, sender) in connections.senders.iter_mut() {
+            let mut spins = 0u32;
+            while !sender.drained() {
+                self.health()?;
+                if Instant::now() >= deadline {
+                    return Err(Error::Timeout { phase: format!("flushing the messages to rank {} (channel {})", link.peer, link.channel), waited: self.config.coll_timeout });
+                }
+                spins += 1;
+                if spins < 64 {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(std::time::Duration::from_micros(50));
+                }
+            }
         }
         Ok(())
     }

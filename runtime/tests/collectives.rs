@@ -1,0 +1,95 @@
+//! Every collective × datatype × op × size × placement, ranks as threads of this process,
+//! over shared memory and over the socket Net, each rank checking its output against the
+//! reference of tests/common/matrix.rs.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::matrix::{self, Case};
+use oxccl_runtime::{bootstrap::Config, Communicator};
+
+/// How ranks on this machine reach each other.
+#[derive(Clone, Copy, Debug)]
+enum Transport {
+    Shm,
+    /// NCCL_SHM_DISABLE=1: the socket Net, receives grouped up to 8.
+    Net,
+}
+
+fn config(transport: Transport) -> Config {
+    let mut config = Config::defaults();
+    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+    // A hang fails the test instead of stalling it.
+    config.set("OXCCL_COLL_TIMEOUT_MS", "60000").unwrap();
+    if let Transport::Net = transport {
+        config.set("NCCL_SHM_DISABLE", "1").unwrap();
+        config.set("OXCCL_SOCKET_MAX_RECVS", "8").unwrap();
+    }
+    config
+}
+
+/// Runs `cases` on `n` thread ranks; panics with every failure.
+fn run_threads(n: u32, transport: Transport, cases: impl Fn(usize) -> Vec<Case>) {
+    let start = Instant::now();
+    let comms = Communicator::init_all(n, &config(transport)).unwrap();
+    let cases = cases(n as usize);
+    let total = cases.len();
+    let failures: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms.iter().map(|c| s.spawn(|| matrix::run_cases(c, &cases))).collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    assert!(failures.is_empty(), "{n} ranks over {transport:?}: {} failures, first ones:\n{}", failures.len(), failures[..failures.len().min(20)].join("\n"));
+    eprintln!("{n} ranks over {transport:?}: {total} cases in {:.2?}", start.elapsed());
+    assert!(start.elapsed() < Duration::from_secs(600));
+}
+
+macro_rules! small_matrix {
+    ($($name:ident: $n:expr, $transport:ident;)*) => {$(
+        #[test]
+        fn $name() {
+            run_threads($n, Transport::$transport, |n| matrix::full_matrix(n, &matrix::SMALL_COUNTS));
+        }
+    )*};
+}
+
+small_matrix! {
+    one_rank_shm: 1, Shm;
+    two_ranks_shm: 2, Shm;
+    three_ranks_shm: 3, Shm;
+    four_ranks_shm: 4, Shm;
+    eight_ranks_shm: 8, Shm;
+    two_ranks_net: 2, Net;
+    three_ranks_net: 3, Net;
+    four_ranks_net: 4, Net;
+    eight_ranks_net: 8, Net;
+}
+
+#[test]
+fn one_mebibyte_shm() {
+    for n in [2, 3, 4, 8] {
+        run_threads(n, Transport::Shm, |n| matrix::large_cases(n, 1 << 20));
+    }
+}
+
+#[test]
+fn one_mebibyte_net() {
+    for n in [2, 3, 4, 8] {
+        run_threads(n, Transport::Net, |n| matrix::large_cases(n, 1 << 20));
+    }
+}
+
+/// 64 MiB of f32 per rank: all_reduce and broadcast on four ranks.
+#[test]
+fn sixty_four_mebibytes() {
+    use oxccl_runtime::{Collective, DataType, ReduceOp};
+    for transport in [Transport::Shm, Transport::Net] {
+        run_threads(4, transport, |n| {
+            let count = (64 << 20) / 4;
+            [Collective::AllReduce, Collective::Broadcast]
+                .into_iter()
+                .map(|collective| Case { collective, dtype: DataType::Float32, op: ReduceOp::Sum, count, root: n - 1, in_place: false })
+                .collect()
+        });
+    }
+}

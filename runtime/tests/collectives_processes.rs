@@ -1,0 +1,161 @@
+//! The collective matrix with one process per rank: started by oxccl's own spawner over
+//! shared memory and over the socket Net, and by `mpirun` (bootstrapped through MPI). Each
+//! rank is this test binary re-run with `child` as its filter; every job runs under a hard
+//! timeout, so a hang fails the test.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::matrix;
+use oxccl_runtime::{bootstrap::Config, Communicator};
+
+/// What the children run, named by OXCCL_TEST_MATRIX.
+fn cases(which: &str, n: usize) -> Vec<matrix::Case> {
+    match which {
+        "small" => matrix::full_matrix(n, &matrix::SMALL_COUNTS),
+        "large" => matrix::large_cases(n, 1 << 20),
+        other => panic!("unknown OXCCL_TEST_MATRIX {other}"),
+    }
+}
+
+/// One rank of a job (does nothing when run as an ordinary test).
+#[test]
+fn child() {
+    let Ok(which) = std::env::var("OXCCL_TEST_MATRIX") else { return };
+    let config = Config::from_env().unwrap();
+    let comm = Communicator::from_env(&config).unwrap();
+    let failures = matrix::run_cases(&comm, &cases(&which, comm.nranks()));
+    comm.finalize().unwrap();
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures[..failures.len().min(20)].join("\n"));
+    println!("rank {} of {}: {which} matrix ok", comm.rank(), comm.nranks());
+}
+
+fn child_command(which: &str, env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["child", "--exact", "--nocapture", "--test-threads", "1"])
+        .env("OXCCL_TEST_MATRIX", which)
+        .env("NCCL_SOCKET_IFNAME", "lo")
+        .env("OXCCL_COLL_TIMEOUT_MS", "60000");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+fn spawned(n: u32, which: &str, env: &[(&str, &str)]) {
+    let start = Instant::now();
+    let mut config = Config::defaults();
+    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+    let job = oxccl_runtime::bootstrap::spawn::spawn(n, &config, |_| child_command(which, env)).unwrap();
+    job.wait(Duration::from_secs(300), Duration::from_secs(20)).unwrap_or_else(|e| panic!("{n} processes, {which} matrix, env {env:?}: {e}"));
+    eprintln!("{n} processes, {which} matrix, {env:?}: {:.2?}", start.elapsed());
+}
+
+const NET: &[(&str, &str)] = &[("NCCL_SHM_DISABLE", "1"), ("OXCCL_SOCKET_MAX_RECVS", "8")];
+
+#[test]
+fn processes_over_shared_memory() {
+    for n in [2, 3, 4, 8] {
+        spawned(n, "small", &[]);
+    }
+    spawned(4, "large", &[]);
+}
+
+#[test]
+fn processes_over_the_socket_net() {
+    for n in [2, 3, 4, 8] {
+        spawned(n, "small", NET);
+    }
+    spawned(3, "large", NET);
+}
+
+/// Each rank claims its own host (NCCL_HOSTID differs per rank): the multi-node path,
+/// chosen by host identity rather than forced by NCCL_SHM_DISABLE.
+#[test]
+fn processes_as_separate_hosts() {
+    let start = Instant::now();
+    let mut config = Config::defaults();
+    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+    let job = oxccl_runtime::bootstrap::spawn::spawn(4, &config, |rank| {
+        let mut cmd = child_command("small", &[]);
+        cmd.env("NCCL_HOSTID", format!("node{}", rank / 2));
+        cmd
+    })
+    .unwrap();
+    job.wait(Duration::from_secs(300), Duration::from_secs(20)).unwrap();
+    eprintln!("4 processes on 2 claimed hosts: {:.2?}", start.elapsed());
+}
+
+#[cfg(feature = "mpi")]
+#[test]
+fn under_mpirun() {
+    let mpirun = which("mpirun").expect("mpirun is missing: scripts/install-deps.sh installs Open MPI");
+    for (np, which, net) in [(4, "small", false), (3, "small", true), (4, "large", false)] {
+        let mut cmd = Command::new(&mpirun);
+        cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env("OMPI_MCA_btl_tcp_if_include", "lo")
+            .env("OMPI_MCA_oob_tcp_if_include", "lo")
+            .env("PMIX_MCA_ptl_tcp_if_include", "lo")
+            .env("OMPI_MCA_btl", "self,vader,tcp")
+            .env("OXCCL_BOOTSTRAP", "mpi")
+            .env("OXCCL_TEST_MATRIX", which)
+            .env("NCCL_SOCKET_IFNAME", "lo")
+            .env("OXCCL_COLL_TIMEOUT_MS", "60000")
+            .env("NCCL_SHM_DISABLE", if net { "1" } else { "0" })
+            .args(["-np", &np.to_string(), "--oversubscribe"]);
+        for name in ["OXCCL_BOOTSTRAP", "OXCCL_TEST_MATRIX", "NCCL_SOCKET_IFNAME", "OXCCL_COLL_TIMEOUT_MS", "NCCL_SHM_DISABLE"] {
+            cmd.args(["-x", name]);
+        }
+        cmd.arg(std::env::current_exe().unwrap()).args(["child", "--exact", "--nocapture", "--test-threads", "1"]);
+        let out = run_with_timeout(cmd, Duration::from_secs(300));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.is_some_and(|s| s.success()), "mpirun -np {np} ({which}, net {net}) failed: {:?}\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+        for rank in 0..np {
+            assert!(stdout.contains(&format!("rank {rank} of {np}: {which} matrix ok")), "rank {rank} did not report:\n{stdout}");
+        }
+    }
+}
+
+fn which(program: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| std::env::split_paths(&paths).map(|d| d.join(program)).find(|p| p.is_file()))
+}
+
+struct Output {
+    status: Option<std::process::ExitStatus>,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+/// Runs `cmd`, killing it (and so failing) after `timeout`.
+fn run_with_timeout(mut cmd: Command, timeout: Duration) -> Output {
+    use std::io::Read;
+    let mut child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = out.read_to_end(&mut b);
+        b
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = err.read_to_end(&mut b);
+        b
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output { status, stdout: reader.join().unwrap(), stderr: err_reader.join().unwrap() }
+}

@@ -1,0 +1,367 @@
+//! The collective test matrix, shared by the thread, process and mpirun tests.
+//!
+//! Every rank derives every rank's input from (rank, element index), so each checks its
+//! own output against a reference computed here, directly from the definitions of the
+//! collectives: nothing of the schedules, the executor or the kernels' reduction loops is
+//! used. Reducing inputs are small integers (and products of ±1 and 2), so that sums,
+//! products, maxima and minima are exact in every datatype whatever the order of the
+//! reduction; where rounding is part of the definition (float Avg's 1/n scalar, fp8 and
+//! half sums beyond their exact integers, PreMulSum products), floats are compared within
+//! n+1 roundings of the datatype. Integers, copies, max and min must match bit for bit.
+
+#![allow(dead_code)]
+
+use half::{bf16, f16};
+use oxccl_kernels::fp8::Format;
+use oxccl_kernels::Scalar;
+use oxccl_runtime::{Collective, Communicator, DataType, ReduceOp};
+
+/// Element counts of the small sizes: 0, 1, 7 and 4 KiB + 3.
+pub const SMALL_COUNTS: [usize; 4] = [0, 1, 7, 4099];
+
+pub const DTYPES: [DataType; 12] = [
+    DataType::Int8,
+    DataType::Uint8,
+    DataType::Int32,
+    DataType::Uint32,
+    DataType::Int64,
+    DataType::Uint64,
+    DataType::Float16,
+    DataType::Bfloat16,
+    DataType::Float32,
+    DataType::Float64,
+    DataType::Float8E4M3,
+    DataType::Float8E5M2,
+];
+
+/// One collective call.
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    pub collective: Collective,
+    pub dtype: DataType,
+    /// For PreMulSum the scalar is per rank (rank + 1); the op's own scalar is ignored.
+    pub op: ReduceOp,
+    pub count: usize,
+    pub root: usize,
+    pub in_place: bool,
+}
+
+impl std::fmt::Display for Case {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {} {} count {} root {} {}",
+            self.collective.name(),
+            self.dtype.name(),
+            self.op.name(),
+            self.count,
+            self.root,
+            if self.in_place { "in place" } else { "out of place" }
+        )
+    }
+}
+
+/// The ops a collective takes: all six for reducing ones, none (Sum stands in) otherwise.
+pub fn ops(collective: Collective) -> Vec<ReduceOp> {
+    if collective.reduces() {
+        vec![ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min, ReduceOp::Avg, ReduceOp::PreMulSum(Scalar::F64(1.0))]
+    } else {
+        vec![ReduceOp::Sum]
+    }
+}
+
+/// Every collective × dtype × op × count × placement, with roots cycling over the ranks.
+pub fn full_matrix(nranks: usize, counts: &[usize]) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for collective in Collective::ALL {
+        for dtype in DTYPES {
+            for op in ops(collective) {
+                for &count in counts {
+                    for in_place in [false, true] {
+                        if in_place && !collective.has_in_place() {
+                            continue;
+                        }
+                        let root = if collective.rooted() { (cases.len() * 7 + count) % nranks } else { 0 };
+                        cases.push(Case { collective, dtype, op, count, root, in_place });
+                    }
+                }
+            }
+        }
+    }
+    cases
+}
+
+/// Every collective once at `bytes` of data per rank block, f32 sum and in both placements,
+/// plus all_reduce of the odd datatypes.
+pub fn large_cases(nranks: usize, bytes: usize) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for collective in Collective::ALL {
+        for in_place in [false, true] {
+            if in_place && !collective.has_in_place() {
+                continue;
+            }
+            let root = if collective.rooted() { nranks - 1 } else { 0 };
+            cases.push(Case { collective, dtype: DataType::Float32, op: ReduceOp::Sum, count: bytes / 4 + 3, root, in_place });
+        }
+    }
+    for (dtype, op) in [(DataType::Bfloat16, ReduceOp::Avg), (DataType::Float8E4M3, ReduceOp::Max), (DataType::Int64, ReduceOp::Prod), (DataType::Uint8, ReduceOp::Min)] {
+        cases.push(Case { collective: Collective::AllReduce, dtype, op, count: bytes / dtype.size() + 1, root: 0, in_place: false });
+    }
+    cases
+}
+
+/// Runs `cases` in order on this rank; returns a description of each failure (mismatches
+/// are reported, not panicked on, so that the other ranks keep in step). A collective that
+/// returns an error ends the run: the other ranks would wait for this one.
+pub fn run_cases(comm: &Communicator, cases: &[Case]) -> Vec<String> {
+    let mut failures = Vec::new();
+    for case in cases {
+        match run_case(comm, case) {
+            Ok(None) => {}
+            Ok(Some(mismatch)) => failures.push(format!("rank {}: {case}: {mismatch}", comm.rank())),
+            Err(e) => {
+                failures.push(format!("rank {}: {case}: error: {e}", comm.rank()));
+                break;
+            }
+        }
+    }
+    failures
+}
+
+const GUARD: usize = 16;
+const POISON: u8 = 0xA5;
+
+/// Runs one case; `Ok(Some(..))` describes a wrong result.
+pub fn run_case(comm: &Communicator, case: &Case) -> oxccl_runtime::Result<Option<String>> {
+    let (n, rank) = (comm.nranks(), comm.rank());
+    let es = case.dtype.size();
+    let (send_count, recv_count) = case.collective.buffer_counts(case.count, n, rank, case.root);
+    let my_input = input(case, rank, n);
+    assert_eq!(my_input.len(), send_count * es);
+    let op = match case.op {
+        ReduceOp::PreMulSum(_) => ReduceOp::PreMulSum(Scalar::F64((rank + 1) as f64)),
+        op => op,
+    };
+    // In place, the input lives inside the output buffer (or the output inside the input)
+    // where NCCL's conventions put it.
+    let send_offset = case.collective.in_place_send_offset(case.count, rank, case.root).unwrap_or(0) * es;
+    let recv_offset = case.collective.in_place_recv_offset(case.count, rank, case.root).unwrap_or(0) * es;
+    let mut send = vec![POISON; my_input.len() + GUARD];
+    let mut recv = vec![POISON; recv_count * es + GUARD];
+    let work = if case.in_place {
+        if case.collective.in_place_recv_offset(case.count, rank, case.root).is_some() {
+            // The output is a block of the input buffer.
+            send[..my_input.len()].copy_from_slice(&my_input);
+            let base = send.as_mut_ptr();
+            // SAFETY: both pointers are inside `send`, sized for the collective, and the
+            // buffer is untouched until the work completes.
+            unsafe { comm.enqueue_collective(case.collective, base, base.add(recv_offset), case.count, case.dtype, op, case.root)? }
+        } else {
+            if recv.len() < send_offset + my_input.len() + GUARD {
+                recv.resize(send_offset + my_input.len() + GUARD, POISON);
+            }
+            recv[send_offset..send_offset + my_input.len()].copy_from_slice(&my_input);
+            let base = recv.as_mut_ptr();
+            // SAFETY: as above, inside `recv`.
+            unsafe { comm.enqueue_collective(case.collective, base.add(send_offset), base, case.count, case.dtype, op, case.root)? }
+        }
+    } else {
+        send[..my_input.len()].copy_from_slice(&my_input);
+        // SAFETY: separate buffers sized for the collective, untouched until completion.
+        unsafe { comm.enqueue_collective(case.collective, send.as_ptr(), recv.as_mut_ptr(), case.count, case.dtype, op, case.root)? }
+    };
+    work.wait()?;
+
+    let expected = expected_output(case, rank, n);
+    let (out, guard) = if case.in_place && case.collective.in_place_recv_offset(case.count, rank, case.root).is_some() {
+        (&send[recv_offset..recv_offset + expected.len()], &send[my_input.len()..])
+    } else {
+        (&recv[..expected.len()], &recv[recv.len() - GUARD..])
+    };
+    if let Some(m) = compare(case, n, out, &expected) {
+        return Ok(Some(m));
+    }
+    if guard.iter().any(|&b| b != POISON) {
+        return Ok(Some("wrote past the end of its buffer".into()));
+    }
+    if !case.in_place && send[..my_input.len()] != my_input[..] {
+        return Ok(Some("changed the send buffer".into()));
+    }
+    Ok(None)
+}
+
+/// This rank's input bytes.
+pub fn input(case: &Case, rank: usize, n: usize) -> Vec<u8> {
+    let (send_count, _) = case.collective.buffer_counts(case.count, n, rank, case.root);
+    if !case.collective.reduces() {
+        // Copies: any bytes will do; these differ per rank and position.
+        return (0..send_count * case.dtype.size()).map(|i| ((rank * 131 + i * 7 + 13) % 251) as u8).collect();
+    }
+    let mut bytes = Vec::with_capacity(send_count * case.dtype.size());
+    for i in 0..send_count {
+        bytes.extend_from_slice(&encode(case.dtype, value(case, rank, i)));
+    }
+    bytes
+}
+
+/// The reducing input of `rank` at element `i`.
+fn value(case: &Case, rank: usize, i: usize) -> f64 {
+    let signed = case.dtype.is_float() || case.dtype.is_signed_integer();
+    if case.op == ReduceOp::Prod {
+        let pattern = [1.0, 2.0, 1.0, if signed { -1.0 } else { 1.0 }];
+        pattern[(rank * 3 + i) % 4]
+    } else {
+        ((rank * 5 + i * 3 + 1) % 7) as f64 - if signed { 3.0 } else { 0.0 }
+    }
+}
+
+/// The output this rank must hold, in bytes.
+fn expected_output(case: &Case, rank: usize, n: usize) -> Vec<u8> {
+    let es = case.dtype.size();
+    let count = case.count;
+    let inputs: Vec<Vec<u8>> = (0..n).map(|r| input(case, r, n)).collect();
+    let block = |r: usize, b: usize| inputs[r][b * count * es..(b + 1) * count * es].to_vec();
+    let is_root = rank == case.root;
+    match case.collective {
+        Collective::AllReduce => reduced(case, n, 0),
+        Collective::Reduce if is_root => reduced(case, n, 0),
+        Collective::Reduce => vec![],
+        Collective::ReduceScatter => reduced(case, n, rank * count),
+        Collective::Broadcast => inputs[case.root].clone(),
+        Collective::AllGather => inputs.concat(),
+        Collective::Gather if is_root => inputs.concat(),
+        Collective::Gather => vec![],
+        Collective::Scatter => block(case.root, rank),
+        Collective::AllToAll => (0..n).flat_map(|p| block(p, rank)).collect(),
+    }
+}
+
+/// The reduction over ranks of elements `first..first + count`, each element encoded, and
+/// for floats with the reference's value kept for the tolerance check.
+fn reduced(case: &Case, n: usize, first: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(case.count * case.dtype.size());
+    for i in first..first + case.count {
+        out.extend_from_slice(&encode(case.dtype, reference(case, n, i)));
+    }
+    out
+}
+
+/// The reference value of reduced element `i`.
+fn reference(case: &Case, n: usize, i: usize) -> f64 {
+    let xs: Vec<f64> = (0..n).map(|r| value(case, r, i)).collect();
+    let float = case.dtype.is_float();
+    match case.op {
+        ReduceOp::Sum => xs.iter().sum(),
+        ReduceOp::Prod => xs.iter().product(),
+        ReduceOp::Max => xs.iter().copied().fold(f64::MIN, f64::max),
+        ReduceOp::Min => xs.iter().copied().fold(f64::MAX, f64::min),
+        ReduceOp::Avg if float => {
+            // NCCL: each input times float(1/n) rounded to the datatype (double(1/n) for
+            // float64).
+            let inverse = 1.0 / n as f64;
+            let scalar = if case.dtype == DataType::Float64 { inverse } else { round(case.dtype, inverse as f32 as f64) };
+            xs.iter().map(|x| round(case.dtype, x * scalar)).sum()
+        }
+        // Integers: the sum divided by n, truncating toward zero.
+        ReduceOp::Avg => (xs.iter().sum::<f64>() / n as f64).trunc(),
+        ReduceOp::PreMulSum(_) => xs.iter().enumerate().map(|(r, x)| x * (r + 1) as f64).sum(),
+    }
+}
+
+fn compare(case: &Case, n: usize, got: &[u8], expected: &[u8]) -> Option<String> {
+    if got == expected {
+        return None;
+    }
+    let es = case.dtype.size();
+    let exact = !case.dtype.is_float() || !case.collective.reduces() || matches!(case.op, ReduceOp::Max | ReduceOp::Min | ReduceOp::Prod);
+    for (k, (g, e)) in got.chunks_exact(es).zip(expected.chunks_exact(es)).enumerate() {
+        if g == e {
+            continue;
+        }
+        if exact {
+            return Some(format!("element {k}: got bytes {g:02x?}, expected {e:02x?}"));
+        }
+        let (gv, ev) = (decode(case.dtype, g), decode(case.dtype, e));
+        let tolerance = (n as f64 + 1.0) * epsilon(case.dtype) * magnitude_bound(case, n) + tiny(case.dtype);
+        if (gv - ev).abs() > tolerance || gv.is_nan() {
+            return Some(format!("element {k}: got {gv}, expected {ev} (tolerance {tolerance})"));
+        }
+    }
+    None
+}
+
+/// An upper bound on the sum of term magnitudes of any element of this case.
+fn magnitude_bound(case: &Case, n: usize) -> f64 {
+    // Inputs are at most 3 (6 unsigned) in magnitude; PreMulSum multiplies by at most n.
+    let x = 6.0;
+    match case.op {
+        ReduceOp::PreMulSum(_) => x * (n * n) as f64,
+        _ => x * n as f64 * 2.0,
+    }
+}
+
+/// The unit roundoff of a float datatype.
+fn epsilon(dtype: DataType) -> f64 {
+    match dtype {
+        DataType::Float64 => f64::EPSILON,
+        DataType::Float32 => f32::EPSILON as f64,
+        DataType::Float16 => f16::EPSILON.to_f64(),
+        DataType::Bfloat16 => bf16::EPSILON.to_f64(),
+        DataType::Float8E4M3 => 0.125,
+        DataType::Float8E5M2 => 0.25,
+        _ => 0.0,
+    }
+}
+
+/// The smallest subnormal step of a float datatype.
+fn tiny(dtype: DataType) -> f64 {
+    match dtype {
+        DataType::Float16 => 2f64.powi(-24),
+        DataType::Bfloat16 => 2f64.powi(-133),
+        DataType::Float8E4M3 => 2f64.powi(-9),
+        DataType::Float8E5M2 => 2f64.powi(-16),
+        _ => 0.0,
+    }
+}
+
+/// `x` rounded to the datatype.
+fn round(dtype: DataType, x: f64) -> f64 {
+    decode(dtype, &encode(dtype, x))
+}
+
+/// One element of `dtype` holding `x` (integers wrap modulo 2^bits; floats round to nearest).
+pub fn encode(dtype: DataType, x: f64) -> Vec<u8> {
+    let i = x as i128 as i64;
+    match dtype {
+        DataType::Int8 => (i as i8).to_ne_bytes().to_vec(),
+        DataType::Uint8 => (i as u8).to_ne_bytes().to_vec(),
+        DataType::Int32 => (i as i32).to_ne_bytes().to_vec(),
+        DataType::Uint32 => (i as u32).to_ne_bytes().to_vec(),
+        DataType::Int64 => i.to_ne_bytes().to_vec(),
+        DataType::Uint64 => (i as u64).to_ne_bytes().to_vec(),
+        DataType::Float16 => f16::from_f64(x).to_ne_bytes().to_vec(),
+        DataType::Bfloat16 => bf16::from_f64(x).to_ne_bytes().to_vec(),
+        DataType::Float32 => (x as f32).to_ne_bytes().to_vec(),
+        DataType::Float64 => x.to_ne_bytes().to_vec(),
+        DataType::Float8E4M3 => vec![Format::E4M3.encode_f64(x)],
+        DataType::Float8E5M2 => vec![Format::E5M2.encode_f64(x)],
+    }
+}
+
+/// The value of one element.
+pub fn decode(dtype: DataType, b: &[u8]) -> f64 {
+    match dtype {
+        DataType::Int8 => i8::from_ne_bytes([b[0]]) as f64,
+        DataType::Uint8 => b[0] as f64,
+        DataType::Int32 => i32::from_ne_bytes(b.try_into().unwrap()) as f64,
+        DataType::Uint32 => u32::from_ne_bytes(b.try_into().unwrap()) as f64,
+        DataType::Int64 => i64::from_ne_bytes(b.try_into().unwrap()) as f64,
+        DataType::Uint64 => u64::from_ne_bytes(b.try_into().unwrap()) as f64,
+        DataType::Float16 => f16::from_ne_bytes(b.try_into().unwrap()).to_f64(),
+        DataType::Bfloat16 => bf16::from_ne_bytes(b.try_into().unwrap()).to_f64(),
+        DataType::Float32 => f32::from_ne_bytes(b.try_into().unwrap()) as f64,
+        DataType::Float64 => f64::from_ne_bytes(b.try_into().unwrap()),
+        DataType::Float8E4M3 => Format::E4M3.decode(b[0]) as f64,
+        DataType::Float8E5M2 => Format::E5M2.decode(b[0]) as f64,
+    }
+}

@@ -1,0 +1,3 @@
+//! Helpers shared by the runtime integration tests.
+
+pub mod matrix;
