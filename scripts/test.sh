@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command: installs what is missing, starts a one-node Slurm for the srun
 # tests, runs every test of the workspace (release build), builds the ibverbs feature and
-# runs the doctests. The exit code is non-zero when any of these fails. Arguments go to the
-# test runner (a filter, e.g. `scripts/test.sh launchers`).
+# runs the doctests and the loom model checks. The exit code is non-zero when any of these
+# fails. Arguments go to the test runner (a filter, e.g. `scripts/test.sh launchers`).
 #
 # Knobs: CARGO_BUILD_JOBS (default 2: the suite must fit in ~25 min on 2 cores without
 # starving the multi-process tests), OXCCL_TEST_THREADS (tests run at once, default: nextest's,
@@ -81,6 +81,11 @@ else
   step tests cargo test --workspace --release --all-targets --no-fail-fast "$@" -- "${threads[@]}"
   step doctests cargo test --workspace --release --doc
 fi
+
+# The lock-free protocols (shared-memory FIFO, proxy inbox) under the loom model checker, in
+# a target directory of their own: cfg(loom) would otherwise rebuild the main one.
+step loom env CARGO_TARGET_DIR="$OXCCL_ROOT/target/loom" RUSTFLAGS="--cfg loom" \
+  cargo test -p oxccl-transports --release --lib loom
 
 # The RDMA feature builds (no machine here has an RDMA NIC to run it). Release, so that it
 # reuses the test build's dependencies.

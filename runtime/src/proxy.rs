@@ -1,8 +1,8 @@
 //! The proxy engine: one progress thread per process, shared by every communicator, that
 //! moves network connections' FIFO slots through a [`Net`].
 //!
-//! Communicators hand it links through a lock-free queue (crossbeam's `SegQueue`) and never
-//! wait for it. A send link watches the FIFO the executor fills and `isend`s each posted
+//! Communicators hand it links through a lock-free queue ([`Inbox`], model-checked with
+//! loom in oxccl-transports) and never wait for it. A send link watches the FIFO the executor fills and `isend`s each posted
 //! slot, releasing it when the send completes. A receive link posts `irecv`s into the free
 //! slots of the FIFO the executor drains, and publishes slots as receives complete. The
 //! executor announces, per operation, how many messages each link will carry and whether
@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crossbeam_queue::SegQueue;
 use oxccl_transports::fifo::{Receiver, Region, Sender};
+use oxccl_transports::inbox::Inbox;
 use oxccl_transports::net::{MemoryHandle, MemoryKind, Net, Opaque, RecvBuffer, RecvComm, Request, SendComm};
 use parking_lot::Mutex;
 
@@ -305,7 +305,7 @@ impl Progress for RecvLink {
 
 /// The process's proxy thread and its queue.
 struct Proxy {
-    queue: SegQueue<Box<dyn Progress>>,
+    queue: Inbox<Box<dyn Progress>>,
     thread: std::thread::Thread,
 }
 
@@ -326,7 +326,7 @@ fn proxy() -> &'static Proxy {
                 run(proxy)
             })
             .expect("starting the oxccl proxy thread");
-        Proxy { queue: SegQueue::new(), thread: thread.thread().clone() }
+        Proxy { queue: Inbox::new(), thread: thread.thread().clone() }
     })
 }
 
@@ -345,9 +345,7 @@ fn run(proxy: &Proxy) {
     let mut links: Vec<Box<dyn Progress>> = Vec::new();
     let mut idle: u32 = 0;
     loop {
-        while let Some(link) = proxy.queue.pop() {
-            links.push(link);
-        }
+        proxy.queue.take_into(&mut links);
         links.retain(|l| !l.shared().closed.load(Ordering::Acquire));
         let mut busy = false;
         links.retain_mut(|link| match link.progress() {

@@ -8,13 +8,14 @@
 //! Exchanging connection handles between ranks is the caller's job: every handle here is an
 //! opaque byte vector (at most [`net::HANDLE_MAX_BYTES`] for the net, as in NCCL).
 //!
-//! `unsafe` lives in two places: [`shm`] (the mapping and the slots handed out in place)
-//! and `net::lent` (the raw buffers that cross the [`net::Net`] boundary, as in NCCL's C
+//! `unsafe` lives in three places: [`shm`] (the mapping and the slots handed out in place),
+//! [`inbox`] (the nodes of its lock-free list) and `net::lent` (the raw buffers that cross the [`net::Net`] boundary, as in NCCL's C
 //! plugin API). Everything else is safe code.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod inbox;
 pub mod net;
 pub mod shm;
 mod sync;

@@ -12,9 +12,9 @@
 //! owns it, and loom reports a race if the head/tail protocol fails to order them.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64};
+pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64};
+pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 /// A hint inside a spin loop: the CPU's pause, or under loom a yield so that the model
 /// checker schedules the other thread.

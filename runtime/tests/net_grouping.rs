@@ -1,0 +1,69 @@
+//! Receives over the Net are posted together (one irecv with several buffers) when the net
+//! reports max_recvs > 1 and the messages are independent (point-to-point, all_to_all),
+//! and one by one when it reports 1. Counted with the socket net's own counters, and the
+//! data checked either way.
+
+use oxccl_runtime::{bootstrap::Config, Communicator};
+
+/// Runs a grouped exchange with every peer and an all_to_all on 4 thread ranks over the
+/// socket Net; returns each rank's (irecv calls, calls carrying several buffers).
+fn exchange(max_recvs: usize) -> Vec<(u64, u64)> {
+    let mut config = Config::defaults();
+    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+    config.set("NCCL_SHM_DISABLE", "1").unwrap();
+    config.set("OXCCL_COLL_TIMEOUT_MS", "60000").unwrap();
+    config.set("OXCCL_SOCKET_MAX_RECVS", &max_recvs.to_string()).unwrap();
+    // Small slots: every message below spans several, so a link carries many.
+    config.set("NCCL_BUFFSIZE", &(64 * 1024).to_string()).unwrap();
+    let comms = Communicator::init_all(4, &config).unwrap();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .iter()
+            .map(|c| {
+                s.spawn(move || {
+                    let (n, r) = (c.nranks(), c.rank());
+                    let len = 100_000;
+                    let outs: Vec<Vec<u32>> = (0..n).map(|p| (0..len).map(|i| (r * 1_000_000 + p * 100_000 + i) as u32).collect()).collect();
+                    let mut ins: Vec<Vec<u32>> = vec![vec![0; len]; n];
+                    let mut g = c.group();
+                    // Receives first: the group must not care about order.
+                    for (p, buf) in ins.iter_mut().enumerate().filter(|(p, _)| *p != r) {
+                        g.recv(buf, p).unwrap();
+                    }
+                    for (p, buf) in outs.iter().enumerate().filter(|(p, _)| *p != r) {
+                        g.send(buf, p).unwrap();
+                    }
+                    g.end().unwrap();
+                    for (p, buf) in ins.iter().enumerate().filter(|(p, _)| *p != r) {
+                        assert!(buf.iter().enumerate().all(|(i, &x)| x == (p * 1_000_000 + r * 100_000 + i) as u32), "rank {r}: data from {p}");
+                    }
+                    let send: Vec<u64> = (0..n * len).map(|i| (r * n * len + i) as u64).collect();
+                    let mut recv = vec![0u64; n * len];
+                    c.all_to_all(&send, &mut recv).unwrap();
+                    for p in 0..n {
+                        for i in 0..len {
+                            assert_eq!(recv[p * len + i], (p * n * len + r * len + i) as u64, "rank {r}: all_to_all from {p}");
+                        }
+                    }
+                    c.net_receive_stats()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+#[test]
+fn one_receive_per_call_when_the_net_takes_one() {
+    for (rank, (calls, grouped)) in exchange(1).into_iter().enumerate() {
+        assert!(calls > 0, "rank {rank} posted no receive");
+        assert_eq!(grouped, 0, "rank {rank} grouped receives although max_recvs is 1");
+    }
+}
+
+#[test]
+fn receives_are_grouped_when_the_net_takes_eight() {
+    for (rank, (calls, grouped)) in exchange(8).into_iter().enumerate() {
+        assert!(grouped > 0, "rank {rank}: none of its {calls} receive calls carried several buffers");
+    }
+}
