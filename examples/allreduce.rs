@@ -1,21 +1,22 @@
-//! The main example: a 4-rank job on one machine with no launcher and no GPU.
+//! The main example: all_reduce of 64 MiB of f32 on 4 ranks, on one machine with no
+//! launcher and no GPU.
 //!
-//! Without a launcher it starts its own 4 ranks (processes); under mpirun, srun or a
-//! torchrun-style environment it is one rank of the launcher's job. Each rank all-gathers
-//! its host name and pid through the bootstrap, checks every record and rank 0 prints them.
+//! Without a launcher it starts its own ranks (processes); under mpirun, srun or a
+//! torchrun-style environment it is one rank of the launcher's job. Every rank checks the
+//! whole result against values computed directly, and rank 0 prints the time and the bus
+//! bandwidth (nccl-tests' busbw: algbw × 2(n-1)/n).
 //!
 //! ```text
-//! cargo run --release --example allreduce                 # 4 local ranks
-//! cargo run --release --example allreduce -- --nranks 8
-//! mpirun -np 4 target/release/examples/allreduce           # one rank per MPI process
+//! cargo run --release --example allreduce                  # 4 local ranks, 64 MiB
+//! cargo run --release --example allreduce -- --nranks 8 --mib 16 --iters 10
+//! mpirun -np 4 target/release/examples/allreduce            # one rank per MPI process
 //! ```
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use oxccl::bootstrap::{config::process_env, log, spawn, Bootstrap, Config};
-
-const RECORD: usize = 72;
+use oxccl::bootstrap::{config::process_env, log, spawn, Config};
+use oxccl::runtime::{Communicator, ReduceOp};
 
 fn main() -> ExitCode {
     match run() {
@@ -27,56 +28,72 @@ fn main() -> ExitCode {
     }
 }
 
+struct Args {
+    nranks: u32,
+    mib: usize,
+    iters: usize,
+}
+
 fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let args = parse_args()?;
     let config = Config::from_env()?;
     log::init(&config);
     if !spawn::launched(&process_env()) {
-        let nranks = nranks_argument()?;
         let start = Instant::now();
-        let args: Vec<String> = std::env::args().skip(1).collect();
-        spawn::spawn_self(nranks, &config, &args)?.wait(Duration::from_secs(300), Duration::from_secs(10))?;
-        println!("all {nranks} ranks passed in {:.1} ms", start.elapsed().as_secs_f64() * 1e3);
+        let argv: Vec<String> = std::env::args().skip(1).collect();
+        spawn::spawn_self(args.nranks, &config, &argv)?.wait(Duration::from_secs(600), Duration::from_secs(30))?;
+        println!("all {} ranks passed in {:.2} s", args.nranks, start.elapsed().as_secs_f64());
         return Ok(());
     }
-    let boot = Bootstrap::from_env(&config)?;
-    let host = oxccl::bootstrap::host_name();
-    let mut record = [0u8; RECORD];
-    record[..4].copy_from_slice(&boot.rank().to_le_bytes());
-    record[4..8].copy_from_slice(&std::process::id().to_le_bytes());
-    let h = &host.as_bytes()[..host.len().min(RECORD - 8)];
-    record[8..8 + h.len()].copy_from_slice(h);
+    let comm = Communicator::from_env(&config)?;
+    let (n, rank) = (comm.nranks(), comm.rank());
+    let count = args.mib * (1 << 20) / std::mem::size_of::<f32>();
+    // Rank r contributes (r + 1) * (i % 1024): every sum is an integer below 2^24, exact in
+    // f32 whatever order the ranks are added in.
+    let send: Vec<f32> = (0..count).map(|i| ((rank + 1) * (i % 1024)) as f32).collect();
+    let mut recv = vec![0f32; count];
 
-    let all = boot.allgather(&record)?;
-    let mut pids = Vec::new();
-    for (r, rec) in all.chunks_exact(RECORD).enumerate() {
-        let rank = u32::from_le_bytes(rec[..4].try_into()?);
-        let pid = u32::from_le_bytes(rec[4..8].try_into()?);
-        let host = String::from_utf8_lossy(&rec[8..]).trim_end_matches('\0').to_string();
-        if rank != r as u32 || pid == 0 || host.is_empty() {
-            return Err(format!("record {r} is wrong: rank {rank}, pid {pid}, host {host:?}").into());
-        }
-        pids.push((pid, host));
+    // One warm-up call sets up the connections; then the timed ones.
+    comm.all_reduce(&send, &mut recv, ReduceOp::Sum)?;
+    let start = Instant::now();
+    for _ in 0..args.iters {
+        comm.all_reduce(&send, &mut recv, ReduceOp::Sum)?;
     }
-    let mut distinct = pids.clone();
-    distinct.sort();
-    distinct.dedup();
-    if distinct.len() != pids.len() {
-        return Err("two ranks reported the same host and pid".into());
+    let seconds = start.elapsed().as_secs_f64() / args.iters as f64;
+
+    let ranks_sum = (n * (n + 1) / 2) as f32;
+    if let Some((i, got)) = recv.iter().enumerate().find(|&(i, &x)| x != ranks_sum * (i % 1024) as f32) {
+        return Err(format!("rank {rank}: element {i} is {got}, expected {}", ranks_sum * (i % 1024) as f32).into());
     }
-    boot.barrier()?;
-    if boot.rank() == 0 {
-        println!("{} ranks bootstrapped:", boot.nranks());
-        for (r, (pid, host)) in pids.iter().enumerate() {
-            println!("  rank {r}: host {host} pid {pid}");
-        }
+    comm.finalize()?;
+    if rank == 0 {
+        let bytes = (count * 4) as f64;
+        let algbw = bytes / seconds / 1e9;
+        let busbw = algbw * 2.0 * (n - 1) as f64 / n as f64;
+        println!(
+            "all_reduce of {} MiB of f32 on {n} ranks: {:.2} ms per call ({} calls), algbw {algbw:.2} GB/s, busbw {busbw:.2} GB/s; result checked on every rank",
+            args.mib,
+            seconds * 1e3,
+            args.iters
+        );
     }
     Ok(())
 }
 
-fn nranks_argument() -> Result<u32, String> {
-    let args: Vec<String> = std::env::args().collect();
-    match args.iter().position(|a| a == "--nranks") {
-        None => Ok(4),
-        Some(i) => args.get(i + 1).and_then(|v| v.parse().ok()).filter(|&n| n > 0).ok_or_else(|| "--nranks needs a positive number".into()),
+fn parse_args() -> Result<Args, String> {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let mut args = Args { nranks: 4, mib: 64, iters: 5 };
+    let mut it = argv.iter();
+    while let Some(flag) = it.next() {
+        let mut value = |name: &str| -> Result<usize, String> {
+            it.next().and_then(|v| v.parse().ok()).filter(|&v: &usize| v > 0).ok_or_else(|| format!("{name} needs a positive number"))
+        };
+        match flag.as_str() {
+            "--nranks" => args.nranks = value("--nranks")? as u32,
+            "--mib" => args.mib = value("--mib")?,
+            "--iters" => args.iters = value("--iters")?,
+            other => return Err(format!("unknown argument {other:?} (expected --nranks N, --mib M, --iters K)")),
+        }
     }
+    Ok(args)
 }

@@ -7,6 +7,8 @@
 //! handle, in [`Communicator::synchronize`] and in [`Communicator::error`].
 
 use std::collections::HashMap;
+
+use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -49,7 +51,33 @@ struct Exec {
     net: NetLinks,
     socket: Arc<SocketNet>,
     connections: Mutex<Connections>,
+    /// Plans already made and connected, by shape: a repeated collective skips planning,
+    /// connection setup and bounds checks.
+    plans: Mutex<FxHashMap<PlanKey, Arc<Prepared>>>,
+    /// Where Avg and PreMulSum put each rank's scaled input (reused: no allocation per call
+    /// once it has grown to the largest input).
+    scratch: Mutex<Vec<u8>>,
 }
+
+/// What a plan depends on besides the communicator.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct PlanKey {
+    collective: Collective,
+    count: usize,
+    esize: usize,
+    root: usize,
+    algorithm: algo::Algorithm,
+}
+
+/// A plan ready to run: lanes checked against buffers of its sizes, connections made.
+struct Prepared {
+    lanes: Vec<Lane>,
+    /// Messages each network receive link carries per run.
+    net_expected: Vec<(algo::Link, u64)>,
+}
+
+/// Cached plans per communicator; the cache starts over when full.
+const PLAN_CACHE: usize = 256;
 
 impl Communicator {
     /// Joins the job named by `id` as `rank` of `nranks`.
@@ -110,6 +138,8 @@ impl Communicator {
             tuner,
             transports,
             connections: Mutex::new(Connections::default()),
+            plans: Mutex::new(FxHashMap::default()),
+            scratch: Mutex::new(Vec::new()),
         });
         let stream = HostStream::new(&rank.to_string(), abort)?;
         tracing::info!(target: log_target::INIT, "rank {rank}/{nranks} ready");
@@ -212,6 +242,12 @@ impl Communicator {
         Ok(CollectiveTask { collective, count, dtype, op, root, buffers: Buffers { send, send_bytes, recv, recv_bytes } })
     }
 
+    /// Runs `task` in stream order and waits for it (on this thread when the stream is idle).
+    fn run_now(&self, task: Task) -> Result<()> {
+        let exec = self.exec.clone();
+        self.stream.run_inline(move || exec.run(task))
+    }
+
     fn submit(&self, task: Task) -> Result<Work> {
         let exec = self.exec.clone();
         self.stream.submit(move || exec.run(task))
@@ -291,7 +327,8 @@ impl<'a> Group<'a> {
 
     /// Launches the group and waits for it.
     pub fn end(self) -> Result<()> {
-        self.launch()?.wait()
+        self.comm.check_usable()?;
+        self.comm.run_now(self.task)
     }
 
     /// Launches the group; the work's handle is returned at once.
@@ -346,7 +383,7 @@ impl Communicator {
     pub fn run<T: crate::Element>(&self, collective: Collective, send: Option<&[T]>, recv: &mut [T], count: usize, op: ReduceOp, root: usize) -> Result<()> {
         self.check_usable()?;
         let task = typed_task(self, collective, send, recv, count, op, root)?;
-        self.submit(Task { p2p: vec![], collectives: vec![task] })?.wait()
+        self.run_now(Task { p2p: vec![], collectives: vec![task] })
     }
 
     /// `recv[i] = op over ranks of send[i]`, `count = recv.len()`.
@@ -460,22 +497,56 @@ impl Exec {
         self.net.check()
     }
 
-    /// Runs lanes; `independent`: every message is sent without waiting for its receiver
-    /// (point-to-point, direct exchange), so the proxy may post receives together.
-    fn execute(&self, lanes: &[Lane], buffers: &[Buffers], dtype: DataType, op: ReduceOp, independent: bool, connections: &mut Connections) -> Result<()> {
-        conn::ensure(lanes, connections, &self.boot, &self.transports, &self.net)?;
-        let mut expected: HashMap<algo::Link, u64> = HashMap::new();
+    /// Messages each network receive link of `lanes` carries.
+    fn net_expected(&self, lanes: &[Lane]) -> Vec<(algo::Link, u64)> {
+        let mut expected: FxHashMap<algo::Link, u64> = FxHashMap::default();
         for (step, _) in lanes.iter().flat_map(|l| &l.steps) {
             if let Some(link) = step.receives().filter(|l| self.net.is_net_receive(l)) {
                 *expected.entry(link).or_default() += 1;
             }
         }
-        for (link, n) in expected {
+        expected.into_iter().collect()
+    }
+
+    /// Runs lanes whose connections exist; `independent`: every message is sent without
+    /// waiting for its receiver (point-to-point, direct exchange), so the proxy may post
+    /// receives together.
+    #[allow(clippy::too_many_arguments)]
+    fn execute(&self, lanes: &[Lane], net_expected: &[(algo::Link, u64)], buffers: &[Buffers], dtype: DataType, op: ReduceOp, independent: bool, checked: bool, connections: &mut Connections) -> Result<()> {
+        for &(link, n) in net_expected {
             self.net.expect(link, n, independent);
         }
         let health = || self.health();
         let cx = exec::Context { dtype, combine: op.combine(), deadline: Instant::now() + self.config.coll_timeout, health: &health };
-        exec::run(lanes, buffers, connections, &cx)
+        exec::run(lanes, buffers, connections, &cx, checked)
+    }
+
+    /// The plan for `key`, made, connected and checked on first use.
+    fn prepared(&self, key: PlanKey, connections: &mut Connections) -> Result<Arc<Prepared>> {
+        if let Some(p) = self.plans.lock().get(&key) {
+            return Ok(p.clone());
+        }
+        let shape = Shape {
+            collective: key.collective,
+            count: key.count,
+            nranks: self.nranks,
+            root: key.root,
+            chunk: (self.transports.geometry.slot_bytes / key.esize).max(1),
+            channels: 1,
+        };
+        let lanes = algo::plan_rank(shape, key.algorithm, self.rank).map_err(|e| Error::invalid(e.to_string()))?;
+        let lanes: Vec<Lane> = lanes.into_iter().map(|steps| Lane { steps: steps.into_iter().map(|s| (s, 0)).collect() }).collect();
+        conn::ensure(&lanes, connections, &self.boot, &self.transports, &self.net)?;
+        let (send_count, recv_count) = key.collective.buffer_counts(key.count, self.nranks, self.rank, key.root);
+        let sizes = Buffers { send: std::ptr::null(), send_bytes: send_count * key.esize, recv: std::ptr::null_mut(), recv_bytes: recv_count * key.esize };
+        exec::check_bounds(&lanes, &[sizes], connections, key.esize)?;
+        let prepared = Arc::new(Prepared { net_expected: self.net_expected(&lanes), lanes });
+        let mut plans = self.plans.lock();
+        if plans.len() >= PLAN_CACHE {
+            plans.clear();
+        }
+        plans.insert(key, prepared.clone());
+        Ok(prepared)
     }
 
     fn run_collective(&self, task: &CollectiveTask, connections: &mut Connections) -> Result<()> {
@@ -483,29 +554,23 @@ impl Exec {
             return Ok(());
         }
         let algorithm = self.tuner.choose(task.collective)?;
-        let esize = task.dtype.size();
-        let shape = Shape {
-            collective: task.collective,
-            count: task.count,
-            nranks: self.nranks,
-            root: task.root,
-            chunk: (self.transports.geometry.slot_bytes / esize).max(1),
-            channels: 1,
-        };
-        let lanes = algo::plan_rank(shape, algorithm, self.rank).map_err(|e| Error::invalid(e.to_string()))?;
-        let lanes: Vec<Lane> = lanes.into_iter().map(|steps| Lane { steps: steps.into_iter().map(|s| (s, 0)).collect() }).collect();
+        let key = PlanKey { collective: task.collective, count: task.count, esize: task.dtype.size(), root: task.root, algorithm };
+        let prepared = self.prepared(key, connections)?;
         let mut buffers = task.buffers;
         // Avg of floats and PreMulSum scale each rank's input once, before the reduction.
-        let mut scaled = Vec::new();
+        let mut scratch = self.scratch.lock();
         if let Some(factor) = task.collective.reduces().then(|| task.op.input_scale(task.dtype, self.nranks)).flatten() {
-            scaled = vec![0u8; buffers.send_bytes];
+            if scratch.len() < buffers.send_bytes {
+                scratch.resize(buffers.send_bytes, 0);
+            }
             // SAFETY: the send buffer is valid for send_bytes (enqueue's contract).
             let input = unsafe { std::slice::from_raw_parts(buffers.send, buffers.send_bytes) };
-            oxccl_kernels::scale(task.dtype, factor, &mut scaled, input)?;
-            buffers.send = scaled.as_ptr();
+            oxccl_kernels::scale(task.dtype, factor, &mut scratch[..buffers.send_bytes], input)?;
+            buffers.send = scratch.as_ptr();
         }
-        self.execute(&lanes, &[buffers], task.dtype, task.op, algorithm == algo::Algorithm::Direct, connections)?;
-        drop(scaled);
+        let independent = algorithm == algo::Algorithm::Direct;
+        self.execute(&prepared.lanes, &prepared.net_expected, &[buffers], task.dtype, task.op, independent, true, connections)?;
+        drop(scratch);
         if task.collective.reduces() && task.op.needs_final_division(task.dtype) && buffers.recv_bytes > 0 {
             // SAFETY: the recv buffer is valid for recv_bytes and the operation is done.
             let out = unsafe { std::slice::from_raw_parts_mut(buffers.recv, buffers.recv_bytes) };
@@ -543,7 +608,9 @@ impl Exec {
             }
         }
         let lanes: Vec<Lane> = lanes.into_values().filter(|l| !l.steps.is_empty()).collect();
-        self.execute(&lanes, &buffers, DataType::Uint8, ReduceOp::Sum, true, connections)
+        conn::ensure(&lanes, connections, &self.boot, &self.transports, &self.net)?;
+        let net_expected = self.net_expected(&lanes);
+        self.execute(&lanes, &net_expected, &buffers, DataType::Uint8, ReduceOp::Sum, true, false, connections)
     }
 }
 

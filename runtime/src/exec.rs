@@ -4,7 +4,7 @@
 //! Idle passes spin, then yield; every wait watches the deadline, the abort flag and the
 //! bootstrap's failure notices.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::time::Instant;
 
 use oxccl_kernels::{combine, combine_into, Combine, DataType};
@@ -37,8 +37,8 @@ pub(crate) struct Lane {
 /// This rank's ends of its connections, by link.
 #[derive(Default)]
 pub(crate) struct Connections {
-    pub senders: HashMap<Link, fifo::Sender>,
-    pub receivers: HashMap<Link, fifo::Receiver>,
+    pub senders: FxHashMap<Link, fifo::Sender>,
+    pub receivers: FxHashMap<Link, fifo::Receiver>,
 }
 
 /// What the executor needs besides steps and buffers.
@@ -50,10 +50,13 @@ pub(crate) struct Context<'a> {
     pub health: &'a dyn Fn() -> Result<()>,
 }
 
-/// Runs every lane to completion.
-pub(crate) fn run(lanes: &[Lane], buffers: &[Buffers], connections: &mut Connections, cx: &Context) -> Result<()> {
+/// Runs every lane to completion. `checked`: the lanes already passed [`check_bounds`] with
+/// buffers of the same sizes (a cached plan).
+pub(crate) fn run(lanes: &[Lane], buffers: &[Buffers], connections: &mut Connections, cx: &Context, checked: bool) -> Result<()> {
     let esize = cx.dtype.size();
-    check_bounds(lanes, buffers, connections, esize)?;
+    if !checked {
+        check_bounds(lanes, buffers, connections, esize)?;
+    }
     let mut cursor = vec![0usize; lanes.len()];
     let mut idle: u32 = 0;
     loop {
@@ -93,7 +96,8 @@ pub(crate) fn run(lanes: &[Lane], buffers: &[Buffers], connections: &mut Connect
     }
 }
 
-fn check_bounds(lanes: &[Lane], buffers: &[Buffers], connections: &Connections, esize: usize) -> Result<()> {
+/// Checks that every step's slices lie within its buffers and its messages fit the slots.
+pub(crate) fn check_bounds(lanes: &[Lane], buffers: &[Buffers], connections: &Connections, esize: usize) -> Result<()> {
     for lane in lanes {
         for (step, index) in &lane.steps {
             let b = buffers.get(*index).ok_or_else(|| Error::Internal("a step names missing buffers".into()))?;

@@ -13,6 +13,7 @@
 pub use oxccl_bootstrap as bootstrap;
 
 pub mod algo;
+pub mod check;
 mod comm;
 mod conn;
 mod error;

@@ -14,7 +14,7 @@
 //! The loop never blocks on one peer: every net call is non-blocking and every link is
 //! visited in turn.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -33,14 +33,14 @@ use crate::log_target;
 /// A communicator's network links, and the way to the process's proxy thread.
 pub(crate) struct NetLinks {
     net: Arc<dyn Net>,
-    expected: Mutex<HashMap<Link, Expected>>,
+    expected: Mutex<FxHashMap<Link, Expected>>,
     failure: Arc<Mutex<Option<String>>>,
     closed: Arc<AtomicBool>,
 }
 
 impl NetLinks {
     pub fn new(net: Arc<dyn Net>) -> NetLinks {
-        NetLinks { net, expected: Mutex::new(HashMap::new()), failure: Arc::default(), closed: Arc::new(AtomicBool::new(false)) }
+        NetLinks { net, expected: Mutex::new(FxHashMap::default()), failure: Arc::default(), closed: Arc::new(AtomicBool::new(false)) }
     }
 
     /// The receiving side of a network link: a local FIFO the proxy fills, and the handle

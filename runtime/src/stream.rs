@@ -1,6 +1,11 @@
 //! A host stream: work runs in submission order on the stream's own thread, like a CUDA
 //! stream; callers get a [`Work`] handle to wait on. An error is sticky: the failed job's
 //! handle reports it, later jobs are skipped and report it too, as a CUDA stream's do.
+//!
+//! Latency matters for small collectives, and a thread handoff costs microseconds: a caller
+//! that would only wait ([`HostStream::run_inline`]) runs its job on its own thread when the
+//! stream is idle, the stream thread polls its queue briefly before sleeping, and a job's
+//! completion wakes sleepers only when one waits for that job.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -26,13 +31,38 @@ struct State {
     abort: Arc<AtomicBool>,
 }
 
-#[derive(Default)]
 struct Progress {
     submitted: u64,
     completed: u64,
     /// The first failure: the job's sequence number and its error.
     failure: Option<(u64, Error)>,
+    /// The smallest job number a sleeping waiter waits for (`u64::MAX`: none).
+    wake_at: u64,
 }
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress { submitted: 0, completed: 0, failure: None, wake_at: u64::MAX }
+    }
+}
+
+impl State {
+    /// Records job `seq`'s result and wakes the waiters it concerns.
+    fn complete(&self, seq: u64, result: Result<()>) {
+        let mut p = self.progress.lock();
+        if let Err(e) = result {
+            p.failure.get_or_insert((seq, e));
+        }
+        p.completed = seq;
+        if seq >= p.wake_at || p.failure.is_some() {
+            p.wake_at = u64::MAX;
+            self.changed.notify_all();
+        }
+    }
+}
+
+/// Queue polls before the stream thread sleeps: back-to-back submissions then cost no wakeup.
+const IDLE_POLLS: u32 = 200;
 
 /// A handle on one submitted job.
 #[derive(Clone)]
@@ -49,20 +79,28 @@ impl HostStream {
         let worker = state.clone();
         let thread = std::thread::Builder::new()
             .name(format!("oxccl-stream-{name}"))
-            .spawn(move || {
-                for (seq, job) in rx {
-                    let skip = worker.progress.lock().failure.clone();
-                    let result = match skip {
-                        Some((_, e)) => Err(e),
-                        None => job(),
-                    };
-                    let mut p = worker.progress.lock();
-                    if let Err(e) = result {
-                        p.failure.get_or_insert((seq, e));
-                    }
-                    p.completed = seq;
-                    worker.changed.notify_all();
+            .spawn(move || loop {
+                let mut next = rx.try_recv().ok();
+                let mut polls = 0;
+                while next.is_none() && polls < IDLE_POLLS {
+                    std::thread::yield_now();
+                    next = rx.try_recv().ok();
+                    polls += 1;
                 }
+                let Some((seq, job)) = next.or_else(|| rx.recv().ok()) else { return };
+                let skip = {
+                    let mut p = worker.progress.lock();
+                    // A job the caller ran inline may still be running: keep the order.
+                    while p.completed + 1 < seq && p.failure.is_none() {
+                        worker.changed.wait_for(&mut p, Duration::from_millis(10));
+                    }
+                    p.failure.clone()
+                };
+                let result = match skip {
+                    Some((_, e)) => Err(e),
+                    None => job(),
+                };
+                worker.complete(seq, result);
             })
             .map_err(|e| Error::Internal(format!("cannot start a stream thread: {e}")))?;
         Ok(HostStream { jobs: Some(tx), state, thread: Some(thread) })
@@ -82,6 +120,27 @@ impl HostStream {
             .send((seq, Box::new(job)))
             .map_err(|_| Error::Internal("stream thread is gone".into()))?;
         Ok(Work { seq, state: self.state.clone() })
+    }
+
+    /// Runs `job` in order with the stream's work and returns its result: on the calling
+    /// thread when the stream is idle (no thread handoff), else queued and waited for.
+    pub fn run_inline(&self, job: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
+        let seq = {
+            let mut p = self.state.progress.lock();
+            if let Some((_, e)) = &p.failure {
+                return Err(e.clone());
+            }
+            if p.completed != p.submitted {
+                drop(p);
+                return self.submit(job)?.wait();
+            }
+            p.submitted += 1;
+            p.submitted
+        };
+        // Jobs submitted from here on wait in the stream thread for this one to complete.
+        let result = job();
+        self.state.complete(seq, result.clone());
+        result
     }
 
     /// Waits for every job submitted so far.
@@ -128,6 +187,7 @@ impl Work {
             if self.state.abort.load(Ordering::Acquire) {
                 return Err(Error::Aborted { reason: String::new() });
             }
+            p.wake_at = p.wake_at.min(self.seq);
             // Wake periodically to see an abort flag set without a notification.
             self.state.changed.wait_for(&mut p, Duration::from_millis(50));
         }

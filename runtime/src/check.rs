@@ -1,4 +1,5 @@
-//! The collective test matrix, shared by the thread, process and mpirun tests.
+//! Checking collectives against their definitions: the test matrix of the runtime's tests
+//! and `oxccl-perf -c 1`.
 //!
 //! Every rank derives every rank's input from (rank, element index), so each checks its
 //! own output against a reference computed here, directly from the definitions of the
@@ -9,12 +10,11 @@
 //! half sums beyond their exact integers, PreMulSum products), floats are compared within
 //! n+1 roundings of the datatype. Integers, copies, max and min must match bit for bit.
 
-#![allow(dead_code)]
-
 use half::{bf16, f16};
 use oxccl_kernels::fp8::Format;
 use oxccl_kernels::Scalar;
-use oxccl_runtime::{Collective, Communicator, DataType, ReduceOp};
+
+use crate::{Collective, Communicator, DataType, ReduceOp};
 
 /// Element counts of the small sizes: 0, 1, 7 and 4 KiB + 3.
 pub const SMALL_COUNTS: [usize; 4] = [0, 1, 7, 4099];
@@ -131,8 +131,27 @@ pub fn run_cases(comm: &Communicator, cases: &[Case]) -> Vec<String> {
 const GUARD: usize = 16;
 const POISON: u8 = 0xA5;
 
+/// A wrong result: how many elements are wrong and what the first one is.
+#[derive(Clone, Debug)]
+pub struct Mismatch {
+    pub wrong: usize,
+    pub first: String,
+}
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} wrong, first: {}", self.wrong, self.first)
+    }
+}
+
+impl Mismatch {
+    fn one(what: &str) -> Mismatch {
+        Mismatch { wrong: 1, first: what.into() }
+    }
+}
+
 /// Runs one case; `Ok(Some(..))` describes a wrong result.
-pub fn run_case(comm: &Communicator, case: &Case) -> oxccl_runtime::Result<Option<String>> {
+pub fn run_case(comm: &Communicator, case: &Case) -> crate::Result<Option<Mismatch>> {
     let (n, rank) = (comm.nranks(), comm.rank());
     let es = case.dtype.size();
     let (send_count, recv_count) = case.collective.buffer_counts(case.count, n, rank, case.root);
@@ -182,10 +201,10 @@ pub fn run_case(comm: &Communicator, case: &Case) -> oxccl_runtime::Result<Optio
         return Ok(Some(m));
     }
     if guard.iter().any(|&b| b != POISON) {
-        return Ok(Some("wrote past the end of its buffer".into()));
+        return Ok(Some(Mismatch::one("wrote past the end of its buffer")));
     }
     if !case.in_place && send[..my_input.len()] != my_input[..] {
-        return Ok(Some("changed the send buffer".into()));
+        return Ok(Some(Mismatch::one("changed the send buffer")));
     }
     Ok(None)
 }
@@ -268,10 +287,15 @@ fn reference(case: &Case, n: usize, i: usize) -> f64 {
     }
 }
 
-fn compare(case: &Case, n: usize, got: &[u8], expected: &[u8]) -> Option<String> {
+fn compare(case: &Case, n: usize, got: &[u8], expected: &[u8]) -> Option<Mismatch> {
     if got == expected {
         return None;
     }
+    let mut mismatch: Option<Mismatch> = None;
+    let mut note = |what: String| match &mut mismatch {
+        Some(m) => m.wrong += 1,
+        None => mismatch = Some(Mismatch { wrong: 1, first: what }),
+    };
     let es = case.dtype.size();
     let exact = !case.dtype.is_float() || !case.collective.reduces() || matches!(case.op, ReduceOp::Max | ReduceOp::Min | ReduceOp::Prod);
     for (k, (g, e)) in got.chunks_exact(es).zip(expected.chunks_exact(es)).enumerate() {
@@ -279,15 +303,16 @@ fn compare(case: &Case, n: usize, got: &[u8], expected: &[u8]) -> Option<String>
             continue;
         }
         if exact {
-            return Some(format!("element {k}: got bytes {g:02x?}, expected {e:02x?}"));
+            note(format!("element {k}: got bytes {g:02x?}, expected {e:02x?}"));
+            continue;
         }
         let (gv, ev) = (decode(case.dtype, g), decode(case.dtype, e));
         let tolerance = (n as f64 + 1.0) * epsilon(case.dtype) * magnitude_bound(case, n) + tiny(case.dtype);
         if (gv - ev).abs() > tolerance || gv.is_nan() {
-            return Some(format!("element {k}: got {gv}, expected {ev} (tolerance {tolerance})"));
+            note(format!("element {k}: got {gv}, expected {ev} (tolerance {tolerance})"));
         }
     }
-    None
+    mismatch
 }
 
 /// An upper bound on the sum of term magnitudes of any element of this case.

@@ -1,0 +1,476 @@
+//! oxccl-perf: nccl-tests' performance tables for oxccl's collectives on CPU memory, with
+//! Open MPI's same collective measured in the same run as the baseline.
+//!
+//! ```text
+//! oxccl-perf all_reduce -b 8 -e 64M -f 4 --nranks 4            # starts its own 4 ranks
+//! mpirun -np 4 oxccl-perf all_reduce -b 256K -e 64M --baseline mpi
+//! ```
+//!
+//! Sizes, counts, columns and bus-bandwidth factors are nccl-tests': `size` is the largest
+//! of one rank's send and receive buffers, `count` its elements, `time` the mean of `-n`
+//! iterations launched back to back and then waited for (the slowest rank's), `algbw` =
+//! size / time, `busbw` = algbw × the collective's factor (all_reduce 2(n-1)/n; all_gather,
+//! reduce_scatter, alltoall, gather, scatter (n-1)/n; broadcast, reduce, sendrecv 1).
+//! `#wrong` counts wrong elements of a separate checked call (`-c 1`) against
+//! `oxccl_runtime::check`'s reference.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use oxccl_bootstrap::{config::process_env, log, spawn, Config};
+use oxccl_runtime::check::{self, Case};
+use oxccl_runtime::{Collective, Communicator, DataType, ReduceOp};
+
+#[derive(Parser, Debug, Clone)]
+#[command(name = "oxccl-perf", about = "nccl-tests-style benchmark of oxccl's collectives on CPU memory")]
+struct Args {
+    /// all_reduce, all_gather, reduce_scatter, broadcast, reduce, sendrecv, alltoall, gather
+    /// or scatter (nccl-tests' binary names, without _perf).
+    collective: String,
+    /// Smallest size (bytes; K, M, G suffixes).
+    #[arg(short = 'b', long = "minbytes", default_value = "32M", value_parser = parse_size)]
+    min_bytes: usize,
+    /// Largest size.
+    #[arg(short = 'e', long = "maxbytes", default_value = "32M", value_parser = parse_size)]
+    max_bytes: usize,
+    /// Multiply the size by this between rows.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
+    factor: usize,
+    /// Timed iterations per size.
+    #[arg(short = 'n', long = "iters", default_value_t = 20)]
+    iters: usize,
+    /// Untimed iterations first.
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
+    warmup: usize,
+    /// 1: check each size's result (#wrong column); 0: don't.
+    #[arg(short = 'c', long = "check", default_value_t = 1)]
+    check: u32,
+    /// Datatype, as nccl-tests names it (float, half, bfloat16, int32, f8e4m3, ...).
+    #[arg(short = 'd', long = "datatype", default_value = "float")]
+    dtype: String,
+    /// Reduction: sum, prod, max, min, avg, premulsum.
+    #[arg(short = 'o', long = "op", default_value = "sum")]
+    op: String,
+    /// Root of broadcast, reduce, gather and scatter.
+    #[arg(short = 'r', long = "root", default_value_t = 0)]
+    root: usize,
+    /// Ranks to start when no launcher started this process.
+    #[arg(long, default_value_t = 4)]
+    nranks: u32,
+    /// Measure the same collective through MPI in the same run (`mpi`; needs mpirun).
+    #[arg(long)]
+    baseline: Option<String>,
+}
+
+/// What is measured.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Collective(Collective),
+    SendRecv,
+}
+
+impl Kind {
+    fn parse(name: &str) -> Result<Kind, String> {
+        let name = name.trim_end_matches("_perf");
+        if name == "sendrecv" {
+            return Ok(Kind::SendRecv);
+        }
+        Collective::ALL.into_iter().find(|c| c.name() == name).map(Kind::Collective).ok_or_else(|| {
+            format!("unknown collective {name:?}: expected all_reduce, all_gather, reduce_scatter, broadcast, reduce, sendrecv, alltoall, gather or scatter")
+        })
+    }
+
+    fn busbw_factor(self, n: usize) -> f64 {
+        let n = n as f64;
+        match self {
+            Kind::Collective(Collective::AllReduce) => 2.0 * (n - 1.0) / n,
+            Kind::Collective(Collective::Broadcast | Collective::Reduce) | Kind::SendRecv => 1.0,
+            Kind::Collective(_) => (n - 1.0) / n,
+        }
+    }
+
+    /// nccl-tests' per-rank element count for a row of `bytes`: the blocked collectives
+    /// divide the size among the ranks.
+    fn count(self, bytes: usize, es: usize, n: usize) -> usize {
+        match self {
+            Kind::Collective(Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll | Collective::Gather | Collective::Scatter) => bytes / es / n,
+            _ => bytes / es,
+        }
+    }
+
+    fn rooted(self) -> bool {
+        matches!(self, Kind::Collective(c) if c.rooted())
+    }
+
+    fn reduces(self) -> bool {
+        matches!(self, Kind::Collective(c) if c.reduces())
+    }
+}
+
+fn parse_size(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    let (digits, unit) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => (&s[..i], &s[i..]),
+        None => (s, ""),
+    };
+    let value: usize = digits.parse().map_err(|_| format!("{s:?} is not a size (e.g. 8, 256K, 64M, 1G)"))?;
+    let scale = match unit.to_ascii_uppercase().as_str() {
+        "" | "B" => 1,
+        "K" | "KB" => 1 << 10,
+        "M" | "MB" => 1 << 20,
+        "G" | "GB" => 1 << 30,
+        _ => return Err(format!("{s:?}: unknown size suffix {unit:?} (K, M or G)")),
+    };
+    value.checked_mul(scale).ok_or_else(|| format!("{s:?} is too large"))
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("oxccl-perf: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The parsed, checked options.
+struct Plan {
+    args: Args,
+    kind: Kind,
+    dtype: DataType,
+    op: ReduceOp,
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let kind = Kind::parse(&args.collective)?;
+    let dtype = DataType::parse(&args.dtype).ok_or_else(|| format!("unknown datatype {:?} (int8, uint8, int32, uint32, int64, uint64, half, float, double, bfloat16, f8e4m3, f8e5m2)", args.dtype))?;
+    let op = ReduceOp::parse(&args.op).ok_or_else(|| format!("unknown op {:?} (sum, prod, max, min, avg, premulsum)", args.op))?;
+    if args.min_bytes > args.max_bytes {
+        return Err(format!("-b {} is larger than -e {}", args.min_bytes, args.max_bytes).into());
+    }
+    if args.factor < 2 && args.min_bytes != args.max_bytes {
+        return Err("-f must be at least 2".into());
+    }
+    if args.iters == 0 {
+        return Err("-n must be at least 1".into());
+    }
+    if let Some(b) = args.baseline.as_deref().filter(|b| *b != "mpi") {
+        return Err(format!("unknown baseline {b:?}: the only one is mpi").into());
+    }
+    let config = Config::from_env()?;
+    log::init(&config);
+    let env = process_env();
+    if !spawn::launched(&env) {
+        if args.baseline.is_some() {
+            return Err(format!("--baseline mpi needs MPI's own ranks: run it under mpirun, e.g. mpirun -np {} oxccl-perf {} ... --baseline mpi", args.nranks, args.collective).into());
+        }
+        let argv: Vec<String> = std::env::args().skip(1).collect();
+        spawn::spawn_self(args.nranks, &config, &argv)?.wait(Duration::from_secs(3600), Duration::from_secs(30))?;
+        return Ok(());
+    }
+    let plan = Plan { args, kind, dtype, op };
+    if plan.args.baseline.is_some() {
+        baseline::run(&plan, &config)
+    } else {
+        let comm = Communicator::from_env(&config)?;
+        table(&plan, &comm, None)
+    }
+}
+
+/// One row's measurement: seconds per call and wrong elements.
+#[derive(Clone, Copy)]
+struct Measured {
+    seconds: f64,
+    wrong: usize,
+}
+
+/// Prints the table on rank 0; `mpi` measures the baseline of a row, in seconds.
+fn table(plan: &Plan, comm: &Communicator, mut mpi: Option<&mut dyn FnMut(usize) -> Result<f64, String>>) -> Result<(), Box<dyn std::error::Error>> {
+    let (n, rank) = (comm.nranks(), comm.rank());
+    if plan.kind.rooted() && plan.args.root >= n {
+        return Err(format!("root {} out of range for {n} ranks", plan.args.root).into());
+    }
+    let es = plan.dtype.size();
+    let header = rank == 0;
+    if header {
+        println!(
+            "# oxccl-perf {}: nranks {n} minBytes {} maxBytes {} step: {}(factor) warmup iters: {} iters: {} validation: {} baseline: {}",
+            plan.kind_name(),
+            plan.args.min_bytes,
+            plan.args.max_bytes,
+            plan.args.factor,
+            plan.args.warmup,
+            plan.args.iters,
+            plan.args.check,
+            plan.args.baseline.as_deref().unwrap_or("none")
+        );
+        println!("#");
+        println!("# {} on {}, {} ranks, CPU memory, time = slowest rank's mean", oxccl_bootstrap::host_name(), std::env::consts::ARCH, n);
+        println!("#");
+        let mpi_head = if mpi.is_some() { ["     mpi   mpi ratio", "    time busbw   x"] } else { ["", ""] };
+        println!("#                                                              out-of-place                       in-place          {}", if mpi.is_some() { "   MPI baseline" } else { "" });
+        println!("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong {}", mpi_head[0]);
+        println!("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)        {}", mpi_head[1]);
+    }
+    let mut bytes = plan.args.min_bytes;
+    let mut wrong_total = 0;
+    let mut busbw_sum = 0.0;
+    let mut rows = 0;
+    loop {
+        let count = plan.kind.count(bytes, es, n);
+        let size = match plan.kind {
+            Kind::Collective(c) => {
+                let (s, r) = c.buffer_counts(count, n, plan.args.root, plan.args.root);
+                s.max(r) * es
+            }
+            Kind::SendRecv => count * es,
+        };
+        let out_of_place = measure(plan, comm, count, false)?;
+        let in_place = match plan.kind {
+            Kind::Collective(c) if !c.has_in_place() => None,
+            Kind::SendRecv => None,
+            _ => Some(measure(plan, comm, count, true)?),
+        };
+        let mpi_seconds = match mpi.as_mut() {
+            Some(f) => Some(slowest(comm, f(count)?)?),
+            None => None,
+        };
+        let factor = plan.kind.busbw_factor(n);
+        let cols = |m: Option<Measured>| match m {
+            Some(m) => {
+                let algbw = size as f64 / m.seconds / 1e9;
+                format!("{:>8} {:>7.2} {:>7.2} {:>6}", format_time(m.seconds), algbw, algbw * factor, if plan.args.check == 1 { m.wrong.to_string() } else { "N/A".into() })
+            }
+            None => format!("{:>8} {:>7} {:>7} {:>6}", "N/A", "N/A", "N/A", "N/A"),
+        };
+        if header {
+            let root = if plan.kind.rooted() { plan.args.root as i64 } else { -1 };
+            let op = if plan.kind.reduces() { plan.op.name() } else { "none" };
+            let baseline = mpi_seconds
+                .map(|t| {
+                    let mpi_busbw = size as f64 / t / 1e9 * factor;
+                    let ours = size as f64 / out_of_place.seconds / 1e9 * factor;
+                    format!(" {:>8} {:>5.2} {:>4.2}", format_time(t), mpi_busbw, ours / mpi_busbw)
+                })
+                .unwrap_or_default();
+            println!("{size:>12} {:>13} {:>9} {op:>7} {root:>7} {} {}{baseline}", count * if size > count * es { n } else { 1 }, plan.dtype.name(), cols(Some(out_of_place)), cols(in_place));
+        }
+        wrong_total += out_of_place.wrong + in_place.map_or(0, |m| m.wrong);
+        busbw_sum += size as f64 / out_of_place.seconds / 1e9 * factor;
+        rows += 1;
+        if bytes >= plan.args.max_bytes {
+            break;
+        }
+        bytes = bytes.saturating_mul(plan.args.factor).min(plan.args.max_bytes);
+    }
+    comm.finalize()?;
+    if header {
+        println!("# Out of bounds values : {wrong_total} {}", if wrong_total == 0 { "OK" } else { "FAILED" });
+        println!("# Avg bus bandwidth    : {:.4}", busbw_sum / rows as f64);
+        println!("#");
+    }
+    if wrong_total > 0 {
+        return Err(format!("rank {rank}: {wrong_total} wrong elements").into());
+    }
+    Ok(())
+}
+
+impl Plan {
+    fn kind_name(&self) -> &'static str {
+        match self.kind {
+            Kind::Collective(c) => c.name(),
+            Kind::SendRecv => "sendrecv",
+        }
+    }
+}
+
+/// nccl-tests prints times in microseconds with 2 decimals, fewer when large.
+fn format_time(seconds: f64) -> String {
+    let us = seconds * 1e6;
+    if us >= 1e5 {
+        format!("{us:.0}")
+    } else if us >= 1e4 {
+        format!("{us:.1}")
+    } else {
+        format!("{us:.2}")
+    }
+}
+
+/// The largest of every rank's `seconds` (an all_reduce max on the communicator itself).
+fn slowest(comm: &Communicator, seconds: f64) -> Result<f64, String> {
+    let mut t = [seconds];
+    comm.all_reduce_in_place(&mut t, ReduceOp::Max).map_err(|e| e.to_string())?;
+    Ok(t[0])
+}
+
+/// Times `warmup` + `iters` calls of one row, then (with -c 1) checks a separate call.
+fn measure(plan: &Plan, comm: &Communicator, count: usize, in_place: bool) -> Result<Measured, Box<dyn std::error::Error>> {
+    let (n, rank) = (comm.nranks(), comm.rank());
+    let es = plan.dtype.size();
+    let root = plan.args.root;
+    // Buffers as large as any rank's need, holding arbitrary (finite) values.
+    let elements = match plan.kind {
+        Kind::Collective(c) => {
+            let (s, r) = c.buffer_counts(count, n, root, root);
+            s.max(r).max(count * n)
+        }
+        Kind::SendRecv => count,
+    };
+    let fill = check::encode(plan.dtype, 1.0);
+    let mut send: Vec<u8> = fill.iter().copied().cycle().take(elements * es).collect();
+    let mut recv = send.clone();
+    let launch = |send: &mut Vec<u8>, recv: &mut Vec<u8>| -> oxccl_runtime::Result<oxccl_runtime::Work> {
+        match plan.kind {
+            Kind::Collective(c) => {
+                let (send_ptr, recv_ptr): (*const u8, *mut u8) = if in_place {
+                    let base = recv.as_mut_ptr();
+                    let (s_off, r_off) = (c.in_place_send_offset(count, rank, root).unwrap_or(0), c.in_place_recv_offset(count, rank, root).unwrap_or(0));
+                    // SAFETY: offsets are within the buffers, sized for every rank's need.
+                    unsafe { (base.add(s_off * es), base.add(r_off * es)) }
+                } else {
+                    (send.as_ptr(), recv.as_mut_ptr())
+                };
+                // SAFETY: the buffers outlive the work (waited for before they are touched).
+                unsafe { comm.enqueue_collective(c, send_ptr, recv_ptr, count, plan.dtype, plan.op, root) }
+            }
+            Kind::SendRecv => {
+                let mut g = comm.group();
+                // SAFETY: as above.
+                unsafe {
+                    g.send_raw(send.as_ptr(), count * es, (rank + 1) % n)?;
+                    g.recv_raw(recv.as_mut_ptr(), count * es, (rank + n - 1) % n)?;
+                    g.launch_async()
+                }
+            }
+        }
+    };
+    for _ in 0..plan.args.warmup {
+        launch(&mut send, &mut recv)?.wait()?;
+    }
+    slowest(comm, 0.0)?; // line the ranks up
+    let start = Instant::now();
+    for _ in 0..plan.args.iters {
+        launch(&mut send, &mut recv)?;
+    }
+    comm.synchronize()?;
+    let seconds = slowest(comm, start.elapsed().as_secs_f64() / plan.args.iters as f64)?;
+    let wrong = if plan.args.check == 1 { check_row(plan, comm, count, in_place)? } else { 0 };
+    Ok(Measured { seconds, wrong })
+}
+
+/// Wrong elements of one checked call on fresh buffers.
+fn check_row(plan: &Plan, comm: &Communicator, count: usize, in_place: bool) -> Result<usize, Box<dyn std::error::Error>> {
+    let (n, rank) = (comm.nranks(), comm.rank());
+    match plan.kind {
+        Kind::Collective(collective) => {
+            let case = Case { collective, dtype: plan.dtype, op: plan.op, count, root: plan.args.root, in_place };
+            Ok(check::run_case(comm, &case)?.map_or(0, |m| {
+                eprintln!("rank {rank}: {case}: {m}");
+                m.wrong
+            }))
+        }
+        Kind::SendRecv => {
+            let bytes = count * plan.dtype.size();
+            let pattern = |r: usize| -> Vec<u8> { (0..bytes).map(|i| ((r * 131 + i * 7 + 13) % 251) as u8).collect() };
+            let out = pattern(rank);
+            let mut got = vec![0u8; bytes];
+            let mut g = comm.group();
+            g.send(&out, (rank + 1) % n)?;
+            g.recv(&mut got, (rank + n - 1) % n)?;
+            g.end()?;
+            let expected = pattern((rank + n - 1) % n);
+            Ok(got.iter().zip(&expected).filter(|(a, b)| a != b).count().div_ceil(plan.dtype.size()))
+        }
+    }
+}
+
+#[cfg(feature = "mpi")]
+mod baseline {
+    //! The same collectives through MPI (rsmpi), out of place, on typed buffers.
+    use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
+    use mpi::datatype::Equivalence;
+    use mpi::point_to_point as p2p;
+    use mpi::topology::{Communicator as _, SimpleCommunicator};
+
+    use super::*;
+
+    pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error>> {
+        let universe = mpi::initialize().ok_or("MPI is initialised already")?;
+        let world = universe.world();
+        let comm = oxccl_runtime::Communicator::from_mpi(&world, config)?;
+        let mut mpi_row = |count: usize| -> Result<f64, String> {
+            match plan.dtype {
+                DataType::Int8 => time::<i8>(plan, &world, count),
+                DataType::Uint8 => time::<u8>(plan, &world, count),
+                DataType::Int32 => time::<i32>(plan, &world, count),
+                DataType::Uint32 => time::<u32>(plan, &world, count),
+                DataType::Int64 => time::<i64>(plan, &world, count),
+                DataType::Uint64 => time::<u64>(plan, &world, count),
+                DataType::Float32 => time::<f32>(plan, &world, count),
+                DataType::Float64 => time::<f64>(plan, &world, count),
+                other => Err(format!("MPI has no {} datatype: use another -d with --baseline mpi", other.name())),
+            }
+        };
+        table(plan, &comm, Some(&mut mpi_row))
+    }
+
+    fn system_op(op: ReduceOp) -> Result<SystemOperation, String> {
+        Ok(match op {
+            ReduceOp::Sum => SystemOperation::sum(),
+            ReduceOp::Prod => SystemOperation::product(),
+            ReduceOp::Max => SystemOperation::max(),
+            ReduceOp::Min => SystemOperation::min(),
+            other => return Err(format!("MPI has no {} reduction: use sum, prod, max or min with --baseline mpi", other.name())),
+        })
+    }
+
+    /// Seconds per call of the collective through MPI (this rank's mean).
+    fn time<T: Equivalence + Copy + Default>(plan: &Plan, world: &SimpleCommunicator, count: usize) -> Result<f64, String> {
+        let n = world.size() as usize;
+        let rank = world.rank() as usize;
+        let root_rank = plan.args.root;
+        let root = world.process_at_rank(root_rank as i32);
+        let op = if plan.kind.reduces() { Some(system_op(plan.op)?) } else { None };
+        let send = vec![T::default(); count * n];
+        let mut recv = vec![T::default(); count * n];
+        let mut call = || match plan.kind {
+            Kind::Collective(Collective::AllReduce) => world.all_reduce_into(&send[..count], &mut recv[..count], op.unwrap()),
+            Kind::Collective(Collective::Broadcast) => root.broadcast_into(&mut recv[..count]),
+            Kind::Collective(Collective::Reduce) if rank == root_rank => root.reduce_into_root(&send[..count], &mut recv[..count], op.unwrap()),
+            Kind::Collective(Collective::Reduce) => root.reduce_into(&send[..count], op.unwrap()),
+            Kind::Collective(Collective::AllGather) => world.all_gather_into(&send[..count], &mut recv[..count * n]),
+            Kind::Collective(Collective::ReduceScatter) => world.reduce_scatter_block_into(&send[..count * n], &mut recv[..count], op.unwrap()),
+            Kind::Collective(Collective::AllToAll) => world.all_to_all_into(&send[..count * n], &mut recv[..count * n]),
+            Kind::Collective(Collective::Gather) if rank == root_rank => root.gather_into_root(&send[..count], &mut recv[..count * n]),
+            Kind::Collective(Collective::Gather) => root.gather_into(&send[..count]),
+            Kind::Collective(Collective::Scatter) if rank == root_rank => root.scatter_into_root(&send[..count * n], &mut recv[..count]),
+            Kind::Collective(Collective::Scatter) => root.scatter_into(&mut recv[..count]),
+            Kind::SendRecv => {
+                let next = world.process_at_rank(((rank + 1) % n) as i32);
+                let prev = world.process_at_rank(((rank + n - 1) % n) as i32);
+                p2p::send_receive_into(&send[..count], &next, &mut recv[..count], &prev);
+            }
+        };
+        for _ in 0..plan.args.warmup {
+            call();
+        }
+        world.barrier();
+        let start = Instant::now();
+        for _ in 0..plan.args.iters {
+            call();
+        }
+        Ok(start.elapsed().as_secs_f64() / plan.args.iters as f64)
+    }
+}
+
+#[cfg(not(feature = "mpi"))]
+mod baseline {
+    use super::*;
+
+    pub fn run(_plan: &Plan, _config: &Config) -> Result<(), Box<dyn std::error::Error>> {
+        Err("this build has no MPI support (the bench crate's `mpi` feature is off)".into())
+    }
+}
