@@ -27,7 +27,7 @@ use crate::log_target;
 use crate::proxy::NetLinks;
 use crate::stream::{HostStream, Work};
 use crate::task::{CollectiveTask, PointToPoint, Task};
-use crate::tune::Tuner;
+use crate::tune::{CostInput, Tuner};
 
 /// Slots per connection (NCCL's NCCL_STEPS).
 pub const SLOTS: usize = 8;
@@ -35,7 +35,7 @@ pub const SLOTS: usize = 8;
 /// A communicator. Dropping it waits for its queued work, then closes its connections.
 pub struct Communicator {
     // Dropped first: waits for queued work, which holds `exec`.
-    stream: HostStream,
+    stream: HostStream<Task>,
     exec: Arc<Exec>,
 }
 
@@ -141,7 +141,8 @@ impl Communicator {
             plans: Mutex::new(FxHashMap::default()),
             scratch: Mutex::new(Vec::new()),
         });
-        let stream = HostStream::new(&rank.to_string(), abort)?;
+        let runner = exec.clone();
+        let stream = HostStream::new(&rank.to_string(), abort, move |task| runner.run(task))?;
         tracing::info!(target: log_target::INIT, "rank {rank}/{nranks} ready");
         Ok(Communicator { stream, exec })
     }
@@ -217,7 +218,18 @@ impl Communicator {
     pub unsafe fn enqueue_collective(&self, collective: Collective, send: *const u8, recv: *mut u8, count: usize, dtype: DataType, op: ReduceOp, root: usize) -> Result<Work> {
         self.check_usable()?;
         let task = self.collective_task(collective, send, recv, count, dtype, op, root)?;
-        self.submit(Task { p2p: vec![], collectives: vec![task] })
+        self.submit(Task::Collective(task))
+    }
+
+    /// Runs one collective on raw buffers and waits for it: on this thread when nothing
+    /// else is queued (the blocking path of the typed methods, without a thread handoff).
+    ///
+    /// # Safety
+    /// As [`Communicator::enqueue_collective`], until this returns.
+    pub unsafe fn run_raw(&self, collective: Collective, send: *const u8, recv: *mut u8, count: usize, dtype: DataType, op: ReduceOp, root: usize) -> Result<()> {
+        self.check_usable()?;
+        let task = self.collective_task(collective, send, recv, count, dtype, op, root)?;
+        self.run_now(Task::Collective(task))
     }
 
     fn collective_task(&self, collective: Collective, send: *const u8, recv: *mut u8, count: usize, dtype: DataType, op: ReduceOp, root: usize) -> Result<CollectiveTask> {
@@ -244,18 +256,16 @@ impl Communicator {
 
     /// Runs `task` in stream order and waits for it (on this thread when the stream is idle).
     fn run_now(&self, task: Task) -> Result<()> {
-        let exec = self.exec.clone();
-        self.stream.run_inline(move || exec.run(task))
+        self.stream.run_inline(task)
     }
 
     fn submit(&self, task: Task) -> Result<Work> {
-        let exec = self.exec.clone();
-        self.stream.submit(move || exec.run(task))
+        self.stream.submit(task)
     }
 
     /// Starts a group: operations added to it are launched together by [`Group::end`].
     pub fn group(&self) -> Group<'_> {
-        Group { comm: self, task: Task::default() }
+        Group { comm: self, p2p: Vec::new(), collectives: Vec::new() }
     }
 }
 
@@ -274,7 +284,8 @@ impl Drop for Communicator {
 /// send/recv pairs never deadlock, whatever their order), collectives follow in call order.
 pub struct Group<'a> {
     comm: &'a Communicator,
-    task: Task,
+    p2p: Vec<PointToPoint>,
+    collectives: Vec<CollectiveTask>,
 }
 
 impl<'a> Group<'a> {
@@ -313,7 +324,7 @@ impl<'a> Group<'a> {
             return Err(Error::invalid("buffer is null"));
         }
         let buffers = Buffers { send, send_bytes: if is_send { bytes } else { 0 }, recv, recv_bytes: if is_send { 0 } else { bytes } };
-        self.task.p2p.push(PointToPoint { peer, bytes, buffers, send: is_send });
+        self.p2p.push(PointToPoint { peer, bytes, buffers, send: is_send });
         Ok(self)
     }
 
@@ -321,14 +332,14 @@ impl<'a> Group<'a> {
     /// holds the input as NCCL's in-place conventions say).
     pub fn collective<T: crate::Element>(&mut self, collective: Collective, send: Option<&'a [T]>, recv: &'a mut [T], count: usize, op: ReduceOp, root: usize) -> Result<&mut Self> {
         let task = typed_task(self.comm, collective, send, recv, count, op, root)?;
-        self.task.collectives.push(task);
+        self.collectives.push(task);
         Ok(self)
     }
 
     /// Launches the group and waits for it.
     pub fn end(self) -> Result<()> {
         self.comm.check_usable()?;
-        self.comm.run_now(self.task)
+        self.comm.run_now(Task::Group { p2p: self.p2p, collectives: self.collectives })
     }
 
     /// Launches the group; the work's handle is returned at once.
@@ -343,7 +354,7 @@ impl<'a> Group<'a> {
 
     fn launch(self) -> Result<Work> {
         self.comm.check_usable()?;
-        self.comm.submit(self.task)
+        self.comm.submit(Task::Group { p2p: self.p2p, collectives: self.collectives })
     }
 }
 
@@ -383,7 +394,7 @@ impl Communicator {
     pub fn run<T: crate::Element>(&self, collective: Collective, send: Option<&[T]>, recv: &mut [T], count: usize, op: ReduceOp, root: usize) -> Result<()> {
         self.check_usable()?;
         let task = typed_task(self, collective, send, recv, count, op, root)?;
-        self.run_now(Task { p2p: vec![], collectives: vec![task] })
+        self.run_now(Task::Collective(task))
     }
 
     /// `recv[i] = op over ranks of send[i]`, `count = recv.len()`.
@@ -457,13 +468,18 @@ impl Communicator {
 impl Exec {
     fn run(&self, task: Task) -> Result<()> {
         let mut connections = self.connections.lock();
-        if !task.p2p.is_empty() {
-            self.run_p2p(&task.p2p, &mut connections)?;
+        match task {
+            Task::Collective(c) => self.run_collective(&c, &mut connections),
+            Task::Group { p2p, collectives } => {
+                if !p2p.is_empty() {
+                    self.run_p2p(&p2p, &mut connections)?;
+                }
+                for c in &collectives {
+                    self.run_collective(c, &mut connections)?;
+                }
+                Ok(())
+            }
         }
-        for c in &task.collectives {
-            self.run_collective(c, &mut connections)?;
-        }
-        Ok(())
     }
 
     /// Waits until every sending FIFO is empty: all posted slots taken by the receiver
@@ -553,7 +569,8 @@ impl Exec {
         if task.count == 0 {
             return Ok(());
         }
-        let algorithm = self.tuner.choose(task.collective)?;
+        let cost = CostInput { bytes: task.count * task.dtype.size(), nranks: self.nranks, net: self.transports.any_net(), order_free: self.nranks <= 2 || order_free(task.dtype, task.op) };
+        let algorithm = self.tuner.choose(task.collective, &cost)?;
         let key = PlanKey { collective: task.collective, count: task.count, esize: task.dtype.size(), root: task.root, algorithm };
         let prepared = self.prepared(key, connections)?;
         let mut buffers = task.buffers;
@@ -568,7 +585,9 @@ impl Exec {
             oxccl_kernels::scale(task.dtype, factor, &mut scratch[..buffers.send_bytes], input)?;
             buffers.send = scratch.as_ptr();
         }
-        let independent = algorithm == algo::Algorithm::Direct;
+        // Direct exchanges send without waiting for anything received, except the one-shot
+        // all_reduce, whose chunk k+1 follows the reception of chunk k.
+        let independent = algorithm == algo::Algorithm::Direct && task.collective != Collective::AllReduce;
         self.execute(&prepared.lanes, &prepared.net_expected, &[buffers], task.dtype, task.op, independent, true, connections)?;
         drop(scratch);
         if task.collective.reduces() && task.op.needs_final_division(task.dtype) && buffers.recv_bytes > 0 {
@@ -612,6 +631,12 @@ impl Exec {
         let net_expected = self.net_expected(&lanes);
         self.execute(&lanes, &net_expected, &buffers, DataType::Uint8, ReduceOp::Sum, true, false, connections)
     }
+}
+
+/// Whether a reduction gives the same bits in any order: integers (wrapping sums and
+/// products are exact), max and min; also integer Avg (an exact sum, then one division).
+fn order_free(dtype: DataType, op: ReduceOp) -> bool {
+    matches!(op, ReduceOp::Max | ReduceOp::Min) || !dtype.is_float()
 }
 
 /// Which ranks share this rank's host (NCCL_HOSTID, else host name and boot id).

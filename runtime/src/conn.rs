@@ -38,6 +38,11 @@ impl Transports {
     fn shared_memory(&self, peer: usize) -> bool {
         self.shm_allowed && self.same_host[peer]
     }
+
+    /// Whether some peer is reached through the network.
+    pub fn any_net(&self) -> bool {
+        (0..self.same_host.len()).any(|p| !self.shared_memory(p))
+    }
 }
 
 /// Makes sure every link the lanes use is connected.

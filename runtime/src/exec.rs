@@ -57,7 +57,15 @@ pub(crate) fn run(lanes: &[Lane], buffers: &[Buffers], connections: &mut Connect
     if !checked {
         check_bounds(lanes, buffers, connections, esize)?;
     }
-    let mut cursor = vec![0usize; lanes.len()];
+    // Each lane's next step; on the stack for the usual few lanes (no allocation per call).
+    let mut few = [0usize; 32];
+    let mut many = Vec::new();
+    let cursor: &mut [usize] = if lanes.len() <= few.len() {
+        &mut few[..lanes.len()]
+    } else {
+        many.resize(lanes.len(), 0);
+        &mut many
+    };
     let mut idle: u32 = 0;
     loop {
         let mut progressed = false;
@@ -89,7 +97,7 @@ pub(crate) fn run(lanes: &[Lane], buffers: &[Buffers], connections: &mut Connect
         if idle % 256 == 0 {
             (cx.health)()?;
             if Instant::now() >= cx.deadline {
-                let stuck: Vec<String> = lanes.iter().zip(&cursor).filter_map(|(l, &c)| l.steps.get(c).map(|(s, _)| format!("{s:?}"))).collect();
+                let stuck: Vec<String> = lanes.iter().zip(cursor.iter()).filter_map(|(l, &c)| l.steps.get(c).map(|(s, _)| format!("{s:?}"))).collect();
                 return Err(Error::Timeout { phase: format!("collective, waiting at {}", stuck.join("; ")), waited: Default::default() });
             }
         }

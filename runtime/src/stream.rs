@@ -16,12 +16,15 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::error::{Error, Result};
 
-type Job = Box<dyn FnOnce() -> Result<()> + Send>;
+/// What runs a job of type `J`, on the stream thread or inline.
+type Runner<J> = Arc<dyn Fn(J) -> Result<()> + Send + Sync>;
 
-/// An ordered queue of work with a thread that runs it.
-pub(crate) struct HostStream {
-    jobs: Option<crossbeam_channel::Sender<(u64, Job)>>,
+/// An ordered queue of jobs of type `J` with a thread that runs them through one runner
+/// (jobs are plain values: nothing is boxed per job).
+pub(crate) struct HostStream<J: Send + 'static> {
+    jobs: Option<crossbeam_channel::Sender<(u64, J)>>,
     state: Arc<State>,
+    run: Runner<J>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -71,12 +74,15 @@ pub struct Work {
     state: Arc<State>,
 }
 
-impl HostStream {
-    /// Starts the stream's thread. `abort` ends waits on the stream early.
-    pub fn new(name: &str, abort: Arc<AtomicBool>) -> Result<HostStream> {
-        let (tx, rx) = crossbeam_channel::unbounded::<(u64, Job)>();
+impl<J: Send + 'static> HostStream<J> {
+    /// Starts the stream's thread, which hands each job to `run`. `abort` ends waits on the
+    /// stream early.
+    pub fn new(name: &str, abort: Arc<AtomicBool>, run: impl Fn(J) -> Result<()> + Send + Sync + 'static) -> Result<HostStream<J>> {
+        let (tx, rx) = crossbeam_channel::unbounded::<(u64, J)>();
         let state = Arc::new(State { progress: Mutex::new(Progress::default()), changed: Condvar::new(), abort });
         let worker = state.clone();
+        let run: Runner<J> = Arc::new(run);
+        let runner = run.clone();
         let thread = std::thread::Builder::new()
             .name(format!("oxccl-stream-{name}"))
             .spawn(move || loop {
@@ -98,16 +104,16 @@ impl HostStream {
                 };
                 let result = match skip {
                     Some((_, e)) => Err(e),
-                    None => job(),
+                    None => runner(job),
                 };
                 worker.complete(seq, result);
             })
             .map_err(|e| Error::Internal(format!("cannot start a stream thread: {e}")))?;
-        Ok(HostStream { jobs: Some(tx), state, thread: Some(thread) })
+        Ok(HostStream { jobs: Some(tx), state, run, thread: Some(thread) })
     }
 
     /// Queues a job; it runs after every job queued before it.
-    pub fn submit(&self, job: impl FnOnce() -> Result<()> + Send + 'static) -> Result<Work> {
+    pub fn submit(&self, job: J) -> Result<Work> {
         let mut p = self.state.progress.lock();
         if let Some((_, e)) = &p.failure {
             return Err(e.clone());
@@ -117,14 +123,14 @@ impl HostStream {
         self.jobs
             .as_ref()
             .expect("the sender lives until drop")
-            .send((seq, Box::new(job)))
+            .send((seq, job))
             .map_err(|_| Error::Internal("stream thread is gone".into()))?;
         Ok(Work { seq, state: self.state.clone() })
     }
 
     /// Runs `job` in order with the stream's work and returns its result: on the calling
     /// thread when the stream is idle (no thread handoff), else queued and waited for.
-    pub fn run_inline(&self, job: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
+    pub fn run_inline(&self, job: J) -> Result<()> {
         let seq = {
             let mut p = self.state.progress.lock();
             if let Some((_, e)) = &p.failure {
@@ -138,7 +144,7 @@ impl HostStream {
             p.submitted
         };
         // Jobs submitted from here on wait in the stream thread for this one to complete.
-        let result = job();
+        let result = (self.run)(job);
         self.state.complete(seq, result.clone());
         result
     }
@@ -161,7 +167,7 @@ impl HostStream {
     }
 }
 
-impl Drop for HostStream {
+impl<J: Send + 'static> Drop for HostStream<J> {
     fn drop(&mut self) {
         // Closing the queue ends the thread once the queued jobs have run (each job has its
         // own deadlines and abort checks, so this join is bounded).
@@ -204,17 +210,24 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
 
+    type Closure = Box<dyn FnOnce() -> Result<()> + Send>;
+
+    /// A stream of closures, for these tests.
+    fn closures(abort: Arc<AtomicBool>) -> HostStream<Closure> {
+        HostStream::new("t", abort, |job: Closure| job()).unwrap()
+    }
+
     #[test]
     fn runs_in_order_and_reports_each_job() {
-        let stream = HostStream::new("t", Arc::new(AtomicBool::new(false))).unwrap();
+        let stream = closures(Arc::new(AtomicBool::new(false)));
         let order = Arc::new(Mutex::new(Vec::new()));
         let works: Vec<Work> = (0..50)
             .map(|i| {
                 let order = order.clone();
-                stream.submit(move || {
+                stream.submit(Box::new(move || {
                     order.lock().push(i);
                     Ok(())
-                })
+                }))
                 .unwrap()
             })
             .collect();
@@ -225,37 +238,37 @@ mod tests {
 
     #[test]
     fn errors_are_sticky() {
-        let stream = HostStream::new("t", Arc::new(AtomicBool::new(false))).unwrap();
+        let stream = closures(Arc::new(AtomicBool::new(false)));
         let ran = Arc::new(AtomicUsize::new(0));
-        let ok = stream.submit(|| Ok(())).unwrap();
-        let bad = stream.submit(|| Err(Error::invalid("boom"))).unwrap();
+        let ok = stream.submit(Box::new(|| Ok(()))).unwrap();
+        let bad = stream.submit(Box::new(|| Err(Error::invalid("boom")))).unwrap();
         let r = ran.clone();
         let after = stream
-            .submit(move || {
+            .submit(Box::new(move || {
                 r.fetch_add(1, Ordering::SeqCst);
                 Ok(())
-            })
+            }))
             .unwrap();
         ok.wait().unwrap();
         assert!(bad.wait().unwrap_err().to_string().contains("boom"));
         assert!(after.wait().is_err());
         assert_eq!(ran.load(Ordering::SeqCst), 0);
-        assert!(stream.submit(|| Ok(())).is_err());
+        assert!(stream.submit(Box::new(|| Ok(()))).is_err());
         assert!(stream.synchronize().is_err());
     }
 
     #[test]
     fn abort_ends_a_wait_on_a_stuck_job() {
         let abort = Arc::new(AtomicBool::new(false));
-        let stream = HostStream::new("t", abort.clone()).unwrap();
+        let stream = closures(abort.clone());
         let flag = abort.clone();
         let stuck = stream
-            .submit(move || {
+            .submit(Box::new(move || {
                 while !flag.load(Ordering::Acquire) {
                     std::thread::sleep(Duration::from_millis(1));
                 }
                 Err(Error::Aborted { reason: String::new() })
-            })
+            }))
             .unwrap();
         let waiter = std::thread::spawn(move || stuck.wait());
         std::thread::sleep(Duration::from_millis(30));

@@ -26,10 +26,10 @@ pub(crate) struct PointToPoint {
     pub send: bool,
 }
 
-/// What one stream job does: point-to-point operations all together, then collectives in
-/// call order (the same order on every rank).
-#[derive(Debug, Default)]
-pub(crate) struct Task {
-    pub p2p: Vec<PointToPoint>,
-    pub collectives: Vec<CollectiveTask>,
+/// What one stream job does: one collective (no allocation), or a group: its point-to-point
+/// operations all together, then its collectives in call order (the same on every rank).
+#[derive(Debug)]
+pub(crate) enum Task {
+    Collective(CollectiveTask),
+    Group { p2p: Vec<PointToPoint>, collectives: Vec<CollectiveTask> },
 }

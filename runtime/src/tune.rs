@@ -5,8 +5,17 @@
 //! Algorithms: `ring`, `tree`, `direct` (NCCL's `nvls`, `nvlstree`, `collnetdirect`,
 //! `collnetchain` and `pat` are recognised and never available here). Protocols: `simple`,
 //! `ll`, `ll128`; the host executor runs Simple. A forced choice that cannot run is an
-//! error naming the variable, never a silent fallback. Among the allowed algorithms the
-//! cost model is simple for now: the first available in the preference order below.
+//! error naming the variable, never a silent fallback.
+//!
+//! Among the allowed algorithms a simple cost model picks the fastest (the full tuning
+//! model and the tuner plugin come later): each algorithm costs its hops in sequence times
+//! a per-hop latency, plus the bytes each rank moves over a bandwidth, plus the elements
+//! it reduces over a reduction rate. The constants are this host executor's, measured on
+//! a 2-core VM (docs/PERFORMANCE.md): shared memory ~0.15 µs a hop and ~6 GB/s, the socket
+//! Net ~15 µs and ~1.5 GB/s, reductions ~4 GB/s. all_reduce weighs ring (2(n-1) hops,
+//! 2(n-1)/n of the data), the double binary tree (2⌈log2 n⌉ hops, about the data twice)
+//! and the one-shot direct exchange (one hop, (n-1)× the data sent and reduced) — the last
+//! only where the order of the fold cannot change a bit (see `algo::direct`).
 
 use std::collections::HashMap;
 
@@ -51,6 +60,14 @@ impl Selection {
         Ok(selection)
     }
 
+    /// Whether the user's list for `collective` names `name` explicitly (not through `^`).
+    fn forces(&self, collective: Collective, name: &str) -> bool {
+        match self.per_collective.get(&collective).or(self.all.as_ref()) {
+            Some(list) => list.len() < KNOWN_ALGORITHMS.len() && list.iter().any(|n| n == name),
+            None => false,
+        }
+    }
+
     fn allows(&self, collective: Collective, name: &str) -> bool {
         match self.per_collective.get(&collective).or(self.all.as_ref()) {
             Some(list) => list.iter().any(|n| n == name),
@@ -79,7 +96,7 @@ impl Tuner {
     }
 
     /// The algorithm for `collective` on the host executor.
-    pub fn choose(&self, collective: Collective) -> Result<Algorithm> {
+    pub fn choose(&self, collective: Collective, cost: &CostInput) -> Result<Algorithm> {
         if !self.proto.allows(collective, "simple") {
             return Err(Error::invalid(format!(
                 "NCCL_PROTO={:?} excludes Simple for {}, the only protocol of the host executor",
@@ -89,9 +106,16 @@ impl Tuner {
         }
         let preference: &[Algorithm] = match collective {
             Collective::AllToAll | Collective::Gather | Collective::Scatter => &[Algorithm::Direct, Algorithm::Ring],
+            Collective::AllReduce => &[Algorithm::Ring, Algorithm::Tree, Algorithm::Direct],
             _ => &[Algorithm::Ring],
         };
-        preference.iter().copied().find(|a| self.algo.allows(collective, a.name())).ok_or_else(|| {
+        let allowed = || preference.iter().copied().filter(|a| self.algo.allows(collective, a.name()));
+        // The one-shot all_reduce is chosen by the model only where it is exact; forced by
+        // NCCL_ALGO it runs anyway (ranks may then differ in the last bits of float sums).
+        let forced_direct = self.algo.forces(collective, "direct");
+        let modelled = allowed().filter(|&a| !(collective == Collective::AllReduce && a == Algorithm::Direct && !cost.order_free && !forced_direct));
+        let best = modelled.min_by(|a, b| cost.estimate(collective, *a).total_cmp(&cost.estimate(collective, *b)));
+        best.or_else(|| allowed().next()).ok_or_else(|| {
             Error::invalid(format!(
                 "NCCL_ALGO={:?} leaves no algorithm oxccl can run for {} (available: {})",
                 self.algo_text,
@@ -99,6 +123,37 @@ impl Tuner {
                 preference.iter().map(|a| a.name()).collect::<Vec<_>>().join(", ")
             ))
         })
+    }
+}
+
+/// What the cost model knows of one call.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CostInput {
+    /// Bytes of the collective's `count` elements.
+    pub bytes: usize,
+    pub nranks: usize,
+    /// Some peer is reached through the network.
+    pub net: bool,
+    /// The reduction gives the same bits in any order on every rank (see `algo::direct`).
+    pub order_free: bool,
+}
+
+impl CostInput {
+    /// Estimated seconds of `algorithm` for `collective`.
+    fn estimate(&self, collective: Collective, algorithm: Algorithm) -> f64 {
+        let (hop, bandwidth) = if self.net { (15e-6, 1.5e9) } else { (0.15e-6, 6e9) };
+        let reduce_rate = 4e9;
+        let n = self.nranks.max(1) as f64;
+        let s = self.bytes as f64;
+        let log2 = n.log2().ceil().max(1.0);
+        let (hops, moved, reduced) = match (collective, algorithm) {
+            (Collective::AllReduce, Algorithm::Ring) => (2.0 * (n - 1.0), 2.0 * (n - 1.0) / n * s, (n - 1.0) / n * s),
+            (Collective::AllReduce, Algorithm::Tree) => (2.0 * log2, 2.0 * s, s),
+            (Collective::AllReduce, Algorithm::Direct) => (1.0, (n - 1.0) * s, (n - 1.0) * s),
+            (_, Algorithm::Direct) => (1.0, (n - 1.0) / n * s, 0.0),
+            _ => (n - 1.0, s, 0.0),
+        };
+        hops * hop + moved / bandwidth + reduced / reduce_rate
     }
 }
 
@@ -115,29 +170,49 @@ fn bad(variable: &str, value: &str, reason: &str) -> Error {
 mod tests {
     use super::*;
 
+    fn big(nranks: usize) -> CostInput {
+        CostInput { bytes: 64 << 20, nranks, net: false, order_free: false }
+    }
+
+    fn small(nranks: usize, order_free: bool) -> CostInput {
+        CostInput { bytes: 64, nranks, net: false, order_free }
+    }
+
     #[test]
-    fn defaults_choose_ring_and_direct() {
+    fn the_model_picks_by_size_ranks_and_exactness() {
         let t = Tuner::new(None, None).unwrap();
-        assert_eq!(t.choose(Collective::AllReduce).unwrap(), Algorithm::Ring);
-        assert_eq!(t.choose(Collective::AllToAll).unwrap(), Algorithm::Direct);
+        assert_eq!(t.choose(Collective::AllReduce, &big(4)).unwrap(), Algorithm::Ring);
+        assert_eq!(t.choose(Collective::AllToAll, &big(4)).unwrap(), Algorithm::Direct);
+        assert_eq!(t.choose(Collective::Broadcast, &small(4, true)).unwrap(), Algorithm::Ring);
+        // Small: one hop where exact, else the tree's log2 hops beat the ring's n-1.
+        assert_eq!(t.choose(Collective::AllReduce, &small(8, true)).unwrap(), Algorithm::Direct);
+        assert_eq!(t.choose(Collective::AllReduce, &small(8, false)).unwrap(), Algorithm::Tree);
+        let net = CostInput { net: true, ..small(16, false) };
+        assert_eq!(t.choose(Collective::AllReduce, &net).unwrap(), Algorithm::Tree);
+        // Forcing direct runs it even where the model would not.
+        let t = Tuner::new(Some("allreduce:direct"), None).unwrap();
+        assert_eq!(t.choose(Collective::AllReduce, &small(8, false)).unwrap(), Algorithm::Direct);
+        assert_eq!(t.choose(Collective::AllReduce, &big(8)).unwrap(), Algorithm::Direct);
     }
 
     #[test]
     fn forcing_and_excluding() {
         let t = Tuner::new(Some("ring"), None).unwrap();
-        assert_eq!(t.choose(Collective::AllToAll).unwrap(), Algorithm::Ring);
+        assert_eq!(t.choose(Collective::AllToAll, &big(4)).unwrap(), Algorithm::Ring);
+        assert_eq!(t.choose(Collective::AllReduce, &small(8, true)).unwrap(), Algorithm::Ring);
         let t = Tuner::new(Some("alltoall:^direct;allreduce:ring"), None).unwrap();
-        assert_eq!(t.choose(Collective::AllToAll).unwrap(), Algorithm::Ring);
-        let err = Tuner::new(Some("tree"), None).unwrap().choose(Collective::AllReduce).unwrap_err().to_string();
-        assert!(err.contains("NCCL_ALGO") && err.contains("all_reduce"), "{err}");
-        let err = Tuner::new(Some("^ring"), None).unwrap().choose(Collective::Broadcast).unwrap_err().to_string();
+        assert_eq!(t.choose(Collective::AllToAll, &big(4)).unwrap(), Algorithm::Ring);
+        assert_eq!(Tuner::new(Some("tree"), None).unwrap().choose(Collective::AllReduce, &big(4)).unwrap(), Algorithm::Tree);
+        let err = Tuner::new(Some("tree"), None).unwrap().choose(Collective::Broadcast, &big(4)).unwrap_err().to_string();
+        assert!(err.contains("NCCL_ALGO") && err.contains("broadcast"), "{err}");
+        let err = Tuner::new(Some("^ring"), None).unwrap().choose(Collective::Broadcast, &big(4)).unwrap_err().to_string();
         assert!(err.contains("broadcast"), "{err}");
     }
 
     #[test]
     fn protocols() {
-        assert!(Tuner::new(None, Some("simple")).unwrap().choose(Collective::AllReduce).is_ok());
-        let err = Tuner::new(None, Some("LL")).unwrap().choose(Collective::AllReduce).unwrap_err().to_string();
+        assert!(Tuner::new(None, Some("simple")).unwrap().choose(Collective::AllReduce, &big(2)).is_ok());
+        let err = Tuner::new(None, Some("LL")).unwrap().choose(Collective::AllReduce, &big(2)).unwrap_err().to_string();
         assert!(err.contains("NCCL_PROTO"), "{err}");
     }
 

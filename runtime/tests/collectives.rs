@@ -18,7 +18,14 @@ enum Transport {
 }
 
 fn config(transport: Transport) -> Config {
+    config_with(transport, None)
+}
+
+fn config_with(transport: Transport, algo: Option<&str>) -> Config {
     let mut config = Config::defaults();
+    if let Some(algo) = algo {
+        config.set("NCCL_ALGO", algo).unwrap();
+    }
     config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
     // A hang fails the test instead of stalling it.
     config.set("OXCCL_COLL_TIMEOUT_MS", "60000").unwrap();
@@ -31,8 +38,13 @@ fn config(transport: Transport) -> Config {
 
 /// Runs `cases` on `n` thread ranks; panics with every failure.
 fn run_threads(n: u32, transport: Transport, cases: impl Fn(usize) -> Vec<Case>) {
+    run_threads_with(n, config(transport), cases)
+}
+
+fn run_threads_with(n: u32, config: Config, cases: impl Fn(usize) -> Vec<Case>) {
+    let transport = if config.shm_disable { Transport::Net } else { Transport::Shm };
     let start = Instant::now();
-    let comms = Communicator::init_all(n, &config(transport)).unwrap();
+    let comms = Communicator::init_all(n, &config).unwrap();
     let cases = cases(n as usize);
     let total = cases.len();
     let failures: Vec<String> = std::thread::scope(|s| {
@@ -91,5 +103,22 @@ fn sixty_four_mebibytes() {
                 .map(|collective| Case { collective, dtype: DataType::Float32, op: ReduceOp::Sum, count, root: n - 1, in_place: false })
                 .collect()
         });
+    }
+}
+
+/// all_reduce with each algorithm forced (the tuner picks by size, so some would otherwise
+/// run only at some sizes): every dtype, op, size and placement.
+#[test]
+fn every_all_reduce_algorithm() {
+    use oxccl_runtime::Collective;
+    for algo in ["ring", "tree", "direct"] {
+        for (n, transport) in [(3, Transport::Shm), (4, Transport::Net), (5, Transport::Shm)] {
+            run_threads_with(n, config_with(transport, Some(algo)), |n| {
+                let mut cases = matrix::full_matrix(n, &[1, 7, 4099]);
+                cases.retain(|c| c.collective == Collective::AllReduce);
+                cases.extend(matrix::large_cases(n, 1 << 20).into_iter().filter(|c| c.collective == Collective::AllReduce));
+                cases
+            });
+        }
     }
 }

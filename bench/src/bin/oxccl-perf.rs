@@ -61,6 +61,10 @@ struct Args {
     /// Measure the same collective through MPI in the same run (`mpi`; needs mpirun).
     #[arg(long)]
     baseline: Option<String>,
+    /// 1: wait for each call before the next (the blocking API's path, as MPI's blocking
+    /// calls are timed); 0: launch all iterations, then wait (nccl-tests' way).
+    #[arg(long, default_value_t = 0)]
+    blocking: u32,
 }
 
 /// What is measured.
@@ -197,7 +201,7 @@ fn table(plan: &Plan, comm: &Communicator, mut mpi: Option<&mut dyn FnMut(usize)
     let header = rank == 0;
     if header {
         println!(
-            "# oxccl-perf {}: nranks {n} minBytes {} maxBytes {} step: {}(factor) warmup iters: {} iters: {} validation: {} baseline: {}",
+            "# oxccl-perf {}: nranks {n} minBytes {} maxBytes {} step: {}(factor) warmup iters: {} iters: {} validation: {} blocking: {} baseline: {}",
             plan.kind_name(),
             plan.args.min_bytes,
             plan.args.max_bytes,
@@ -205,6 +209,7 @@ fn table(plan: &Plan, comm: &Communicator, mut mpi: Option<&mut dyn FnMut(usize)
             plan.args.warmup,
             plan.args.iters,
             plan.args.check,
+            plan.args.blocking,
             plan.args.baseline.as_deref().unwrap_or("none")
         );
         println!("#");
@@ -322,7 +327,8 @@ fn measure(plan: &Plan, comm: &Communicator, count: usize, in_place: bool) -> Re
     let fill = check::encode(plan.dtype, 1.0);
     let mut send: Vec<u8> = fill.iter().copied().cycle().take(elements * es).collect();
     let mut recv = send.clone();
-    let launch = |send: &mut Vec<u8>, recv: &mut Vec<u8>| -> oxccl_runtime::Result<oxccl_runtime::Work> {
+    let blocking = plan.args.blocking == 1;
+    let launch = |send: &mut Vec<u8>, recv: &mut Vec<u8>| -> oxccl_runtime::Result<Option<oxccl_runtime::Work>> {
         match plan.kind {
             Kind::Collective(c) => {
                 let (send_ptr, recv_ptr): (*const u8, *mut u8) = if in_place {
@@ -334,7 +340,13 @@ fn measure(plan: &Plan, comm: &Communicator, count: usize, in_place: bool) -> Re
                     (send.as_ptr(), recv.as_mut_ptr())
                 };
                 // SAFETY: the buffers outlive the work (waited for before they are touched).
-                unsafe { comm.enqueue_collective(c, send_ptr, recv_ptr, count, plan.dtype, plan.op, root) }
+                unsafe {
+                    if blocking {
+                        comm.run_raw(c, send_ptr, recv_ptr, count, plan.dtype, plan.op, root).map(|()| None)
+                    } else {
+                        comm.enqueue_collective(c, send_ptr, recv_ptr, count, plan.dtype, plan.op, root).map(Some)
+                    }
+                }
             }
             Kind::SendRecv => {
                 let mut g = comm.group();
@@ -342,13 +354,19 @@ fn measure(plan: &Plan, comm: &Communicator, count: usize, in_place: bool) -> Re
                 unsafe {
                     g.send_raw(send.as_ptr(), count * es, (rank + 1) % n)?;
                     g.recv_raw(recv.as_mut_ptr(), count * es, (rank + n - 1) % n)?;
-                    g.launch_async()
+                    if blocking {
+                        g.end().map(|()| None)
+                    } else {
+                        g.launch_async().map(Some)
+                    }
                 }
             }
         }
     };
     for _ in 0..plan.args.warmup {
-        launch(&mut send, &mut recv)?.wait()?;
+        if let Some(work) = launch(&mut send, &mut recv)? {
+            work.wait()?;
+        }
     }
     slowest(comm, 0.0)?; // line the ranks up
     let start = Instant::now();
