@@ -569,7 +569,7 @@ impl Exec {
         if task.count == 0 {
             return Ok(());
         }
-        let cost = CostInput { bytes: task.count * task.dtype.size(), nranks: self.nranks, net: self.transports.any_net(), order_free: self.nranks <= 2 || order_free(task.dtype, task.op) };
+        let cost = CostInput { bytes: task.count * task.dtype.size(), nranks: self.nranks, net: self.transports.any_net(), oversubscribed: self.transports.oversubscribed() };
         let algorithm = self.tuner.choose(task.collective, &cost)?;
         let key = PlanKey { collective: task.collective, count: task.count, esize: task.dtype.size(), root: task.root, algorithm };
         let prepared = self.prepared(key, connections)?;
@@ -585,9 +585,8 @@ impl Exec {
             oxccl_kernels::scale(task.dtype, factor, &mut scratch[..buffers.send_bytes], input)?;
             buffers.send = scratch.as_ptr();
         }
-        // Direct exchanges send without waiting for anything received, except the one-shot
-        // all_reduce, whose chunk k+1 follows the reception of chunk k.
-        let independent = algorithm == algo::Algorithm::Direct && task.collective != Collective::AllReduce;
+        // Direct exchanges never send anything that waits for what its receiver received.
+        let independent = algorithm == algo::Algorithm::Direct;
         self.execute(&prepared.lanes, &prepared.net_expected, &[buffers], task.dtype, task.op, independent, true, connections)?;
         drop(scratch);
         if task.collective.reduces() && task.op.needs_final_division(task.dtype) && buffers.recv_bytes > 0 {
@@ -631,12 +630,6 @@ impl Exec {
         let net_expected = self.net_expected(&lanes);
         self.execute(&lanes, &net_expected, &buffers, DataType::Uint8, ReduceOp::Sum, true, false, connections)
     }
-}
-
-/// Whether a reduction gives the same bits in any order: integers (wrapping sums and
-/// products are exact), max and min; also integer Avg (an exact sum, then one division).
-fn order_free(dtype: DataType, op: ReduceOp) -> bool {
-    matches!(op, ReduceOp::Max | ReduceOp::Min) || !dtype.is_float()
 }
 
 /// Which ranks share this rank's host (NCCL_HOSTID, else host name and boot id).

@@ -39,6 +39,12 @@ impl Transports {
         self.shm_allowed && self.same_host[peer]
     }
 
+    /// Whether this host runs more of the communicator's ranks than it has cores.
+    pub fn oversubscribed(&self) -> bool {
+        let local = self.same_host.iter().filter(|&&same| same).count();
+        local > std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+
     /// Whether some peer is reached through the network.
     pub fn any_net(&self) -> bool {
         (0..self.same_host.len()).any(|p| !self.shared_memory(p))

@@ -8,15 +8,17 @@
 //! error naming the variable, never a silent fallback.
 //!
 //! Among the allowed algorithms a simple cost model picks the fastest (the full tuning
-//! model and the tuner plugin come later): each algorithm costs its hops in sequence times
-//! a per-hop latency, plus the bytes each rank moves over a bandwidth, plus the elements
-//! it reduces over a reduction rate. The constants are this host executor's, measured on
-//! a 2-core VM (docs/PERFORMANCE.md): shared memory ~0.15 µs a hop and ~6 GB/s, the socket
-//! Net ~15 µs and ~1.5 GB/s, reductions ~4 GB/s. all_reduce weighs ring (2(n-1) hops,
-//! 2(n-1)/n of the data), the double binary tree (2⌈log2 n⌉ hops, about the data twice)
-//! and the one-shot direct exchange (one hop, (n-1)× the data sent and reduced) — the last
-//! only where the order of the fold cannot change a bit (see `algo::direct`).
-
+//! model and the tuner plugin come later): an algorithm costs its hops in sequence times a
+//! per-hop latency, plus its messages per hop times an issue cost, plus the bytes each rank
+//! moves over a bandwidth, plus the elements it reduces over a reduction rate. The
+//! constants are this host executor's as measured on a 2-core VM (docs/PERFORMANCE.md):
+//! shared memory ~0.15 µs a hop and ~6 GB/s, the socket Net ~15 µs a hop and ~0.8 GB/s per
+//! connection, reductions ~4 GB/s; a hop costs ~5 µs when a host runs more ranks than it
+//! has cores (a message waits for its receiver to be scheduled). For all_reduce: ring
+//! (2(n-1) hops, 2(n-1)/n of the data), the double binary tree (2⌈log2 n⌉ hops, about twice
+//! the data) and the two-shot direct exchange (2 hops of n-1 messages each, the ring's
+//! traffic; on the Net its n-1 connections stream in parallel, in shared memory its
+//! scattered copies run at about half the ring's pipelined rate).
 use std::collections::HashMap;
 
 use crate::algo::{Algorithm, Collective};
@@ -58,14 +60,6 @@ impl Selection {
             }
         }
         Ok(selection)
-    }
-
-    /// Whether the user's list for `collective` names `name` explicitly (not through `^`).
-    fn forces(&self, collective: Collective, name: &str) -> bool {
-        match self.per_collective.get(&collective).or(self.all.as_ref()) {
-            Some(list) => list.len() < KNOWN_ALGORITHMS.len() && list.iter().any(|n| n == name),
-            None => false,
-        }
     }
 
     fn allows(&self, collective: Collective, name: &str) -> bool {
@@ -110,12 +104,8 @@ impl Tuner {
             _ => &[Algorithm::Ring],
         };
         let allowed = || preference.iter().copied().filter(|a| self.algo.allows(collective, a.name()));
-        // The one-shot all_reduce is chosen by the model only where it is exact; forced by
-        // NCCL_ALGO it runs anyway (ranks may then differ in the last bits of float sums).
-        let forced_direct = self.algo.forces(collective, "direct");
-        let modelled = allowed().filter(|&a| !(collective == Collective::AllReduce && a == Algorithm::Direct && !cost.order_free && !forced_direct));
-        let best = modelled.min_by(|a, b| cost.estimate(collective, *a).total_cmp(&cost.estimate(collective, *b)));
-        best.or_else(|| allowed().next()).ok_or_else(|| {
+        let best = allowed().min_by(|a, b| cost.estimate(collective, *a).total_cmp(&cost.estimate(collective, *b)));
+        best.ok_or_else(|| {
             Error::invalid(format!(
                 "NCCL_ALGO={:?} leaves no algorithm oxccl can run for {} (available: {})",
                 self.algo_text,
@@ -134,26 +124,30 @@ pub(crate) struct CostInput {
     pub nranks: usize,
     /// Some peer is reached through the network.
     pub net: bool,
-    /// The reduction gives the same bits in any order on every rank (see `algo::direct`).
-    pub order_free: bool,
+    /// This host runs more ranks of the communicator than it has cores.
+    pub oversubscribed: bool,
 }
 
 impl CostInput {
     /// Estimated seconds of `algorithm` for `collective`.
     fn estimate(&self, collective: Collective, algorithm: Algorithm) -> f64 {
-        let (hop, bandwidth) = if self.net { (15e-6, 1.5e9) } else { (0.15e-6, 6e9) };
+        let (mut hop, issue, bandwidth): (f64, f64, f64) = if self.net { (15e-6, 2e-6, 0.8e9) } else { (0.15e-6, 0.05e-6, 6e9) };
+        if self.oversubscribed {
+            hop = hop.max(5e-6);
+        }
         let reduce_rate = 4e9;
         let n = self.nranks.max(1) as f64;
         let s = self.bytes as f64;
         let log2 = n.log2().ceil().max(1.0);
-        let (hops, moved, reduced) = match (collective, algorithm) {
-            (Collective::AllReduce, Algorithm::Ring) => (2.0 * (n - 1.0), 2.0 * (n - 1.0) / n * s, (n - 1.0) / n * s),
-            (Collective::AllReduce, Algorithm::Tree) => (2.0 * log2, 2.0 * s, s),
-            (Collective::AllReduce, Algorithm::Direct) => (1.0, (n - 1.0) * s, (n - 1.0) * s),
-            (_, Algorithm::Direct) => (1.0, (n - 1.0) / n * s, 0.0),
-            _ => (n - 1.0, s, 0.0),
+        let parallel = if self.net { (n - 1.0).clamp(1.0, 2.0) } else { 0.5 };
+        let (hops, messages, moved, reduced) = match (collective, algorithm) {
+            (Collective::AllReduce, Algorithm::Ring) => (2.0 * (n - 1.0), 2.0 * (n - 1.0), 2.0 * (n - 1.0) / n * s, (n - 1.0) / n * s),
+            (Collective::AllReduce, Algorithm::Tree) => (2.0 * log2, 4.0 * log2, 2.0 * s, s),
+            (Collective::AllReduce, Algorithm::Direct) => (2.0, 2.0 * (n - 1.0), 2.0 * (n - 1.0) / n * s / parallel, (n - 1.0) / n * s),
+            (_, Algorithm::Direct) => (1.0, n - 1.0, (n - 1.0) / n * s, 0.0),
+            _ => (n - 1.0, n - 1.0, s, 0.0),
         };
-        hops * hop + moved / bandwidth + reduced / reduce_rate
+        hops * hop + messages * issue + moved / bandwidth + reduced / reduce_rate
     }
 }
 
@@ -171,35 +165,32 @@ mod tests {
     use super::*;
 
     fn big(nranks: usize) -> CostInput {
-        CostInput { bytes: 64 << 20, nranks, net: false, order_free: false }
+        CostInput { bytes: 64 << 20, nranks, net: false, oversubscribed: false }
     }
 
-    fn small(nranks: usize, order_free: bool) -> CostInput {
-        CostInput { bytes: 64, nranks, net: false, order_free }
+    fn small(nranks: usize) -> CostInput {
+        CostInput { bytes: 64, nranks, net: false, oversubscribed: false }
     }
 
     #[test]
-    fn the_model_picks_by_size_ranks_and_exactness() {
+    fn the_model_picks_by_size_ranks_and_transport() {
         let t = Tuner::new(None, None).unwrap();
+        // Shared memory: the ring's pipeline for large data, two hops for small.
         assert_eq!(t.choose(Collective::AllReduce, &big(4)).unwrap(), Algorithm::Ring);
+        assert_eq!(t.choose(Collective::AllReduce, &small(8)).unwrap(), Algorithm::Direct);
+        // The Net: parallel connections for large data; the tree when direct's messages
+        // per hop outnumber the tree's hops.
+        assert_eq!(t.choose(Collective::AllReduce, &CostInput { net: true, ..big(4) }).unwrap(), Algorithm::Direct);
+        assert_eq!(t.choose(Collective::AllReduce, &CostInput { net: true, ..small(64) }).unwrap(), Algorithm::Tree);
         assert_eq!(t.choose(Collective::AllToAll, &big(4)).unwrap(), Algorithm::Direct);
-        assert_eq!(t.choose(Collective::Broadcast, &small(4, true)).unwrap(), Algorithm::Ring);
-        // Small: one hop where exact, else the tree's log2 hops beat the ring's n-1.
-        assert_eq!(t.choose(Collective::AllReduce, &small(8, true)).unwrap(), Algorithm::Direct);
-        assert_eq!(t.choose(Collective::AllReduce, &small(8, false)).unwrap(), Algorithm::Tree);
-        let net = CostInput { net: true, ..small(16, false) };
-        assert_eq!(t.choose(Collective::AllReduce, &net).unwrap(), Algorithm::Tree);
-        // Forcing direct runs it even where the model would not.
-        let t = Tuner::new(Some("allreduce:direct"), None).unwrap();
-        assert_eq!(t.choose(Collective::AllReduce, &small(8, false)).unwrap(), Algorithm::Direct);
-        assert_eq!(t.choose(Collective::AllReduce, &big(8)).unwrap(), Algorithm::Direct);
+        assert_eq!(t.choose(Collective::Broadcast, &small(4)).unwrap(), Algorithm::Ring);
     }
 
     #[test]
     fn forcing_and_excluding() {
         let t = Tuner::new(Some("ring"), None).unwrap();
         assert_eq!(t.choose(Collective::AllToAll, &big(4)).unwrap(), Algorithm::Ring);
-        assert_eq!(t.choose(Collective::AllReduce, &small(8, true)).unwrap(), Algorithm::Ring);
+        assert_eq!(t.choose(Collective::AllReduce, &small(8)).unwrap(), Algorithm::Ring);
         let t = Tuner::new(Some("alltoall:^direct;allreduce:ring"), None).unwrap();
         assert_eq!(t.choose(Collective::AllToAll, &big(4)).unwrap(), Algorithm::Ring);
         assert_eq!(Tuner::new(Some("tree"), None).unwrap().choose(Collective::AllReduce, &big(4)).unwrap(), Algorithm::Tree);

@@ -3,21 +3,16 @@
 //! scatter). Any FIFO depth of at least one slot suffices. `shape.channels` is not used:
 //! the lanes per peer already run side by side.
 //!
-//! all_reduce by direct exchange ("one shot"): each rank sends its whole input to every
-//! peer and folds what arrives, so a small all_reduce costs one message latency instead of
-//! the ring's 2(n-1). One lane, chunk by chunk: send chunk k to every peer, then fold chunk
-//! k from every peer in rank order (`acc = x_p ⊕ acc`, starting from this rank's input).
-//! Every rank sends chunk k before it waits for anyone's, so a FIFO depth of one suffices;
-//! in place, chunk k is sent before it is overwritten. The fold starts from each rank's own
-//! input, so ranks combine in different orders: the tuner uses it only where that cannot
-//! change a bit (two ranks, where each rank computes `x_peer ⊕ x_own` and the ops are
-//! commutative; or integer and max/min reductions, which are exact in any order).
-//!
-//! In place (gather's root: `Send` is its own block of `Recv`; scatter's root: `Recv` is its
-//! own block of `Send`), the root's own block is only copied onto itself, and every other
-//! lane touches other blocks, so no two lanes meet in memory.
+//! all_reduce by direct exchange ("two shot"): block b of the vector belongs to rank b.
+//! Each rank sends block p of its input to rank p (channel 0); each owner folds its block
+//! from every peer as the chunks arrive, in rank order starting from its own input, and
+//! sends each finished chunk to every peer (channel 1), which copies it into place. Two
+//! message latencies instead of the ring's 2(n-1), the ring's traffic, and every block is
+//! reduced by one rank only, so all ranks hold the same bits whatever the op. No message
+//! waits for anything its receiver has received, so any FIFO depth of one suffices; in
+//! place, a rank's chunk of block p is sent before p's reduced chunk can come back.
 
-use super::{chunks, Collective, Lane, Link, Role, Shape, Slice, Step};
+use super::{chunks, split, Collective, Lane, Link, Role, Shape, Slice, Step};
 
 pub(super) fn lanes(shape: &Shape, rank: usize) -> Vec<Lane> {
     let (n, count, chunk, root) = (shape.nranks, shape.count, shape.chunk, shape.root);
@@ -47,26 +42,43 @@ pub(super) fn lanes(shape: &Shape, rank: usize) -> Vec<Lane> {
         Collective::Gather => vec![sends(root, 0)],
         Collective::Scatter if rank == root => std::iter::once(copy(root * count, 0)).chain(peers.map(|p| sends(p, p * count))).collect(),
         Collective::Scatter => vec![receives(root, 0)],
-        Collective::AllReduce => vec![one_shot_all_reduce(shape, rank)],
+        Collective::AllReduce => two_shot_all_reduce(shape, rank),
         other => unreachable!("{other:?} is not planned by direct exchange"),
     }
 }
 
-fn one_shot_all_reduce(shape: &Shape, rank: usize) -> Lane {
-    let (n, count, chunk) = (shape.nranks, shape.count, shape.chunk);
-    let mut steps = Vec::new();
-    for (offset, c) in chunks(0, count, chunk) {
+fn two_shot_all_reduce(shape: &Shape, rank: usize) -> Vec<Lane> {
+    let (n, chunk) = (shape.nranks, shape.chunk);
+    let blocks: Vec<(usize, usize)> = split(shape.count, n).collect();
+    let (own_offset, own_count) = blocks[rank];
+    let peers = || (0..n).filter(move |&p| p != rank);
+    let ag = |peer: usize| Link { peer, channel: 1 };
+    let mut lanes = Vec::new();
+    for p in peers() {
+        let (offset, count) = blocks[p];
+        lanes.push(Lane {
+            role: Role::SendTo { peer: p, channel: 0 },
+            steps: chunks(offset, count, chunk).map(|(o, c)| Step::Send { to: link(p), src: Slice::send(o, c) }).collect(),
+        });
+        lanes.push(Lane {
+            role: Role::RecvFrom { peer: p, channel: 1 },
+            steps: chunks(offset, count, chunk).map(|(o, c)| Step::Recv { from: ag(p), dst: Slice::recv(o, c) }).collect(),
+        });
+    }
+    let mut own = Vec::new();
+    for (o, c) in chunks(own_offset, own_count, chunk) {
         if n == 1 {
-            steps.push(Step::Copy { src: Slice::send(offset, c), dst: Slice::recv(offset, c) });
+            own.push(Step::Copy { src: Slice::send(o, c), dst: Slice::recv(o, c) });
             continue;
         }
-        steps.extend((0..n).filter(|&p| p != rank).map(|p| Step::Send { to: link(p), src: Slice::send(offset, c) }));
-        for (i, p) in (0..n).filter(|&p| p != rank).enumerate() {
-            let local = if i == 0 { Slice::send(offset, c) } else { Slice::recv(offset, c) };
-            steps.push(Step::RecvReduceCopy { from: link(p), local, dst: Slice::recv(offset, c) });
+        for (i, p) in peers().enumerate() {
+            let local = if i == 0 { Slice::send(o, c) } else { Slice::recv(o, c) };
+            own.push(Step::RecvReduceCopy { from: link(p), local, dst: Slice::recv(o, c) });
         }
+        own.extend(peers().map(|p| Step::Send { to: ag(p), src: Slice::recv(o, c) }));
     }
-    Lane { role: Role::Local, steps }
+    lanes.push(Lane { role: Role::Local, steps: own });
+    lanes
 }
 
 fn link(peer: usize) -> Link {
