@@ -124,7 +124,7 @@ impl Communicator {
             }
         });
         let slot_bytes = (config.buffsize / SLOTS).max(4096).next_multiple_of(64);
-        let transports = Transports { same_host, shm_allowed: !config.shm_disable, geometry: Geometry { slots: SLOTS, slot_bytes } };
+        let transports = Transports::new(same_host, !config.shm_disable, Geometry { slots: SLOTS, slot_bytes });
         let socket = Arc::new(SocketNet::with_max_recvs(boot.listen_addr().ip(), config.socket_max_recvs));
         let abort = Arc::new(AtomicBool::new(false));
         let exec = Arc::new(Exec {

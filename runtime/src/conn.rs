@@ -30,19 +30,29 @@ pub(crate) struct Geometry {
 /// Which transport reaches each peer.
 pub(crate) struct Transports {
     pub same_host: Vec<bool>,
+    pub oversubscribed: bool,
     pub shm_allowed: bool,
     pub geometry: Geometry,
 }
 
 impl Transports {
+    pub fn new(same_host: Vec<bool>, shm_allowed: bool, geometry: Geometry) -> Transports {
+        let local = same_host.iter().filter(|&&same| same).count();
+        // The host's cores, not this process's affinity: launchers bind each rank to its own.
+        // SAFETY: sysconf has no preconditions.
+        let cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+        let oversubscribed = local > cores;
+        Transports { same_host, oversubscribed, shm_allowed, geometry }
+    }
+
     fn shared_memory(&self, peer: usize) -> bool {
         self.shm_allowed && self.same_host[peer]
     }
 
-    /// Whether this host runs more of the communicator's ranks than it has cores.
+
+    /// Whether this host runs more of the communicator's ranks than it has cores online.
     pub fn oversubscribed(&self) -> bool {
-        let local = self.same_host.iter().filter(|&&same| same).count();
-        local > std::thread::available_parallelism().map_or(1, |n| n.get())
+        self.oversubscribed
     }
 
     /// Whether some peer is reached through the network.
