@@ -61,6 +61,10 @@ pub struct Config {
     pub shm_disable: bool,
     pub coll_timeout: Duration,
     pub socket_max_recvs: usize,
+    /// NCCL_COMM_BLOCKING: calls wait for their own completion (init included). `false`
+    /// asks for non-blocking communicators (ncclInProgress semantics, the fault-handling
+    /// part of the runtime).
+    pub blocking: bool,
 }
 
 /// One knob: its variable, default, parser and a one-line description.
@@ -139,6 +143,12 @@ pub static KNOBS: &[Knob] = &[
         default: "0",
         doc: "1: never use shared memory between ranks of one host (use the network transport)",
         set: |c, v| Ok(c.shm_disable = parse_bool(v)?),
+    },
+    Knob {
+        name: "NCCL_COMM_BLOCKING",
+        default: "1",
+        doc: "1: communicator calls block until done; 0: non-blocking communicators (calls return in progress, poll the async error)",
+        set: |c, v| Ok(c.blocking = parse_bool(v)?),
     },
     Knob {
         name: "OXCCL_COLL_TIMEOUT_MS",
@@ -293,6 +303,99 @@ impl Config {
             shm_disable: false,
             coll_timeout: Duration::from_secs(600),
             socket_max_recvs: 1,
+            blocking: true,
+        }
+    }
+
+    /// A builder starting from the defaults (the environment is not read).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use oxccl_bootstrap::Config;
+    /// let config = Config::builder().blocking(false).collective_timeout(Duration::from_secs(30)).algorithms("allreduce:ring").build()?;
+    /// assert!(!config.blocking);
+    /// # Ok::<(), oxccl_bootstrap::Error>(())
+    /// ```
+    pub fn builder() -> ConfigBuilder {
+        ConfigBuilder { config: Config::defaults(), error: None }
+    }
+}
+
+/// Builds a [`Config`] in code with typed setters for the settings programs choose most
+/// often, and [`ConfigBuilder::set`] for any knob by its variable name. Every value goes
+/// through the knob's own parser; the first bad one is reported by [`ConfigBuilder::build`],
+/// naming the variable.
+pub struct ConfigBuilder {
+    config: Config,
+    error: Option<Error>,
+}
+
+impl ConfigBuilder {
+    /// Starts from the environment (as [`Config::from_env`]) instead of the defaults.
+    pub fn from_env() -> Result<ConfigBuilder> {
+        Ok(ConfigBuilder { config: Config::from_env()?, error: None })
+    }
+
+    /// Any knob by its variable name (`"NCCL_BUFFSIZE"`, `"4194304"`).
+    pub fn set(mut self, name: &str, value: &str) -> ConfigBuilder {
+        if self.error.is_none() {
+            if let Err(e) = self.config.set(name, value) {
+                self.error = Some(e);
+            }
+        }
+        self
+    }
+
+    /// NCCL_COMM_BLOCKING.
+    pub fn blocking(self, blocking: bool) -> ConfigBuilder {
+        self.set("NCCL_COMM_BLOCKING", if blocking { "1" } else { "0" })
+    }
+
+    /// OXCCL_COLL_TIMEOUT_MS: how long an operation may wait for its peers.
+    pub fn collective_timeout(self, timeout: Duration) -> ConfigBuilder {
+        self.set("OXCCL_COLL_TIMEOUT_MS", &timeout.as_millis().to_string())
+    }
+
+    /// OXCCL_BOOTSTRAP_TIMEOUT_MS: how long joining a job may take.
+    pub fn bootstrap_timeout(self, timeout: Duration) -> ConfigBuilder {
+        self.set("OXCCL_BOOTSTRAP_TIMEOUT_MS", &timeout.as_millis().to_string())
+    }
+
+    /// NCCL_BUFFSIZE: bytes of each connection's FIFO.
+    pub fn buffer_size(self, bytes: usize) -> ConfigBuilder {
+        self.set("NCCL_BUFFSIZE", &bytes.to_string())
+    }
+
+    /// NCCL_ALGO, in NCCL's syntax (`"ring"`, `"^tree"`, `"allreduce:tree;broadcast:ring"`).
+    pub fn algorithms(self, selection: &str) -> ConfigBuilder {
+        self.set("NCCL_ALGO", selection)
+    }
+
+    /// NCCL_PROTO, in NCCL's syntax.
+    pub fn protocols(self, selection: &str) -> ConfigBuilder {
+        self.set("NCCL_PROTO", selection)
+    }
+
+    /// `false`: NCCL_SHM_DISABLE=1 (ranks of one host talk through the network transport).
+    pub fn shared_memory(self, allowed: bool) -> ConfigBuilder {
+        self.set("NCCL_SHM_DISABLE", if allowed { "0" } else { "1" })
+    }
+
+    /// NCCL_HOSTID: the host identity that decides which ranks share memory.
+    pub fn host_id(self, id: &str) -> ConfigBuilder {
+        self.set("NCCL_HOSTID", id)
+    }
+
+    /// NCCL_SOCKET_IFNAME, in NCCL's syntax.
+    pub fn socket_interfaces(self, selection: &str) -> ConfigBuilder {
+        self.set("NCCL_SOCKET_IFNAME", selection)
+    }
+
+    /// The config, or the first value that did not parse.
+    pub fn build(self) -> Result<Config> {
+        match self.error {
+            Some(e) => Err(e),
+            None => Ok(self.config),
         }
     }
 }
@@ -376,6 +479,25 @@ mod tests {
         let err = Config::from_vars(&env(&[("OXCCL_BOOTSTRAP_TIMEOUT", "5")])).unwrap_err();
         assert!(err.to_string().contains("OXCCL_BOOTSTRAP_TIMEOUT"), "{err}");
         Config::from_vars(&env(&[("NCCL_IB_HCA", "mlx5"), ("OXCCL_RANK", "0"), ("OXCCL_TEST_SLURM", "1")])).unwrap();
+    }
+
+    #[test]
+    fn the_builder_sets_typed_values_and_reports_the_first_bad_one() {
+        let c = Config::builder()
+            .blocking(false)
+            .collective_timeout(Duration::from_millis(1500))
+            .buffer_size(1 << 20)
+            .shared_memory(false)
+            .host_id("node7")
+            .algorithms("allreduce:tree")
+            .build()
+            .unwrap();
+        assert!(!c.blocking && c.shm_disable);
+        assert_eq!((c.coll_timeout, c.buffsize), (Duration::from_millis(1500), 1 << 20));
+        assert_eq!((c.host_id.as_deref(), c.algo.as_deref()), (Some("node7"), Some("allreduce:tree")));
+        assert!(Config::defaults().blocking);
+        let err = Config::builder().set("NCCL_BUFFSIZE", "lots").blocking(true).set("NCCL_NOPE", "1").build().unwrap_err();
+        assert!(err.to_string().contains("NCCL_BUFFSIZE"), "{err}");
     }
 
     #[test]

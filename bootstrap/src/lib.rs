@@ -31,7 +31,7 @@ pub mod spawn;
 pub mod wire;
 
 pub use bootstrap::{Bootstrap, RESERVED_TAGS};
-pub use config::Config;
+pub use config::{Config, ConfigBuilder};
 pub use error::{Error, Result};
 pub use id::{UniqueId, UNIQUE_ID_BYTES};
 
