@@ -1,0 +1,105 @@
+//! oxccl-perf as users run it: its own ranks, every collective, checked results, bad
+//! arguments, and the MPI baseline under mpirun.
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn perf(args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_oxccl-perf"));
+    cmd.args(args).env("NCCL_SOCKET_IFNAME", "lo").env("OXCCL_COLL_TIMEOUT_MS", "60000");
+    run(cmd, Duration::from_secs(300))
+}
+
+/// Runs `cmd`, killing it after `timeout` (a hang fails the test).
+fn run(mut cmd: Command, timeout: Duration) -> Output {
+    let child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let start = Instant::now();
+    let waiter = std::thread::spawn(move || child.wait_with_output().unwrap());
+    while !waiter.is_finished() {
+        if start.elapsed() > timeout {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            panic!("{cmd:?} did not finish within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    waiter.join().unwrap()
+}
+
+/// The table's data rows: (size, count, #wrong out of place, #wrong in place or N/A).
+fn rows(stdout: &str) -> Vec<Vec<String>> {
+    stdout.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).map(|l| l.split_whitespace().map(String::from).collect()).collect()
+}
+
+fn assert_ok(out: &Output, what: &str) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{what}: {:?}\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("# Out of bounds values : 0 OK"), "{what}:\n{stdout}");
+    stdout
+}
+
+#[test]
+fn all_reduce_table_has_every_size_and_no_wrong_element() {
+    let out = perf(&["all_reduce", "-b", "8", "-e", "64K", "-f", "8", "--nranks", "3", "-n", "3", "-w", "1"]);
+    let stdout = assert_ok(&out, "all_reduce");
+    let rows = rows(&stdout);
+    let sizes: Vec<&str> = rows.iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(sizes, ["8", "64", "512", "4096", "32768", "65536"], "{stdout}");
+    for r in &rows {
+        // size count type redop root | time algbw busbw #wrong | time algbw busbw #wrong
+        assert_eq!(r.len(), 13, "{r:?}");
+        assert_eq!((r[2].as_str(), r[3].as_str(), r[4].as_str()), ("float", "sum", "-1"));
+        assert_eq!((r[8].as_str(), r[12].as_str()), ("0", "0"), "{r:?}");
+        let (time, algbw): (f64, f64) = (r[5].parse().unwrap(), r[6].parse().unwrap());
+        assert!(time > 0.0 && algbw >= 0.0, "{r:?}");
+    }
+}
+
+#[test]
+fn every_collective_runs_checked() {
+    for name in ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "sendrecv", "alltoall", "gather", "scatter"] {
+        let out = perf(&[name, "-b", "1K", "-e", "256K", "-f", "16", "--nranks", "2", "-n", "2", "-w", "1", "-r", "1", "-d", "bfloat16", "-o", "max"]);
+        let stdout = assert_ok(&out, name);
+        assert_eq!(rows(&stdout).len(), 3, "{name}:\n{stdout}");
+    }
+}
+
+#[test]
+fn bad_arguments_are_named() {
+    for (args, expected) in [
+        (vec!["allreduce_wrong"], "unknown collective"),
+        (vec!["all_reduce", "-d", "float7"], "unknown datatype"),
+        (vec!["all_reduce", "-o", "xor"], "unknown op"),
+        (vec!["all_reduce", "-b", "1M", "-e", "1K"], "larger than"),
+        (vec!["all_reduce", "-b", "12Q"], "size suffix"),
+        (vec!["broadcast", "-r", "9", "--nranks", "2"], "root 9 out of range"),
+        (vec!["all_reduce", "--baseline", "mpi"], "mpirun"),
+        (vec!["all_reduce", "--baseline", "gloo"], "unknown baseline"),
+    ] {
+        let out = perf(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}
+
+#[cfg(feature = "mpi")]
+#[test]
+fn mpi_baseline_under_mpirun() {
+    let mut cmd = Command::new("mpirun");
+    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_btl_tcp_if_include", "lo")
+        .env("OMPI_MCA_oob_tcp_if_include", "lo")
+        .env("PMIX_MCA_ptl_tcp_if_include", "lo")
+        .env("NCCL_SOCKET_IFNAME", "lo")
+        .args(["-np", "2", "--oversubscribe", "-x", "NCCL_SOCKET_IFNAME", env!("CARGO_BIN_EXE_oxccl-perf")])
+        .args(["all_reduce", "-b", "1K", "-e", "1M", "-f", "32", "-n", "5", "-w", "1", "--baseline", "mpi"]);
+    let out = run(cmd, Duration::from_secs(300));
+    let stdout = assert_ok(&out, "mpirun --baseline mpi");
+    assert!(stdout.contains("MPI baseline"), "{stdout}");
+    for r in rows(&stdout) {
+        // ... then the baseline: mpi time, mpi busbw, ratio.
+        assert_eq!(r.len(), 16, "{r:?}");
+        assert!(r[15].parse::<f64>().unwrap() > 0.0, "{r:?}");
+    }
+}
