@@ -18,6 +18,7 @@ packages=(
   pkg-config gfortran             # build glue, the Fortran example
   slurm-wlm munge                 # the single-host Slurm of the srun tests
   iproute2                        # `ip`, to find interfaces
+  python3-pip                     # the NVRTC and CUDA-header wheels (--python)
 )
 
 # Commands that stand for the packages where there is no dpkg to ask (not Debian).
@@ -88,7 +89,7 @@ check_rust_tools() {
 # NVRTC and the CUDA headers from PyPI, so that CUDA kernels compile through NVRTC on a
 # machine without CUDA (docs: /work/shared/reference/cuda-without-gpu.md). Checking costs one
 # python start (~0.2 s); installing downloads a few hundred MB, so scripts/test.sh asks for it
-# only with OXCCL_INSTALL_PYTHON=1.
+# by default (OXCCL_TEST_NVRTC=0 skips them).
 install_python_wheels() {
   command -v python3 >/dev/null || die "--python needs python3"
   local need

@@ -7,16 +7,30 @@
 # Knobs: CARGO_BUILD_JOBS (default 2: the suite must fit in ~25 min on 2 cores without
 # starving the multi-process tests), OXCCL_TEST_THREADS (tests run at once, default: nextest's,
 # one per core), OXCCL_TEST_SLURM=0 (deliberately run without Slurm: the srun tests then say
-# they are skipped), OXCCL_INSTALL_PYTHON=1 (also install the NVRTC wheels).
+# they are skipped), OXCCL_TEST_NVRTC=0 (do not install the NVRTC and CUDA-header wheels;
+# the NVRTC test then fails unless a CUDA toolkit is installed).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "$0")/lib.sh"
 cd "$OXCCL_ROOT"
 
-if [[ ${OXCCL_INSTALL_PYTHON:-0} == 1 ]]; then
+if [[ ${OXCCL_TEST_NVRTC:-1} == 1 ]]; then
   scripts/install-deps.sh --python
 else
   scripts/install-deps.sh
+fi
+
+# Every CUDA kernel compiles through NVRTC here (no GPU): a CUDA toolkit's, or the PyPI
+# wheels' libnvrtc and headers.
+if [[ -z ${CUDA_HOME:-} && ! -f /usr/local/cuda/include/cuda_fp16.h ]]; then
+  wheel=$(nvidia_wheel_dir)
+  if [[ -n $wheel ]]; then
+    export CUDA_HOME=$wheel
+    export LD_LIBRARY_PATH="$wheel/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+elif [[ -z ${CUDA_HOME:-} ]]; then
+  export CUDA_HOME=/usr/local/cuda
+  export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 
 # Nothing a test does may leave loopback, MPI's and PMIx's own traffic included: this

@@ -1,5 +1,8 @@
 //! oxccl-kernels: the arithmetic of collectives.
 //!
+//! The CUDA kernels (feature `cuda`, on by default) live in `kernels/cuda/*.cu` and in
+//! [`cuda`]: NVRTC compilation per (datatype, op) with a disk cache, and launching on a GPU.
+//!
 //! CPU reductions for every datatype × op on raw byte buffers (native byte order), as the host
 //! executor holds them. They are also the reference semantics the GPU kernels are checked
 //! against, so each choice below follows what NCCL's kernels compute.
@@ -52,8 +55,11 @@
 //! ranks, as on GPUs. fp8 encoding saturates: overflow and ±inf become ±max (448 for e4m3,
 //! 57344 for e5m2), NaN stays NaN (see [`fp8`]). f16 and bf16 overflow to ±inf as IEEE does.
 
-#![forbid(unsafe_code)]
+// Unsafe code only in `cuda` (FFI to the CUDA driver).
+#![deny(unsafe_code)]
 
+#[cfg(feature = "cuda")]
+pub mod cuda;
 mod dtype;
 mod element;
 pub mod fp8;
@@ -87,6 +93,9 @@ pub enum Error {
     ScalarSize { dtype: DataType, bytes: usize },
     #[error("the number of ranks must be at least 1")]
     NoRanks,
+    /// The CUDA driver, NVRTC or a kernel failed, or is missing; the message says which.
+    #[error("CUDA: {0}")]
+    Cuda(String),
 }
 
 /// The kernels' result alias.

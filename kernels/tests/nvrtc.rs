@@ -1,0 +1,25 @@
+//! Every CUDA kernel compiles through NVRTC for sm_90 (the H100/H200 architecture), on a
+//! machine without a GPU: NVRTC is a library (scripts/test.sh installs the PyPI wheel and
+//! points CUDA_HOME and LD_LIBRARY_PATH at it). The second compilation of the same
+//! specialisation comes from the disk cache.
+#![cfg(feature = "cuda")]
+
+use oxccl_kernels::cuda::{Specialization, Toolchain, COMBINE_INTO};
+
+#[test]
+fn every_specialisation_compiles_for_sm_90_and_is_cached() {
+    let cache = std::env::temp_dir().join(format!("oxccl-nvrtc-test-{}", std::process::id()));
+    // This test binary has no other test that reads the variable.
+    std::env::set_var("XDG_CACHE_HOME", &cache);
+    let toolchain = Toolchain::find().unwrap_or_else(|e| panic!("{e} (scripts/test.sh installs NVRTC and the headers)"));
+    eprintln!("NVRTC {:?}", toolchain.nvrtc_version());
+    for spec in Specialization::all() {
+        let first = toolchain.compile(spec, "sm_90").unwrap();
+        assert!(!first.cached, "{spec:?}: a fresh cache cannot hold it");
+        assert!(first.ptx.contains(COMBINE_INTO) && first.ptx.contains(".target sm_90"), "{spec:?}: {}", &first.ptx[..first.ptx.len().min(400)]);
+        let second = toolchain.compile(spec, "sm_90").unwrap();
+        assert!(second.cached, "{spec:?}: not taken from the cache");
+        assert_eq!(first.ptx, second.ptx);
+    }
+    let _ = std::fs::remove_dir_all(&cache);
+}

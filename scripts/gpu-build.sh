@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds, on this machine (no GPU needed), what the GPU machine runs: the release test
+# binaries that touch CUDA and the benchmarks, stripped, into gpu-bin/ (git-ignored),
+# together with scripts/gpu-run.sh. The GPU machine (Ubuntu 24.04, CUDA 13, no Rust) runs
+# `bash gpu-bin/gpu-run.sh`, which writes every result under $OUT (or gpu-out/).
+set -euo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
+cd "$OXCCL_ROOT"
+export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
+
+rm -rf gpu-bin
+mkdir -p gpu-bin
+# The test binaries, found through cargo's JSON messages.
+cargo test --release -p oxccl-kernels --no-run --message-format=json \
+  | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        print(m["target"]["name"], m["executable"])
+' | while read -r name exe; do
+  case $name in gpu|nvrtc) strip -o "gpu-bin/$name" "$exe" ;; esac
+done
+cargo build --release -p oxccl-bench --bin oxccl-perf
+strip -o gpu-bin/oxccl-perf target/release/oxccl-perf
+cp scripts/gpu-run.sh gpu-bin/
+ls -la gpu-bin >&2
+du -sh gpu-bin >&2

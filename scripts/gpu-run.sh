@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs, on a machine with GPUs, what scripts/gpu-build.sh put in gpu-bin/: each test
+# binary with OXCCL_TEST_GPU=1 (a missing GPU is then a failure, not a skip). Results go
+# to $OUT (the device tool's output folder) or gpu-out/: one log per binary, the machine's
+# nvidia-smi, and a summary. Never changes GPU clocks or modes; NVLink multicast stays off.
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+out="${OUT:-$here/../gpu-out}"
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0 OXCCL_TEST_GPU=1
+export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+export LD_LIBRARY_PATH="$CUDA_HOME/lib64:${LD_LIBRARY_PATH:-}"
+export XDG_CACHE_HOME="${XDG_CACHE_HOME:-$out/cache}"
+nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || true
+nvidia-smi topo -m > "$out/topo.txt" 2>&1 || true
+status=0
+for t in nvrtc gpu; do
+  [[ -x $here/$t ]] || continue
+  start=$SECONDS
+  "$here/$t" --nocapture --test-threads 1 > "$out/$t.log" 2>&1
+  rc=$?
+  echo "$t: exit $rc ($((SECONDS - start)) s)" | tee -a "$out/summary.txt"
+  ((rc == 0)) || status=$rc
+done
+exit $status
