@@ -328,6 +328,17 @@ impl<'a> Group<'a> {
         Ok(self)
     }
 
+    /// Adds a collective on raw buffers.
+    ///
+    /// # Safety
+    /// As [`Communicator::enqueue_collective`], until the group's work completes.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn collective_raw(&mut self, collective: Collective, send: *const u8, recv: *mut u8, count: usize, dtype: DataType, op: ReduceOp, root: usize) -> Result<&mut Self> {
+        let task = self.comm.collective_task(collective, send, recv, count, dtype, op, root)?;
+        self.collectives.push(task);
+        Ok(self)
+    }
+
     /// Adds a collective on typed buffers (`send` may be `None` for in-place, where `recv`
     /// holds the input as NCCL's in-place conventions say).
     pub fn collective<T: crate::Element>(&mut self, collective: Collective, send: Option<&'a [T]>, recv: &'a mut [T], count: usize, op: ReduceOp, root: usize) -> Result<&mut Self> {

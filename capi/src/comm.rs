@@ -1,0 +1,148 @@
+//! What an `ncclComm_t` points to, and turning C arguments into runtime values.
+
+use oxccl_kernels::{DataType, ReduceOp, Scalar};
+use oxccl_runtime::Communicator;
+use parking_lot::Mutex;
+
+use crate::result::Failure;
+
+/// Tells a live communicator from garbage or a freed one.
+const MAGIC: u64 = 0x6f78_6363_6c5f_636d; // "oxccl_cm"
+
+/// The object behind `ncclComm_t`.
+pub struct NcclComm {
+    magic: u64,
+    pub comm: Communicator,
+    /// PreMulSum ops made on this communicator: op value `NUM_OPS + i` is entry `i`.
+    ops: Mutex<Vec<Option<CustomOp>>>,
+}
+
+/// A PreMulSum op's scalar: read now (host immediate) or at each call (a pointer).
+#[derive(Clone, Copy)]
+enum ScalarSource {
+    Immediate(Scalar),
+    Pointer(usize),
+}
+
+#[derive(Clone, Copy)]
+struct CustomOp {
+    dtype: DataType,
+    scalar: ScalarSource,
+}
+
+/// `ncclNumOps`: op values below are NCCL's built-ins.
+pub const NUM_OPS: i32 = 5;
+
+impl NcclComm {
+    pub fn boxed(comm: Communicator) -> *mut NcclComm {
+        Box::into_raw(Box::new(NcclComm { magic: MAGIC, comm, ops: Mutex::new(Vec::new()) }))
+    }
+
+    /// The communicator behind a C handle.
+    ///
+    /// # Safety
+    /// `comm` is NULL or a handle this library returned and the caller has not destroyed
+    /// (a destroyed one is caught by the magic check only while its memory is untouched).
+    pub unsafe fn from_handle<'a>(comm: *mut NcclComm) -> Result<&'a NcclComm, Failure> {
+        if comm.is_null() {
+            return Err(Failure::argument("comm is NULL"));
+        }
+        // SAFETY: per the contract, a live handle of ours.
+        let c = unsafe { &*comm };
+        if c.magic != MAGIC {
+            return Err(Failure::argument("comm is not a live communicator (destroyed, or not one of ours)"));
+        }
+        Ok(c)
+    }
+
+    /// Frees a handle.
+    ///
+    /// # Safety
+    /// As [`NcclComm::from_handle`]; the handle is not used afterwards.
+    pub unsafe fn destroy(comm: *mut NcclComm) -> Result<(), Failure> {
+        // SAFETY: checked live above.
+        unsafe { NcclComm::from_handle(comm)? };
+        // SAFETY: a Box of ours, per the contract.
+        let mut boxed = unsafe { Box::from_raw(comm) };
+        boxed.magic = 0;
+        drop(boxed);
+        Ok(())
+    }
+
+    /// Records a PreMulSum op; returns its value.
+    pub fn create_op(&self, dtype: DataType, scalar: *const u8, host_immediate: bool) -> Result<i32, Failure> {
+        if scalar.is_null() {
+            return Err(Failure::argument("scalar is NULL"));
+        }
+        let source = if host_immediate {
+            // SAFETY: the caller passes a pointer to one element of `dtype` (checked non-NULL).
+            let bytes = unsafe { std::slice::from_raw_parts(scalar, dtype.size()) };
+            ScalarSource::Immediate(Scalar::from_bytes(dtype, bytes)?)
+        } else {
+            ScalarSource::Pointer(scalar as usize)
+        };
+        let mut ops = self.ops.lock();
+        let index = match ops.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                ops.push(None);
+                ops.len() - 1
+            }
+        };
+        ops[index] = Some(CustomOp { dtype, scalar: source });
+        Ok(NUM_OPS + index as i32)
+    }
+
+    pub fn destroy_op(&self, op: i32) -> Result<(), Failure> {
+        let mut ops = self.ops.lock();
+        let slot = usize::try_from(op - NUM_OPS).ok().and_then(|i| ops.get_mut(i)).filter(|s| s.is_some());
+        match slot {
+            Some(slot) => {
+                *slot = None;
+                Ok(())
+            }
+            None => Err(Failure::argument(format!("op {op} is not a PreMulSum op of this communicator"))),
+        }
+    }
+
+    /// The reduction named by an `ncclRedOp_t` value for data of `dtype`.
+    pub fn op(&self, op: i32, dtype: DataType) -> Result<ReduceOp, Failure> {
+        if (0..NUM_OPS).contains(&op) {
+            return Ok(ReduceOp::from_nccl(op)?);
+        }
+        let custom = usize::try_from(op - NUM_OPS).ok().and_then(|i| self.ops.lock().get(i).copied().flatten());
+        let custom = custom.ok_or_else(|| Failure::argument(format!("op {op} is neither a built-in op (0..=4) nor a live PreMulSum op of this communicator")))?;
+        if custom.dtype != dtype {
+            return Err(Failure::argument(format!("PreMulSum op {op} was made for {} and cannot reduce {}", custom.dtype.name(), dtype.name())));
+        }
+        let scalar = match custom.scalar {
+            ScalarSource::Immediate(s) => s,
+            ScalarSource::Pointer(p) => {
+                // SAFETY: ncclScalarDevice: the caller keeps the scalar valid for the op's
+                // life (host memory on the host backend); read at each use, as NCCL does.
+                let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, dtype.size()) };
+                Scalar::from_bytes(dtype, bytes)?
+            }
+        };
+        Ok(ReduceOp::PreMulSum(scalar))
+    }
+}
+
+/// The datatype of an `ncclDataType_t` value.
+pub fn dtype(value: i32) -> Result<DataType, Failure> {
+    DataType::from_nccl(value).map_err(|_| Failure::argument(format!("datatype {value} is not an ncclDataType_t (0..=11)")))
+}
+
+/// Refuses a stream on the host backend.
+pub fn host_stream(stream: *mut std::ffi::c_void) -> Result<(), Failure> {
+    if stream.is_null() {
+        Ok(())
+    } else {
+        Err(Failure::usage("a CUDA stream was given, but this communicator runs on the host backend (pass NULL: host buffers, the call completes before it returns)"))
+    }
+}
+
+/// A rank, root or peer argument within `0..n`.
+pub fn index(value: i32, n: usize, what: &str) -> Result<usize, Failure> {
+    usize::try_from(value).ok().filter(|&v| v < n).ok_or_else(|| Failure::argument(format!("{what} {value} out of range for {n} ranks")))
+}

@@ -1,0 +1,425 @@
+//! The exported functions, with NCCL's names and signatures (capi/include/nccl.h).
+//!
+//! Each trusts its caller for what C cannot express: pointers are valid for what NCCL's
+//! documentation says they point to, handles are ones this library returned and not yet
+//! destroyed, buffers stay untouched until the call (or its group) returns. NULL pointers,
+//! out-of-range values, unknown datatypes and ops, count overflows and a non-NULL stream
+//! are checked and refused.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::Once;
+
+use oxccl_runtime::bootstrap::{Bootstrap, Config, UniqueId, UNIQUE_ID_BYTES};
+use oxccl_runtime::{Collective, Communicator};
+
+use crate::comm::{dtype, host_stream, index, NcclComm};
+use crate::group::{self, Op};
+use crate::result::{self, guard, Failure, NcclResult};
+
+/// `ncclUniqueId`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct NcclUniqueId {
+    pub internal: [u8; UNIQUE_ID_BYTES],
+}
+
+type Comm = *mut NcclComm;
+type Stream = *mut c_void;
+
+/// `NCCL_VERSION_CODE` of the header: 2.28.3.
+pub const VERSION_CODE: c_int = 22803;
+
+/// The environment's config, read at each creation call; logging set up once.
+fn config() -> Result<Config, Failure> {
+    let config = Config::from_env()?;
+    static LOG: Once = Once::new();
+    LOG.call_once(|| oxccl_runtime::bootstrap::log::init(&config));
+    Ok(config)
+}
+
+fn out<T>(ptr: *mut T, what: &str) -> Result<*mut T, Failure> {
+    if ptr.is_null() {
+        Err(Failure::argument(format!("{what} is NULL")))
+    } else {
+        Ok(ptr)
+    }
+}
+
+/// Reads `blocking` from a config of any header version (only `size` bytes are read).
+///
+/// # Safety
+/// `config` is NULL or points to at least `size` readable bytes, `size` being its first field.
+unsafe fn read_config(config: *const c_void, base: Config) -> Result<Config, Failure> {
+    let mut base = base;
+    if config.is_null() {
+        return Ok(base);
+    }
+    // SAFETY: every version of ncclConfig_t starts with size_t size, unsigned magic, unsigned version.
+    let size = unsafe { (config as *const usize).read_unaligned() };
+    // SAFETY: as above.
+    let magic = unsafe { (config as *const u8).add(8).cast::<u32>().read_unaligned() };
+    if magic != 0xcafe_beef {
+        return Err(Failure::argument(format!("config magic is {magic:#x}, not 0xcafebeef: initialise it with NCCL_CONFIG_INITIALIZER")));
+    }
+    if size >= 20 {
+        // SAFETY: `blocking` is the int at offset 16, within `size` bytes.
+        let blocking = unsafe { (config as *const u8).add(16).cast::<i32>().read_unaligned() };
+        if blocking != i32::MIN {
+            base.set("NCCL_COMM_BLOCKING", if blocking == 0 { "0" } else { "1" })?;
+        }
+    }
+    Ok(base)
+}
+
+macro_rules! exports {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident / $alias:ident ($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty $body:block
+    )*) => {$(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// See the module: C's pointer and handle contracts.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret $body
+
+        /// The profiling alias of the function of the same name without the `p`.
+        ///
+        /// # Safety
+        /// As that function.
+        #[no_mangle]
+        pub unsafe extern "C" fn $alias($($arg: $ty),*) -> $ret {
+            // SAFETY: the same contract.
+            unsafe { $name($($arg),*) }
+        }
+    )*};
+}
+
+exports! {
+    fn ncclGetVersion / pncclGetVersion(version: *mut c_int) -> NcclResult {
+        guard("ncclGetVersion", || {
+            // SAFETY: checked non-NULL; the caller passes an int.
+            unsafe { *out(version, "version")? = VERSION_CODE };
+            Ok(())
+        })
+    }
+
+    fn ncclGetUniqueId / pncclGetUniqueId(unique_id: *mut NcclUniqueId) -> NcclResult {
+        guard("ncclGetUniqueId", || {
+            let out = out(unique_id, "uniqueId")?;
+            let id = Bootstrap::create_id(&config()?)?;
+            // SAFETY: checked non-NULL; an ncclUniqueId is 128 bytes.
+            unsafe { (*out).internal = id.to_bytes() };
+            Ok(())
+        })
+    }
+
+    fn ncclGetErrorString / pncclGetErrorString(code: NcclResult) -> *const c_char {
+        result::describe(code).as_ptr()
+    }
+
+    fn ncclGetLastError / pncclGetLastError(_comm: Comm) -> *const c_char {
+        result::last()
+    }
+
+    fn ncclCommInitRank / pncclCommInitRank(comm: *mut Comm, nranks: c_int, id: NcclUniqueId, rank: c_int) -> NcclResult {
+        guard("ncclCommInitRank", || init_rank(comm, nranks, &id, rank, config()?))
+    }
+
+    fn ncclCommInitRankConfig / pncclCommInitRankConfig(comm: *mut Comm, nranks: c_int, id: NcclUniqueId, rank: c_int, cfg: *mut c_void) -> NcclResult {
+        // SAFETY: the caller's config, read by its own size.
+        guard("ncclCommInitRankConfig", || init_rank(comm, nranks, &id, rank, unsafe { read_config(cfg, config()?)? }))
+    }
+
+    fn ncclCommInitRankScalable / pncclCommInitRankScalable(comm: *mut Comm, nranks: c_int, rank: c_int, n_ids: c_int, ids: *mut NcclUniqueId, cfg: *mut c_void) -> NcclResult {
+        guard("ncclCommInitRankScalable", || {
+            if n_ids < 1 || ids.is_null() {
+                return Err(Failure::argument(format!("nId {n_ids} with commIds {ids:?}: at least one unique id is needed")));
+            }
+            // The first id's root serves the whole job (the others are spares here).
+            // SAFETY: checked non-NULL; the caller passes nId ids.
+            let id = unsafe { *ids };
+            // SAFETY: as ncclCommInitRankConfig.
+            init_rank(comm, nranks, &id, rank, unsafe { read_config(cfg, config()?)? })
+        })
+    }
+
+    fn ncclCommInitAll / pncclCommInitAll(comms: *mut Comm, ndev: c_int, _devlist: *const c_int) -> NcclResult {
+        guard("ncclCommInitAll", || {
+            let comms = out(comms, "comm")?;
+            let n = u32::try_from(ndev).ok().filter(|&n| n > 0).ok_or_else(|| Failure::argument(format!("ndev {ndev} must be positive")))?;
+            let all = Communicator::init_all(n, &config()?)?;
+            for (i, c) in all.into_iter().enumerate() {
+                // SAFETY: the caller passes an array of ndev handles.
+                unsafe { *comms.add(i) = NcclComm::boxed(c) };
+            }
+            Ok(())
+        })
+    }
+
+    fn ncclCommSplit / pncclCommSplit(comm: Comm, color: c_int, key: c_int, newcomm: *mut Comm, _cfg: *mut c_void) -> NcclResult {
+        guard("ncclCommSplit", || {
+            let newcomm = out(newcomm, "newcomm")?;
+            // SAFETY: the caller's handle.
+            let parent = unsafe { NcclComm::from_handle(comm)? };
+            let child = parent.comm.split(color, key)?;
+            // SAFETY: checked non-NULL.
+            unsafe { *newcomm = child.map_or(std::ptr::null_mut(), NcclComm::boxed) };
+            Ok(())
+        })
+    }
+
+    fn ncclCommShrink / pncclCommShrink(_comm: Comm, _exclude: *mut c_int, _count: c_int, _newcomm: *mut Comm, _cfg: *mut c_void, _flags: c_int) -> NcclResult {
+        guard("ncclCommShrink", || Err(Failure::unimplemented("ncclCommShrink")))
+    }
+
+    fn ncclCommGrow / pncclCommGrow(_comm: Comm, _nranks: c_int, _id: *const NcclUniqueId, _rank: c_int, _newcomm: *mut Comm, _cfg: *mut c_void) -> NcclResult {
+        guard("ncclCommGrow", || Err(Failure::unimplemented("ncclCommGrow")))
+    }
+
+    fn ncclCommGetUniqueId / pncclCommGetUniqueId(_comm: Comm, _id: *mut NcclUniqueId) -> NcclResult {
+        guard("ncclCommGetUniqueId", || Err(Failure::unimplemented("ncclCommGetUniqueId")))
+    }
+
+    fn ncclCommFinalize / pncclCommFinalize(comm: Comm) -> NcclResult {
+        // SAFETY: the caller's handle.
+        guard("ncclCommFinalize", || Ok(unsafe { NcclComm::from_handle(comm)? }.comm.finalize()?))
+    }
+
+    fn ncclCommDestroy / pncclCommDestroy(comm: Comm) -> NcclResult {
+        // SAFETY: the caller's handle, not used after this call.
+        guard("ncclCommDestroy", || unsafe { NcclComm::destroy(comm) })
+    }
+
+    fn ncclCommAbort / pncclCommAbort(comm: Comm) -> NcclResult {
+        guard("ncclCommAbort", || {
+            // SAFETY: the caller's handle, not used after this call.
+            unsafe { NcclComm::from_handle(comm)? }.comm.abort();
+            // SAFETY: as above; after abort, dropping waits on no peer.
+            unsafe { NcclComm::destroy(comm) }
+        })
+    }
+
+    fn ncclCommRevoke / pncclCommRevoke(_comm: Comm, _flags: c_int) -> NcclResult {
+        guard("ncclCommRevoke", || Err(Failure::unimplemented("ncclCommRevoke")))
+    }
+
+    fn ncclCommGetAsyncError / pncclCommGetAsyncError(comm: Comm, async_error: *mut NcclResult) -> NcclResult {
+        guard("ncclCommGetAsyncError", || {
+            let out = out(async_error, "asyncError")?;
+            // SAFETY: the caller's handle.
+            let c = unsafe { NcclComm::from_handle(comm)? };
+            let code = c.comm.error().map_or(result::SUCCESS, |e| result::code_of(&e));
+            // SAFETY: checked non-NULL.
+            unsafe { *out = code };
+            Ok(())
+        })
+    }
+
+    fn ncclCommSuspend / pncclCommSuspend(_comm: Comm, _flags: c_int) -> NcclResult {
+        guard("ncclCommSuspend", || Err(Failure::unimplemented("ncclCommSuspend")))
+    }
+
+    fn ncclCommResume / pncclCommResume(_comm: Comm) -> NcclResult {
+        guard("ncclCommResume", || Err(Failure::unimplemented("ncclCommResume")))
+    }
+
+    fn ncclCommCount / pncclCommCount(comm: Comm, count: *mut c_int) -> NcclResult {
+        guard("ncclCommCount", || {
+            let out = out(count, "count")?;
+            // SAFETY: the caller's handle; `out` checked non-NULL.
+            unsafe { *out = NcclComm::from_handle(comm)?.comm.nranks() as c_int };
+            Ok(())
+        })
+    }
+
+    fn ncclCommCuDevice / pncclCommCuDevice(comm: Comm, device: *mut c_int) -> NcclResult {
+        guard("ncclCommCuDevice", || {
+            let out = out(device, "device")?;
+            // SAFETY: the caller's handle.
+            unsafe { NcclComm::from_handle(comm)? };
+            // The host backend has no CUDA device.
+            // SAFETY: checked non-NULL.
+            unsafe { *out = -1 };
+            Ok(())
+        })
+    }
+
+    fn ncclCommUserRank / pncclCommUserRank(comm: Comm, rank: *mut c_int) -> NcclResult {
+        guard("ncclCommUserRank", || {
+            let out = out(rank, "rank")?;
+            // SAFETY: the caller's handle; `out` checked non-NULL.
+            unsafe { *out = NcclComm::from_handle(comm)?.comm.rank() as c_int };
+            Ok(())
+        })
+    }
+
+    fn ncclRedOpCreatePreMulSum / pncclRedOpCreatePreMulSum(op: *mut c_int, scalar: *mut c_void, datatype: c_int, residence: c_int, comm: Comm) -> NcclResult {
+        guard("ncclRedOpCreatePreMulSum", || {
+            let out = out(op, "op")?;
+            let dtype = dtype(datatype)?;
+            let host_immediate = match residence {
+                0 => false,
+                1 => true,
+                r => return Err(Failure::argument(format!("residence {r} is neither ncclScalarDevice (0) nor ncclScalarHostImmediate (1)"))),
+            };
+            // SAFETY: the caller's handle.
+            let c = unsafe { NcclComm::from_handle(comm)? };
+            let value = c.create_op(dtype, scalar as *const u8, host_immediate)?;
+            // SAFETY: checked non-NULL.
+            unsafe { *out = value };
+            Ok(())
+        })
+    }
+
+    fn ncclRedOpDestroy / pncclRedOpDestroy(op: c_int, comm: Comm) -> NcclResult {
+        // SAFETY: the caller's handle.
+        guard("ncclRedOpDestroy", || unsafe { NcclComm::from_handle(comm)? }.destroy_op(op))
+    }
+
+    fn ncclAllReduce / pncclAllReduce(send: *const c_void, recv: *mut c_void, count: usize, datatype: c_int, op: c_int, comm: Comm, stream: Stream) -> NcclResult {
+        guard("ncclAllReduce", || collective(Collective::AllReduce, send, recv, count, datatype, Some(op), 0, comm, stream))
+    }
+
+    fn ncclBroadcast / pncclBroadcast(send: *const c_void, recv: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: Comm, stream: Stream) -> NcclResult {
+        guard("ncclBroadcast", || collective(Collective::Broadcast, send, recv, count, datatype, None, root, comm, stream))
+    }
+
+    fn ncclBcast / pncclBcast(buff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: Comm, stream: Stream) -> NcclResult {
+        guard("ncclBcast", || collective(Collective::Broadcast, buff, buff, count, datatype, None, root, comm, stream))
+    }
+
+    fn ncclReduce / pncclReduce(send: *const c_void, recv: *mut c_void, count: usize, datatype: c_int, op: c_int, root: c_int, comm: Comm, stream: Stream) -> NcclResult {
+        guard("ncclReduce", || collective(Collective::Reduce, send, recv, count, datatype, Some(op), root, comm, stream))
+    }
+
+    fn ncclAllGather / pncclAllGather(send: *const c_void, recv: *mut c_void, sendcount: usize, datatype: c_int, comm: Comm, stream: Stream) -> NcclResult {
+        guard("ncclAllGather", || collective(Collective::AllGather, send, recv, sendcount, datatype, None, 0, comm, stream))
+    }
+
+    fn ncclReduceScatter / pncclReduceScatter(send: *const c_void, recv: *mut c_void, recvcount: usize, datatype: c_int, op: c_int, comm: Comm, stream: Stream) -> NcclResult {
+        guard("ncclReduceScatter", || collective(Collective::ReduceScatter, send, recv, recvcount, datatype, Some(op), 0, comm, stream))
+    }
+
+    fn ncclAlltoAll / pncclAlltoAll(send: *const c_void, recv: *mut c_void, count: usize, datatype: c_int, comm: Comm, stream: Stream) -> NcclResult {
+        guard("ncclAlltoAll", || collective(Collective::AllToAll, send, recv, count, datatype, None, 0, comm, stream))
+    }
+
+    fn ncclGather / pncclGather(send: *const c_void, recv: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: Comm, stream: Stream) -> NcclResult {
+        guard("ncclGather", || collective(Collective::Gather, send, recv, count, datatype, None, root, comm, stream))
+    }
+
+    fn ncclScatter / pncclScatter(send: *const c_void, recv: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: Comm, stream: Stream) -> NcclResult {
+        guard("ncclScatter", || collective(Collective::Scatter, send, recv, count, datatype, None, root, comm, stream))
+    }
+
+    fn ncclSend / pncclSend(send: *const c_void, count: usize, datatype: c_int, peer: c_int, comm: Comm, stream: Stream) -> NcclResult {
+        guard("ncclSend", || point_to_point(true, send as *mut c_void, count, datatype, peer, comm, stream))
+    }
+
+    fn ncclRecv / pncclRecv(recv: *mut c_void, count: usize, datatype: c_int, peer: c_int, comm: Comm, stream: Stream) -> NcclResult {
+        guard("ncclRecv", || point_to_point(false, recv, count, datatype, peer, comm, stream))
+    }
+
+    fn ncclGroupStart / pncclGroupStart() -> NcclResult {
+        guard("ncclGroupStart", || {
+            group::start();
+            Ok(())
+        })
+    }
+
+    fn ncclGroupEnd / pncclGroupEnd() -> NcclResult {
+        guard("ncclGroupEnd", group::end)
+    }
+
+    fn ncclMemAlloc / pncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> NcclResult {
+        guard("ncclMemAlloc", || {
+            let out = out(ptr, "ptr")?;
+            // Host memory on the host backend.
+            // SAFETY: malloc has no preconditions; a NULL result is reported.
+            let p = unsafe { libc::malloc(size.max(1)) };
+            if p.is_null() {
+                return Err(Failure { code: result::SYSTEM_ERROR, message: format!("cannot allocate {size} bytes") });
+            }
+            // SAFETY: checked non-NULL.
+            unsafe { *out = p };
+            Ok(())
+        })
+    }
+
+    fn ncclMemFree / pncclMemFree(ptr: *mut c_void) -> NcclResult {
+        guard("ncclMemFree", || {
+            // SAFETY: NULL or a pointer ncclMemAlloc returned.
+            unsafe { libc::free(ptr) };
+            Ok(())
+        })
+    }
+
+    fn ncclCommRegister / pncclCommRegister(comm: Comm, buff: *mut c_void, _size: usize, handle: *mut *mut c_void) -> NcclResult {
+        guard("ncclCommRegister", || {
+            let out = out(handle, "handle")?;
+            // SAFETY: the caller's handle.
+            unsafe { NcclComm::from_handle(comm)? };
+            // The host backend copies through its FIFOs: registration has nothing to do.
+            // SAFETY: checked non-NULL.
+            unsafe { *out = buff };
+            Ok(())
+        })
+    }
+
+    fn ncclCommDeregister / pncclCommDeregister(comm: Comm, _handle: *mut c_void) -> NcclResult {
+        // SAFETY: the caller's handle.
+        guard("ncclCommDeregister", || unsafe { NcclComm::from_handle(comm) }.map(|_| ()))
+    }
+}
+
+fn init_rank(comm: *mut Comm, nranks: c_int, id: &NcclUniqueId, rank: c_int, config: Config) -> Result<(), Failure> {
+    let comm = out(comm, "comm")?;
+    let n = u32::try_from(nranks).ok().filter(|&n| n > 0).ok_or_else(|| Failure::argument(format!("nranks {nranks} must be positive")))?;
+    let rank = index(rank, n as usize, "rank")? as u32;
+    let id = UniqueId::from_bytes(&id.internal).map_err(|e| Failure::argument(format!("commId: {e}")))?;
+    let c = Communicator::init(&id, rank, n, &config)?;
+    // SAFETY: checked non-NULL.
+    unsafe { *comm = NcclComm::boxed(c) };
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn collective(collective: Collective, send: *const c_void, recv: *mut c_void, count: usize, datatype: c_int, op: Option<c_int>, root: c_int, comm: Comm, stream: Stream) -> Result<(), Failure> {
+    host_stream(stream)?;
+    // SAFETY: the caller's handle.
+    let c = unsafe { NcclComm::from_handle(comm)? };
+    let dtype = dtype(datatype)?;
+    let op = match op {
+        Some(op) => c.op(op, dtype)?,
+        None => oxccl_kernels::ReduceOp::Sum,
+    };
+    let n = c.comm.nranks();
+    let root = if collective.rooted() { index(root, n, "root")? } else { 0 };
+    let (send, recv) = (send as *const u8, recv as *mut u8);
+    if group::active() {
+        group::push(Op::Collective { comm, collective, send, recv, count, dtype, op, root });
+        return Ok(());
+    }
+    // SAFETY: the caller's buffers, valid for the collective's sizes and untouched until
+    // this returns (NULL stream).
+    Ok(unsafe { c.comm.run_raw(collective, send, recv, count, dtype, op, root) }?)
+}
+
+fn point_to_point(is_send: bool, data: *mut c_void, count: usize, datatype: c_int, peer: c_int, comm: Comm, stream: Stream) -> Result<(), Failure> {
+    host_stream(stream)?;
+    // SAFETY: the caller's handle.
+    let c = unsafe { NcclComm::from_handle(comm)? };
+    let dtype = dtype(datatype)?;
+    let peer = index(peer, c.comm.nranks(), "peer")?;
+    let bytes = count.checked_mul(dtype.size()).ok_or_else(|| Failure::argument(format!("count {count} overflows")))?;
+    if bytes > 0 && data.is_null() {
+        return Err(Failure::argument(format!("{} is NULL with count {count}", if is_send { "sendbuff" } else { "recvbuff" })));
+    }
+    let op = if is_send { Op::Send { comm, data: data as *const u8, bytes, peer } } else { Op::Recv { comm, data: data as *mut u8, bytes, peer } };
+    if group::active() {
+        group::push(op);
+        return Ok(());
+    }
+    group::run(vec![op])
+}

@@ -1,0 +1,111 @@
+//! `ncclGroupStart` / `ncclGroupEnd`: operations called between them are collected per
+//! thread and launched together at the outermost `ncclGroupEnd`, one runtime group per
+//! communicator, all launched before any is waited for, so one thread can drive several
+//! ranks (ncclCommInitAll) and matched sends and receives never deadlock.
+
+use std::cell::{Cell, RefCell};
+
+use oxccl_kernels::{DataType, ReduceOp};
+use oxccl_runtime::Collective;
+
+use crate::comm::NcclComm;
+use crate::result::Failure;
+
+/// One operation of a group, validated when it was called.
+pub enum Op {
+    Collective { comm: *mut NcclComm, collective: Collective, send: *const u8, recv: *mut u8, count: usize, dtype: DataType, op: ReduceOp, root: usize },
+    Send { comm: *mut NcclComm, data: *const u8, bytes: usize, peer: usize },
+    Recv { comm: *mut NcclComm, data: *mut u8, bytes: usize, peer: usize },
+}
+
+impl Op {
+    fn comm(&self) -> *mut NcclComm {
+        match self {
+            Op::Collective { comm, .. } | Op::Send { comm, .. } | Op::Recv { comm, .. } => *comm,
+        }
+    }
+}
+
+thread_local! {
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+    static OPS: RefCell<Vec<Op>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Whether this thread is inside ncclGroupStart/End.
+pub fn active() -> bool {
+    DEPTH.with(Cell::get) > 0
+}
+
+pub fn start() {
+    DEPTH.with(|d| d.set(d.get() + 1));
+}
+
+/// Queues an operation of the current group.
+pub fn push(op: Op) {
+    OPS.with(|ops| ops.borrow_mut().push(op));
+}
+
+/// Ends a group level; the outermost launches and completes every queued operation.
+pub fn end() -> Result<(), Failure> {
+    let depth = DEPTH.with(Cell::get);
+    if depth == 0 {
+        return Err(Failure::usage("ncclGroupEnd without a matching ncclGroupStart"));
+    }
+    DEPTH.with(|d| d.set(depth - 1));
+    if depth > 1 {
+        return Ok(());
+    }
+    let ops = OPS.with(|ops| std::mem::take(&mut *ops.borrow_mut()));
+    run(ops)
+}
+
+/// Runs `ops`: per communicator, in call order, launched all before any is waited for.
+pub fn run(ops: Vec<Op>) -> Result<(), Failure> {
+    let mut comms: Vec<*mut NcclComm> = Vec::new();
+    for op in &ops {
+        if !comms.contains(&op.comm()) {
+            comms.push(op.comm());
+        }
+    }
+    let mut works = Vec::new();
+    let mut first: Option<Failure> = None;
+    for &handle in &comms {
+        // SAFETY: every op's comm was checked live when the op was queued, and the caller
+        // may not destroy a communicator with operations pending in its group.
+        let nccl = unsafe { NcclComm::from_handle(handle)? };
+        let mut group = nccl.comm.group();
+        let added: Result<(), Failure> = ops.iter().filter(|op| op.comm() == handle).try_for_each(|op| {
+            // SAFETY: the buffers were given by the caller for these operations and stay
+            // untouched until ncclGroupEnd returns (NCCL's contract on a NULL stream).
+            unsafe {
+                match *op {
+                    Op::Collective { collective, send, recv, count, dtype, op, root, .. } => group.collective_raw(collective, send, recv, count, dtype, op, root).map(|_| ()),
+                    Op::Send { data, bytes, peer, .. } => group.send_raw(data, bytes, peer).map(|_| ()),
+                    Op::Recv { data, bytes, peer, .. } => group.recv_raw(data, bytes, peer).map(|_| ()),
+                }
+            }
+            .map_err(Failure::from)
+        });
+        match added {
+            // SAFETY: as above; the work is waited for below, before this returns.
+            Ok(()) => match unsafe { group.launch_async() } {
+                Ok(work) => works.push(work),
+                Err(e) => {
+                    first.get_or_insert(e.into());
+                }
+            },
+            Err(f) => {
+                first.get_or_insert(f);
+            }
+        }
+    }
+    for work in works {
+        if let Err(e) = work.wait() {
+            first.get_or_insert(e.into());
+        }
+    }
+    match first {
+        Some(f) => Err(f),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,113 @@
+//! The C ABI as C programs meet it: oxccl's nccl.h compiles without CUDA, a C program
+//! written for NCCL builds against it, links to libnccl.so.2 and runs under mpirun on host
+//! memory; every declared function is exported (and its pncclX alias).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// A directory with libnccl.so.2 (a link to the cdylib cargo built next to this test),
+/// made once for all the tests of this binary.
+fn library_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(make_library_dir).clone()
+}
+
+fn make_library_dir() -> PathBuf {
+    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
+    let lib = deps.join("libnccl.so");
+    assert!(lib.exists(), "{} missing: cargo builds the cdylib with the tests", lib.display());
+    let dir = std::env::temp_dir().join(format!("oxccl-capi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in ["libnccl.so", "libnccl.so.2"] {
+        let link = dir.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&lib, &link).unwrap();
+    }
+    dir
+}
+
+fn run(mut cmd: Command, timeout: Duration) -> std::process::Output {
+    let child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let start = Instant::now();
+    let waiter = std::thread::spawn(move || child.wait_with_output().unwrap());
+    while !waiter.is_finished() {
+        if start.elapsed() > timeout {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            panic!("{cmd:?} did not finish within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    waiter.join().unwrap()
+}
+
+#[test]
+fn the_header_compiles_without_cuda_in_c_and_cpp() {
+    for (compiler, ext) in [("cc", "c"), ("c++", "cpp")] {
+        let dir = std::env::temp_dir().join(format!("oxccl-header-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join(format!("h.{ext}"));
+        std::fs::write(&src, "#include <nccl.h>\nint main(void) { ncclConfig_t c = NCCL_CONFIG_INITIALIZER; ncclUniqueId id; return (int)(sizeof id + c.size) == 0; }\n").unwrap();
+        let out = Command::new(compiler).arg("-Wall").arg("-Werror").arg("-I").arg(root().join("capi/include")).arg(&src).arg("-o").arg(dir.join("h")).output().unwrap();
+        assert!(out.status.success(), "{compiler}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+#[test]
+fn every_declared_function_and_its_alias_is_exported() {
+    let header = std::fs::read_to_string(root().join("capi/include/nccl.h")).unwrap();
+    let declared: Vec<String> = header
+        .lines()
+        .filter(|l| l.starts_with("ncclResult_t ") || l.starts_with("const char* "))
+        .filter_map(|l| l.split('(').next()?.split_whitespace().last().map(|s| s.trim_start_matches('*').to_string()))
+        .collect();
+    assert!(declared.len() > 60, "{declared:?}");
+    let lib = library_dir().join("libnccl.so.2");
+    let out = Command::new("nm").args(["-D", "--defined-only"]).arg(&lib).output().unwrap();
+    let symbols = String::from_utf8_lossy(&out.stdout);
+    for name in &declared {
+        assert!(symbols.lines().any(|l| l.ends_with(&format!(" T {name}"))), "{name} is declared in nccl.h but not exported");
+    }
+    let soname = Command::new("readelf").arg("-d").arg(&lib).output().unwrap();
+    assert!(String::from_utf8_lossy(&soname.stdout).contains("Library soname: [libnccl.so.2]"));
+}
+
+#[test]
+fn a_c_program_written_for_nccl_runs_under_mpirun() {
+    let libs = library_dir();
+    let exe = libs.join("allreduce_c");
+    let out = Command::new("mpicc")
+        .arg("-Wall")
+        .arg("-I")
+        .arg(root().join("capi/include"))
+        .arg(root().join("examples/c/allreduce.c"))
+        .arg(format!("-L{}", libs.display()))
+        .arg("-lnccl")
+        .arg(format!("-Wl,-rpath,{}", libs.display()))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("mpicc is missing: scripts/install-deps.sh installs Open MPI");
+    assert!(out.status.success(), "mpicc: {}", String::from_utf8_lossy(&out.stderr));
+    let mut cmd = Command::new("mpirun");
+    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_btl_tcp_if_include", "lo")
+        .env("OMPI_MCA_oob_tcp_if_include", "lo")
+        .env("PMIX_MCA_ptl_tcp_if_include", "lo")
+        .env("NCCL_SOCKET_IFNAME", "lo")
+        .env("OXCCL_COLL_TIMEOUT_MS", "60000")
+        .args(["-np", "4", "--oversubscribe", "-x", "NCCL_SOCKET_IFNAME", "-x", "OXCCL_COLL_TIMEOUT_MS"])
+        .arg(&exe);
+    let out = run(cmd, Duration::from_secs(180));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    for r in 0..4 {
+        assert!(stdout.contains(&format!("rank {r} of 4: ok (oxccl as NCCL 22803)")), "{stdout}");
+    }
+}

@@ -1,0 +1,101 @@
+//! The exported functions called as C would call them, from Rust: one thread driving four
+//! ranks of ncclCommInitAll through a group, and every refusal with its code and message.
+
+use std::ffi::{c_void, CStr};
+use std::ptr::{null, null_mut};
+
+use nccl::*;
+
+const SUCCESS: i32 = 0;
+const INVALID_ARGUMENT: i32 = 4;
+const INVALID_USAGE: i32 = 5;
+const FLOAT: i32 = 7;
+const SUM: i32 = 0;
+
+fn last_error() -> String {
+    // SAFETY: ncclGetLastError returns a NUL-terminated string that lives until the next
+    // failing call on this thread.
+    unsafe { CStr::from_ptr(ncclGetLastError(null_mut())) }.to_string_lossy().into_owned()
+}
+
+fn init_all(n: usize) -> Vec<*mut c_void> {
+    std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
+    let mut comms: Vec<*mut c_void> = vec![null_mut(); n];
+    // SAFETY: an array of n handles.
+    assert_eq!(unsafe { ncclCommInitAll(comms.as_mut_ptr().cast(), n as i32, null()) }, SUCCESS, "{}", last_error());
+    comms
+}
+
+#[test]
+fn one_thread_drives_four_ranks_through_a_group() {
+    let comms = init_all(4);
+    let count = 10_001;
+    let sends: Vec<Vec<f32>> = (0..4).map(|r| vec![r as f32 + 1.0; count]).collect();
+    let mut recvs: Vec<Vec<f32>> = vec![vec![0.0; count]; 4];
+    // SAFETY: live handles and buffers of `count` floats, untouched until ncclGroupEnd.
+    unsafe {
+        assert_eq!(ncclGroupStart(), SUCCESS);
+        for r in 0..4 {
+            assert_eq!(ncclAllReduce(sends[r].as_ptr().cast(), recvs[r].as_mut_ptr().cast(), count, FLOAT, SUM, comms[r].cast(), null_mut()), SUCCESS);
+        }
+        assert_eq!(ncclGroupEnd(), SUCCESS, "{}", last_error());
+    }
+    assert!(recvs.iter().all(|v| v.iter().all(|&x| x == 10.0)));
+    for c in comms {
+        // SAFETY: a live handle, destroyed once.
+        assert_eq!(unsafe { ncclCommDestroy(c.cast()) }, SUCCESS);
+    }
+}
+
+#[test]
+fn refusals_are_named_and_nothing_panics() {
+    let comms = init_all(2);
+    let c = comms[0].cast();
+    let mut buf = [0f32; 8];
+    let p = buf.as_mut_ptr().cast::<c_void>();
+    // SAFETY: every call below passes either valid pointers or the NULL/garbage it tests.
+    unsafe {
+        assert_eq!(ncclAllReduce(p, p, 8, FLOAT, SUM, null_mut(), null_mut()), INVALID_ARGUMENT);
+        assert!(last_error().contains("comm is NULL"), "{}", last_error());
+        assert_eq!(ncclAllReduce(p, p, 8, 99, SUM, c, null_mut()), INVALID_ARGUMENT);
+        assert!(last_error().contains("datatype 99"));
+        assert_eq!(ncclAllReduce(p, p, 8, FLOAT, 17, c, null_mut()), INVALID_ARGUMENT);
+        assert!(last_error().contains("op 17"));
+        assert_eq!(ncclAllReduce(null(), null_mut(), 8, FLOAT, SUM, c, null_mut()), INVALID_ARGUMENT);
+        assert!(last_error().contains("null"), "{}", last_error());
+        assert_eq!(ncclAllReduce(p, p, usize::MAX / 2, FLOAT, SUM, c, null_mut()), INVALID_ARGUMENT);
+        assert!(last_error().contains("overflows"), "{}", last_error());
+        assert_eq!(ncclSend(p, 8, FLOAT, 2, c, null_mut()), INVALID_ARGUMENT);
+        assert!(last_error().contains("peer 2"));
+        assert_eq!(ncclAllReduce(p, p, 8, FLOAT, SUM, c, 0x1000 as *mut c_void), INVALID_USAGE);
+        assert!(last_error().contains("host backend"));
+        assert_eq!(ncclGroupEnd(), INVALID_USAGE);
+        assert_eq!(ncclCommShrink(c, null_mut(), 0, null_mut(), null_mut(), 0), INVALID_USAGE);
+        assert!(last_error().contains("not implemented"));
+        assert_eq!(ncclCommInitRank(null_mut(), 2, NcclUniqueId { internal: [0; 128] }, 0), INVALID_ARGUMENT);
+        let mut comm = null_mut();
+        assert_eq!(ncclCommInitRank(&mut comm, 2, NcclUniqueId { internal: [7; 128] }, 0), INVALID_ARGUMENT);
+        assert!(last_error().contains("commId"), "{}", last_error());
+        let mut garbage = [0u64; 8];
+        assert_eq!(ncclCommFinalize(garbage.as_mut_ptr().cast()), INVALID_ARGUMENT);
+        assert!(CStr::from_ptr(ncclGetErrorString(INVALID_USAGE)).to_str().unwrap().contains("invalid usage"));
+        let mut version = 0;
+        assert_eq!(pncclGetVersion(&mut version), SUCCESS);
+        assert_eq!(version, 22803);
+    }
+    // The refused calls left both communicators usable.
+    let mut recvs = [[0f32; 8]; 2];
+    let sends = [[1f32; 8], [2f32; 8]];
+    // SAFETY: live handles and buffers.
+    unsafe {
+        assert_eq!(ncclGroupStart(), SUCCESS);
+        for r in 0..2 {
+            assert_eq!(ncclAllReduce(sends[r].as_ptr().cast(), recvs[r].as_mut_ptr().cast(), 8, FLOAT, SUM, comms[r].cast(), null_mut()), SUCCESS);
+        }
+        assert_eq!(ncclGroupEnd(), SUCCESS, "{}", last_error());
+        assert!(recvs.iter().flatten().all(|&x| x == 3.0));
+        for c in comms {
+            assert_eq!(ncclCommAbort(c.cast()), SUCCESS);
+        }
+    }
+}
