@@ -1,6 +1,7 @@
-//! The C ABI as C programs meet it: oxccl's nccl.h compiles without CUDA, a C program
-//! written for NCCL builds against it, links to libnccl.so.2 and runs under mpirun on host
-//! memory; every declared function is exported (and its pncclX alias).
+//! The C ABI as C and Fortran programs meet it: oxccl's nccl.h compiles without CUDA, a C
+//! program written for NCCL builds against it, links to libnccl.so.2 and runs under mpirun
+//! on host memory; every declared function is exported (and its pncclX alias) and has a
+//! Fortran interface; a Fortran program runs under mpirun.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -94,6 +95,59 @@ fn a_c_program_written_for_nccl_runs_under_mpirun() {
         .output()
         .expect("mpicc is missing: scripts/install-deps.sh installs Open MPI");
     assert!(out.status.success(), "mpicc: {}", String::from_utf8_lossy(&out.stderr));
+    let out = run(mpirun(4, &exe), Duration::from_secs(180));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    for r in 0..4 {
+        assert!(stdout.contains(&format!("rank {r} of 4: ok (oxccl as NCCL 22803)")), "{stdout}");
+    }
+}
+
+#[test]
+fn every_c_function_has_a_fortran_interface() {
+    let header = std::fs::read_to_string(root().join("capi/include/nccl.h")).unwrap();
+    let module = std::fs::read_to_string(root().join("capi/include/nccl.f90")).unwrap();
+    let declared: Vec<String> = header
+        .lines()
+        .filter(|l| l.starts_with("ncclResult_t nccl") || l.starts_with("const char* nccl"))
+        .filter_map(|l| l.split('(').next()?.split_whitespace().last().map(String::from))
+        .collect();
+    assert!(declared.len() > 30);
+    for name in declared {
+        assert!(module.contains(&format!("bind(c, name=\"{name}\")")), "{name} has no Fortran interface in nccl.f90");
+    }
+}
+
+#[test]
+fn a_fortran_program_runs_under_mpirun() {
+    let libs = library_dir();
+    let build = libs.join("fortran");
+    std::fs::create_dir_all(&build).unwrap();
+    let exe = build.join("allreduce_f");
+    let out = Command::new("mpifort")
+        .arg("-std=f2008")
+        .arg("-J")
+        .arg(&build)
+        .arg(root().join("capi/include/nccl.f90"))
+        .arg(root().join("examples/fortran/allreduce.f90"))
+        .arg(format!("-L{}", libs.display()))
+        .arg("-lnccl")
+        .arg(format!("-Wl,-rpath,{}", libs.display()))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("mpifort is missing: scripts/install-deps.sh installs Open MPI and gfortran");
+    assert!(out.status.success(), "mpifort: {}", String::from_utf8_lossy(&out.stderr));
+    let out = run(mpirun(4, &exe), Duration::from_secs(180));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    for r in 0..4 {
+        assert!(stdout.contains(&format!("rank {r} of 4: ok (Fortran, oxccl as NCCL 22803)")), "{stdout}");
+    }
+}
+
+/// `mpirun -np n` of `exe` on loopback.
+fn mpirun(n: u32, exe: &Path) -> Command {
     let mut cmd = Command::new("mpirun");
     cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
@@ -102,12 +156,7 @@ fn a_c_program_written_for_nccl_runs_under_mpirun() {
         .env("PMIX_MCA_ptl_tcp_if_include", "lo")
         .env("NCCL_SOCKET_IFNAME", "lo")
         .env("OXCCL_COLL_TIMEOUT_MS", "60000")
-        .args(["-np", "4", "--oversubscribe", "-x", "NCCL_SOCKET_IFNAME", "-x", "OXCCL_COLL_TIMEOUT_MS"])
-        .arg(&exe);
-    let out = run(cmd, Duration::from_secs(180));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    for r in 0..4 {
-        assert!(stdout.contains(&format!("rank {r} of 4: ok (oxccl as NCCL 22803)")), "{stdout}");
-    }
+        .args(["-np", &n.to_string(), "--oversubscribe", "-x", "NCCL_SOCKET_IFNAME", "-x", "OXCCL_COLL_TIMEOUT_MS"])
+        .arg(exe);
+    cmd
 }
