@@ -24,7 +24,7 @@ packages=(
 # Commands that stand for the packages where there is no dpkg to ask (not Debian).
 commands=(mpicc mpirun clang pkg-config gfortran cmake srun slurmctld slurmd munged ip)
 
-python_wheels=(nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-cuda-cccl nvidia-cuda-crt)
+python_wheels=(nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-cuda-cccl nvidia-cuda-crt nvidia-nccl-cu13)
 
 main() {
   local python=0

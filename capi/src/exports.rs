@@ -371,6 +371,138 @@ exports! {
         // SAFETY: the caller's handle.
         guard("ncclCommDeregister", || unsafe { NcclComm::from_handle(comm) }.map(|_| ()))
     }
+
+    // Collectives with a per-call ncclCollConfig_t (NCCL 2.30+): the host backend has no
+    // per-call tuning to apply, so the config is accepted and the call runs as without it.
+
+    fn ncclAllReduceConfig / pncclAllReduceConfig(send: *const c_void, recv: *mut c_void, count: usize, datatype: c_int, op: c_int, comm: Comm, stream: Stream, _config: *const c_void) -> NcclResult {
+        guard("ncclAllReduceConfig", || collective(Collective::AllReduce, send, recv, count, datatype, Some(op), 0, comm, stream))
+    }
+
+    fn ncclBroadcastConfig / pncclBroadcastConfig(send: *const c_void, recv: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: Comm, stream: Stream, _config: *const c_void) -> NcclResult {
+        guard("ncclBroadcastConfig", || collective(Collective::Broadcast, send, recv, count, datatype, None, root, comm, stream))
+    }
+
+    fn ncclReduceConfig / pncclReduceConfig(send: *const c_void, recv: *mut c_void, count: usize, datatype: c_int, op: c_int, root: c_int, comm: Comm, stream: Stream, _config: *const c_void) -> NcclResult {
+        guard("ncclReduceConfig", || collective(Collective::Reduce, send, recv, count, datatype, Some(op), root, comm, stream))
+    }
+
+    fn ncclAllGatherConfig / pncclAllGatherConfig(send: *const c_void, recv: *mut c_void, sendcount: usize, datatype: c_int, comm: Comm, stream: Stream, _config: *const c_void) -> NcclResult {
+        guard("ncclAllGatherConfig", || collective(Collective::AllGather, send, recv, sendcount, datatype, None, 0, comm, stream))
+    }
+
+    fn ncclReduceScatterConfig / pncclReduceScatterConfig(send: *const c_void, recv: *mut c_void, recvcount: usize, datatype: c_int, op: c_int, comm: Comm, stream: Stream, _config: *const c_void) -> NcclResult {
+        guard("ncclReduceScatterConfig", || collective(Collective::ReduceScatter, send, recv, recvcount, datatype, Some(op), 0, comm, stream))
+    }
+
+    fn ncclAlltoAllConfig / pncclAlltoAllConfig(send: *const c_void, recv: *mut c_void, count: usize, datatype: c_int, comm: Comm, stream: Stream, _config: *const c_void) -> NcclResult {
+        guard("ncclAlltoAllConfig", || collective(Collective::AllToAll, send, recv, count, datatype, None, 0, comm, stream))
+    }
+
+    fn ncclGatherConfig / pncclGatherConfig(send: *const c_void, recv: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: Comm, stream: Stream, _config: *const c_void) -> NcclResult {
+        guard("ncclGatherConfig", || collective(Collective::Gather, send, recv, count, datatype, None, root, comm, stream))
+    }
+
+    fn ncclScatterConfig / pncclScatterConfig(send: *const c_void, recv: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: Comm, stream: Stream, _config: *const c_void) -> NcclResult {
+        guard("ncclScatterConfig", || collective(Collective::Scatter, send, recv, count, datatype, None, root, comm, stream))
+    }
+
+    // Newer NCCL calls that programs built against a newer header reference: exported so
+    // that such programs load, and refused with a message until oxccl serves them.
+
+    fn ncclCommMemStats / pncclCommMemStats(_comm: Comm, _stat: c_int, _value: *mut u64) -> NcclResult {
+        guard("ncclCommMemStats", || Err(Failure::unimplemented("ncclCommMemStats")))
+    }
+
+    fn ncclCommWindowRegister / pncclCommWindowRegister(_comm: Comm, _buff: *mut c_void, _size: usize, _win: *mut *mut c_void, _flags: c_int) -> NcclResult {
+        guard("ncclCommWindowRegister", || Err(Failure::unimplemented("ncclCommWindowRegister")))
+    }
+
+    fn ncclCommWindowDeregister / pncclCommWindowDeregister(_comm: Comm, _win: *mut c_void) -> NcclResult {
+        guard("ncclCommWindowDeregister", || Err(Failure::unimplemented("ncclCommWindowDeregister")))
+    }
+
+    fn ncclWinGetUserPtr / pncclWinGetUserPtr(_comm: Comm, _win: *mut c_void, _out: *mut *mut c_void) -> NcclResult {
+        guard("ncclWinGetUserPtr", || Err(Failure::unimplemented("ncclWinGetUserPtr")))
+    }
+
+    fn ncclGroupSimulateEnd / pncclGroupSimulateEnd(_sim_info: *mut c_void) -> NcclResult {
+        guard("ncclGroupSimulateEnd", || Err(Failure::unimplemented("ncclGroupSimulateEnd")))
+    }
+
+    fn ncclPutSignal / pncclPutSignal(_local: *const c_void, _count: usize, _datatype: c_int, _peer: c_int, _peer_win: *mut c_void, _offset: usize, _sig: c_int, _ctx: c_int, _flags: u32, _comm: Comm, _stream: Stream) -> NcclResult {
+        guard("ncclPutSignal", || Err(Failure::unimplemented("ncclPutSignal")))
+    }
+
+    fn ncclSignal / pncclSignal(_peer: c_int, _sig: c_int, _ctx: c_int, _flags: u32, _comm: Comm, _stream: Stream) -> NcclResult {
+        guard("ncclSignal", || Err(Failure::unimplemented("ncclSignal")))
+    }
+
+    fn ncclWaitSignal / pncclWaitSignal(_n: c_int, _descs: *mut c_void, _comm: Comm, _stream: Stream) -> NcclResult {
+        guard("ncclWaitSignal", || Err(Failure::unimplemented("ncclWaitSignal")))
+    }
+
+    fn ncclSetEncryption / pncclSetEncryption(_config: *const c_void) -> NcclResult {
+        guard("ncclSetEncryption", || Err(Failure::unimplemented("ncclSetEncryption")))
+    }
+
+    fn ncclParamBind / pncclParamBind(_out: *mut *mut c_void, _key: *const c_char) -> NcclResult {
+        guard("ncclParamBind", || Err(Failure::unimplemented("ncclParamBind (oxccl's settings are in docs/CONFIG.md)")))
+    }
+
+    fn ncclParamGet / pncclParamGet(_handle: *mut c_void, _out: *mut c_void, _max_len: c_int, _len: *mut c_int) -> NcclResult {
+        guard("ncclParamGet", || Err(Failure::unimplemented("ncclParamGet")))
+    }
+
+    fn ncclParamGetStr / pncclParamGetStr(_handle: *mut c_void, _out: *mut *const c_char) -> NcclResult {
+        guard("ncclParamGetStr", || Err(Failure::unimplemented("ncclParamGetStr")))
+    }
+
+    fn ncclParamGetParameter / pncclParamGetParameter(_key: *const c_char, _value: *mut *const c_char, _len: *mut c_int) -> NcclResult {
+        guard("ncclParamGetParameter", || Err(Failure::unimplemented("ncclParamGetParameter")))
+    }
+
+    fn ncclParamGetAllParameterKeys / pncclParamGetAllParameterKeys(_table: *mut *mut *const c_char, _len: *mut c_int) -> NcclResult {
+        guard("ncclParamGetAllParameterKeys", || Err(Failure::unimplemented("ncclParamGetAllParameterKeys")))
+    }
+
+    fn ncclParamGetI8 / pncclParamGetI8(_handle: *mut c_void, _out: *mut c_void) -> NcclResult {
+        guard("ncclParamGetI8", || Err(Failure::unimplemented("ncclParamGetI8")))
+    }
+
+    fn ncclParamGetI16 / pncclParamGetI16(_handle: *mut c_void, _out: *mut c_void) -> NcclResult {
+        guard("ncclParamGetI16", || Err(Failure::unimplemented("ncclParamGetI16")))
+    }
+
+    fn ncclParamGetI32 / pncclParamGetI32(_handle: *mut c_void, _out: *mut c_void) -> NcclResult {
+        guard("ncclParamGetI32", || Err(Failure::unimplemented("ncclParamGetI32")))
+    }
+
+    fn ncclParamGetI64 / pncclParamGetI64(_handle: *mut c_void, _out: *mut c_void) -> NcclResult {
+        guard("ncclParamGetI64", || Err(Failure::unimplemented("ncclParamGetI64")))
+    }
+
+    fn ncclParamGetU8 / pncclParamGetU8(_handle: *mut c_void, _out: *mut c_void) -> NcclResult {
+        guard("ncclParamGetU8", || Err(Failure::unimplemented("ncclParamGetU8")))
+    }
+
+    fn ncclParamGetU16 / pncclParamGetU16(_handle: *mut c_void, _out: *mut c_void) -> NcclResult {
+        guard("ncclParamGetU16", || Err(Failure::unimplemented("ncclParamGetU16")))
+    }
+
+    fn ncclParamGetU32 / pncclParamGetU32(_handle: *mut c_void, _out: *mut c_void) -> NcclResult {
+        guard("ncclParamGetU32", || Err(Failure::unimplemented("ncclParamGetU32")))
+    }
+
+    fn ncclParamGetU64 / pncclParamGetU64(_handle: *mut c_void, _out: *mut c_void) -> NcclResult {
+        guard("ncclParamGetU64", || Err(Failure::unimplemented("ncclParamGetU64")))
+    }
+
+    /// Prints nothing: oxccl's settings are listed in docs/CONFIG.md.
+    fn ncclParamDumpAll / pncclParamDumpAll() -> () {}
+
+    /// Nothing to reset: oxccl reads NCCL_DEBUG once per process.
+    fn ncclResetDebugInit / pncclResetDebugInit() -> () {}
 }
 
 fn init_rank(comm: *mut Comm, nranks: c_int, id: &NcclUniqueId, rank: c_int, config: Config) -> Result<(), Failure> {
