@@ -290,7 +290,8 @@ impl Shared {
         // announced to the rest of the job before any local waiter hears of it, so that
         // this rank cannot exit with the news untold.
         if !said_goodbye {
-            self.fail(Failure { reason: format!("rank {from} disconnected ({end})"), failed: vec![from] });
+            let why = if end.contains(wire::CLOSED_BETWEEN_FRAMES) { "its connection closed without a goodbye: the process exited or was killed".to_string() } else { end };
+            self.fail(Failure { reason: format!("rank {from} disconnected ({why})"), failed: vec![from] });
         }
         let mut inbox = self.inbox.lock();
         inbox.closed.insert(from);

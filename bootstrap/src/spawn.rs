@@ -98,6 +98,47 @@ impl LocalJob {
         }
     }
 
+    /// Waits for every rank to exit, at most `timeout` (then kills the rest), and returns
+    /// each rank's exit status and what it wrote to stdout (empty unless the command piped
+    /// it). Unlike [`LocalJob::wait`], a failing rank is not an error: the caller looks.
+    pub fn wait_with_output(mut self, timeout: Duration) -> Result<Vec<(ExitStatus, String)>> {
+        use std::io::Read;
+        let readers: Vec<_> = self
+            .children
+            .iter_mut()
+            .map(|c| {
+                let out = c.stdout.take();
+                std::thread::spawn(move || {
+                    let mut text = String::new();
+                    if let Some(mut out) = out {
+                        let _ = out.read_to_string(&mut text);
+                    }
+                    text
+                })
+            })
+            .collect();
+        let start = Instant::now();
+        let mut status: Vec<Option<ExitStatus>> = vec![None; self.children.len()];
+        while status.iter().any(Option::is_none) && start.elapsed() < timeout {
+            for (rank, child) in self.children.iter_mut().enumerate() {
+                if status[rank].is_none() {
+                    status[rank] = child.try_wait().map_err(|e| Error::io(format!("waiting for rank {rank}"), e))?;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.kill();
+        let mut results = Vec::new();
+        for ((rank, child), reader) in self.children.iter_mut().enumerate().zip(readers) {
+            let s = match status[rank] {
+                Some(s) => s,
+                None => child.wait().map_err(|e| Error::io(format!("waiting for rank {rank}"), e))?,
+            };
+            results.push((s, reader.join().unwrap_or_default()));
+        }
+        Ok(results)
+    }
+
     fn kill(&mut self) {
         for child in &mut self.children {
             let _ = child.kill();

@@ -150,7 +150,18 @@ pub fn write_message(w: &mut impl Write, message: &Message) -> std::io::Result<(
 /// allocation; a connection that ends inside a frame is a truncated frame.
 pub fn read_frame(r: &mut impl Read, max_len: usize) -> Result<Vec<u8>> {
     let mut len = [0u8; 4];
-    read_exact(r, &mut len, "frame length")?;
+    // A connection that ends between frames was closed, not cut inside a message.
+    let first = loop {
+        match r.read(&mut len[..1]) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(read_error(e, "frame length")),
+        }
+    };
+    if first == 0 {
+        return Err(Error::wire("frame", CLOSED_BETWEEN_FRAMES));
+    }
+    read_exact(r, &mut len[1..], "frame length")?;
     let len = u32::from_le_bytes(len) as usize;
     if len > max_len {
         return Err(Error::wire("frame", format!("length {len} exceeds the limit of {max_len} bytes")));
@@ -165,14 +176,22 @@ pub fn read_message(r: &mut impl Read, max_len: usize) -> Result<Message> {
     Message::decode(&read_frame(r, max_len)?)
 }
 
+/// The reason of a connection that closed between two frames: the peer went away
+/// (exited, was killed, or closed the socket) without a goodbye.
+pub const CLOSED_BETWEEN_FRAMES: &str = "connection closed between messages";
+
 fn read_exact(r: &mut impl Read, buf: &mut [u8], what: &'static str) -> Result<()> {
-    r.read_exact(buf).map_err(|e| match e.kind() {
+    r.read_exact(buf).map_err(|e| read_error(e, what))
+}
+
+fn read_error(e: std::io::Error, what: &'static str) -> Error {
+    match e.kind() {
         std::io::ErrorKind::UnexpectedEof => Error::wire("frame", format!("connection closed inside the {what} (truncated frame)")),
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
             Error::Timeout { phase: format!("reading the {what}"), waited: Default::default() }
         }
         _ => Error::io(format!("reading the {what}"), e),
-    })
+    }
 }
 
 const ADDR_BYTES: usize = 19;

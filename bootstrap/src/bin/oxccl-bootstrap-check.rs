@@ -22,6 +22,12 @@ fn main() -> ExitCode {
     log::init(&config);
     let boot = match Bootstrap::from_env(&config) {
         Ok(b) => b,
+        // The dying rank may die while a slower rank is still joining: that rank's own
+        // bootstrap then fails, naming it.
+        Err(Error::PeerFailed { rank, phase, reason }) if die.is_some() => {
+            println!("a joining rank detected failure of rank {rank} during {phase}: {reason}");
+            return ExitCode::from(3);
+        }
         Err(e) => {
             eprintln!("oxccl-bootstrap-check: bootstrap failed: {e}");
             return ExitCode::from(2);

@@ -1,0 +1,152 @@
+//! A rank that dies in the middle of collectives: every survivor's collective fails within
+//! the bound with an error naming the dead rank (no hang), over shared memory and over the
+//! Net; abort from another thread ends a collective stuck on a stopped (SIGSTOP) peer.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use oxccl_runtime::{bootstrap::Config, Communicator, ReduceOp};
+
+/// One rank of a job (does nothing when run as an ordinary test).
+#[test]
+fn child() {
+    let Ok(victim) = std::env::var("OXCCL_TEST_FAULT_VICTIM") else { return };
+    let victim: usize = victim.parse().unwrap();
+    let config = Config::from_env().unwrap();
+    let comm = Communicator::from_env(&config).unwrap();
+    if std::env::var("OXCCL_TEST_FAULT_MODE").as_deref() == Ok("stop") {
+        stopped_peer(&comm, victim);
+        return;
+    }
+    let mut data = vec![1.0f32; 1 << 16];
+    for step in 0.. {
+        if comm.rank() == victim && step == 20 {
+            // Die without any goodbye, as a crashed node does.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        let start = Instant::now();
+        if let Err(e) = comm.all_reduce_in_place(&mut data, ReduceOp::Sum) {
+            println!("rank {} step {step}: failed after {} ms: {e}", comm.rank(), start.elapsed().as_millis());
+            std::process::exit(3);
+        }
+        data.fill(1.0);
+    }
+}
+
+/// The victim stops (SIGSTOP: a hung process, which no socket notices); each survivor's
+/// watchdog thread aborts the communicator after 300 ms without progress, and the stuck
+/// collective must return within a second of the abort.
+fn stopped_peer(comm: &Communicator, victim: usize) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let epoch = Instant::now();
+    let progress = AtomicU64::new(0);
+    let done = AtomicBool::new(false);
+    let aborted_at = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(Ordering::Acquire) {
+                let idle = epoch.elapsed().as_millis() as u64 - progress.load(Ordering::Acquire);
+                if idle > 300 && aborted_at.load(Ordering::Acquire) == 0 {
+                    aborted_at.store(epoch.elapsed().as_micros() as u64, Ordering::Release);
+                    comm.abort();
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        let mut data = vec![1.0f32; 1 << 16];
+        for step in 0.. {
+            if comm.rank() == victim && step == 20 {
+                unsafe { libc::raise(libc::SIGSTOP) };
+            }
+            progress.store(epoch.elapsed().as_millis() as u64, Ordering::Release);
+            if let Err(e) = comm.all_reduce_in_place(&mut data, ReduceOp::Sum) {
+                let returned = epoch.elapsed().as_micros() as u64;
+                let since_abort = returned.saturating_sub(aborted_at.load(Ordering::Acquire));
+                println!("rank {} step {step}: returned {} us after abort: {e}", comm.rank(), since_abort);
+                done.store(true, Ordering::Release);
+                std::process::exit(4);
+            }
+        }
+    });
+}
+
+fn killed_rank(n: u32, victim: usize, env: &[(&str, &str)]) {
+    let mut config = Config::defaults();
+    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+    let start = Instant::now();
+    let job = oxccl_runtime::bootstrap::spawn::spawn(n, &config, |_| {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args(["child", "--exact", "--nocapture", "--test-threads", "1"])
+            .env("OXCCL_TEST_FAULT_VICTIM", victim.to_string())
+            .env("NCCL_SOCKET_IFNAME", "lo")
+            .env("OXCCL_COLL_TIMEOUT_MS", "20000")
+            .stdout(std::process::Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd
+    })
+    .unwrap();
+    let outputs = job.wait_with_output(Duration::from_secs(60)).unwrap();
+    let elapsed = start.elapsed();
+    for (rank, (status, stdout)) in outputs.iter().enumerate() {
+        if rank == victim {
+            continue;
+        }
+        assert_eq!(status.code(), Some(3), "rank {rank} did not report the failure: {status:?}\n{stdout}");
+        assert!(stdout.contains(&format!("rank {victim}")), "rank {rank}'s error does not name rank {victim}: {stdout}");
+        let ms: u64 = stdout.split("failed after ").nth(1).and_then(|s| s.split(' ').next()).and_then(|s| s.parse().ok()).unwrap();
+        assert!(ms < 5_000, "rank {rank} took {ms} ms to notice: {stdout}");
+    }
+    let reports: Vec<&str> = outputs.iter().map(|(_, out)| out.trim()).filter(|o| o.contains("failed after")).collect();
+    eprintln!("{n} ranks, rank {victim} killed, {env:?}: every survivor failed naming it; job over in {elapsed:?}:\n{}", reports.join("\n"));
+}
+
+#[test]
+fn a_killed_rank_fails_every_survivor_over_shared_memory() {
+    killed_rank(4, 2, &[]);
+}
+
+#[test]
+fn a_killed_rank_fails_every_survivor_over_the_net() {
+    killed_rank(4, 1, &[("NCCL_SHM_DISABLE", "1")]);
+}
+
+#[test]
+fn abort_ends_collectives_stuck_on_a_stopped_rank() {
+    let mut config = Config::defaults();
+    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+    let (n, victim) = (4, 3);
+    let job = oxccl_runtime::bootstrap::spawn::spawn(n, &config, |_| {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args(["child", "--exact", "--nocapture", "--test-threads", "1"])
+            .env("OXCCL_TEST_FAULT_VICTIM", victim.to_string())
+            .env("OXCCL_TEST_FAULT_MODE", "stop")
+            .env("NCCL_SOCKET_IFNAME", "lo")
+            .env("OXCCL_COLL_TIMEOUT_MS", "60000")
+            .stdout(std::process::Stdio::piped());
+        cmd
+    })
+    .unwrap();
+    // The stopped rank never exits by itself: once the survivors have (zombies until
+    // waited for), it is killed.
+    let pids = job.pids();
+    let reaper = std::thread::spawn(move || {
+        let exited = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')));
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline && !pids.iter().enumerate().all(|(r, &p)| r == victim || exited(p)) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        unsafe { libc::kill(pids[victim] as i32, libc::SIGKILL) };
+    });
+    let outputs = job.wait_with_output(Duration::from_secs(20)).unwrap();
+    reaper.join().unwrap();
+    for (rank, (status, stdout)) in outputs.iter().enumerate().filter(|(r, _)| *r != victim) {
+        assert_eq!(status.code(), Some(4), "rank {rank}: {status:?}\n{stdout}");
+        let us: u64 = stdout.split("returned ").nth(1).and_then(|s| s.split(' ').next()).and_then(|s| s.parse().ok()).unwrap_or(u64::MAX);
+        assert!(us < 1_000_000, "rank {rank} returned {us} us after its abort: {stdout}");
+        assert!(stdout.contains("abort"), "{stdout}");
+    }
+    let reports: Vec<&str> = outputs.iter().map(|(_, out)| out.trim()).filter(|o| o.contains("after abort")).collect();
+    eprintln!("stopped rank {victim}:\n{}", reports.join("\n"));
+}
