@@ -112,6 +112,12 @@ impl Endpoint {
 
     pub fn set_table(&self, table: Vec<SocketAddr>) {
         let _ = self.shared.table.set(table);
+        // A peer may have died while this rank was still joining (its connection ended
+        // before the table said where the ring goes): pass that news on now.
+        let known = self.shared.inbox.lock().failure.clone();
+        if let Some(failure) = known {
+            self.shared.pass_on(&failure);
+        }
     }
 
     /// The deadline of a wait starting now.
@@ -209,7 +215,20 @@ impl Failure {
 }
 
 impl Shared {
+    /// Sends to `peer`; a peer found dead (refused connection, failed write) is announced
+    /// to the job before the error returns, as a closed connection is.
     fn send(&self, peer: u32, message: &Message, abort: &AtomicBool) -> Result<()> {
+        let result = self.send_quietly(peer, message, abort);
+        if let Err(Error::PeerFailed { rank, reason, .. }) = &result {
+            if !abort.load(Ordering::Acquire) {
+                self.fail(Failure { reason: format!("rank {rank} unreachable ({reason})"), failed: vec![*rank] });
+            }
+        }
+        result
+    }
+
+    /// Sends without announcing a failure (the announcement itself goes this way).
+    fn send_quietly(&self, peer: u32, message: &Message, abort: &AtomicBool) -> Result<()> {
         let mut slot = self.connected(peer, abort)?;
         let stream = slot.as_mut().expect("connected() leaves a stream");
         if let Err(e) = wire::write_message(stream, message) {
@@ -298,6 +317,18 @@ impl Shared {
         self.arrived.notify_all();
     }
 
+    /// Sends a failure notice to the first ring successor that has not failed (skipping the
+    /// failed keeps the notice going round a ring they broke). Needs the table.
+    fn pass_on(&self, failure: &Failure) {
+        let next = (1..self.nranks).map(|i| (self.rank + i) % self.nranks).find(|r| !failure.failed.contains(r));
+        let Some(next) = next.filter(|_| self.table.get().is_some()) else { return };
+        let notice = Message::Abort { reason: failure.reason.clone(), failed: failure.failed.clone() };
+        match self.send_quietly(next, &notice, &AtomicBool::new(false)) {
+            Ok(()) => tracing::debug!(target: target::BOOTSTRAP, "rank {}: failure notice passed to rank {next}", self.rank),
+            Err(e) => tracing::warn!(target: target::BOOTSTRAP, "rank {}: could not pass the failure notice to rank {next}: {e}", self.rank),
+        }
+    }
+
     fn fail(&self, failure: Failure) {
         {
             let inbox = self.inbox.lock();
@@ -305,12 +336,9 @@ impl Shared {
                 return;
             }
         }
-        // Tell the ring successor first (it forwards in turn), then wake local waiters.
-        let next = (self.rank + 1) % self.nranks;
-        if next != self.rank && !failure.failed.contains(&next) && self.table.get().is_some() {
-            let notice = Message::Abort { reason: failure.reason.clone(), failed: failure.failed.clone() };
-            let _ = self.send(next, &notice, &AtomicBool::new(false));
-        }
+        // Tell the first live ring successor (it forwards in turn), then wake local waiters.
+        // Before the table is known this cannot be done here; set_table does it then.
+        self.pass_on(&failure);
         let mut inbox = self.inbox.lock();
         if inbox.failure.is_none() {
             tracing::warn!(target: target::BOOTSTRAP, "rank {}: {}", self.rank, failure.reason);

@@ -102,7 +102,7 @@ fn rank_killed_after_joining_is_named_by_every_survivor() {
             continue;
         }
         assert_eq!(r.code(), Some(3), "rank {rank}: {r:?}");
-        assert!(r.stdout.contains("detected failure of rank 2"), "rank {rank}: {}", r.stdout);
+        assert!(r.stdout.contains("detected failure of rank 2"), "rank {rank}: {}\nall ranks: {results:#?}", r.stdout);
     }
 }
 
