@@ -84,7 +84,7 @@ impl Bootstrap {
         if rank == 0 && !root::is_served_here(id.root()) {
             serve_root_if_here(id, config)?;
         }
-        let limits = Limits { timeout: config.bootstrap_timeout, handshake: config.handshake_timeout, max_frame: config.max_frame_bytes };
+        let limits = Limits { timeout: config.bootstrap_timeout, handshake: config.handshake_timeout, max_frame: config.max_frame_bytes, heartbeat: config.heartbeat_timeout };
         let ip = select_ip(config, Some(id.root().ip()), false)?;
         let listener = sock::listen(ip, 0).map_err(|e| Error::io(format!("listening on {ip}"), e))?;
         let endpoint = Endpoint::listen(listener, rank, nranks, *id.secret(), limits)?;
@@ -96,6 +96,7 @@ impl Bootstrap {
         if nranks > 1 {
             bootstrap.endpoint.connect(bootstrap.next(), &bootstrap.aborted)?;
         }
+        bootstrap.endpoint.start_heartbeat();
         tracing::info!(target: target::BOOTSTRAP, "rank {rank}/{nranks} bootstrapped, listening on {}", bootstrap.endpoint.listen_addr());
         Ok(bootstrap)
     }
@@ -354,9 +355,4 @@ fn mix(words: &[u64]) -> u64 {
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     })
-}
-
-#[cfg(test)]
-pub(crate) fn create_id_at(config: &Config, addr: SocketAddr) -> Result<UniqueId> {
-    Bootstrap::create_id_on(config, Some(addr), true)
 }

@@ -65,6 +65,9 @@ pub struct Config {
     /// asks for non-blocking communicators (ncclInProgress semantics, the fault-handling
     /// part of the runtime).
     pub blocking: bool,
+    /// OXCCL_HEARTBEAT_TIMEOUT_MS: silence after which a ring predecessor counts as failed
+    /// (a hung or stopped process); `None` (0) disables heartbeats.
+    pub heartbeat_timeout: Option<Duration>,
 }
 
 /// One knob: its variable, default, parser and a one-line description.
@@ -186,6 +189,19 @@ pub static KNOBS: &[Knob] = &[
         set: |c, v| Ok(c.bootstrap_timeout = parse_millis(v)?),
     },
     Knob {
+        name: "OXCCL_HEARTBEAT_TIMEOUT_MS",
+        default: "30000",
+        doc: "a rank that sends nothing (not even its heartbeat, every 1/5 of this) for this long counts as failed, e.g. a stopped or hung process; 0 disables",
+        set: |c, v| {
+            c.heartbeat_timeout = match v.parse::<u64>() {
+                Ok(0) => None,
+                Ok(ms) => Some(Duration::from_millis(ms)),
+                Err(_) => return Err("expected milliseconds (0 disables)".into()),
+            };
+            Ok(())
+        },
+    },
+    Knob {
         name: "OXCCL_HANDSHAKE_TIMEOUT_MS",
         default: "5000",
         doc: "how long a newly connected peer may take to identify itself before it is dropped",
@@ -304,6 +320,7 @@ impl Config {
             coll_timeout: Duration::from_secs(600),
             socket_max_recvs: 1,
             blocking: true,
+            heartbeat_timeout: Some(Duration::from_secs(30)),
         }
     }
 

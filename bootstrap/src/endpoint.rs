@@ -9,7 +9,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -34,7 +34,12 @@ pub(crate) struct Limits {
     pub timeout: Duration,
     pub handshake: Duration,
     pub max_frame: usize,
+    /// Silence after which the ring predecessor counts as failed (None: never).
+    pub heartbeat: Option<Duration>,
 }
+
+/// The communicator id heartbeats travel on: never a real communicator's.
+const HEARTBEAT_COMM: u64 = u64::MAX;
 
 struct Shared {
     rank: u32,
@@ -48,6 +53,9 @@ struct Shared {
     arrived: Condvar,
     stop: Arc<AtomicBool>,
     incoming: Mutex<Vec<TcpStream>>,
+    /// When each peer was last heard from, in ms since `epoch`.
+    heard: Vec<AtomicU64>,
+    epoch: Instant,
 }
 
 #[derive(Default)]
@@ -81,6 +89,8 @@ impl Endpoint {
             arrived: Condvar::new(),
             stop: Arc::new(AtomicBool::new(false)),
             incoming: Mutex::new(Vec::new()),
+            heard: (0..nranks).map(|_| AtomicU64::new(0)).collect(),
+            epoch: Instant::now(),
         });
         let weak = Arc::downgrade(&shared);
         sock::accept_loop(listener, shared.stop.clone(), "bootstrap-peer", move |stream, peer| {
@@ -117,6 +127,52 @@ impl Endpoint {
         let known = self.shared.inbox.lock().failure.clone();
         if let Some(failure) = known {
             self.shared.pass_on(&failure);
+        }
+    }
+
+    /// Starts the heartbeat (when the limits ask for one): every fifth of the timeout this
+    /// rank sends an empty message to its ring successor, and counts its predecessor as
+    /// failed when nothing at all came from it for the whole timeout — a stopped or hung
+    /// process closes no connection, so only silence shows it. A predecessor that said
+    /// goodbye is not watched. The thread ends with the endpoint.
+    pub fn start_heartbeat(&self) {
+        let s = &self.shared;
+        let Some(timeout) = s.limits.heartbeat else { return };
+        if s.nranks < 2 {
+            return;
+        }
+        let interval = (timeout / 5).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let (next, prev) = ((s.rank + 1) % s.nranks, (s.rank + s.nranks - 1) % s.nranks);
+        s.heard[prev as usize].store(s.now_ms(), Ordering::Release);
+        let weak = Arc::downgrade(&self.shared);
+        let stop = s.stop.clone();
+        let spawned = std::thread::Builder::new().name("oxccl-heartbeat".into()).spawn(move || {
+            let quiet = AtomicBool::new(false);
+            while !stop.load(Ordering::Acquire) {
+                std::thread::sleep(interval);
+                let Some(s) = weak.upgrade() else { return };
+                if stop.load(Ordering::Acquire) {
+                    return;
+                }
+                let (failed, closed) = {
+                    let inbox = s.inbox.lock();
+                    (inbox.failure.is_some(), inbox.closed.contains(&prev))
+                };
+                if !failed {
+                    // A dead successor is found (and announced) by this send.
+                    let _ = s.send(next, &Message::Data { comm: HEARTBEAT_COMM, tag: 0, payload: Vec::new() }, &quiet);
+                }
+                let silent = Duration::from_millis(s.now_ms().saturating_sub(s.heard[prev as usize].load(Ordering::Acquire)));
+                if !failed && !closed && silent > timeout {
+                    s.fail(Failure {
+                        reason: format!("rank {prev} stopped answering: nothing from it for {} ms (OXCCL_HEARTBEAT_TIMEOUT_MS={}); stopped or hung", silent.as_millis(), timeout.as_millis()),
+                        failed: vec![prev],
+                    });
+                }
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::warn!(target: target::BOOTSTRAP, "rank {}: no heartbeat thread ({e}): a stopped peer will only be found by timeouts", s.rank);
         }
     }
 
@@ -215,6 +271,10 @@ impl Failure {
 }
 
 impl Shared {
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
     /// Sends to `peer`; a peer found dead (refused connection, failed write) is announced
     /// to the job before the error returns, as a closed connection is.
     fn send(&self, peer: u32, message: &Message, abort: &AtomicBool) -> Result<()> {
@@ -286,7 +346,12 @@ impl Shared {
             self.incoming.lock().push(clone);
         }
         let end = loop {
-            match wire::read_message(&mut stream, self.limits.max_frame) {
+            let message = wire::read_message(&mut stream, self.limits.max_frame);
+            if message.is_ok() {
+                self.heard[from as usize].store(self.now_ms(), Ordering::Release);
+            }
+            match message {
+                Ok(Message::Data { comm: HEARTBEAT_COMM, .. }) => {}
                 Ok(Message::Data { comm, tag, payload }) => {
                     let mut inbox = self.inbox.lock();
                     inbox.queues.entry((from, comm, tag)).or_default().push_back(payload);

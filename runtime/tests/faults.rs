@@ -18,11 +18,12 @@ fn child() {
         stopped_peer(&comm, victim);
         return;
     }
+    let stop = std::env::var("OXCCL_TEST_FAULT_MODE").as_deref() == Ok("stop-detect");
     let mut data = vec![1.0f32; 1 << 16];
     for step in 0.. {
         if comm.rank() == victim && step == 20 {
-            // Die without any goodbye, as a crashed node does.
-            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            // Die without any goodbye, as a crashed node does; or hang, as a stopped one.
+            unsafe { libc::kill(libc::getpid(), if stop { libc::SIGSTOP } else { libc::SIGKILL }) };
         }
         let start = Instant::now();
         if let Err(e) = comm.all_reduce_in_place(&mut data, ReduceOp::Sum) {
@@ -60,9 +61,10 @@ fn stopped_peer(comm: &Communicator, victim: usize) {
             }
             progress.store(epoch.elapsed().as_millis() as u64, Ordering::Release);
             if let Err(e) = comm.all_reduce_in_place(&mut data, ReduceOp::Sum) {
-                let returned = epoch.elapsed().as_micros() as u64;
-                let since_abort = returned.saturating_sub(aborted_at.load(Ordering::Acquire));
-                println!("rank {} step {step}: returned {} us after abort: {e}", comm.rank(), since_abort);
+                // A survivor may hear of another survivor's exit before its own watchdog fires.
+                let at = aborted_at.load(Ordering::Acquire);
+                let since_abort = if at == 0 { 0 } else { (epoch.elapsed().as_micros() as u64).saturating_sub(at) };
+                println!("rank {} step {step}: returned {} us after abort{}: {e}", comm.rank(), since_abort, if at == 0 { " (before its own)" } else { "" });
                 done.store(true, Ordering::Release);
                 std::process::exit(4);
             }
@@ -128,25 +130,62 @@ fn abort_ends_collectives_stuck_on_a_stopped_rank() {
         cmd
     })
     .unwrap();
-    // The stopped rank never exits by itself: once the survivors have (zombies until
-    // waited for), it is killed.
-    let pids = job.pids();
-    let reaper = std::thread::spawn(move || {
-        let exited = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')));
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline && !pids.iter().enumerate().all(|(r, &p)| r == victim || exited(p)) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        unsafe { libc::kill(pids[victim] as i32, libc::SIGKILL) };
-    });
+    // The stopped rank never exits by itself: it is killed once the survivors have exited.
+    let reaper = reap_when_survivors_exit(job.pids(), victim);
     let outputs = job.wait_with_output(Duration::from_secs(20)).unwrap();
     reaper.join().unwrap();
     for (rank, (status, stdout)) in outputs.iter().enumerate().filter(|(r, _)| *r != victim) {
         assert_eq!(status.code(), Some(4), "rank {rank}: {status:?}\n{stdout}");
         let us: u64 = stdout.split("returned ").nth(1).and_then(|s| s.split(' ').next()).and_then(|s| s.parse().ok()).unwrap_or(u64::MAX);
         assert!(us < 1_000_000, "rank {rank} returned {us} us after its abort: {stdout}");
-        assert!(stdout.contains("abort"), "{stdout}");
+        assert!(stdout.contains("aborted") || stdout.contains("(before its own)"), "{stdout}");
     }
     let reports: Vec<&str> = outputs.iter().map(|(_, out)| out.trim()).filter(|o| o.contains("after abort")).collect();
     eprintln!("stopped rank {victim}:\n{}", reports.join("\n"));
+}
+
+/// A stopped rank closes no socket: the heartbeats find it. With a 1 s heartbeat timeout
+/// every survivor's collective fails within a few seconds, naming it.
+#[test]
+fn heartbeats_find_a_stopped_rank() {
+    let mut config = Config::defaults();
+    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+    let (n, victim) = (4, 1);
+    let start = Instant::now();
+    let job = oxccl_runtime::bootstrap::spawn::spawn(n, &config, |_| {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args(["child", "--exact", "--nocapture", "--test-threads", "1"])
+            .env("OXCCL_TEST_FAULT_VICTIM", victim.to_string())
+            .env("OXCCL_TEST_FAULT_MODE", "stop-detect")
+            .env("OXCCL_HEARTBEAT_TIMEOUT_MS", "1000")
+            .env("NCCL_SOCKET_IFNAME", "lo")
+            .env("OXCCL_COLL_TIMEOUT_MS", "60000")
+            .stdout(std::process::Stdio::piped());
+        cmd
+    })
+    .unwrap();
+    let pids = job.pids();
+    let reaper = reap_when_survivors_exit(pids, victim);
+    let outputs = job.wait_with_output(Duration::from_secs(30)).unwrap();
+    reaper.join().unwrap();
+    for (rank, (status, stdout)) in outputs.iter().enumerate().filter(|(r, _)| *r != victim) {
+        assert_eq!(status.code(), Some(3), "rank {rank}: {status:?}\n{stdout}");
+        assert!(stdout.contains(&format!("rank {victim} stopped answering")) || stdout.contains(&format!("rank {victim} failed")), "rank {rank}: {stdout}");
+        let ms: u64 = stdout.split("failed after ").nth(1).and_then(|s| s.split(' ').next()).and_then(|s| s.parse().ok()).unwrap();
+        assert!(ms < 5_000, "rank {rank} took {ms} ms: {stdout}");
+    }
+    let reports: Vec<&str> = outputs.iter().map(|(_, out)| out.trim()).filter(|o| o.contains("failed after")).collect();
+    eprintln!("stopped rank {victim} found by heartbeats in {:?}:\n{}", start.elapsed(), reports.join("\n"));
+}
+
+/// Kills `victim` (stopped, it never exits) once every other rank has exited.
+fn reap_when_survivors_exit(pids: Vec<u32>, victim: usize) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let exited = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')));
+        let deadline = Instant::now() + Duration::from_secs(25);
+        while Instant::now() < deadline && !pids.iter().enumerate().all(|(r, &p)| r == victim || exited(p)) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        unsafe { libc::kill(pids[victim] as i32, libc::SIGKILL) };
+    })
 }
