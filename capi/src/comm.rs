@@ -1,7 +1,9 @@
 //! What an `ncclComm_t` points to, and turning C arguments into runtime values.
 
+use std::sync::OnceLock;
+
 use oxccl_kernels::{DataType, ReduceOp, Scalar};
-use oxccl_runtime::Communicator;
+use oxccl_runtime::{Communicator, Error, PendingCommunicator};
 use parking_lot::Mutex;
 
 use crate::result::Failure;
@@ -12,7 +14,10 @@ const MAGIC: u64 = 0x6f78_6363_6c5f_636d; // "oxccl_cm"
 /// The object behind `ncclComm_t`.
 pub struct NcclComm {
     magic: u64,
-    pub comm: Communicator,
+    /// The communicator once created.
+    ready: OnceLock<Communicator>,
+    /// A non-blocking creation still running, or how it failed.
+    pending: Mutex<Option<Pending>>,
     /// PreMulSum ops made on this communicator: op value `NUM_OPS + i` is entry `i`.
     ops: Mutex<Vec<Option<CustomOp>>>,
 }
@@ -33,9 +38,55 @@ struct CustomOp {
 /// `ncclNumOps`: op values below are NCCL's built-ins.
 pub const NUM_OPS: i32 = 5;
 
+enum Pending {
+    Running(PendingCommunicator),
+    Failed(Error),
+}
+
 impl NcclComm {
     pub fn boxed(comm: Communicator) -> *mut NcclComm {
-        Box::into_raw(Box::new(NcclComm { magic: MAGIC, comm, ops: Mutex::new(Vec::new()) }))
+        let ready = OnceLock::new();
+        let _ = ready.set(comm);
+        Box::into_raw(Box::new(NcclComm { magic: MAGIC, ready, pending: Mutex::new(None), ops: Mutex::new(Vec::new()) }))
+    }
+
+    /// A handle for a communicator still being created (non-blocking init).
+    pub fn boxed_pending(pending: PendingCommunicator) -> *mut NcclComm {
+        Box::into_raw(Box::new(NcclComm { magic: MAGIC, ready: OnceLock::new(), pending: Mutex::new(Some(Pending::Running(pending))), ops: Mutex::new(Vec::new()) }))
+    }
+
+    /// The communicator; `ncclInProgress` while a non-blocking creation runs, its error if
+    /// it failed.
+    pub fn comm(&self) -> Result<&Communicator, Failure> {
+        if let Some(c) = self.ready.get() {
+            return Ok(c);
+        }
+        let mut pending = self.pending.lock();
+        let outcome = match pending.as_ref() {
+            Some(Pending::Running(p)) => p.try_take(),
+            Some(Pending::Failed(e)) => return Err(e.clone().into()),
+            None => return Err(Failure::usage("communicator has neither been created nor is being created")),
+        };
+        match outcome {
+            None => Err(Failure { code: crate::result::IN_PROGRESS, message: "the communicator is still being created (poll ncclCommGetAsyncError)".into() }),
+            Some(Ok(c)) => {
+                *pending = None;
+                let _ = self.ready.set(c);
+                Ok(self.ready.get().expect("just set"))
+            }
+            Some(Err(e)) => {
+                *pending = Some(Pending::Failed(e.clone()));
+                Err(e.into())
+            }
+        }
+    }
+
+    /// ncclCommGetAsyncError's answer.
+    pub fn async_error(&self) -> crate::result::NcclResult {
+        match self.comm() {
+            Ok(c) => c.error().map_or(crate::result::SUCCESS, |e| crate::result::code_of(&e)),
+            Err(f) => f.code,
+        }
     }
 
     /// The communicator behind a C handle.

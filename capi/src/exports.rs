@@ -162,7 +162,7 @@ exports! {
             let newcomm = out(newcomm, "newcomm")?;
             // SAFETY: the caller's handle.
             let parent = unsafe { NcclComm::from_handle(comm)? };
-            let child = parent.comm.split(color, key)?;
+            let child = parent.comm()?.split(color, key)?;
             // SAFETY: checked non-NULL.
             unsafe { *newcomm = child.map_or(std::ptr::null_mut(), NcclComm::boxed) };
             Ok(())
@@ -183,7 +183,7 @@ exports! {
 
     fn ncclCommFinalize / pncclCommFinalize(comm: Comm) -> NcclResult {
         // SAFETY: the caller's handle.
-        guard("ncclCommFinalize", || Ok(unsafe { NcclComm::from_handle(comm)? }.comm.finalize()?))
+        guard("ncclCommFinalize", || Ok(unsafe { NcclComm::from_handle(comm)? }.comm()?.finalize()?))
     }
 
     fn ncclCommDestroy / pncclCommDestroy(comm: Comm) -> NcclResult {
@@ -193,8 +193,12 @@ exports! {
 
     fn ncclCommAbort / pncclCommAbort(comm: Comm) -> NcclResult {
         guard("ncclCommAbort", || {
-            // SAFETY: the caller's handle, not used after this call.
-            unsafe { NcclComm::from_handle(comm)? }.comm.abort();
+            // SAFETY: the caller's handle, not used after this call. A communicator still
+            // being created has nothing to abort yet (its creation is bounded by the
+            // bootstrap timeouts and cleans up after itself).
+            if let Ok(c) = unsafe { NcclComm::from_handle(comm)? }.comm() {
+                c.abort();
+            }
             // SAFETY: as above; after abort, dropping waits on no peer.
             unsafe { NcclComm::destroy(comm) }
         })
@@ -209,7 +213,7 @@ exports! {
             let out = out(async_error, "asyncError")?;
             // SAFETY: the caller's handle.
             let c = unsafe { NcclComm::from_handle(comm)? };
-            let code = c.comm.error().map_or(result::SUCCESS, |e| result::code_of(&e));
+            let code = c.async_error();
             // SAFETY: checked non-NULL.
             unsafe { *out = code };
             Ok(())
@@ -228,7 +232,7 @@ exports! {
         guard("ncclCommCount", || {
             let out = out(count, "count")?;
             // SAFETY: the caller's handle; `out` checked non-NULL.
-            unsafe { *out = NcclComm::from_handle(comm)?.comm.nranks() as c_int };
+            unsafe { *out = NcclComm::from_handle(comm)?.comm()?.nranks() as c_int };
             Ok(())
         })
     }
@@ -249,7 +253,7 @@ exports! {
         guard("ncclCommUserRank", || {
             let out = out(rank, "rank")?;
             // SAFETY: the caller's handle; `out` checked non-NULL.
-            unsafe { *out = NcclComm::from_handle(comm)?.comm.rank() as c_int };
+            unsafe { *out = NcclComm::from_handle(comm)?.comm()?.rank() as c_int };
             Ok(())
         })
     }
@@ -510,6 +514,13 @@ fn init_rank(comm: *mut Comm, nranks: c_int, id: &NcclUniqueId, rank: c_int, con
     let n = u32::try_from(nranks).ok().filter(|&n| n > 0).ok_or_else(|| Failure::argument(format!("nranks {nranks} must be positive")))?;
     let rank = index(rank, n as usize, "rank")? as u32;
     let id = UniqueId::from_bytes(&id.internal).map_err(|e| Failure::argument(format!("commId: {e}")))?;
+    if !config.blocking {
+        // Non-blocking: the handle exists at once; the caller polls ncclCommGetAsyncError.
+        let pending = Communicator::init_nonblocking(&id, rank, n, &config);
+        // SAFETY: checked non-NULL.
+        unsafe { *comm = NcclComm::boxed_pending(pending) };
+        return Err(Failure { code: result::IN_PROGRESS, message: "communicator creation in progress".into() });
+    }
     let c = Communicator::init(&id, rank, n, &config)?;
     // SAFETY: checked non-NULL.
     unsafe { *comm = NcclComm::boxed(c) };
@@ -526,7 +537,7 @@ fn collective(collective: Collective, send: *const c_void, recv: *mut c_void, co
         Some(op) => c.op(op, dtype)?,
         None => oxccl_kernels::ReduceOp::Sum,
     };
-    let n = c.comm.nranks();
+    let n = c.comm()?.nranks();
     let root = if collective.rooted() { index(root, n, "root")? } else { 0 };
     let (send, recv) = (send as *const u8, recv as *mut u8);
     if group::active() {
@@ -535,7 +546,7 @@ fn collective(collective: Collective, send: *const c_void, recv: *mut c_void, co
     }
     // SAFETY: the caller's buffers, valid for the collective's sizes and untouched until
     // this returns (NULL stream).
-    Ok(unsafe { c.comm.run_raw(collective, send, recv, count, dtype, op, root) }?)
+    Ok(unsafe { c.comm()?.run_raw(collective, send, recv, count, dtype, op, root) }?)
 }
 
 fn point_to_point(is_send: bool, data: *mut c_void, count: usize, datatype: c_int, peer: c_int, comm: Comm, stream: Stream) -> Result<(), Failure> {
@@ -543,7 +554,7 @@ fn point_to_point(is_send: bool, data: *mut c_void, count: usize, datatype: c_in
     // SAFETY: the caller's handle.
     let c = unsafe { NcclComm::from_handle(comm)? };
     let dtype = dtype(datatype)?;
-    let peer = index(peer, c.comm.nranks(), "peer")?;
+    let peer = index(peer, c.comm()?.nranks(), "peer")?;
     let bytes = count.checked_mul(dtype.size()).ok_or_else(|| Failure::argument(format!("count {count} overflows")))?;
     if bytes > 0 && data.is_null() {
         return Err(Failure::argument(format!("{} is NULL with count {count}", if is_send { "sendbuff" } else { "recvbuff" })));

@@ -73,7 +73,7 @@ pub fn run(ops: Vec<Op>) -> Result<(), Failure> {
         // SAFETY: every op's comm was checked live when the op was queued, and the caller
         // may not destroy a communicator with operations pending in its group.
         let nccl = unsafe { NcclComm::from_handle(handle)? };
-        let mut group = nccl.comm.group();
+        let mut group = nccl.comm()?.group();
         let added: Result<(), Failure> = ops.iter().filter(|op| op.comm() == handle).try_for_each(|op| {
             // SAFETY: the buffers were given by the caller for these operations and stay
             // untouched until ncclGroupEnd returns (NCCL's contract on a NULL stream).

@@ -14,6 +14,7 @@ pub const INTERNAL_ERROR: NcclResult = 3;
 pub const INVALID_ARGUMENT: NcclResult = 4;
 pub const INVALID_USAGE: NcclResult = 5;
 pub const REMOTE_ERROR: NcclResult = 6;
+pub const IN_PROGRESS: NcclResult = 7;
 pub const TIMEOUT: NcclResult = 8;
 
 /// A failed call: its code and the text `ncclGetLastError` returns.
@@ -62,6 +63,7 @@ pub fn code_of(e: &Error) -> NcclResult {
         Error::InvalidUsage { .. } => INVALID_USAGE,
         Error::PeerFailed { .. } | Error::Aborted { .. } => REMOTE_ERROR,
         Error::Timeout { .. } => TIMEOUT,
+        Error::InProgress { .. } => IN_PROGRESS,
         Error::Transport(_) | Error::Bootstrap(_) => SYSTEM_ERROR,
         _ => INTERNAL_ERROR,
     }
@@ -111,7 +113,9 @@ pub fn guard(call: &str, body: impl FnOnce() -> Result<(), Failure>) -> NcclResu
         }
     };
     let message = format!("{call}: {}", failure.message);
-    tracing::warn!(target: "oxccl::call", "{message}");
+    if failure.code != IN_PROGRESS {
+        tracing::warn!(target: "oxccl::call", "{message}");
+    }
     set_last(&message);
     failure.code
 }

@@ -99,3 +99,61 @@ fn refusals_are_named_and_nothing_panics() {
         }
     }
 }
+
+/// ncclConfig_t with blocking = 0: ncclCommInitRankConfig returns ncclInProgress at once
+/// and ncclCommGetAsyncError reports ncclInProgress until the communicator is ready, then
+/// ncclSuccess; calls on it before that return ncclInProgress.
+#[test]
+fn nonblocking_init_from_c() {
+    const IN_PROGRESS: i32 = 7;
+    std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
+    let mut id = NcclUniqueId { internal: [0; 128] };
+    // SAFETY: a valid out pointer.
+    assert_eq!(unsafe { ncclGetUniqueId(&mut id) }, SUCCESS);
+    // NCCL_CONFIG_INITIALIZER's prefix: size, magic, version, blocking = 0.
+    #[repr(C)]
+    struct ConfigPrefix {
+        size: usize,
+        magic: u32,
+        version: u32,
+        blocking: i32,
+    }
+    let handles: Vec<_> = (0..2)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let mut cfg = ConfigPrefix { size: std::mem::size_of::<ConfigPrefix>(), magic: 0xcafe_beef, version: 22803, blocking: 0 };
+                let mut comm: *mut c_void = null_mut();
+                // SAFETY: valid out pointer and config.
+                let rc = unsafe { ncclCommInitRankConfig((&mut comm as *mut *mut c_void).cast(), 2, id, rank, (&mut cfg as *mut ConfigPrefix).cast()) };
+                assert_eq!(rc, IN_PROGRESS, "{}", last_error());
+                assert!(!comm.is_null());
+                let mut state = IN_PROGRESS;
+                let mut polls = 0;
+                while state == IN_PROGRESS {
+                    // SAFETY: a live handle and an out pointer.
+                    assert_eq!(unsafe { ncclCommGetAsyncError(comm.cast(), &mut state) }, SUCCESS);
+                    polls += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    assert!(polls < 20_000, "still in progress after 20 s");
+                }
+                assert_eq!(state, SUCCESS);
+                comm as usize
+            })
+        })
+        .collect();
+    let comms: Vec<*mut c_void> = handles.into_iter().map(|h| h.join().unwrap() as *mut c_void).collect();
+    let sends = [[1f32; 4], [2f32; 4]];
+    let mut recvs = [[0f32; 4]; 2];
+    // SAFETY: live handles and buffers.
+    unsafe {
+        assert_eq!(ncclGroupStart(), SUCCESS);
+        for r in 0..2 {
+            assert_eq!(ncclAllReduce(sends[r].as_ptr().cast(), recvs[r].as_mut_ptr().cast(), 4, FLOAT, SUM, comms[r].cast(), null_mut()), SUCCESS);
+        }
+        assert_eq!(ncclGroupEnd(), SUCCESS, "{}", last_error());
+        assert!(recvs.iter().flatten().all(|&x| x == 3.0));
+        for c in comms {
+            assert_eq!(ncclCommDestroy(c.cast()), SUCCESS);
+        }
+    }
+}

@@ -280,6 +280,81 @@ impl Drop for Communicator {
     }
 }
 
+/// A communicator being created on a background thread: what non-blocking init
+/// (`Config::blocking == false`, NCCL_COMM_BLOCKING=0) returns at once. Poll
+/// [`PendingCommunicator::async_error`] (`InProgress` until done, like
+/// `ncclCommGetAsyncError`) or wait; every wait of the creation is bounded by the bootstrap
+/// timeouts.
+pub struct PendingCommunicator {
+    state: Arc<(Mutex<Option<Result<Communicator>>>, parking_lot::Condvar)>,
+    rank: usize,
+    nranks: usize,
+}
+
+impl PendingCommunicator {
+    fn spawn(rank: usize, nranks: usize, create: impl FnOnce() -> Result<Communicator> + Send + 'static) -> PendingCommunicator {
+        let state = Arc::new((Mutex::new(None), parking_lot::Condvar::new()));
+        let done = state.clone();
+        let spawned = std::thread::Builder::new().name("oxccl-init".into()).spawn(move || {
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(create)).unwrap_or_else(|_| Err(Error::Internal("communicator creation panicked".into())));
+            *done.0.lock() = Some(result);
+            done.1.notify_all();
+        });
+        if let Err(e) = spawned {
+            *state.0.lock() = Some(Err(Error::Internal(format!("cannot start the init thread: {e}"))));
+        }
+        PendingCommunicator { state, rank, nranks }
+    }
+
+    /// The rank the communicator will have.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of ranks it will have.
+    pub fn nranks(&self) -> usize {
+        self.nranks
+    }
+
+    /// `Some(InProgress)` while creating, `None` once ready, the error if creation failed.
+    /// Never blocks.
+    pub fn async_error(&self) -> Option<Error> {
+        match &*self.state.0.lock() {
+            None => Some(Error::InProgress { what: format!("rank {} of {} is still joining", self.rank, self.nranks) }),
+            Some(Ok(_)) => None,
+            Some(Err(e)) => Some(e.clone()),
+        }
+    }
+
+    /// Waits at most `timeout` for the creation; `InProgress` if it is still running.
+    pub fn wait(self, timeout: std::time::Duration) -> Result<Communicator> {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.state.0.lock();
+        while state.is_none() {
+            if self.state.1.wait_until(&mut state, deadline).timed_out() {
+                break;
+            }
+        }
+        match state.take() {
+            Some(result) => result,
+            None => Err(Error::InProgress { what: format!("rank {} of {} is still joining after {timeout:?}", self.rank, self.nranks) }),
+        }
+    }
+
+    /// The communicator if creation has finished (it is then taken out), else `None`.
+    pub fn try_take(&self) -> Option<Result<Communicator>> {
+        self.state.0.lock().take()
+    }
+}
+
+impl Communicator {
+    /// Joins as [`Communicator::init`] does, on a background thread: returns at once.
+    pub fn init_nonblocking(id: &UniqueId, rank: u32, nranks: u32, config: &Config) -> PendingCommunicator {
+        let (id, config) = (*id, config.clone());
+        PendingCommunicator::spawn(rank as usize, nranks as usize, move || Communicator::init(&id, rank, nranks, &config))
+    }
+}
+
 /// Operations launched together: point-to-point operations all progress at once (matched
 /// send/recv pairs never deadlock, whatever their order), collectives follow in call order.
 pub struct Group<'a> {

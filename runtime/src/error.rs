@@ -22,6 +22,10 @@ pub enum Error {
     #[error("timed out after {waited:?} during {phase}")]
     Timeout { phase: String, waited: Duration },
 
+    /// A non-blocking operation (init, split) has not finished yet: poll again.
+    #[error("in progress: {what}")]
+    InProgress { what: String },
+
     /// The communicator was aborted.
     #[error("communicator aborted{}", if reason.is_empty() { String::new() } else { format!(": {reason}") })]
     Aborted { reason: String },

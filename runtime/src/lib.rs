@@ -25,7 +25,7 @@ mod tune;
 mod types;
 
 pub use algo::Collective;
-pub use comm::{Communicator, Group, SLOTS};
+pub use comm::{Communicator, Group, PendingCommunicator, SLOTS};
 pub use error::{Error, Result};
 pub use stream::Work;
 pub use types::{DataType, Element, Fp8E4M3, Fp8E5M2, ReduceOp};

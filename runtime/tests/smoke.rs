@@ -48,3 +48,41 @@ fn shared_memory() {
 fn socket_net() {
     four_threads_all_reduce(true);
 }
+
+/// Non-blocking init: every rank's call returns at once, `async_error` says InProgress
+/// until the communicator is ready, then it works.
+#[test]
+fn nonblocking_init() {
+    use oxccl_runtime::{bootstrap::Bootstrap, Error};
+    let mut config = Config::defaults();
+    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+    config.set("NCCL_COMM_BLOCKING", "0").unwrap();
+    let id = Bootstrap::create_local_id(&config).unwrap();
+    let start = std::time::Instant::now();
+    let first = Communicator::init_nonblocking(&id, 0, 3, &config);
+    assert!(start.elapsed() < std::time::Duration::from_millis(100), "init blocked for {:?}", start.elapsed());
+    // Rank 0 cannot finish while ranks 1 and 2 have not started.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(matches!(first.async_error(), Some(Error::InProgress { .. })), "{:?}", first.async_error());
+    let mut pending = vec![first];
+    pending.extend((1..3).map(|r| Communicator::init_nonblocking(&id, r, 3, &config)));
+    let comms: Vec<Communicator> = pending
+        .into_iter()
+        .map(|p| {
+            while let Some(e) = p.async_error() {
+                assert!(matches!(e, Error::InProgress { .. }), "{e}");
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            p.try_take().unwrap().unwrap()
+        })
+        .collect();
+    std::thread::scope(|s| {
+        for c in &comms {
+            s.spawn(move || {
+                let mut x = vec![c.rank() as u64 + 1; 1000];
+                c.all_reduce_in_place(&mut x, ReduceOp::Sum).unwrap();
+                assert!(x.iter().all(|&v| v == 6));
+            });
+        }
+    });
+}
