@@ -223,6 +223,28 @@ impl Bootstrap {
         Ok(Some(Bootstrap::new(self.endpoint.clone(), comm, members, rank)))
     }
 
+    /// The communicator of this one's ranks minus `exclude` (this communicator's ranks, for
+    /// example the failed ones), in the same order, over the same connections: no message
+    /// is exchanged, so dead ranks have no part in it. Every survivor must pass the same
+    /// list; waits of the new communicator ignore failures of the excluded ranks.
+    pub fn shrink(&self, exclude: &[u32]) -> Result<Bootstrap> {
+        if let Some(bad) = exclude.iter().find(|&&r| r >= self.nranks()) {
+            return Err(Error::invalid(format!("shrink: rank {bad} out of range for {} ranks", self.nranks())));
+        }
+        if exclude.contains(&self.rank) {
+            return Err(Error::invalid(format!("shrink: this rank ({}) is in the exclusion list", self.rank)));
+        }
+        let mut sorted: Vec<u32> = exclude.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let members: Vec<u32> = (0..self.nranks()).filter(|r| sorted.binary_search(r).is_err()).map(|r| self.members[r as usize]).collect();
+        let rank = members.iter().position(|&m| m == self.members[self.rank as usize]).expect("this rank survives") as u32;
+        let sequence = self.splits.fetch_add(1, Ordering::Relaxed);
+        let mut parts = vec![self.comm, sequence, 0x5348_5249_4e4b]; // "SHRINK"
+        parts.extend(sorted.iter().map(|&r| r as u64));
+        Ok(Bootstrap::new(self.endpoint.clone(), mix(&parts), members, rank))
+    }
+
     /// Makes every current and future wait of this communicator return an error. Callable
     /// from any thread; returns at once.
     pub fn abort(&self) {
@@ -236,7 +258,7 @@ impl Bootstrap {
         if self.aborted.load(Ordering::Acquire) {
             return Err(Error::Aborted { reason: format!("abort requested during {phase}") });
         }
-        match self.endpoint.failure(phase) {
+        match self.endpoint.failure(phase, &self.members) {
             Some(e) => self.to_comm_ranks(Err(e)),
             None => Ok(()),
         }
@@ -277,7 +299,7 @@ impl Bootstrap {
     }
 
     fn recv_internal(&self, peer: u32, tag: u64, phase: &str) -> Result<Vec<u8>> {
-        let result = self.endpoint.recv(self.members[peer as usize], self.comm, tag, phase, &self.aborted);
+        let result = self.endpoint.recv(self.members[peer as usize], self.comm, tag, phase, &self.aborted, &self.members);
         if let Err(Error::Timeout { .. }) = &result {
             // A rank that stops answering is announced as failed so the rest of the job
             // stops waiting for it too.

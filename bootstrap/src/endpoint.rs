@@ -63,8 +63,24 @@ struct Inbox {
     queues: HashMap<(u32, u64, u64), VecDeque<Vec<u8>>>,
     /// Peers whose connection to us ended: nothing more will come from them.
     closed: HashSet<u32>,
-    /// The job-wide failure, once known.
+    /// The first failure, once known.
     failure: Option<Failure>,
+    /// Every rank known to have failed, with the reason first given for it. A communicator
+    /// is broken when one of its members is here (or by a failure naming nobody: a job-wide
+    /// abort); communicators of survivors (shrink) are not.
+    dead: HashMap<u32, String>,
+}
+
+impl Inbox {
+    /// The failure that breaks a communicator of `members` (job ranks), if any.
+    fn breaking(&self, members: &[u32]) -> Option<Failure> {
+        let first = self.failure.as_ref()?;
+        // The first failure, when it concerns this communicator, is the one to report.
+        if first.failed.is_empty() || first.failed.iter().any(|r| members.contains(r)) {
+            return Some(first.clone());
+        }
+        members.iter().find_map(|m| self.dead.get(m).map(|reason| Failure { reason: reason.clone(), failed: vec![*m] }))
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -142,8 +158,10 @@ impl Endpoint {
             return;
         }
         let interval = (timeout / 5).clamp(Duration::from_millis(10), Duration::from_secs(1));
-        let (next, prev) = ((s.rank + 1) % s.nranks, (s.rank + s.nranks - 1) % s.nranks);
-        s.heard[prev as usize].store(s.now_ms(), Ordering::Release);
+        let (rank, n) = (s.rank, s.nranks);
+        for r in 0..n {
+            s.heard[r as usize].store(s.now_ms(), Ordering::Release);
+        }
         let weak = Arc::downgrade(&self.shared);
         let stop = s.stop.clone();
         let spawned = std::thread::Builder::new().name("oxccl-heartbeat".into()).spawn(move || {
@@ -154,20 +172,28 @@ impl Endpoint {
                 if stop.load(Ordering::Acquire) {
                     return;
                 }
-                let (failed, closed) = {
+                // The live ring neighbours: failed ranks drop out, so that survivors keep
+                // watching each other (and a shrunk communicator stays covered).
+                let (next, prev, closed) = {
                     let inbox = s.inbox.lock();
-                    (inbox.failure.is_some(), inbox.closed.contains(&prev))
+                    let alive = |r: &u32| !inbox.dead.contains_key(r);
+                    let next = (1..n).map(|i| (rank + i) % n).find(alive);
+                    let prev = (1..n).map(|i| (rank + n - i) % n).find(alive);
+                    (next, prev, prev.is_some_and(|p| inbox.closed.contains(&p)))
                 };
-                if !failed {
-                    // A dead successor is found (and announced) by this send.
-                    let _ = s.send(next, &Message::Data { comm: HEARTBEAT_COMM, tag: 0, payload: Vec::new() }, &quiet);
-                }
+                let (Some(next), Some(prev)) = (next, prev) else { continue };
+                // A dead successor is found (and announced) by this send.
+                let _ = s.send(next, &Message::Data { comm: HEARTBEAT_COMM, tag: 0, payload: Vec::new() }, &quiet);
                 let silent = Duration::from_millis(s.now_ms().saturating_sub(s.heard[prev as usize].load(Ordering::Acquire)));
-                if !failed && !closed && silent > timeout {
+                if !closed && silent > timeout {
                     s.fail(Failure {
                         reason: format!("rank {prev} stopped answering: nothing from it for {} ms (OXCCL_HEARTBEAT_TIMEOUT_MS={}); stopped or hung", silent.as_millis(), timeout.as_millis()),
                         failed: vec![prev],
                     });
+                    // Watching a new predecessor starts now.
+                    for r in 0..n {
+                        s.heard[r as usize].fetch_max(s.now_ms().saturating_sub(timeout.as_millis() as u64 / 2), Ordering::AcqRel);
+                    }
                 }
             }
         });
@@ -191,8 +217,9 @@ impl Endpoint {
         self.shared.connected(peer, abort).map(drop)
     }
 
-    /// Waits for the next message from `peer` on (comm, tag).
-    pub fn recv(&self, peer: u32, comm: u64, tag: u64, phase: &str, abort: &AtomicBool) -> Result<Vec<u8>> {
+    /// Waits for the next message from `peer` on (comm, tag); fails when a rank of
+    /// `members` (the communicator's job ranks) is known to have failed.
+    pub fn recv(&self, peer: u32, comm: u64, tag: u64, phase: &str, abort: &AtomicBool, members: &[u32]) -> Result<Vec<u8>> {
         let s = &self.shared;
         let start = Instant::now();
         let deadline = start + s.limits.timeout;
@@ -201,7 +228,7 @@ impl Endpoint {
             if let Some(message) = inbox.queues.get_mut(&(peer, comm, tag)).and_then(VecDeque::pop_front) {
                 return Ok(message);
             }
-            if let Some(f) = &inbox.failure {
+            if let Some(f) = inbox.breaking(members) {
                 return Err(f.to_error(phase));
             }
             if abort.load(Ordering::Acquire) {
@@ -220,9 +247,10 @@ impl Endpoint {
         }
     }
 
-    /// The job-wide failure, if one is known (never blocks on the network).
-    pub fn failure(&self, phase: &str) -> Option<Error> {
-        self.shared.inbox.lock().failure.as_ref().map(|f| f.to_error(phase))
+    /// The failure that breaks a communicator of `members`, if one is known (never blocks
+    /// on the network).
+    pub fn failure(&self, phase: &str, members: &[u32]) -> Option<Error> {
+        self.shared.inbox.lock().breaking(members).map(|f| f.to_error(phase))
     }
 
     /// Wakes every waiter so that it sees an abort flag.
@@ -385,7 +413,8 @@ impl Shared {
     /// Sends a failure notice to the first ring successor that has not failed (skipping the
     /// failed keeps the notice going round a ring they broke). Needs the table.
     fn pass_on(&self, failure: &Failure) {
-        let next = (1..self.nranks).map(|i| (self.rank + i) % self.nranks).find(|r| !failure.failed.contains(r));
+        let dead: Vec<u32> = self.inbox.lock().dead.keys().copied().collect();
+        let next = (1..self.nranks).map(|i| (self.rank + i) % self.nranks).find(|r| !failure.failed.contains(r) && !dead.contains(r));
         let Some(next) = next.filter(|_| self.table.get().is_some()) else { return };
         let notice = Message::Abort { reason: failure.reason.clone(), failed: failure.failed.clone() };
         match self.send_quietly(next, &notice, &AtomicBool::new(false)) {
@@ -397,7 +426,8 @@ impl Shared {
     fn fail(&self, failure: Failure) {
         {
             let inbox = self.inbox.lock();
-            if inbox.failure.is_some() || self.stop.load(Ordering::Acquire) {
+            let known = inbox.failure.is_some() && failure.failed.iter().all(|r| inbox.dead.contains_key(r));
+            if known || self.stop.load(Ordering::Acquire) {
                 return;
             }
         }
@@ -405,10 +435,13 @@ impl Shared {
         // Before the table is known this cannot be done here; set_table does it then.
         self.pass_on(&failure);
         let mut inbox = self.inbox.lock();
-        if inbox.failure.is_none() {
-            tracing::warn!(target: target::BOOTSTRAP, "rank {}: {}", self.rank, failure.reason);
-            inbox.failure = Some(failure);
-            self.arrived.notify_all();
+        tracing::warn!(target: target::BOOTSTRAP, "rank {}: {}", self.rank, failure.reason);
+        for &r in &failure.failed {
+            inbox.dead.entry(r).or_insert_with(|| failure.reason.clone());
         }
+        if inbox.failure.is_none() {
+            inbox.failure = Some(failure);
+        }
+        self.arrived.notify_all();
     }
 }

@@ -169,8 +169,26 @@ exports! {
         })
     }
 
-    fn ncclCommShrink / pncclCommShrink(_comm: Comm, _exclude: *mut c_int, _count: c_int, _newcomm: *mut Comm, _cfg: *mut c_void, _flags: c_int) -> NcclResult {
-        guard("ncclCommShrink", || Err(Failure::unimplemented("ncclCommShrink")))
+    fn ncclCommShrink / pncclCommShrink(comm: Comm, exclude: *mut c_int, count: c_int, newcomm: *mut Comm, _cfg: *mut c_void, flags: c_int) -> NcclResult {
+        guard("ncclCommShrink", || {
+            let newcomm = out(newcomm, "newcomm")?;
+            // SAFETY: the caller's handle.
+            let c = unsafe { NcclComm::from_handle(comm)? }.comm()?;
+            let count = usize::try_from(count).map_err(|_| Failure::argument(format!("excludeRanksCount {count} is negative")))?;
+            if count > 0 && exclude.is_null() {
+                return Err(Failure::argument(format!("excludeRanksList is NULL with excludeRanksCount {count}")));
+            }
+            if flags & !1 != 0 {
+                return Err(Failure::argument(format!("shrinkFlags {flags:#x}: only NCCL_SHRINK_DEFAULT (0) and NCCL_SHRINK_ABORT (1) exist")));
+            }
+            // SAFETY: checked non-NULL; the caller passes count ranks.
+            let list = if count == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(exclude, count) } };
+            let list: Vec<usize> = list.iter().map(|&r| index(r, c.nranks(), "excludeRanksList entry")).collect::<Result<_, _>>()?;
+            let child = if list.contains(&c.rank()) { None } else { Some(c.shrink(&list, flags & 1 != 0)?) };
+            // SAFETY: checked non-NULL. An excluded rank gets NULL, as ncclCommSplit's NOCOLOR.
+            unsafe { *newcomm = child.map_or(std::ptr::null_mut(), NcclComm::boxed) };
+            Ok(())
+        })
     }
 
     fn ncclCommGrow / pncclCommGrow(_comm: Comm, _nranks: c_int, _id: *const NcclUniqueId, _rank: c_int, _newcomm: *mut Comm, _cfg: *mut c_void) -> NcclResult {

@@ -70,8 +70,10 @@ fn refusals_are_named_and_nothing_panics() {
         assert_eq!(ncclAllReduce(p, p, 8, FLOAT, SUM, c, 0x1000 as *mut c_void), INVALID_USAGE);
         assert!(last_error().contains("host backend"));
         assert_eq!(ncclGroupEnd(), INVALID_USAGE);
-        assert_eq!(ncclCommShrink(c, null_mut(), 0, null_mut(), null_mut(), 0), INVALID_USAGE);
+        assert_eq!(ncclCommRevoke(c, 0), INVALID_USAGE);
         assert!(last_error().contains("not implemented"));
+        assert_eq!(ncclCommShrink(c, null_mut(), 1, &mut null_mut(), null_mut(), 0), INVALID_ARGUMENT);
+        assert!(last_error().contains("excludeRanksList is NULL"), "{}", last_error());
         assert_eq!(ncclCommInitRank(null_mut(), 2, NcclUniqueId { internal: [0; 128] }, 0), INVALID_ARGUMENT);
         let mut comm = null_mut();
         assert_eq!(ncclCommInitRank(&mut comm, 2, NcclUniqueId { internal: [7; 128] }, 0), INVALID_ARGUMENT);

@@ -165,6 +165,20 @@ impl Communicator {
         }
     }
 
+    /// A communicator of this one's ranks minus `exclude` (this communicator's ranks,
+    /// typically the failed ones named by an error), ordered as here; ncclCommShrink.
+    /// Nothing is asked of the excluded ranks: a dead rank cannot answer. Every survivor
+    /// must pass the same list. `abort_first` is NCCL_SHRINK_ABORT: this communicator's
+    /// in-flight work is aborted first; without it no operation may be in flight.
+    pub fn shrink(&self, exclude: &[usize], abort_first: bool) -> Result<Communicator> {
+        if abort_first {
+            self.abort();
+        }
+        let exclude: Vec<u32> = exclude.iter().map(|&r| u32::try_from(r).unwrap_or(u32::MAX)).collect();
+        let boot = self.exec.boot.shrink(&exclude)?;
+        Communicator::from_bootstrap(boot, &self.exec.config)
+    }
+
     /// Waits for every operation enqueued so far.
     pub fn synchronize(&self) -> Result<()> {
         self.stream.synchronize()

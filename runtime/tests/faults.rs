@@ -28,6 +28,19 @@ fn child() {
         let start = Instant::now();
         if let Err(e) = comm.all_reduce_in_place(&mut data, ReduceOp::Sum) {
             println!("rank {} step {step}: failed after {} ms: {e}", comm.rank(), start.elapsed().as_millis());
+            if std::env::var("OXCCL_TEST_FAULT_MODE").as_deref() == Ok("shrink") {
+                let oxccl_runtime::Error::PeerFailed { rank: dead, .. } = e else { panic!("not a peer failure: {e}") };
+                let start = Instant::now();
+                let survivors = comm.shrink(&[dead as usize], true).unwrap();
+                let shrink_ms = start.elapsed().as_secs_f64() * 1e3;
+                let mut x = vec![comm.rank() as u64 + 1; 100_003];
+                survivors.all_reduce_in_place(&mut x, ReduceOp::Sum).unwrap();
+                let expected: u64 = (0..comm.nranks() as u64).filter(|&r| r != dead as u64).map(|r| r + 1).sum();
+                assert!(x.iter().all(|&v| v == expected), "after shrink: {} expected {expected}", x[0]);
+                survivors.finalize().unwrap();
+                println!("rank {} now rank {} of {}: shrunk in {shrink_ms:.2} ms, all_reduce checked", comm.rank(), survivors.rank(), survivors.nranks());
+                std::process::exit(5);
+            }
             std::process::exit(3);
         }
         data.fill(1.0);
@@ -188,4 +201,36 @@ fn reap_when_survivors_exit(pids: Vec<u32>, victim: usize) -> std::thread::JoinH
         }
         unsafe { libc::kill(pids[victim] as i32, libc::SIGKILL) };
     })
+}
+
+/// After a rank is killed, the survivors shrink it out (NCCL_SHRINK_ABORT) and carry on:
+/// an all_reduce on the new communicator is checked.
+#[test]
+fn survivors_shrink_and_carry_on() {
+    for env in [&[][..], &[("NCCL_SHM_DISABLE", "1")][..]] {
+        let mut config = Config::defaults();
+        config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+        let (n, victim) = (4, 2);
+        let job = oxccl_runtime::bootstrap::spawn::spawn(n, &config, |_| {
+            let mut cmd = Command::new(std::env::current_exe().unwrap());
+            cmd.args(["child", "--exact", "--nocapture", "--test-threads", "1"])
+                .env("OXCCL_TEST_FAULT_VICTIM", victim.to_string())
+                .env("OXCCL_TEST_FAULT_MODE", "shrink")
+                .env("NCCL_SOCKET_IFNAME", "lo")
+                .env("OXCCL_COLL_TIMEOUT_MS", "20000")
+                .stdout(std::process::Stdio::piped());
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+            cmd
+        })
+        .unwrap();
+        let outputs = job.wait_with_output(Duration::from_secs(60)).unwrap();
+        for (rank, (status, stdout)) in outputs.iter().enumerate().filter(|(r, _)| *r != victim) {
+            assert_eq!(status.code(), Some(5), "rank {rank}: {status:?}\n{stdout}");
+            assert!(stdout.contains("of 3: shrunk in"), "rank {rank}: {stdout}");
+        }
+        let reports: Vec<&str> = outputs.iter().flat_map(|(_, out)| out.lines()).filter(|l| l.contains("shrunk")).collect();
+        eprintln!("{env:?}:\n{}", reports.join("\n"));
+    }
 }
