@@ -1,17 +1,24 @@
-//! The README's main example: 4 ranks it starts itself, a checked all_reduce, busbw printed.
+//! The README's main example (4 ranks it starts itself, a checked all_reduce, busbw
+//! printed) and the fault-tolerant training example (a rank killed mid-run, the survivors
+//! shrink and finish with the checksum of an undisturbed run).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// The example binary next to this test's (cargo builds examples with the tests); built
-/// on demand if missing.
+/// The main example's binary.
 fn example() -> std::path::PathBuf {
+    example_named("allreduce")
+}
+
+/// An example binary next to this test's (cargo builds examples with the tests); built
+/// on demand if missing.
+fn example_named(name: &str) -> std::path::PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().unwrap().parent().unwrap();
-    let path = dir.join("examples").join("allreduce");
+    let path = dir.join("examples").join(name);
     if !path.exists() {
         let profile = if dir.ends_with("release") { vec!["--release"] } else { vec![] };
-        let status = Command::new(env!("CARGO")).args(["build", "--example", "allreduce"]).args(profile).status().unwrap();
+        let status = Command::new(env!("CARGO")).args(["build", "--example", name]).args(profile).status().unwrap();
         assert!(status.success());
     }
     path
@@ -33,4 +40,28 @@ fn bad_arguments_are_named() {
     let out = Command::new(example()).args(["--mib", "zero"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--mib needs a positive number"));
+}
+
+#[test]
+fn training_survives_a_killed_rank() {
+    let out = Command::new(example_named("ft_train"))
+        .args(["--nranks", "4", "--steps", "12", "--mib", "2", "--kill-rank", "1", "--kill-at-step", "5"])
+        .env("NCCL_SOCKET_IFNAME", "lo")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    for rank in [0, 2, 3] {
+        assert!(stdout.contains(&format!("rank {rank}: step 5: rank 1 failed")), "{stdout}");
+        assert!(stdout.contains(&format!("rank {rank} (now ")) && stdout.contains("of 3): 12 steps done"), "{stdout}");
+    }
+    assert_eq!(stdout.matches("verified").count(), 3, "{stdout}");
+}
+
+#[test]
+fn training_without_a_failure_checks_its_checksum() {
+    let out = Command::new(example_named("ft_train")).args(["--nranks", "3", "--steps", "5", "--mib", "1"]).env("NCCL_SOCKET_IFNAME", "lo").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert_eq!(stdout.matches("of 3): 5 steps done").count(), 3, "{stdout}");
 }
