@@ -610,7 +610,15 @@ impl Exec {
             return Err(Error::Aborted { reason: String::new() });
         }
         self.boot.check("collective")?;
-        self.net.check()
+        if let Err(e) = self.net.check() {
+            // The data path saw the peer go before the control plane did: tell the job, so
+            // that every rank names the same failed rank.
+            if let Error::PeerFailed { rank, reason } = &e {
+                self.boot.announce_failure(&format!("rank {rank}: {reason}"), &[*rank]);
+            }
+            return Err(self.boot.check("collective").err().map(Error::from).unwrap_or(e));
+        }
+        Ok(())
     }
 
     /// Messages each network receive link of `lanes` carries.

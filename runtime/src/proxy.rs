@@ -34,7 +34,7 @@ use crate::log_target;
 pub(crate) struct NetLinks {
     net: Arc<dyn Net>,
     expected: Mutex<FxHashMap<Link, Expected>>,
-    failure: Arc<Mutex<Option<String>>>,
+    failure: Arc<Mutex<Option<(usize, String)>>>,
     closed: Arc<AtomicBool>,
 }
 
@@ -111,7 +111,8 @@ impl NetLinks {
     /// The first failure of any of this communicator's links.
     pub fn check(&self) -> Result<()> {
         match &*self.failure.lock() {
-            Some(reason) => Err(Error::Transport(reason.clone())),
+            // A link ends when its peer does: name the peer, as the bootstrap would.
+            Some((peer, reason)) => Err(Error::PeerFailed { rank: *peer as u32, reason: reason.clone() }),
             None => Ok(()),
         }
     }
@@ -157,7 +158,7 @@ impl Expected {
 
 #[derive(Clone)]
 struct Shared {
-    failure: Arc<Mutex<Option<String>>>,
+    failure: Arc<Mutex<Option<(usize, String)>>>,
     closed: Arc<AtomicBool>,
 }
 
@@ -166,6 +167,8 @@ trait Progress: Send {
     fn progress(&mut self) -> Result<bool, String>;
     fn shared(&self) -> &Shared;
     fn describe(&self) -> String;
+    /// The peer (communicator rank) at the other end.
+    fn peer(&self) -> usize;
 }
 
 struct SendLink {
@@ -215,6 +218,10 @@ impl Progress for SendLink {
 
     fn describe(&self) -> String {
         format!("send to rank {} channel {}", self.link.peer, self.link.channel)
+    }
+
+    fn peer(&self) -> usize {
+        self.link.peer
     }
 }
 
@@ -301,6 +308,10 @@ impl Progress for RecvLink {
     fn describe(&self) -> String {
         format!("receive from rank {} channel {}", self.link.peer, self.link.channel)
     }
+
+    fn peer(&self) -> usize {
+        self.link.peer
+    }
 }
 
 /// The process's proxy thread and its queue.
@@ -356,7 +367,7 @@ fn run(proxy: &Proxy) {
             Err(reason) => {
                 let reason = format!("{}: {reason}", link.describe());
                 tracing::warn!(target: log_target::PROXY, "network link failed: {reason}");
-                link.shared().failure.lock().get_or_insert(reason);
+                link.shared().failure.lock().get_or_insert((link.peer(), reason));
                 false
             }
         });

@@ -19,9 +19,10 @@ fn child() {
         return;
     }
     let stop = std::env::var("OXCCL_TEST_FAULT_MODE").as_deref() == Ok("stop-detect");
+    let kill_step: u64 = std::env::var("OXCCL_TEST_FAULT_STEP").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
     let mut data = vec![1.0f32; 1 << 16];
-    for step in 0.. {
-        if comm.rank() == victim && step == 20 {
+    for step in 0u64.. {
+        if comm.rank() == victim && step == kill_step {
             // Die without any goodbye, as a crashed node does; or hang, as a stopped one.
             unsafe { libc::kill(libc::getpid(), if stop { libc::SIGSTOP } else { libc::SIGKILL }) };
         }
@@ -237,4 +238,50 @@ fn survivors_shrink_and_carry_on() {
         let reports: Vec<&str> = outputs.iter().flat_map(|(_, out)| out.lines()).filter(|l| l.contains("shrunk")).collect();
         eprintln!("{env:?}:\n{}", reports.join("\n"));
     }
+}
+
+/// Seeded trials: a random rank of 4 or 8 is SIGKILLed at a random step of a loop of
+/// all_reduces, over shared memory or the Net; in every trial every survivor must fail
+/// (no hang: each trial runs under a hard timeout), shrink the victim out and run a checked
+/// all_reduce on the survivors' communicator.
+#[test]
+fn seeded_kill_trials() {
+    let mut seed = 0x5EED_u64;
+    let mut random = move |bound: u64| {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (seed >> 33) % bound
+    };
+    let trials = 50;
+    let start = Instant::now();
+    for trial in 0..trials {
+        let n: u32 = if trial % 5 == 4 { 8 } else { 4 };
+        let victim = random(n as u64) as usize;
+        let step = 1 + random(29);
+        let net = trial % 2 == 1;
+        let mut config = Config::defaults();
+        config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+        let job = oxccl_runtime::bootstrap::spawn::spawn(n, &config, |_| {
+            let mut cmd = Command::new(std::env::current_exe().unwrap());
+            cmd.args(["child", "--exact", "--nocapture", "--test-threads", "1"])
+                .env("OXCCL_TEST_FAULT_VICTIM", victim.to_string())
+                .env("OXCCL_TEST_FAULT_STEP", step.to_string())
+                .env("OXCCL_TEST_FAULT_MODE", "shrink")
+                .env("NCCL_SOCKET_IFNAME", "lo")
+                .env("NCCL_SHM_DISABLE", if net { "1" } else { "0" })
+                .env("OXCCL_COLL_TIMEOUT_MS", "20000")
+                .stdout(std::process::Stdio::piped());
+            cmd
+        })
+        .unwrap();
+        let outputs = job.wait_with_output(Duration::from_secs(30)).unwrap();
+        for (rank, (status, stdout)) in outputs.iter().enumerate().filter(|(r, _)| *r != victim) {
+            assert_eq!(
+                status.code(),
+                Some(5),
+                "trial {trial} ({n} ranks, rank {victim} killed at step {step}, net {net}): rank {rank} {status:?}\n{stdout}"
+            );
+            assert!(stdout.contains(&format!("of {}: shrunk in", n - 1)), "trial {trial}: rank {rank}: {stdout}");
+        }
+    }
+    eprintln!("{trials} kill trials passed in {:.1} s", start.elapsed().as_secs_f64());
 }
