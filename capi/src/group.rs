@@ -60,6 +60,8 @@ pub fn end() -> Result<(), Failure> {
 }
 
 /// Runs `ops`: per communicator, in call order, launched all before any is waited for.
+/// A communicator whose share cannot be launched does not stop the others' from being
+/// waited for: nothing launched is left running when this returns.
 pub fn run(ops: Vec<Op>) -> Result<(), Failure> {
     let mut comms: Vec<*mut NcclComm> = Vec::new();
     for op in &ops {
@@ -70,30 +72,8 @@ pub fn run(ops: Vec<Op>) -> Result<(), Failure> {
     let mut works = Vec::new();
     let mut first: Option<Failure> = None;
     for &handle in &comms {
-        // SAFETY: every op's comm was checked live when the op was queued, and the caller
-        // may not destroy a communicator with operations pending in its group.
-        let nccl = unsafe { NcclComm::from_handle(handle)? };
-        let mut group = nccl.comm()?.group();
-        let added: Result<(), Failure> = ops.iter().filter(|op| op.comm() == handle).try_for_each(|op| {
-            // SAFETY: the buffers were given by the caller for these operations and stay
-            // untouched until ncclGroupEnd returns (NCCL's contract on a NULL stream).
-            unsafe {
-                match *op {
-                    Op::Collective { collective, send, recv, count, dtype, op, root, .. } => group.collective_raw(collective, send, recv, count, dtype, op, root).map(|_| ()),
-                    Op::Send { data, bytes, peer, .. } => group.send_raw(data, bytes, peer).map(|_| ()),
-                    Op::Recv { data, bytes, peer, .. } => group.recv_raw(data, bytes, peer).map(|_| ()),
-                }
-            }
-            .map_err(Failure::from)
-        });
-        match added {
-            // SAFETY: as above; the work is waited for below, before this returns.
-            Ok(()) => match unsafe { group.launch_async() } {
-                Ok(work) => works.push(work),
-                Err(e) => {
-                    first.get_or_insert(e.into());
-                }
-            },
+        match launch(handle, ops.iter().filter(|op| op.comm() == handle)) {
+            Ok(work) => works.push(work),
             Err(f) => {
                 first.get_or_insert(f);
             }
@@ -104,8 +84,26 @@ pub fn run(ops: Vec<Op>) -> Result<(), Failure> {
             first.get_or_insert(e.into());
         }
     }
-    match first {
-        Some(f) => Err(f),
-        None => Ok(()),
+    first.map_or(Ok(()), Err)
+}
+
+/// Launches one communicator's share of a group.
+fn launch<'a>(handle: *mut NcclComm, ops: impl Iterator<Item = &'a Op>) -> Result<oxccl_runtime::Work, Failure> {
+    // SAFETY: every op's comm was checked live when the op was queued, and the caller may
+    // not destroy a communicator with operations pending in its group.
+    let nccl = unsafe { NcclComm::from_handle(handle)? };
+    let mut group = nccl.comm()?.group();
+    for op in ops {
+        // SAFETY: the buffers were given by the caller for these operations and stay
+        // untouched until ncclGroupEnd returns (NCCL's contract on a NULL stream).
+        unsafe {
+            match *op {
+                Op::Collective { collective, send, recv, count, dtype, op, root, .. } => group.collective_raw(collective, send, recv, count, dtype, op, root).map(drop),
+                Op::Send { data, bytes, peer, .. } => group.send_raw(data, bytes, peer).map(drop),
+                Op::Recv { data, bytes, peer, .. } => group.recv_raw(data, bytes, peer).map(drop),
+            }
+        }?;
     }
+    // SAFETY: as above; the caller waits for the work before returning to C.
+    Ok(unsafe { group.launch_async() }?)
 }

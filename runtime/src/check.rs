@@ -19,21 +19,6 @@ use crate::{Collective, Communicator, DataType, ReduceOp};
 /// Element counts of the small sizes: 0, 1, 7 and 4 KiB + 3.
 pub const SMALL_COUNTS: [usize; 4] = [0, 1, 7, 4099];
 
-pub const DTYPES: [DataType; 12] = [
-    DataType::Int8,
-    DataType::Uint8,
-    DataType::Int32,
-    DataType::Uint32,
-    DataType::Int64,
-    DataType::Uint64,
-    DataType::Float16,
-    DataType::Bfloat16,
-    DataType::Float32,
-    DataType::Float64,
-    DataType::Float8E4M3,
-    DataType::Float8E5M2,
-];
-
 /// One collective call.
 #[derive(Clone, Copy, Debug)]
 pub struct Case {
@@ -74,7 +59,7 @@ pub fn ops(collective: Collective) -> Vec<ReduceOp> {
 pub fn full_matrix(nranks: usize, counts: &[usize]) -> Vec<Case> {
     let mut cases = Vec::new();
     for collective in Collective::ALL {
-        for dtype in DTYPES {
+        for dtype in DataType::ALL {
             for op in ops(collective) {
                 for &count in counts {
                     for in_place in [false, true] {

@@ -91,22 +91,8 @@ fn stopped_peer(comm: &Communicator, victim: usize) {
 }
 
 fn killed_rank(n: u32, victim: usize, env: &[(&str, &str)]) {
-    let mut config = Config::defaults();
-    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
     let start = Instant::now();
-    let job = oxccl_runtime::bootstrap::spawn::spawn(n, &config, |_| {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.args(["child", "--exact", "--nocapture", "--test-threads", "1"])
-            .env("OXCCL_TEST_FAULT_VICTIM", victim.to_string())
-            .env("NCCL_SOCKET_IFNAME", "lo")
-            .env("OXCCL_COLL_TIMEOUT_MS", "20000")
-            .stdout(std::process::Stdio::piped());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        cmd
-    })
-    .unwrap();
+    let job = start_job(n, victim, env);
     let outputs = job.wait_with_output(Duration::from_secs(60)).unwrap();
     let elapsed = start.elapsed();
     for (rank, (status, stdout)) in outputs.iter().enumerate() {
@@ -134,20 +120,8 @@ fn a_killed_rank_fails_every_survivor_over_the_net() {
 
 #[test]
 fn abort_ends_collectives_stuck_on_a_stopped_rank() {
-    let mut config = Config::defaults();
-    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
     let (n, victim) = (4, 3);
-    let job = oxccl_runtime::bootstrap::spawn::spawn(n, &config, |_| {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.args(["child", "--exact", "--nocapture", "--test-threads", "1"])
-            .env("OXCCL_TEST_FAULT_VICTIM", victim.to_string())
-            .env("OXCCL_TEST_FAULT_MODE", "stop")
-            .env("NCCL_SOCKET_IFNAME", "lo")
-            .env("OXCCL_COLL_TIMEOUT_MS", "60000")
-            .stdout(std::process::Stdio::piped());
-        cmd
-    })
-    .unwrap();
+    let job = start_job(n, victim, &[("OXCCL_TEST_FAULT_MODE", "stop"), ("OXCCL_COLL_TIMEOUT_MS", "60000")]);
     // The stopped rank never exits by itself: it is killed once the survivors have exited.
     let reaper = reap_when_survivors_exit(job.pids(), victim);
     let outputs = job.wait_with_output(Duration::from_secs(20)).unwrap();
@@ -166,22 +140,9 @@ fn abort_ends_collectives_stuck_on_a_stopped_rank() {
 /// every survivor's collective fails within a few seconds, naming it.
 #[test]
 fn heartbeats_find_a_stopped_rank() {
-    let mut config = Config::defaults();
-    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
     let (n, victim) = (4, 1);
     let start = Instant::now();
-    let job = oxccl_runtime::bootstrap::spawn::spawn(n, &config, |_| {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.args(["child", "--exact", "--nocapture", "--test-threads", "1"])
-            .env("OXCCL_TEST_FAULT_VICTIM", victim.to_string())
-            .env("OXCCL_TEST_FAULT_MODE", "stop-detect")
-            .env("OXCCL_HEARTBEAT_TIMEOUT_MS", "1000")
-            .env("NCCL_SOCKET_IFNAME", "lo")
-            .env("OXCCL_COLL_TIMEOUT_MS", "60000")
-            .stdout(std::process::Stdio::piped());
-        cmd
-    })
-    .unwrap();
+    let job = start_job(n, victim, &[("OXCCL_TEST_FAULT_MODE", "stop-detect"), ("OXCCL_HEARTBEAT_TIMEOUT_MS", "1000"), ("OXCCL_COLL_TIMEOUT_MS", "60000")]);
     let pids = job.pids();
     let reaper = reap_when_survivors_exit(pids, victim);
     let outputs = job.wait_with_output(Duration::from_secs(30)).unwrap();
@@ -194,6 +155,24 @@ fn heartbeats_find_a_stopped_rank() {
     }
     let reports: Vec<&str> = outputs.iter().map(|(_, out)| out.trim()).filter(|o| o.contains("failed after")).collect();
     eprintln!("stopped rank {victim} found by heartbeats in {:?}:\n{}", start.elapsed(), reports.join("\n"));
+}
+
+/// Starts `n` ranks of this binary's `child`, the fault hitting `victim`, on loopback with a
+/// 20 s collective timeout; `env` adds to or overrides that.
+fn start_job(n: u32, victim: usize, env: &[(&str, &str)]) -> oxccl_runtime::bootstrap::spawn::LocalJob {
+    let mut config = Config::defaults();
+    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+    oxccl_runtime::bootstrap::spawn::spawn(n, &config, |_| {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args(["child", "--exact", "--nocapture", "--test-threads", "1"])
+            .env("OXCCL_TEST_FAULT_VICTIM", victim.to_string())
+            .env("NCCL_SOCKET_IFNAME", "lo")
+            .env("OXCCL_COLL_TIMEOUT_MS", "20000")
+            .envs(env.iter().copied())
+            .stdout(std::process::Stdio::piped());
+        cmd
+    })
+    .unwrap()
 }
 
 /// Kills `victim` (stopped, it never exits) once every other rank has exited.
@@ -213,23 +192,8 @@ fn reap_when_survivors_exit(pids: Vec<u32>, victim: usize) -> std::thread::JoinH
 #[test]
 fn survivors_shrink_and_carry_on() {
     for env in [&[][..], &[("NCCL_SHM_DISABLE", "1")][..]] {
-        let mut config = Config::defaults();
-        config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
         let (n, victim) = (4, 2);
-        let job = oxccl_runtime::bootstrap::spawn::spawn(n, &config, |_| {
-            let mut cmd = Command::new(std::env::current_exe().unwrap());
-            cmd.args(["child", "--exact", "--nocapture", "--test-threads", "1"])
-                .env("OXCCL_TEST_FAULT_VICTIM", victim.to_string())
-                .env("OXCCL_TEST_FAULT_MODE", "shrink")
-                .env("NCCL_SOCKET_IFNAME", "lo")
-                .env("OXCCL_COLL_TIMEOUT_MS", "20000")
-                .stdout(std::process::Stdio::piped());
-            for (k, v) in env {
-                cmd.env(k, v);
-            }
-            cmd
-        })
-        .unwrap();
+        let job = start_job(n, victim, &[&[("OXCCL_TEST_FAULT_MODE", "shrink")], env].concat());
         let outputs = job.wait_with_output(Duration::from_secs(60)).unwrap();
         for (rank, (status, stdout)) in outputs.iter().enumerate().filter(|(r, _)| *r != victim) {
             assert_eq!(status.code(), Some(5), "rank {rank}: {status:?}\n{stdout}");
@@ -258,21 +222,7 @@ fn seeded_kill_trials() {
         let victim = random(n as u64) as usize;
         let step = 1 + random(29);
         let net = trial % 2 == 1;
-        let mut config = Config::defaults();
-        config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
-        let job = oxccl_runtime::bootstrap::spawn::spawn(n, &config, |_| {
-            let mut cmd = Command::new(std::env::current_exe().unwrap());
-            cmd.args(["child", "--exact", "--nocapture", "--test-threads", "1"])
-                .env("OXCCL_TEST_FAULT_VICTIM", victim.to_string())
-                .env("OXCCL_TEST_FAULT_STEP", step.to_string())
-                .env("OXCCL_TEST_FAULT_MODE", "shrink")
-                .env("NCCL_SOCKET_IFNAME", "lo")
-                .env("NCCL_SHM_DISABLE", if net { "1" } else { "0" })
-                .env("OXCCL_COLL_TIMEOUT_MS", "20000")
-                .stdout(std::process::Stdio::piped());
-            cmd
-        })
-        .unwrap();
+        let job = start_job(n, victim, &[("OXCCL_TEST_FAULT_STEP", step.to_string().as_str()), ("OXCCL_TEST_FAULT_MODE", "shrink"), ("NCCL_SHM_DISABLE", if net { "1" } else { "0" })]);
         let outputs = job.wait_with_output(Duration::from_secs(30)).unwrap();
         for (rank, (status, stdout)) in outputs.iter().enumerate().filter(|(r, _)| *r != victim) {
             assert_eq!(
