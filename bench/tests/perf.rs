@@ -2,28 +2,14 @@
 //! arguments, and the MPI baseline under mpirun.
 
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use oxccl_testkit::run;
 
 fn perf(args: &[&str]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_oxccl-perf"));
     cmd.args(args).env("NCCL_SOCKET_IFNAME", "lo").env("OXCCL_COLL_TIMEOUT_MS", "60000");
     run(cmd, Duration::from_secs(300))
-}
-
-/// Runs `cmd`, killing it after `timeout` (a hang fails the test).
-fn run(mut cmd: Command, timeout: Duration) -> Output {
-    let child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
-    let pid = child.id();
-    let start = Instant::now();
-    let waiter = std::thread::spawn(move || child.wait_with_output().unwrap());
-    while !waiter.is_finished() {
-        if start.elapsed() > timeout {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            panic!("{cmd:?} did not finish within {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    waiter.join().unwrap()
 }
 
 /// The table's data rows: (size, count, #wrong out of place, #wrong in place or N/A).
@@ -85,15 +71,8 @@ fn bad_arguments_are_named() {
 #[cfg(feature = "mpi")]
 #[test]
 fn mpi_baseline_under_mpirun() {
-    let mut cmd = Command::new("mpirun");
-    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("OMPI_MCA_btl_tcp_if_include", "lo")
-        .env("OMPI_MCA_oob_tcp_if_include", "lo")
-        .env("PMIX_MCA_ptl_tcp_if_include", "lo")
-        .env("NCCL_SOCKET_IFNAME", "lo")
-        .args(["-np", "2", "--oversubscribe", "-x", "NCCL_SOCKET_IFNAME", env!("CARGO_BIN_EXE_oxccl-perf")])
-        .args(["all_reduce", "-b", "1K", "-e", "1M", "-f", "32", "-n", "5", "-w", "1", "--baseline", "mpi"]);
+    let mut cmd = oxccl_testkit::mpirun(2, std::path::Path::new(env!("CARGO_BIN_EXE_oxccl-perf")), &[]);
+    cmd.args(["all_reduce", "-b", "1K", "-e", "1M", "-f", "32", "-n", "5", "-w", "1", "--baseline", "mpi"]);
     let out = run(cmd, Duration::from_secs(300));
     let stdout = assert_ok(&out, "mpirun --baseline mpi");
     assert!(stdout.contains("MPI baseline"), "{stdout}");

@@ -91,71 +91,16 @@ fn processes_as_separate_hosts() {
 #[cfg(feature = "mpi")]
 #[test]
 fn under_mpirun() {
-    let mpirun = which("mpirun").expect("mpirun is missing: scripts/install-deps.sh installs Open MPI");
     for (np, which, net) in [(4, "small", false), (3, "small", true), (4, "large", false)] {
-        let mut cmd = Command::new(&mpirun);
-        cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-            .env("OMPI_MCA_btl_tcp_if_include", "lo")
-            .env("OMPI_MCA_oob_tcp_if_include", "lo")
-            .env("PMIX_MCA_ptl_tcp_if_include", "lo")
-            .env("OMPI_MCA_btl", "self,vader,tcp")
-            .env("OXCCL_BOOTSTRAP", "mpi")
-            .env("OXCCL_TEST_MATRIX", which)
-            .env("NCCL_SOCKET_IFNAME", "lo")
-            .env("OXCCL_COLL_TIMEOUT_MS", "60000")
-            .env("NCCL_SHM_DISABLE", if net { "1" } else { "0" })
-            .args(["-np", &np.to_string(), "--oversubscribe"]);
-        for name in ["OXCCL_BOOTSTRAP", "OXCCL_TEST_MATRIX", "NCCL_SOCKET_IFNAME", "OXCCL_COLL_TIMEOUT_MS", "NCCL_SHM_DISABLE"] {
-            cmd.args(["-x", name]);
-        }
-        cmd.arg(std::env::current_exe().unwrap()).args(["child", "--exact", "--nocapture", "--test-threads", "1"]);
-        let out = run_with_timeout(cmd, Duration::from_secs(300));
+        let exe = std::env::current_exe().unwrap();
+        let env = [("OXCCL_BOOTSTRAP", "mpi"), ("OXCCL_TEST_MATRIX", which), ("NCCL_SHM_DISABLE", if net { "1" } else { "0" }), ("OMPI_MCA_btl", "self,vader,tcp")];
+        let mut cmd = oxccl_testkit::mpirun(np, &exe, &env);
+        cmd.args(["child", "--exact", "--nocapture", "--test-threads", "1"]);
+        let out = oxccl_testkit::run(cmd, Duration::from_secs(300));
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.is_some_and(|s| s.success()), "mpirun -np {np} ({which}, net {net}) failed: {:?}\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "mpirun -np {np} ({which}, net {net}) failed: {:?}\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
         for rank in 0..np {
             assert!(stdout.contains(&format!("rank {rank} of {np}: {which} matrix ok")), "rank {rank} did not report:\n{stdout}");
         }
     }
-}
-
-fn which(program: &str) -> Option<std::path::PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| std::env::split_paths(&paths).map(|d| d.join(program)).find(|p| p.is_file()))
-}
-
-struct Output {
-    status: Option<std::process::ExitStatus>,
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
-}
-
-/// Runs `cmd`, killing it (and so failing) after `timeout`.
-fn run_with_timeout(mut cmd: Command, timeout: Duration) -> Output {
-    use std::io::Read;
-    let mut child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        let _ = out.read_to_end(&mut b);
-        b
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        let _ = err.read_to_end(&mut b);
-        b
-    });
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break Some(s);
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Output { status, stdout: reader.join().unwrap(), stderr: err_reader.join().unwrap() }
 }
