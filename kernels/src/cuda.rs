@@ -32,11 +32,26 @@ pub struct Source {
     pub text: &'static str,
 }
 
-/// Every CUDA source of oxccl.
-pub const SOURCES: &[Source] = &[Source { name: "reduce.cu", text: include_str!("../cuda/reduce.cu") }];
+/// Every CUDA source of oxccl, in the order they are compiled together: the elementwise
+/// reductions, then the executor that calls them.
+pub const SOURCES: &[Source] = &[
+    Source { name: "reduce.cu", text: include_str!("../cuda/reduce.cu") },
+    Source { name: "collective.cu", text: include_str!("../cuda/collective.cu") },
+];
 
-/// The reduction kernel's source.
-const REDUCE: Source = SOURCES[0];
+/// The program NVRTC compiles: the layout header generated from the Rust types
+/// ([`crate::device::header`]), then every source.
+fn program() -> String {
+    let mut text = crate::device::header();
+    for source in SOURCES {
+        text.push_str(&format!("\n// ---- {} ----\n", source.name));
+        text.push_str(source.text);
+    }
+    text
+}
+
+/// The program's name in NVRTC's messages.
+const PROGRAM: &str = "oxccl.cu";
 
 /// What one compiled reduction kernel is specialised for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -66,8 +81,14 @@ impl Specialization {
     }
 }
 
-/// The kernel's entry point: `(T* dst, const T* a, const T* b, u64 n)`.
+/// The elementwise kernel: `(T* dst, const T* a, const T* b, u64 n)`.
 pub const COMBINE_INTO: &str = "ox_combine_into";
+/// The executor kernel: `(OxArgs)`, one block of [`THREADS`] threads per lane.
+pub const RUN: &str = "ox_run";
+/// Integer Avg's last step: `(T* buf, u64 n, u64 divisor)`.
+pub const DIVIDE: &str = "ox_divide";
+/// Threads per block of [`RUN`].
+pub const THREADS: u32 = 512;
 
 /// NVRTC and the CUDA headers, found.
 #[derive(Clone, Debug)]
@@ -109,12 +130,13 @@ impl Toolchain {
         self.nvrtc_version
     }
 
-    /// Compiles the reduction kernel for `spec` and `arch` (e.g. "sm_90"), or takes it from
-    /// the disk cache.
+    /// Compiles the kernels for `spec` and `arch` (e.g. "sm_90"), or takes them from the
+    /// disk cache.
     pub fn compile(&self, spec: Specialization, arch: &'static str) -> Result<Compiled> {
         let defines = spec.defines();
-        let key = cache_key(REDUCE, &defines, arch, self.nvrtc_version);
-        let path = self.cache_dir.as_ref().map(|d| d.join(format!("{}-{}-{key:016x}.ptx", REDUCE.name.trim_end_matches(".cu"), arch)));
+        let text = program();
+        let key = cache_key(&text, &defines, arch, self.nvrtc_version);
+        let path = self.cache_dir.as_ref().map(|d| d.join(format!("oxccl-{arch}-{key:016x}.ptx")));
         if let Some(ptx) = path.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) {
             return Ok(Compiled { ptx, cached: true });
         }
@@ -125,12 +147,12 @@ impl Toolchain {
             arch: Some(arch),
             include_paths: self.include_dirs.iter().map(|d| d.display().to_string()).collect(),
             options,
-            name: Some(REDUCE.name.into()),
+            name: Some(PROGRAM.into()),
             ..Default::default()
         };
-        let ptx = nvrtc::compile_ptx_with_opts(REDUCE.text, opts).map_err(|e| Error::Cuda(format!("NVRTC compiling {} for {} ({arch}): {e}", REDUCE.name, spec.describe())))?;
+        let ptx = nvrtc::compile_ptx_with_opts(&text, opts).map_err(|e| Error::Cuda(format!("NVRTC compiling the kernels for {} ({arch}): {e}", spec.describe())))?;
         let ptx = ptx.to_src();
-        tracing::info!(target: "oxccl::init", "compiled {} for {} ({arch}) in {:.0} ms", REDUCE.name, spec.describe(), start.elapsed().as_secs_f64() * 1e3);
+        tracing::info!(target: "oxccl::init", "compiled the kernels for {} ({arch}) in {:.0} ms", spec.describe(), start.elapsed().as_secs_f64() * 1e3);
         if let Some(path) = &path {
             store(path, &ptx);
         }
@@ -151,10 +173,10 @@ fn store(path: &Path, ptx: &str) {
     }
 }
 
-fn cache_key(source: Source, defines: &[String], arch: &str, nvrtc: (i32, i32)) -> u64 {
+fn cache_key(text: &str, defines: &[String], arch: &str, nvrtc: (i32, i32)) -> u64 {
     // FNV-1a: stable across Rust versions and runs, unlike std's DefaultHasher.
     let mut h = fnv::FnvHasher::default();
-    h.write(source.text.as_bytes());
+    h.write(text.as_bytes());
     for d in defines {
         h.write(d.as_bytes());
         h.write_u8(0);
@@ -285,7 +307,7 @@ impl Gpu {
 }
 
 /// "sm_XY" for a compute capability (NVRTC's --gpu-architecture wants a static string).
-fn arch_name(major: i32, minor: i32) -> Result<&'static str> {
+pub fn arch_name(major: i32, minor: i32) -> Result<&'static str> {
     Ok(match (major, minor) {
         (7, 0) => "sm_70",
         (7, 5) => "sm_75",
@@ -314,10 +336,12 @@ mod tests {
     #[test]
     fn cache_keys_change_with_every_input() {
         let d = Specialization { dtype: DataType::Float32, op: Combine::Sum }.defines();
-        let k = cache_key(REDUCE, &d, "sm_90", (13, 0));
-        assert_ne!(k, cache_key(REDUCE, &d, "sm_80", (13, 0)));
-        assert_ne!(k, cache_key(REDUCE, &d, "sm_90", (13, 1)));
-        assert_ne!(k, cache_key(REDUCE, &Specialization { dtype: DataType::Float32, op: Combine::Max }.defines(), "sm_90", (13, 0)));
-        assert_eq!(k, cache_key(REDUCE, &d, "sm_90", (13, 0)));
+        let text = program();
+        let k = cache_key(&text, &d, "sm_90", (13, 0));
+        assert_ne!(k, cache_key(&text, &d, "sm_80", (13, 0)));
+        assert_ne!(k, cache_key(&text, &d, "sm_90", (13, 1)));
+        assert_ne!(k, cache_key(&text, &Specialization { dtype: DataType::Float32, op: Combine::Max }.defines(), "sm_90", (13, 0)));
+        assert_ne!(k, cache_key(&format!("{text} "), &d, "sm_90", (13, 0)));
+        assert_eq!(k, cache_key(&text, &d, "sm_90", (13, 0)));
     }
 }

@@ -60,6 +60,7 @@
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod device;
 mod dtype;
 mod element;
 pub mod fp8;

@@ -135,9 +135,47 @@ impl Mismatch {
     }
 }
 
-/// Runs one case; `Ok(Some(..))` describes a wrong result.
+/// Where a case's buffers lie relative to each other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Separate send and recv buffers.
+    Separate,
+    /// In place, the output is the block of the send buffer at this byte offset (recv is
+    /// unused).
+    OutputInInput { recv_offset: usize },
+    /// In place, the input is the block of the recv buffer at this byte offset (send is
+    /// unused).
+    InputInOutput { send_offset: usize },
+}
+
+/// Runs one case on the host communicator; `Ok(Some(..))` describes a wrong result.
 pub fn run_case(comm: &Communicator, case: &Case) -> crate::Result<Option<Mismatch>> {
-    let (n, rank) = (comm.nranks(), comm.rank());
+    run_case_with(case, comm.rank(), comm.nranks(), |send, recv, placement, op| {
+        let work = match placement {
+            Placement::OutputInInput { recv_offset } => {
+                let base = send.as_mut_ptr();
+                // SAFETY: both pointers are inside `send`, sized for the collective, and the
+                // buffer is untouched until the work completes.
+                unsafe { comm.enqueue_collective(case.collective, base, base.add(recv_offset), case.count, case.dtype, op, case.root)? }
+            }
+            Placement::InputInOutput { send_offset } => {
+                let base = recv.as_mut_ptr();
+                // SAFETY: as above, inside `recv`.
+                unsafe { comm.enqueue_collective(case.collective, base.add(send_offset), base, case.count, case.dtype, op, case.root)? }
+            }
+            // SAFETY: separate buffers sized for the collective, untouched until completion.
+            Placement::Separate => unsafe { comm.enqueue_collective(case.collective, send.as_ptr(), recv.as_mut_ptr(), case.count, case.dtype, op, case.root)? },
+        };
+        work.wait()
+    })
+}
+
+/// Runs one case of rank `rank` of `n` through `run`, which performs the collective on the
+/// buffers it is given (poisoned around and after the input, laid out as the placement
+/// says, with the op this rank passes: PreMulSum's scalar is per rank) and leaves the
+/// results in them — on the host, or copied to a GPU and back. Then checks the output, the
+/// guard bytes after it, and that an out-of-place input was left alone.
+pub fn run_case_with(case: &Case, rank: usize, n: usize, run: impl FnOnce(&mut [u8], &mut [u8], Placement, ReduceOp) -> crate::Result<()>) -> crate::Result<Option<Mismatch>> {
     let es = case.dtype.size();
     let (send_count, recv_count) = case.collective.buffer_counts(case.count, n, rank, case.root);
     let my_input = input(case, rank, n);
@@ -152,32 +190,24 @@ pub fn run_case(comm: &Communicator, case: &Case) -> crate::Result<Option<Mismat
     let recv_offset = case.collective.in_place_recv_offset(case.count, rank, case.root).unwrap_or(0) * es;
     let mut send = vec![POISON; my_input.len() + GUARD];
     let mut recv = vec![POISON; recv_count * es + GUARD];
-    let work = if case.in_place {
-        if case.collective.in_place_recv_offset(case.count, rank, case.root).is_some() {
-            // The output is a block of the input buffer.
-            send[..my_input.len()].copy_from_slice(&my_input);
-            let base = send.as_mut_ptr();
-            // SAFETY: both pointers are inside `send`, sized for the collective, and the
-            // buffer is untouched until the work completes.
-            unsafe { comm.enqueue_collective(case.collective, base, base.add(recv_offset), case.count, case.dtype, op, case.root)? }
-        } else {
-            if recv.len() < send_offset + my_input.len() + GUARD {
-                recv.resize(send_offset + my_input.len() + GUARD, POISON);
-            }
-            recv[send_offset..send_offset + my_input.len()].copy_from_slice(&my_input);
-            let base = recv.as_mut_ptr();
-            // SAFETY: as above, inside `recv`.
-            unsafe { comm.enqueue_collective(case.collective, base.add(send_offset), base, case.count, case.dtype, op, case.root)? }
-        }
-    } else {
+    let output_in_input = case.in_place && case.collective.in_place_recv_offset(case.count, rank, case.root).is_some();
+    let placement = if !case.in_place {
         send[..my_input.len()].copy_from_slice(&my_input);
-        // SAFETY: separate buffers sized for the collective, untouched until completion.
-        unsafe { comm.enqueue_collective(case.collective, send.as_ptr(), recv.as_mut_ptr(), case.count, case.dtype, op, case.root)? }
+        Placement::Separate
+    } else if output_in_input {
+        send[..my_input.len()].copy_from_slice(&my_input);
+        Placement::OutputInInput { recv_offset }
+    } else {
+        if recv.len() < send_offset + my_input.len() + GUARD {
+            recv.resize(send_offset + my_input.len() + GUARD, POISON);
+        }
+        recv[send_offset..send_offset + my_input.len()].copy_from_slice(&my_input);
+        Placement::InputInOutput { send_offset }
     };
-    work.wait()?;
+    run(&mut send, &mut recv, placement, op)?;
 
     let expected = expected_output(case, rank, n);
-    let (out, guard) = if case.in_place && case.collective.in_place_recv_offset(case.count, rank, case.root).is_some() {
+    let (out, guard) = if output_in_input {
         (&send[recv_offset..recv_offset + expected.len()], &send[my_input.len()..])
     } else {
         (&recv[..expected.len()], &recv[recv.len() - GUARD..])

@@ -147,6 +147,23 @@ impl Communicator {
         Ok(Communicator { stream, exec })
     }
 
+    /// The bootstrap (for backends that set up their own connections).
+    pub(crate) fn bootstrap(&self) -> &Bootstrap {
+        &self.exec.boot
+    }
+
+    /// The configuration the communicator was made with.
+    pub fn config(&self) -> &Config {
+        &self.exec.config
+    }
+
+    /// A check another thread can run: an error once the communicator is aborted or a
+    /// peer has failed.
+    pub(crate) fn health_probe(&self) -> impl Fn() -> Result<()> + Send + 'static {
+        let exec = self.exec.clone();
+        move || exec.health()
+    }
+
     pub fn rank(&self) -> usize {
         self.exec.rank
     }

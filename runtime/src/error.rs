@@ -38,6 +38,10 @@ pub enum Error {
     #[error("bootstrap: {0}")]
     Bootstrap(String),
 
+    /// The CUDA driver, NVRTC or a kernel failed, or is missing; the message says which.
+    #[error("CUDA: {0}")]
+    Cuda(String),
+
     /// A bug: an invariant of oxccl itself does not hold.
     #[error("internal error: {0}")]
     Internal(String),

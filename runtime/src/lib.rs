@@ -18,6 +18,7 @@ mod comm;
 mod conn;
 mod error;
 mod exec;
+pub mod gpu;
 mod proxy;
 mod stream;
 mod task;

@@ -1,0 +1,222 @@
+//! What the CUDA executor kernel reads: schedule steps and connection ends, laid out
+//! `#[repr(C)]` here and declared to the kernel by a header generated from these types
+//! ([`header`]), which NVRTC checks with `static_assert`s on the size of every struct and
+//! field: the fields tile each struct with no padding (tested here), so equal sizes in the
+//! same order mean equal offsets (NVRTC 13.0 has no `offsetof`). The Rust
+//! side is the one definition; the kernel never declares these structs by hand.
+//!
+//! A step of the host schedule (`oxccl_runtime::algo::Step`) becomes one [`DevStep`]: the
+//! kind, the connection it receives from and the one it sends to (indices into the
+//! launch's [`DevConn`] table, or [`NO_CONN`]), its length in bytes and its local source
+//! and destination as [`DevSlice`] words (a byte offset, with [`RECV_BUFFER`] set for the
+//! output buffer).
+
+use std::fmt::Write;
+use std::mem::{offset_of, size_of};
+
+/// Step kinds, as `DevStep::kind` holds them; the names follow the host schedule's steps.
+pub mod kind {
+    pub const SEND: u32 = 0;
+    pub const RECV: u32 = 1;
+    pub const RECV_REDUCE_SEND: u32 = 2;
+    pub const RECV_REDUCE_COPY: u32 = 3;
+    pub const RECV_REDUCE_COPY_SEND: u32 = 4;
+    pub const RECV_COPY_SEND: u32 = 5;
+    pub const COPY: u32 = 6;
+    /// Every kind with its C name.
+    pub const ALL: [(&str, u32); 7] = [
+        ("OX_SEND", SEND),
+        ("OX_RECV", RECV),
+        ("OX_RECV_REDUCE_SEND", RECV_REDUCE_SEND),
+        ("OX_RECV_REDUCE_COPY", RECV_REDUCE_COPY),
+        ("OX_RECV_REDUCE_COPY_SEND", RECV_REDUCE_COPY_SEND),
+        ("OX_RECV_COPY_SEND", RECV_COPY_SEND),
+        ("OX_COPY", COPY),
+    ];
+}
+
+/// `DevStep::recv` / `send` when the step has no such connection.
+pub const NO_CONN: i32 = -1;
+
+/// Set in a slice word when the slice is in the output (`recvbuff`), clear for the input.
+pub const RECV_BUFFER: u64 = 1 << 63;
+
+/// Why a kernel stopped early, as it writes into the status word.
+pub mod status {
+    /// The abort flag was raised (abort, a dead peer).
+    pub const ABORTED: i32 = 1;
+    /// A wait outlasted the launch's timeout.
+    pub const TIMED_OUT: i32 = 2;
+}
+
+/// A local slice: byte offset, [`RECV_BUFFER`] for the output buffer.
+pub type DevSlice = u64;
+
+/// One schedule step (C: `OxStep`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct DevStep {
+    pub kind: u32,
+    /// Connection received from, or [`NO_CONN`].
+    pub recv: i32,
+    /// Connection sent to, or [`NO_CONN`].
+    pub send: i32,
+    /// Bytes the step moves (at most a slot).
+    pub bytes: u32,
+    /// The local slice read (sends and reductions) — 0 when the step reads none.
+    pub src: DevSlice,
+    /// The local slice written — 0 when the step writes none.
+    pub dst: DevSlice,
+}
+
+/// One end of a connection (C: `OxConn`). A connection is a FIFO of `slots` slots of
+/// `slot_bytes` in the receiver's memory; `tail` (in the receiver's memory) counts the
+/// messages the sender posted, `head` (in the sender's memory) those the receiver
+/// consumed; `counter` (this end's own memory) counts this end's messages over every
+/// launch so far. All addresses are device addresses this GPU can reach.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct DevConn {
+    pub slots_base: u64,
+    pub tail: u64,
+    pub head: u64,
+    pub counter: u64,
+    pub slot_bytes: u64,
+    pub slots: u32,
+    pub _pad: u32,
+}
+
+/// Kernel arguments (C: `OxArgs`), passed by value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct DevArgs {
+    /// `DevStep`s of every lane, lane after lane.
+    pub steps: u64,
+    /// `u32` bounds: lane i runs steps `bounds[i]..bounds[i+1]`.
+    pub bounds: u64,
+    /// The `DevConn` table.
+    pub conns: u64,
+    /// The input and output buffers.
+    pub send: u64,
+    pub recv: u64,
+    /// A mapped host `int` the host raises to stop the kernel.
+    pub abort: u64,
+    /// A mapped host `int[4]`: status code, lane, step, spare.
+    pub status: u64,
+    /// How long one wait may last (ns of `%globaltimer`).
+    pub timeout_ns: u64,
+    /// When `scaled` is 1: every element read from the input buffer is first multiplied
+    /// by this (PreMulSum, float Avg), in the datatype's arithmetic.
+    pub scale: f64,
+    pub scaled: u32,
+    pub _pad: u32,
+}
+
+struct Field {
+    c_type: &'static str,
+    name: &'static str,
+    offset: usize,
+    size: usize,
+}
+
+macro_rules! fields {
+    ($ty:ty { $($c:literal $name:ident : $rust:ty),* $(,)? }) => {
+        vec![$(Field { c_type: $c, name: stringify!($name), offset: offset_of!($ty, $name), size: size_of::<$rust>() }),*]
+    };
+}
+
+fn structs() -> Vec<(&'static str, usize, Vec<Field>)> {
+    vec![
+        (
+            "OxStep",
+            size_of::<DevStep>(),
+            fields!(DevStep { "unsigned int" kind: u32, "int" recv: i32, "int" send: i32, "unsigned int" bytes: u32, "unsigned long long" src: u64, "unsigned long long" dst: u64 }),
+        ),
+        (
+            "OxConn",
+            size_of::<DevConn>(),
+            fields!(DevConn {
+                "char*" slots_base: u64,
+                "volatile unsigned long long*" tail: u64,
+                "volatile unsigned long long*" head: u64,
+                "unsigned long long*" counter: u64,
+                "unsigned long long" slot_bytes: u64,
+                "unsigned int" slots: u32,
+                "unsigned int" _pad: u32,
+            }),
+        ),
+        (
+            "OxArgs",
+            size_of::<DevArgs>(),
+            fields!(DevArgs {
+                "const OxStep*" steps: u64,
+                "const unsigned int*" bounds: u64,
+                "const OxConn*" conns: u64,
+                "const char*" send: u64,
+                "char*" recv: u64,
+                "volatile int*" abort: u64,
+                "int*" status: u64,
+                "unsigned long long" timeout_ns: u64,
+                "double" scale: f64,
+                "unsigned int" scaled: u32,
+                "unsigned int" _pad: u32,
+            }),
+        ),
+    ]
+}
+
+/// The C declarations of [`DevStep`], [`DevConn`], [`DevArgs`], the step kinds and the
+/// status codes, with `static_assert`s on every struct and field size, for the kernel
+/// source.
+pub fn header() -> String {
+    let mut h = String::from("// Generated by oxccl_kernels::device::header() from the Rust layouts. Do not edit.\n");
+    for (name, value) in kind::ALL {
+        let _ = writeln!(h, "#define {name} {value}u");
+    }
+    let _ = writeln!(h, "#define OX_NO_CONN ({NO_CONN})");
+    let _ = writeln!(h, "#define OX_RECV_BUFFER 0x{RECV_BUFFER:x}ull");
+    let _ = writeln!(h, "#define OX_ABORTED {}", status::ABORTED);
+    let _ = writeln!(h, "#define OX_TIMED_OUT {}", status::TIMED_OUT);
+    for (name, size, fields) in structs() {
+        let _ = writeln!(h, "struct {name} {{");
+        for f in &fields {
+            let _ = writeln!(h, "  {} {};", f.c_type, f.name);
+        }
+        let _ = writeln!(h, "}};");
+        let _ = writeln!(h, "static_assert(sizeof({name}) == {size}, \"{name} size differs from Rust\");");
+        for f in &fields {
+            // With every field's size equal and no padding (the size is their sum), the
+            // offsets are the running sums, which the Rust side's test checks are its own.
+            let _ = writeln!(h, "static_assert(sizeof((({name}*)0)->{}) == {}, \"{name}.{} (at {}) differs from Rust\");", f.name, f.size, f.name, f.offset);
+        }
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_tile_each_struct_exactly() {
+        for (name, size, fields) in structs() {
+            let mut at = 0;
+            for f in &fields {
+                assert_eq!(f.offset, at, "{name}.{} is not where the previous field ends", f.name);
+                at += f.size;
+            }
+            assert_eq!(at, size, "{name}: the fields do not cover the struct (padding or a missing field)");
+        }
+    }
+
+    #[test]
+    fn header_declares_every_kind_and_struct() {
+        let h = header();
+        for (name, value) in kind::ALL {
+            assert!(h.contains(&format!("#define {name} {value}u")), "{name}");
+        }
+        for s in ["struct OxStep {", "struct OxConn {", "struct OxArgs {", "sizeof(OxStep) == 32", "sizeof(OxConn) == 48", "sizeof(OxArgs) == 80"] {
+            assert!(h.contains(s), "{s} missing from:\n{h}");
+        }
+    }
+}

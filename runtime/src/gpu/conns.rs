@@ -1,0 +1,202 @@
+//! GPU connections: for every connection end a plan uses and this rank lacks, the memory
+//! the other end writes into is allocated here and announced to the peer through the
+//! bootstrap. A receiving end owns the FIFO (tail word, its own counter, then the slots) in
+//! its GPU's memory; a sending end owns the head word and its counter. Each side opens the
+//! other's memory: directly when both ranks are threads of one process (peer access
+//! enabled between their GPUs), through CUDA IPC when they are processes of one host.
+//! Every rank sends all its announcements before it waits for any, so setup cannot
+//! deadlock; each wait is the bootstrap's (timed, aborted by failures).
+
+use rustc_hash::FxHashMap;
+
+use oxccl_bootstrap::Bootstrap;
+use oxccl_kernels::device::DevConn;
+
+use super::driver::{Device, DeviceMemory, IpcMemory};
+use super::encode::End;
+use crate::error::{Error, Result};
+
+/// Bootstrap tags of the announcements (per channel), apart from the host transports'.
+const FIFO_TAG: u64 = 1 << 61;
+const HEAD_TAG: u64 = (1 << 61) | (1 << 40);
+/// Bytes before the slots of a FIFO (tail, counter; the slots start 128-byte aligned).
+const HEADER: usize = 128;
+
+/// FIFO shape of every GPU connection.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Geometry {
+    pub slots: usize,
+    pub slot_bytes: usize,
+}
+
+/// Who announces memory: the process (to tell threads of one process from processes) and
+/// the host (to refuse ranks on other hosts, which the GPU backend cannot reach).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Origin {
+    pub pid: u32,
+    pub host: u64,
+}
+
+impl Origin {
+    pub fn here(host_id: &str) -> Origin {
+        use std::hash::Hasher;
+        let mut h = rustc_hash::FxHasher::default();
+        h.write(host_id.as_bytes());
+        Origin { pid: std::process::id(), host: h.finish() }
+    }
+}
+
+/// One announcement: where the memory is, and how to open it.
+struct Record {
+    origin: Origin,
+    ordinal: i32,
+    ptr: u64,
+    ipc: [u8; 64],
+}
+
+const RECORD_BYTES: usize = 4 + 8 + 4 + 8 + 64;
+
+impl Record {
+    fn to_bytes(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(RECORD_BYTES);
+        b.extend_from_slice(&self.origin.pid.to_le_bytes());
+        b.extend_from_slice(&self.origin.host.to_le_bytes());
+        b.extend_from_slice(&self.ordinal.to_le_bytes());
+        b.extend_from_slice(&self.ptr.to_le_bytes());
+        b.extend_from_slice(&self.ipc);
+        b
+    }
+
+    fn from_bytes(b: &[u8], peer: usize) -> Result<Record> {
+        if b.len() != RECORD_BYTES {
+            return Err(Error::Transport(format!("rank {peer} sent a GPU connection record of {} bytes, expected {RECORD_BYTES}", b.len())));
+        }
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        Ok(Record { origin: Origin { pid: u32_at(0), host: u64_at(4) }, ordinal: u32_at(12) as i32, ptr: u64_at(16), ipc: b[24..88].try_into().expect("64 bytes") })
+    }
+}
+
+/// The other end's memory, as this GPU reaches it.
+enum Remote {
+    /// A thread of this process: the address itself (peer access enabled).
+    Direct(u64),
+    /// Another process on this host.
+    Ipc(IpcMemory),
+}
+
+impl Remote {
+    fn ptr(&self) -> u64 {
+        match self {
+            Remote::Direct(p) => *p,
+            Remote::Ipc(m) => m.ptr,
+        }
+    }
+}
+
+struct Opened {
+    conn: DevConn,
+    // Field order: the peer's memory is closed before ours is freed.
+    _remote: Remote,
+    _local: DeviceMemory,
+}
+
+/// This rank's GPU connection ends.
+#[derive(Default)]
+pub(crate) struct Connections {
+    ends: FxHashMap<End, Opened>,
+    /// GPUs of this process that peers live on (kept retained for peer access).
+    peers: Vec<Device>,
+}
+
+/// What setting up connections needs.
+pub(crate) struct Setup<'a> {
+    pub boot: &'a Bootstrap,
+    pub device: &'a Device,
+    pub origin: Origin,
+    pub geometry: Geometry,
+}
+
+impl Connections {
+    /// Connects every end of `ends` this rank lacks.
+    pub fn ensure(&mut self, ends: &[End], cx: &Setup) -> Result<()> {
+        let new: Vec<End> = ends.iter().copied().filter(|e| !self.ends.contains_key(e)).collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        cx.device.bind()?;
+        let fifo_bytes = HEADER + cx.geometry.slots * cx.geometry.slot_bytes;
+        // Announce everything first.
+        let mut local = Vec::with_capacity(new.len());
+        for end in &new {
+            let (link, bytes, tag) = match *end {
+                End::Recv(l) => (l, fifo_bytes, FIFO_TAG),
+                End::Send(l) => (l, HEADER, HEAD_TAG),
+            };
+            let memory = DeviceMemory::zeroed(bytes)?;
+            let ipc = memory.ipc_handle()?;
+            let record = Record { origin: cx.origin, ordinal: cx.device.ordinal, ptr: memory.ptr, ipc };
+            cx.boot.send(link.peer as u32, tag + link.channel as u64, &record.to_bytes())?;
+            local.push(memory);
+        }
+        // Then open what the peers announced.
+        for (end, memory) in new.into_iter().zip(local) {
+            let (link, tag) = match end {
+                End::Recv(l) => (l, HEAD_TAG),
+                End::Send(l) => (l, FIFO_TAG),
+            };
+            let record = Record::from_bytes(&cx.boot.recv(link.peer as u32, tag + link.channel as u64)?, link.peer)?;
+            let remote = self.open(&record, link.peer, cx)?;
+            let (mine, theirs) = (memory.ptr, remote.ptr());
+            let conn = match end {
+                End::Recv(_) => DevConn { slots_base: mine + HEADER as u64, tail: mine, head: theirs, counter: mine + 8, slot_bytes: cx.geometry.slot_bytes as u64, slots: cx.geometry.slots as u32, _pad: 0 },
+                End::Send(_) => DevConn { slots_base: theirs + HEADER as u64, tail: theirs, head: mine, counter: mine + 8, slot_bytes: cx.geometry.slot_bytes as u64, slots: cx.geometry.slots as u32, _pad: 0 },
+            };
+            tracing::debug!(target: crate::log_target::P2P, "GPU {} {end:?} connected ({})", cx.device.ordinal, if matches!(remote, Remote::Direct(_)) { "same process" } else { "CUDA IPC" });
+            self.ends.insert(end, Opened { conn, _remote: remote, _local: memory });
+        }
+        Ok(())
+    }
+
+    fn open(&mut self, record: &Record, peer: usize, cx: &Setup) -> Result<Remote> {
+        if record.origin.host != cx.origin.host {
+            return Err(Error::invalid(format!("rank {peer} is on another host: the GPU backend connects the ranks of one node only (use the host backend across nodes)")));
+        }
+        if record.origin.pid != cx.origin.pid {
+            return Ok(Remote::Ipc(IpcMemory::open(&record.ipc)?));
+        }
+        if record.ordinal != cx.device.ordinal && !self.peers.iter().any(|d| d.ordinal == record.ordinal) {
+            let peer_device = Device::open(record.ordinal as usize)?;
+            cx.device.enable_peer_access(&peer_device)?;
+            self.peers.push(peer_device);
+        }
+        Ok(Remote::Direct(record.ptr))
+    }
+
+    /// The table a launch indexes: the ends in `ends`' order (all connected).
+    pub fn table(&self, ends: &[End]) -> Result<Vec<DevConn>> {
+        ends.iter().map(|e| self.ends.get(e).map(|o| o.conn).ok_or_else(|| Error::Internal(format!("{e:?} is not connected")))).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_bad_ones_are_named() {
+        let r = Record { origin: Origin { pid: 77, host: 0xdead_beef_1234 }, ordinal: 3, ptr: 0x7f00_0000_1000, ipc: std::array::from_fn(|i| i as u8) };
+        let back = Record::from_bytes(&r.to_bytes(), 1).unwrap();
+        assert_eq!((back.origin, back.ordinal, back.ptr, back.ipc), (r.origin, r.ordinal, r.ptr, r.ipc));
+        let e = Record::from_bytes(&[0; 10], 5).err().unwrap().to_string();
+        assert!(e.contains("rank 5") && e.contains("10 bytes"), "{e}");
+    }
+
+    #[test]
+    fn tags_stay_apart() {
+        // Channels (up to the point-to-point channel 2^16) never carry one kind of tag into
+        // the other's range, nor into the host transports' (2^62) or the bootstrap's (2^63).
+        let top = 1u64 << 17;
+        assert!(FIFO_TAG + top < HEAD_TAG && HEAD_TAG + top < (1 << 62));
+    }
+}

@@ -1,0 +1,397 @@
+//! The few CUDA driver calls the GPU backend makes, each checked and turned into an
+//! [`Error::Cuda`] naming what was being done, with owners that free what they allocate.
+//! cudarc opens libcuda at run time; [`available`] probes for it first so that a machine
+//! without a driver gets an error, never a panic.
+
+use std::ffi::{c_void, CString};
+
+use cudarc::driver::sys::{self, CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUmodule, CUresult, CUstream};
+
+use crate::error::{Error, Result};
+
+/// Turns a driver status into a result, naming what was being done.
+pub(crate) fn check(status: CUresult, what: impl FnOnce() -> String) -> Result<()> {
+    if status == CUresult::CUDA_SUCCESS {
+        return Ok(());
+    }
+    let mut name: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: cuGetErrorName writes a pointer to a static string (or leaves it null).
+    unsafe { sys::cuGetErrorName(status, &mut name) };
+    let name = if name.is_null() {
+        format!("{status:?}")
+    } else {
+        // SAFETY: a NUL-terminated static string from the driver.
+        unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned()
+    };
+    Err(Error::Cuda(format!("{}: {name}", what())))
+}
+
+/// Whether libcuda can be loaded and initialised.
+pub(crate) fn available() -> bool {
+    // SAFETY: only tries to open the library by its candidate names.
+    if !unsafe { sys::is_culib_present() } {
+        return false;
+    }
+    // SAFETY: cuInit has no preconditions once the library is loaded.
+    unsafe { sys::cuInit(0) == CUresult::CUDA_SUCCESS }
+}
+
+/// How many GPUs this process sees (0 without a driver).
+pub fn device_count() -> usize {
+    if !available() {
+        return 0;
+    }
+    let mut n = 0;
+    // SAFETY: writes one int.
+    if unsafe { sys::cuDeviceGetCount(&mut n) } != CUresult::CUDA_SUCCESS {
+        return 0;
+    }
+    n.max(0) as usize
+}
+
+/// A GPU and its primary context (the one the CUDA runtime uses, so that buffers and
+/// streams from `cudaMalloc` and `cudaStreamCreate` work here unchanged).
+pub(crate) struct Device {
+    pub ordinal: i32,
+    pub device: CUdevice,
+    pub context: CUcontext,
+}
+
+// SAFETY: a primary context may be made current on any thread; the handles are plain ids.
+unsafe impl Send for Device {}
+unsafe impl Sync for Device {}
+
+impl Device {
+    /// Opens GPU `ordinal` (retains its primary context; [`Device::bind`] makes it current).
+    pub fn open(ordinal: usize) -> Result<Device> {
+        if !available() {
+            return Err(Error::Cuda("no usable CUDA driver (libcuda.so.1 missing or cuInit failed): this machine cannot run the GPU backend".into()));
+        }
+        let count = device_count();
+        if ordinal >= count {
+            return Err(Error::invalid(format!("GPU {ordinal} does not exist: this process sees {count} GPU(s)")));
+        }
+        let ordinal = ordinal as i32;
+        let mut device = 0;
+        // SAFETY: writes one device handle.
+        check(unsafe { sys::cuDeviceGet(&mut device, ordinal) }, || format!("getting GPU {ordinal}"))?;
+        let mut context = std::ptr::null_mut();
+        // SAFETY: retains (creating if needed) the device's primary context.
+        check(unsafe { sys::cuDevicePrimaryCtxRetain(&mut context, device) }, || format!("retaining GPU {ordinal}'s primary context"))?;
+        Ok(Device { ordinal, device, context })
+    }
+
+    /// The GPU of the calling thread's current context (what `cudaSetDevice` chose).
+    pub fn current() -> Result<Device> {
+        if !available() {
+            return Err(Error::Cuda("no usable CUDA driver (libcuda.so.1 missing or cuInit failed)".into()));
+        }
+        let mut device = 0;
+        // SAFETY: writes one device handle; fails when no context is current.
+        match unsafe { sys::cuCtxGetDevice(&mut device) } {
+            CUresult::CUDA_SUCCESS => {}
+            // No context yet: the runtime's default device is 0.
+            CUresult::CUDA_ERROR_INVALID_CONTEXT => return Device::open(0),
+            status => check(status, || "asking which GPU is current".into())?,
+        }
+        let mut ordinal = 0;
+        for i in 0..device_count() as i32 {
+            let mut d = 0;
+            // SAFETY: writes one device handle.
+            if unsafe { sys::cuDeviceGet(&mut d, i) } == CUresult::CUDA_SUCCESS && d == device {
+                ordinal = i;
+            }
+        }
+        Device::open(ordinal as usize)
+    }
+
+    /// Makes the context current on the calling thread.
+    pub fn bind(&self) -> Result<()> {
+        // SAFETY: the context is retained for as long as `self` lives.
+        check(unsafe { sys::cuCtxSetCurrent(self.context) }, || format!("making GPU {}'s context current", self.ordinal))
+    }
+
+    /// Compute capability (major, minor).
+    pub fn capability(&self) -> Result<(i32, i32)> {
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: each call writes one int.
+        unsafe {
+            check(sys::cuDeviceGetAttribute(&mut major, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.device), || "asking the compute capability".into())?;
+            check(sys::cuDeviceGetAttribute(&mut minor, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.device), || "asking the compute capability".into())?;
+        }
+        Ok((major, minor))
+    }
+
+    /// Lets this context reach `peer`'s memory (same process, another GPU).
+    pub fn enable_peer_access(&self, peer: &Device) -> Result<()> {
+        if peer.device == self.device {
+            return Ok(());
+        }
+        let mut can = 0;
+        // SAFETY: writes one int.
+        check(unsafe { sys::cuDeviceCanAccessPeer(&mut can, self.device, peer.device) }, || "asking for peer access".into())?;
+        if can == 0 {
+            return Err(Error::Cuda(format!("GPU {} cannot access GPU {}'s memory (no NVLink or PCIe peer path)", self.ordinal, peer.ordinal)));
+        }
+        self.bind()?;
+        // SAFETY: both contexts are retained.
+        match unsafe { sys::cuCtxEnablePeerAccess(peer.context, 0) } {
+            CUresult::CUDA_SUCCESS | CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(()),
+            status => check(status, || format!("enabling GPU {}'s access to GPU {}", self.ordinal, peer.ordinal)),
+        }
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        // SAFETY: releases the retain taken in `open`.
+        unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.device) };
+    }
+}
+
+/// Device memory from `cuMemAlloc` (a plain allocation: pooled ones cannot be exported
+/// through CUDA IPC), zeroed, freed on drop.
+pub(crate) struct DeviceMemory {
+    pub ptr: CUdeviceptr,
+    pub bytes: usize,
+}
+
+impl DeviceMemory {
+    pub fn zeroed(bytes: usize) -> Result<DeviceMemory> {
+        let mut ptr = 0;
+        // SAFETY: writes one device pointer; the context is current (callers bind first).
+        check(unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes.max(1)) }, || format!("allocating {bytes} bytes of GPU memory"))?;
+        let memory = DeviceMemory { ptr, bytes };
+        // SAFETY: the allocation holds `bytes` bytes.
+        check(unsafe { sys::cuMemsetD8_v2(ptr, 0, bytes) }, || "zeroing GPU memory".into())?;
+        Ok(memory)
+    }
+
+    /// Copies `data` to the start of the allocation (synchronously).
+    pub fn upload(&self, data: &[u8]) -> Result<()> {
+        self.upload_at(0, data)
+    }
+
+    /// Copies `data` to `offset` bytes into the allocation (synchronously).
+    pub fn upload_at(&self, offset: usize, data: &[u8]) -> Result<()> {
+        assert!(offset + data.len() <= self.bytes);
+        // SAFETY: the allocation holds offset + data.len() bytes.
+        check(unsafe { sys::cuMemcpyHtoD_v2(self.ptr + offset as u64, data.as_ptr().cast(), data.len()) }, || "copying to the GPU".into())
+    }
+
+    /// Copies the start of the allocation into `out` (synchronously).
+    pub fn download(&self, out: &mut [u8]) -> Result<()> {
+        assert!(out.len() <= self.bytes);
+        // SAFETY: the allocation holds at least out.len() bytes.
+        check(unsafe { sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), self.ptr, out.len()) }, || "copying from the GPU".into())
+    }
+
+    /// The allocation's CUDA IPC handle.
+    pub fn ipc_handle(&self) -> Result<[u8; 64]> {
+        let mut handle = sys::CUipcMemHandle_st { reserved: [0; 64] };
+        // SAFETY: writes the handle of an allocation made by cuMemAlloc.
+        check(unsafe { sys::cuIpcGetMemHandle(&mut handle, self.ptr) }, || "exporting GPU memory through CUDA IPC".into())?;
+        Ok(handle.reserved.map(|b| b as u8))
+    }
+}
+
+impl Drop for DeviceMemory {
+    fn drop(&mut self) {
+        // SAFETY: frees what cuMemAlloc returned, once.
+        unsafe { sys::cuMemFree_v2(self.ptr) };
+    }
+}
+
+/// Another process's GPU memory, opened through CUDA IPC; closed on drop.
+pub(crate) struct IpcMemory {
+    pub ptr: CUdeviceptr,
+}
+
+impl IpcMemory {
+    pub fn open(handle: &[u8; 64]) -> Result<IpcMemory> {
+        let handle = sys::CUipcMemHandle_st { reserved: handle.map(|b| b as std::ffi::c_char) };
+        let mut ptr = 0;
+        // SAFETY: writes one device pointer; the handle came from cuIpcGetMemHandle.
+        check(unsafe { sys::cuIpcOpenMemHandle_v2(&mut ptr, handle, sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32) }, || "opening a peer's GPU memory through CUDA IPC".into())?;
+        Ok(IpcMemory { ptr })
+    }
+}
+
+impl Drop for IpcMemory {
+    fn drop(&mut self) {
+        // SAFETY: closes what cuIpcOpenMemHandle opened, once.
+        unsafe { sys::cuIpcCloseMemHandle(self.ptr) };
+    }
+}
+
+/// Pinned host memory mapped into the GPU's address space (not write-combined: the host
+/// reads it too): the abort flag and the kernels' status words.
+pub(crate) struct MappedHost {
+    pub host: *mut i32,
+    pub device: CUdeviceptr,
+    pub ints: usize,
+}
+
+// SAFETY: the memory is plain pinned host memory; accesses go through volatile reads and
+// writes of i32.
+unsafe impl Send for MappedHost {}
+unsafe impl Sync for MappedHost {}
+
+impl MappedHost {
+    pub fn zeroed(ints: usize) -> Result<MappedHost> {
+        let mut host: *mut c_void = std::ptr::null_mut();
+        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
+        // SAFETY: writes one host pointer.
+        check(unsafe { sys::cuMemHostAlloc(&mut host, ints * 4, flags) }, || "allocating mapped host memory".into())?;
+        let host = host.cast::<i32>();
+        // SAFETY: the allocation holds `ints` ints.
+        unsafe { std::ptr::write_bytes(host, 0, ints) };
+        let mut device = 0;
+        // SAFETY: writes the device address of mapped host memory.
+        let status = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host.cast(), 0) };
+        if status != CUresult::CUDA_SUCCESS {
+            // SAFETY: frees what cuMemHostAlloc returned above.
+            unsafe { sys::cuMemFreeHost(host.cast()) };
+            check(status, || "mapping host memory into the GPU".into())?;
+        }
+        Ok(MappedHost { host, device, ints })
+    }
+
+    pub fn get(&self, i: usize) -> i32 {
+        assert!(i < self.ints);
+        // SAFETY: in bounds; the GPU writes it concurrently, hence volatile.
+        unsafe { std::ptr::read_volatile(self.host.add(i)) }
+    }
+
+    pub fn set(&self, i: usize, value: i32) {
+        assert!(i < self.ints);
+        // SAFETY: as above.
+        unsafe { std::ptr::write_volatile(self.host.add(i), value) }
+    }
+}
+
+impl Drop for MappedHost {
+    fn drop(&mut self) {
+        // SAFETY: frees what cuMemHostAlloc returned, once.
+        unsafe { sys::cuMemFreeHost(self.host.cast()) };
+    }
+}
+
+/// A loaded PTX module and its kernels.
+pub(crate) struct Module {
+    module: CUmodule,
+}
+
+// SAFETY: module and function handles may be used from any thread with the context current.
+unsafe impl Send for Module {}
+unsafe impl Sync for Module {}
+
+impl Module {
+    pub fn load(ptx: &str) -> Result<Module> {
+        let text = CString::new(ptx).map_err(|_| Error::Internal("PTX with a NUL byte".into()))?;
+        let mut module = std::ptr::null_mut();
+        // SAFETY: the image is a NUL-terminated PTX string; the context is current.
+        check(unsafe { sys::cuModuleLoadData(&mut module, text.as_ptr().cast()) }, || "loading the kernels' PTX".into())?;
+        Ok(Module { module })
+    }
+
+    pub fn function(&self, name: &str) -> Result<Function> {
+        let cname = CString::new(name).map_err(|_| Error::Internal("kernel name with a NUL byte".into()))?;
+        let mut f = std::ptr::null_mut();
+        // SAFETY: writes one function handle of this module.
+        check(unsafe { sys::cuModuleGetFunction(&mut f, self.module, cname.as_ptr()) }, || format!("finding kernel {name}"))?;
+        Ok(Function(f))
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        // SAFETY: unloads what cuModuleLoadData loaded, once.
+        unsafe { sys::cuModuleUnload(self.module) };
+    }
+}
+
+/// A kernel of a loaded [`Module`] (valid while the module is).
+#[derive(Clone, Copy)]
+pub(crate) struct Function(CUfunction);
+
+// SAFETY: see Module.
+unsafe impl Send for Function {}
+unsafe impl Sync for Function {}
+
+impl Function {
+    /// Launches the kernel on `stream` with `params` (pointers to each argument's value).
+    ///
+    /// # Safety
+    /// The parameters must match the kernel's signature, and what they point to in device
+    /// memory must stay valid until the kernel finishes.
+    pub unsafe fn launch(&self, grid: u32, block: u32, stream: CUstream, params: &mut [*mut c_void]) -> Result<()> {
+        check(sys::cuLaunchKernel(self.0, grid, 1, 1, block, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut()), || format!("launching a kernel of {grid} block(s)"))
+    }
+}
+
+/// A CUDA event (timing disabled) marking a point of a stream.
+pub(crate) struct Event(CUevent);
+
+// SAFETY: events may be queried from any thread.
+unsafe impl Send for Event {}
+unsafe impl Sync for Event {}
+
+impl Event {
+    /// Records an event on `stream` after the work enqueued so far.
+    ///
+    /// # Safety
+    /// `stream` must be a valid stream of the current context (or null, the legacy stream).
+    pub unsafe fn record(stream: CUstream) -> Result<Event> {
+        let mut e = std::ptr::null_mut();
+        check(sys::cuEventCreate(&mut e, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32), || "creating an event".into())?;
+        let event = Event(e);
+        check(sys::cuEventRecord(e, stream), || "recording an event".into())?;
+        Ok(event)
+    }
+
+    /// Whether the work before the event is done; an error if it failed.
+    pub fn done(&self) -> Result<bool> {
+        // SAFETY: a valid event.
+        match unsafe { sys::cuEventQuery(self.0) } {
+            CUresult::CUDA_SUCCESS => Ok(true),
+            CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            status => check(status, || "waiting for GPU work".into()).map(|_| false),
+        }
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: destroys a valid event, once.
+        unsafe { sys::cuEventDestroy_v2(self.0) };
+    }
+}
+
+/// A stream owned by oxccl (tests, benchmarks).
+pub struct Stream(pub(crate) CUstream);
+
+// SAFETY: streams may be used from any thread with the context current.
+unsafe impl Send for Stream {}
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    pub(crate) fn create() -> Result<Stream> {
+        let mut s = std::ptr::null_mut();
+        // SAFETY: writes one stream handle; the context is current.
+        check(unsafe { sys::cuStreamCreate(&mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) }, || "creating a stream".into())?;
+        Ok(Stream(s))
+    }
+
+    /// The raw handle, for the `unsafe` enqueue calls.
+    pub fn raw(&self) -> CUstream {
+        self.0
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // SAFETY: destroys a stream this wrapper created, once.
+        unsafe { sys::cuStreamDestroy_v2(self.0) };
+    }
+}

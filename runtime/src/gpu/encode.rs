@@ -1,0 +1,180 @@
+//! A rank's lanes of schedule steps, encoded as the CUDA executor reads them: one
+//! [`DevStep`] per step, lane after lane, the lanes' bounds, and the connection ends the
+//! steps name, numbered in order of first use (the launch's `DevConn` table is built in that
+//! order). [`decode`] inverts it; the tests check that every plan survives the round trip.
+
+use oxccl_kernels::device::{kind, DevStep, NO_CONN, RECV_BUFFER};
+
+use crate::algo::{Buffer, Link, Slice, Step};
+use crate::error::{Error, Result};
+
+/// Which end of a connection a rank holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum End {
+    Recv(Link),
+    Send(Link),
+}
+
+/// Lanes ready to upload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Encoded {
+    pub steps: Vec<DevStep>,
+    /// Lane i runs `steps[bounds[i]..bounds[i + 1]]`.
+    pub bounds: Vec<u32>,
+    /// The connection ends, in the order of the table the steps index.
+    pub ends: Vec<End>,
+}
+
+impl Encoded {
+    pub fn lanes(&self) -> usize {
+        self.bounds.len() - 1
+    }
+}
+
+/// Encodes `lanes` of a datatype of `esize` bytes; `slot_bytes` bounds every message.
+pub(crate) fn encode(lanes: &[Vec<Step>], esize: usize, slot_bytes: usize) -> Result<Encoded> {
+    let mut out = Encoded { steps: Vec::new(), bounds: vec![0], ends: Vec::new() };
+    let index = |end: End, ends: &mut Vec<End>| -> i32 {
+        match ends.iter().position(|e| *e == end) {
+            Some(i) => i as i32,
+            None => {
+                ends.push(end);
+                (ends.len() - 1) as i32
+            }
+        }
+    };
+    for lane in lanes {
+        for step in lane {
+            let bytes = step.count() * esize;
+            let messages = step.receives().is_some() || step.sends().is_some();
+            if messages && bytes > slot_bytes {
+                return Err(Error::Internal(format!("{step:?} moves {bytes} bytes, more than a slot ({slot_bytes})")));
+            }
+            if bytes > u32::MAX as usize {
+                return Err(Error::invalid(format!("a local copy of {bytes} bytes: the GPU backend copies at most 4 GiB per rank in one step")));
+            }
+            let recv = step.receives().map_or(NO_CONN, |l| index(End::Recv(l), &mut out.ends));
+            let send = step.sends().map_or(NO_CONN, |l| index(End::Send(l), &mut out.ends));
+            out.steps.push(DevStep { kind: kind_of(step), recv, send, bytes: bytes as u32, src: step.reads().map_or(0, |s| slice(s, esize)), dst: step.writes().map_or(0, |s| slice(s, esize)) });
+        }
+        out.bounds.push(out.steps.len() as u32);
+    }
+    Ok(out)
+}
+
+fn kind_of(step: &Step) -> u32 {
+    match step {
+        Step::Send { .. } => kind::SEND,
+        Step::Recv { .. } => kind::RECV,
+        Step::RecvReduceSend { .. } => kind::RECV_REDUCE_SEND,
+        Step::RecvReduceCopy { .. } => kind::RECV_REDUCE_COPY,
+        Step::RecvReduceCopySend { .. } => kind::RECV_REDUCE_COPY_SEND,
+        Step::RecvCopySend { .. } => kind::RECV_COPY_SEND,
+        Step::Copy { .. } => kind::COPY,
+    }
+}
+
+fn slice(s: Slice, esize: usize) -> u64 {
+    let offset = (s.offset * esize) as u64;
+    match s.buffer {
+        Buffer::Send => offset,
+        Buffer::Recv => offset | RECV_BUFFER,
+    }
+}
+
+/// The steps back from an encoding (for tests and debugging).
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) fn decode(encoded: &Encoded, esize: usize) -> Vec<Vec<Step>> {
+    let link = |i: i32| match encoded.ends[i as usize] {
+        End::Recv(l) | End::Send(l) => l,
+    };
+    let slice = |word: u64, bytes: u32| {
+        let buffer = if word & RECV_BUFFER != 0 { Buffer::Recv } else { Buffer::Send };
+        Slice { buffer, offset: (word & !RECV_BUFFER) as usize / esize, count: bytes as usize / esize }
+    };
+    encoded
+        .bounds
+        .windows(2)
+        .map(|w| {
+            encoded.steps[w[0] as usize..w[1] as usize]
+                .iter()
+                .map(|s| {
+                    let (src, dst) = (slice(s.src, s.bytes), slice(s.dst, s.bytes));
+                    match s.kind {
+                        kind::SEND => Step::Send { to: link(s.send), src },
+                        kind::RECV => Step::Recv { from: link(s.recv), dst },
+                        kind::RECV_REDUCE_SEND => Step::RecvReduceSend { from: link(s.recv), to: link(s.send), local: src },
+                        kind::RECV_REDUCE_COPY => Step::RecvReduceCopy { from: link(s.recv), local: src, dst },
+                        kind::RECV_REDUCE_COPY_SEND => Step::RecvReduceCopySend { from: link(s.recv), to: link(s.send), local: src, dst },
+                        kind::RECV_COPY_SEND => Step::RecvCopySend { from: link(s.recv), to: link(s.send), dst },
+                        kind::COPY => Step::Copy { src, dst },
+                        other => panic!("unknown step kind {other}"),
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algo::{plan_rank, Algorithm, Collective, Shape};
+
+    fn shapes() -> Vec<(Shape, Algorithm)> {
+        let mut all = Vec::new();
+        for nranks in [1, 2, 3, 4, 8] {
+            for collective in Collective::ALL {
+                let algorithm = if matches!(collective, Collective::AllToAll | Collective::Gather | Collective::Scatter) { Algorithm::Direct } else { Algorithm::Ring };
+                for (count, chunk, channels) in [(1, 16, 1), (1000, 64, 2), (4099, 256, 4), (0, 16, 1)] {
+                    all.push((Shape { collective, count, nranks, root: nranks - 1, chunk, channels }, algorithm));
+                }
+            }
+            for (count, chunk, channels) in [(1000, 64, 2), (77, 8, 1)] {
+                all.push((Shape { collective: Collective::AllReduce, count, nranks, root: 0, chunk, channels }, Algorithm::Tree));
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn every_plan_survives_the_round_trip() {
+        for (shape, algorithm) in shapes() {
+            for rank in 0..shape.nranks {
+                let lanes = plan_rank(shape, algorithm, rank).unwrap();
+                for esize in [1, 2, 4, 8] {
+                    let encoded = encode(&lanes, esize, shape.chunk * esize).unwrap();
+                    assert_eq!(encoded.lanes(), lanes.len());
+                    assert_eq!(decode(&encoded, esize), lanes, "{shape} rank {rank} esize {esize}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn each_connection_end_belongs_to_one_lane() {
+        for (shape, algorithm) in shapes() {
+            for rank in 0..shape.nranks {
+                let encoded = encode(&plan_rank(shape, algorithm, rank).unwrap(), 4, shape.chunk * 4).unwrap();
+                let mut owner = vec![None; encoded.ends.len()];
+                for (lane, w) in encoded.bounds.windows(2).enumerate() {
+                    for s in &encoded.steps[w[0] as usize..w[1] as usize] {
+                        for c in [s.recv, s.send].into_iter().filter(|&c| c != NO_CONN) {
+                            assert!((c as usize) < encoded.ends.len());
+                            assert!(*owner[c as usize].get_or_insert(lane) == lane, "{shape}: end {:?} used by two lanes", encoded.ends[c as usize]);
+                        }
+                    }
+                }
+                assert!(owner.iter().all(Option::is_some), "an end no step uses");
+            }
+        }
+    }
+
+    #[test]
+    fn a_message_larger_than_a_slot_is_refused() {
+        let shape = Shape { collective: Collective::AllReduce, count: 128, nranks: 2, root: 0, chunk: 64, channels: 1 };
+        let lanes = plan_rank(shape, Algorithm::Ring, 0).unwrap();
+        assert!(encode(&lanes, 4, 64 * 4).is_ok());
+        assert!(encode(&lanes, 4, 64 * 4 - 1).is_err());
+    }
+}

@@ -1,0 +1,564 @@
+//! The GPU backend: collectives on device buffers, run by the CUDA executor kernel
+//! (`kernels/cuda/collective.cu`) over FIFOs in GPU memory, on the caller's stream.
+//!
+//! A [`DeviceComm`] is a [`Communicator`] (bootstrap, failure detection, abort) plus a GPU.
+//! A collective call validates its arguments, finds or makes the plan for its shape (the
+//! same schedules the host executor runs, encoded for the kernel, with the connections they
+//! use set up over the bootstrap and the encoding uploaded once), and launches one thread
+//! block per lane on the caller's stream; it returns at once. Results are visible once the
+//! stream reaches that point; [`DeviceComm::synchronize`] waits for a stream with a timeout
+//! and the abort and failure checks of every wait in oxccl.
+//!
+//! Kernels watch an abort flag in mapped host memory: [`DeviceComm::abort`] raises it, and
+//! so does a watcher thread when the control plane reports a failed peer, so a kernel
+//! waiting on a dead peer exits. Kernels also give up on a wait that lasts longer than the
+//! communicator's collective timeout (`NCCL_COLL_TIMEOUT_MS`... see docs/CONFIG.md), and
+//! report why through a status word that [`DeviceComm::async_error`] reads.
+
+mod conns;
+mod driver;
+mod encode;
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use rustc_hash::FxHashMap;
+
+use oxccl_kernels::cuda::{Specialization, Toolchain, DIVIDE, RUN, THREADS};
+use oxccl_kernels::device::{status, DevArgs, DevConn, DevStep};
+
+use crate::algo::{self, Algorithm, Collective, Shape};
+use crate::error::{Error, Result};
+use crate::{Communicator, DataType, ReduceOp};
+
+pub use cudarc::driver::sys::CUstream;
+pub use driver::{device_count, Stream};
+
+use conns::{Connections, Geometry, Origin, Setup};
+use driver::{Device, DeviceMemory, Event, Function, MappedHost, Module};
+use encode::End;
+
+/// Slots per GPU connection (NCCL_STEPS).
+const SLOTS: usize = 8;
+/// Bytes per slot: NCCL's Simple protocol uses 512 KiB steps of a 4 MiB buffer.
+const DEFAULT_SLOT_BYTES: usize = 512 << 10;
+/// Channels at most (NCCL_MAX_NCHANNELS overrides).
+const DEFAULT_MAX_CHANNELS: usize = 32;
+/// Data per channel before another channel pays for itself.
+const BYTES_PER_CHANNEL: usize = 512 << 10;
+
+/// Mapped host ints: [0] the abort flag; [4..8] the kernels' status (code, lane, step).
+const ABORT_WORD: usize = 0;
+const STATUS_WORD: usize = 4;
+
+/// A communicator whose collectives run on one GPU per rank.
+pub struct DeviceComm {
+    inner: Arc<Inner>,
+    watcher: Option<std::thread::JoinHandle<()>>,
+    // Dropped last: the bootstrap outlives the GPU state.
+    comm: Communicator,
+}
+
+struct Inner {
+    device: Device,
+    arch: &'static str,
+    toolchain: Toolchain,
+    origin: Origin,
+    geometry: Geometry,
+    max_channels: usize,
+    min_channels: usize,
+    timeout: Duration,
+    modules: Mutex<FxHashMap<Specialization, Arc<Loaded>>>,
+    state: Mutex<State>,
+    flags: MappedHost,
+    stop: AtomicBool,
+    /// The first failure seen (kernel status, failed peer, abort).
+    failure: Mutex<Option<Error>>,
+}
+
+#[derive(Default)]
+struct State {
+    conns: Connections,
+    plans: FxHashMap<PlanKey, Arc<Plan>>,
+    /// Where plans live: allocated in blocks, never freed while a kernel may read them
+    /// (freeing GPU memory synchronizes the device, and a rank sharing the GPU may be
+    /// waiting in a kernel for this one).
+    arena: Arena,
+    /// The last launch on each stream, to wait for before freeing memory.
+    last: FxHashMap<usize, Event>,
+}
+
+struct Loaded {
+    _module: Module,
+    run: Function,
+    divide: Function,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+struct PlanKey {
+    collective: Collective,
+    count: usize,
+    esize: usize,
+    root: usize,
+}
+
+/// A plan in GPU memory: the connection table, the lanes' bounds, then the steps.
+struct Plan {
+    lanes: u32,
+    conns: u64,
+    bounds: u64,
+    steps: u64,
+}
+
+// SAFETY: Inner's raw CUDA handles are used with its context bound, from any thread.
+unsafe impl Send for Inner {}
+unsafe impl Sync for Inner {}
+
+impl DeviceComm {
+    /// Runs `comm`'s collectives on GPU `ordinal`.
+    pub fn new(comm: Communicator, ordinal: usize) -> Result<DeviceComm> {
+        DeviceComm::with_device(comm, Device::open(ordinal)?)
+    }
+
+    /// Runs `comm`'s collectives on the calling thread's current GPU (`cudaSetDevice`).
+    pub fn on_current_device(comm: Communicator) -> Result<DeviceComm> {
+        DeviceComm::with_device(comm, Device::current()?)
+    }
+
+    /// `devices.len()` ranks of one job in this process, rank i on GPU `devices[i]`.
+    pub fn init_all(devices: &[usize], config: &crate::bootstrap::Config) -> Result<Vec<DeviceComm>> {
+        let comms = Communicator::init_all(devices.len() as u32, config)?;
+        // Connecting is collective: every rank on its own thread.
+        let handles: Vec<_> = comms.into_iter().zip(devices.iter().copied()).map(|(c, d)| std::thread::spawn(move || DeviceComm::new(c, d))).collect();
+        handles.into_iter().map(|h| h.join().map_err(|_| Error::Internal("a GPU init thread panicked".into()))?).collect()
+    }
+
+    fn with_device(comm: Communicator, device: Device) -> Result<DeviceComm> {
+        device.bind()?;
+        let (major, minor) = device.capability()?;
+        let arch = oxccl_kernels::cuda::arch_name(major, minor).map_err(|e| Error::Cuda(e.to_string()))?;
+        let toolchain = Toolchain::find().map_err(|e| Error::Cuda(e.to_string()))?;
+        let config = comm.config();
+        let host_id = config.host_id.clone().unwrap_or_else(|| {
+            let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+            format!("{}:{}", oxccl_bootstrap::host_name(), boot_id.trim())
+        });
+        let slot_bytes = env_usize("OXCCL_GPU_SLOT_BYTES")?.unwrap_or(DEFAULT_SLOT_BYTES).next_multiple_of(128);
+        let max_channels = env_usize("NCCL_MAX_NCHANNELS")?.unwrap_or(DEFAULT_MAX_CHANNELS).clamp(1, 64);
+        let min_channels = env_usize("NCCL_MIN_NCHANNELS")?.unwrap_or(1).clamp(1, max_channels);
+        let inner = Arc::new(Inner {
+            arch,
+            toolchain,
+            origin: Origin::here(&host_id),
+            geometry: Geometry { slots: SLOTS, slot_bytes },
+            max_channels,
+            min_channels,
+            timeout: config.coll_timeout,
+            modules: Mutex::new(FxHashMap::default()),
+            state: Mutex::new(State::default()),
+            flags: MappedHost::zeroed(8)?,
+            stop: AtomicBool::new(false),
+            failure: Mutex::new(None),
+            device,
+        });
+        // The watcher raises the kernels' abort flag when the control plane sees a failure
+        // or the communicator is aborted.
+        let health = comm.health_probe();
+        let watched = inner.clone();
+        let watcher = std::thread::Builder::new()
+            .name(format!("oxccl-gpu-watch-{}", comm.rank()))
+            .spawn(move || {
+                while !watched.stop.load(Ordering::Acquire) {
+                    if let Err(e) = health() {
+                        watched.fail(e);
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            })
+            .map_err(|e| Error::Internal(format!("starting the GPU watcher thread: {e}")))?;
+        let dev = DeviceComm { inner, watcher: Some(watcher), comm };
+        dev.connect_all()?;
+        tracing::info!(target: crate::log_target::INIT, "rank {}: GPU {} ({arch}), slots of {} KiB, up to {max_channels} channels", dev.rank(), dev.inner.device.ordinal, slot_bytes >> 10);
+        Ok(dev)
+    }
+
+    /// Connects, at init, every link a collective can use: the ring's channels and the
+    /// direct exchange with every peer (collective: every rank calls it). Allocating GPU
+    /// memory later, while a rank sharing this GPU waits in a kernel, could serialize the
+    /// two (allocations and memsets synchronize); at init no kernel runs.
+    fn connect_all(&self) -> Result<()> {
+        let (n, rank) = (self.nranks(), self.rank());
+        if n == 1 {
+            return Ok(());
+        }
+        let mut ends = std::collections::BTreeSet::new();
+        for channel in 0..self.inner.max_channels {
+            ends.insert(End::Send(algo::Link { peer: (rank + 1) % n, channel }));
+            ends.insert(End::Recv(algo::Link { peer: (rank + n - 1) % n, channel }));
+        }
+        for peer in (0..n).filter(|&p| p != rank) {
+            ends.insert(End::Send(algo::Link { peer, channel: 0 }));
+            ends.insert(End::Recv(algo::Link { peer, channel: 0 }));
+        }
+        let ends: Vec<End> = ends.into_iter().collect();
+        let inner = &self.inner;
+        let setup = Setup { boot: self.comm.bootstrap(), device: &inner.device, origin: inner.origin, geometry: inner.geometry };
+        let mut state = inner.state.lock();
+        state.conns.ensure(&ends, &setup)?;
+        // One arena block ahead, for the first plans.
+        state.arena.reserve()?;
+        Ok(())
+    }
+
+    pub fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    pub fn nranks(&self) -> usize {
+        self.comm.nranks()
+    }
+
+    /// The GPU this rank runs on.
+    pub fn device(&self) -> usize {
+        self.inner.device.ordinal as usize
+    }
+
+    /// The host communicator underneath (bootstrap, host collectives).
+    pub fn host(&self) -> &Communicator {
+        &self.comm
+    }
+
+    /// Enqueues a collective on `stream` and returns; see [`Communicator::run`] for the
+    /// buffer sizes and in-place conventions, which are NCCL's.
+    ///
+    /// # Safety
+    /// `send` and `recv` must be device addresses this GPU can access (or host memory mapped
+    /// into it), sized for the collective, not touched by anything else until the stream
+    /// passes this point; `stream` must be a stream of this GPU's primary context, or null.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn enqueue(&self, collective: Collective, send: u64, recv: u64, count: usize, dtype: DataType, op: ReduceOp, root: usize, stream: CUstream) -> Result<()> {
+        let (n, rank) = (self.nranks(), self.rank());
+        if collective.rooted() && root >= n {
+            return Err(Error::invalid(format!("root {root} is not a rank of this communicator of {n}")));
+        }
+        if collective == Collective::AllToAll && send == recv && count > 0 {
+            return Err(Error::invalid("all_to_all cannot run in place (send and recv are the same buffer)"));
+        }
+        let (send_count, recv_count) = collective.buffer_counts(count, n, rank, root);
+        let esize = dtype.size();
+        for (name, ptr, elements) in [("send", send, send_count), ("recv", recv, recv_count)] {
+            if elements > 0 && ptr == 0 {
+                return Err(Error::invalid(format!("{name} buffer is null but holds {elements} elements")));
+            }
+            if ptr % esize as u64 != 0 {
+                return Err(Error::invalid(format!("{name} buffer 0x{ptr:x} is not aligned to its {} elements ({esize} bytes)", dtype.name())));
+            }
+        }
+        count.checked_mul(n * esize).ok_or_else(|| Error::invalid(format!("count {count} overflows")))?;
+        if let Some(e) = self.async_error() {
+            return Err(e);
+        }
+        if count == 0 {
+            return Ok(());
+        }
+        let inner = &self.inner;
+        inner.device.bind()?;
+        let reduces = collective.reduces();
+        let spec = if reduces { Specialization { dtype, op: op.combine() } } else { Specialization { dtype: DataType::Uint8, op: oxccl_kernels::Combine::Sum } };
+        let loaded = inner.loaded(spec)?;
+        let plan = self.plan(PlanKey { collective, count, esize, root })?;
+        let scale = if reduces { op.input_scale(dtype, n) } else { None };
+        let args = DevArgs {
+            steps: plan.steps,
+            bounds: plan.bounds,
+            conns: plan.conns,
+            send,
+            recv,
+            abort: inner.flags.device + (ABORT_WORD * 4) as u64,
+            status: inner.flags.device + (STATUS_WORD * 4) as u64,
+            timeout_ns: inner.timeout.as_nanos().min(u64::MAX as u128) as u64,
+            scale: scale.unwrap_or(1.0),
+            scaled: scale.is_some() as u32,
+            _pad: 0,
+        };
+        let mut arg = args;
+        loaded.run.launch(plan.lanes, THREADS, stream, &mut [(&mut arg as *mut DevArgs).cast::<c_void>()])?;
+        if reduces && op.needs_final_division(dtype) && recv_count > 0 {
+            let (mut buf, mut elements, mut divisor) = (recv, recv_count as u64, n as u64);
+            let blocks = elements.div_ceil(256).clamp(1, 4096) as u32;
+            loaded.divide.launch(blocks, 256, stream, &mut [(&mut buf as *mut u64).cast(), (&mut elements as *mut u64).cast(), (&mut divisor as *mut u64).cast()])?;
+        }
+        let event = Event::record(stream)?;
+        inner.state.lock().last.insert(stream as usize, event);
+        Ok(())
+    }
+
+    /// Waits until `stream` has run everything enqueued on it so far; an error if a kernel
+    /// stopped (abort, a failed peer, a timeout) or the wait outlasts the collective
+    /// timeout (the kernels are then told to stop).
+    pub fn synchronize(&self, stream: CUstream) -> Result<()> {
+        self.inner.device.bind()?;
+        // SAFETY: the caller's stream of this context (the enqueue contract).
+        let event = unsafe { Event::record(stream)? };
+        let deadline = Instant::now() + self.inner.timeout;
+        let mut spins = 0u32;
+        loop {
+            if event.done()? {
+                return self.async_error().map_or(Ok(()), Err);
+            }
+            if let Some(e) = self.inner.failure.lock().clone() {
+                // The kernels were told to stop; wait (briefly) for them to leave.
+                self.inner.drain(Duration::from_secs(5));
+                return Err(e);
+            }
+            if Instant::now() >= deadline {
+                let e = Error::Timeout { phase: format!("waiting for GPU {}'s stream", self.inner.device.ordinal), waited: self.inner.timeout };
+                self.inner.fail(e.clone());
+                self.inner.drain(Duration::from_secs(5));
+                return Err(e);
+            }
+            spins += 1;
+            if spins < 1000 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        }
+    }
+
+    /// The communicator's error, if any, never blocking: a kernel that stopped, a failed
+    /// peer, an abort.
+    pub fn async_error(&self) -> Option<Error> {
+        if let Some(e) = self.inner.failure.lock().clone() {
+            return Some(e);
+        }
+        let code = self.inner.flags.get(STATUS_WORD);
+        if code != 0 {
+            let (lane, step) = (self.inner.flags.get(STATUS_WORD + 1), self.inner.flags.get(STATUS_WORD + 2));
+            let e = match code {
+                status::TIMED_OUT => Error::Timeout { phase: format!("a GPU collective (lane {lane}, step {step})"), waited: self.inner.timeout },
+                _ => self.comm.error().unwrap_or(Error::Aborted { reason: format!("a GPU kernel stopped at lane {lane}, step {step}") }),
+            };
+            self.inner.fail(e.clone());
+            return Some(e);
+        }
+        self.comm.error()
+    }
+
+    /// Stops every kernel of this communicator and fails its waits; returns at once.
+    pub fn abort(&self) {
+        self.inner.fail(Error::Aborted { reason: String::new() });
+        self.comm.abort();
+    }
+
+    /// Device memory for tests and benchmarks, freed on drop.
+    pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer> {
+        self.inner.device.bind()?;
+        Ok(DeviceBuffer { memory: DeviceMemory::zeroed(bytes)?, inner: self.inner.clone() })
+    }
+
+    /// A new stream of this GPU.
+    pub fn stream(&self) -> Result<Stream> {
+        self.inner.device.bind()?;
+        Stream::create()
+    }
+
+    fn plan(&self, key: PlanKey) -> Result<Arc<Plan>> {
+        let inner = &self.inner;
+        let mut state = inner.state.lock();
+        if let Some(p) = state.plans.get(&key) {
+            return Ok(p.clone());
+        }
+        let n = self.nranks();
+        let algorithm = match key.collective {
+            Collective::AllToAll | Collective::Gather | Collective::Scatter => Algorithm::Direct,
+            _ => Algorithm::Ring,
+        };
+        let chunk = inner.geometry.slot_bytes / key.esize;
+        let channels = if algorithm == Algorithm::Direct { 1 } else { inner.channels(key.count * key.esize) };
+        let shape = Shape { collective: key.collective, count: key.count, nranks: n, root: key.root, chunk, channels };
+        let lanes = algo::plan_rank(shape, algorithm, self.rank()).map_err(|e| Error::invalid(e.to_string()))?;
+        let lanes: Vec<_> = lanes.into_iter().filter(|l| !l.is_empty()).collect();
+        let encoded = encode::encode(&lanes, key.esize, inner.geometry.slot_bytes)?;
+        let setup = Setup { boot: self.comm.bootstrap(), device: &inner.device, origin: inner.origin, geometry: inner.geometry };
+        state.conns.ensure(&encoded.ends, &setup)?;
+        let table = state.conns.table(&encoded.ends)?;
+        // One upload: connections, bounds, steps (each part 16-byte aligned).
+        let conn_bytes = std::mem::size_of_val(&table[..]);
+        let bounds_bytes = (encoded.bounds.len() * 4).next_multiple_of(16);
+        let mut image = Vec::with_capacity(conn_bytes + bounds_bytes + std::mem::size_of_val(&encoded.steps[..]));
+        image.extend_from_slice(bytemuck::cast_slice::<DevConn, u8>(&table));
+        image.extend_from_slice(bytemuck::cast_slice::<u32, u8>(&encoded.bounds));
+        image.resize(conn_bytes + bounds_bytes, 0);
+        image.extend_from_slice(bytemuck::cast_slice::<DevStep, u8>(&encoded.steps));
+        if state.plans.len() >= 512 {
+            // Plans in flight must outlive their kernels: wait for every stream first.
+            drop(state);
+            inner.drain(inner.timeout);
+            state = inner.state.lock();
+            state.plans.clear();
+            state.arena = Arena::default();
+        }
+        let base = state.arena.place(&image)?;
+        let plan = Arc::new(Plan { lanes: encoded.lanes() as u32, conns: base, bounds: base + conn_bytes as u64, steps: base + (conn_bytes + bounds_bytes) as u64 });
+        tracing::debug!(target: crate::log_target::COLL, "GPU plan {key:?}: {channels} channel(s), {} lane(s), {} steps", plan.lanes, encoded.steps.len());
+        state.plans.insert(key, plan.clone());
+        Ok(plan)
+    }
+}
+
+/// GPU memory handed out in 16-byte aligned pieces from blocks of [`Arena::BLOCK`]
+/// bytes (a larger piece gets a block of its own); everything is freed together.
+#[derive(Default)]
+struct Arena {
+    blocks: Vec<DeviceMemory>,
+    used: usize,
+}
+
+impl Arena {
+    const BLOCK: usize = 4 << 20;
+
+    /// Allocates a block now, if there is none.
+    fn reserve(&mut self) -> Result<()> {
+        if self.blocks.is_empty() {
+            self.blocks.push(DeviceMemory::zeroed(Self::BLOCK)?);
+            self.used = 0;
+        }
+        Ok(())
+    }
+
+    /// Copies `image` into the arena; its device address.
+    fn place(&mut self, image: &[u8]) -> Result<u64> {
+        let bytes = image.len().next_multiple_of(16);
+        let fits = self.blocks.last().is_some_and(|b| self.used + bytes <= b.bytes);
+        if !fits {
+            self.blocks.push(DeviceMemory::zeroed(bytes.max(Self::BLOCK))?);
+            self.used = 0;
+        }
+        let block = self.blocks.last().expect("a block was just pushed");
+        let at = block.ptr + self.used as u64;
+        block.upload_at(self.used, image)?;
+        self.used += bytes;
+        Ok(at)
+    }
+}
+
+impl Inner {
+    fn fail(&self, e: Error) {
+        let mut failure = self.failure.lock();
+        if failure.is_none() {
+            *failure = Some(e);
+        }
+        self.flags.set(ABORT_WORD, 1);
+    }
+
+    fn channels(&self, bytes: usize) -> usize {
+        bytes.div_ceil(BYTES_PER_CHANNEL).clamp(self.min_channels, self.max_channels)
+    }
+
+    fn loaded(&self, spec: Specialization) -> Result<Arc<Loaded>> {
+        if let Some(l) = self.modules.lock().get(&spec) {
+            return Ok(l.clone());
+        }
+        let compiled = self.toolchain.compile(spec, self.arch).map_err(|e| Error::Cuda(e.to_string()))?;
+        let module = Module::load(&compiled.ptx)?;
+        let loaded = Arc::new(Loaded { run: module.function(RUN)?, divide: module.function(DIVIDE)?, _module: module });
+        self.modules.lock().insert(spec, loaded.clone());
+        Ok(loaded)
+    }
+
+    /// Waits up to `limit` for every stream's last launch; past it, raises the abort flag
+    /// and waits up to 5 s more. Whether everything finished.
+    fn drain(&self, limit: Duration) -> bool {
+        let _ = self.device.bind();
+        let state = self.state.lock();
+        let all_done = |until: Instant| loop {
+            if state.last.values().all(|e| e.done().unwrap_or(true)) {
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        };
+        if all_done(Instant::now() + limit) {
+            return true;
+        }
+        self.flags.set(ABORT_WORD, 1);
+        all_done(Instant::now() + Duration::from_secs(5))
+    }
+}
+
+impl Drop for DeviceComm {
+    fn drop(&mut self) {
+        let healthy = self.inner.failure.lock().is_none();
+        let finished = self.inner.drain(if healthy { self.inner.timeout } else { Duration::ZERO });
+        // Peers may still write heads and tails into this rank's memory until they are
+        // done too: meet them before freeing it (the barrier is timed and fails fast on a
+        // dead peer).
+        if healthy && finished {
+            if let Err(e) = self.comm.bootstrap().barrier() {
+                tracing::warn!(target: crate::log_target::INIT, "rank {}: GPU teardown barrier failed: {e}", self.rank());
+            }
+        }
+        self.inner.stop.store(true, Ordering::Release);
+        if let Some(w) = self.watcher.take() {
+            let _ = w.join();
+        }
+        if !finished {
+            // A kernel is still running on this memory: leaking it is the only safe choice.
+            tracing::error!(target: crate::log_target::INIT, "rank {}: GPU kernels did not stop; leaking their memory", self.rank());
+            std::mem::forget(std::mem::take(&mut *self.inner.state.lock()));
+        }
+    }
+}
+
+/// Device memory from [`DeviceComm::alloc`].
+pub struct DeviceBuffer {
+    memory: DeviceMemory,
+    inner: Arc<Inner>,
+}
+
+impl DeviceBuffer {
+    /// The device address.
+    pub fn ptr(&self) -> u64 {
+        self.memory.ptr
+    }
+
+    pub fn len(&self) -> usize {
+        self.memory.bytes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.memory.bytes == 0
+    }
+
+    /// Copies `data` to the start of the buffer (synchronously).
+    pub fn upload(&self, data: &[u8]) -> Result<()> {
+        if data.len() > self.len() {
+            return Err(Error::invalid(format!("{} bytes do not fit a buffer of {}", data.len(), self.len())));
+        }
+        self.inner.device.bind()?;
+        self.memory.upload(data)
+    }
+
+    /// Copies the start of the buffer into `out` (synchronously).
+    pub fn download(&self, out: &mut [u8]) -> Result<()> {
+        if out.len() > self.len() {
+            return Err(Error::invalid(format!("{} bytes are more than a buffer of {}", out.len(), self.len())));
+        }
+        self.inner.device.bind()?;
+        self.memory.download(out)
+    }
+}
+
+fn env_usize(name: &str) -> Result<Option<usize>> {
+    match std::env::var(name) {
+        Ok(v) => v.trim().parse().map(Some).map_err(|_| Error::invalid(format!("{name}={v:?} is not a number"))),
+        Err(_) => Ok(None),
+    }
+}

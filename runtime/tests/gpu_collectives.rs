@@ -1,0 +1,227 @@
+//! The GPU backend on real GPUs: every collective × datatype × op × size, in and out of
+//! place, checked against the collectives' definitions (`oxccl_runtime::check`, which
+//! knows nothing of schedules or kernels), with ranks as threads and as processes, plus
+//! abort of a kernel waiting on a peer that never comes. Output buffers are poisoned
+//! before each run, so unwritten elements are caught.
+//!
+//! Without a GPU every test says "skipped" and passes, unless OXCCL_TEST_GPU=1 (the GPU
+//! machine's runner sets it), which turns a missing GPU into a failure. Ranks outnumbering
+//! GPUs share them (threads only: processes on one GPU would time-slice their kernels).
+
+use std::time::{Duration, Instant};
+
+use oxccl_runtime::bootstrap::Config;
+use oxccl_runtime::check::{self, Case, Mismatch, Placement};
+use oxccl_runtime::gpu::{self, DeviceComm, Stream};
+use oxccl_runtime::{Collective, Communicator, DataType, ReduceOp};
+
+fn gpus() -> Option<usize> {
+    let n = gpu::device_count();
+    if n == 0 {
+        assert!(std::env::var("OXCCL_TEST_GPU").as_deref() != Ok("1"), "OXCCL_TEST_GPU=1 but no GPU is visible");
+        eprintln!("skipped: no GPU");
+        return None;
+    }
+    Some(n)
+}
+
+fn config() -> Config {
+    let mut c = Config::defaults();
+    c.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+    c.set("OXCCL_COLL_TIMEOUT_MS", "60000").unwrap();
+    c
+}
+
+/// Compiles every kernel specialisation into the disk cache, in parallel, so that the
+/// ranks' first calls find them there.
+fn warm_kernel_cache() {
+    use oxccl_kernels::cuda::{Specialization, Toolchain};
+    let toolchain = Toolchain::find().unwrap();
+    let specs: Vec<Specialization> = Specialization::all().collect();
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for part in specs.chunks(specs.len().div_ceil(12)) {
+            let toolchain = &toolchain;
+            s.spawn(move || part.iter().for_each(|&spec| drop(toolchain.compile(spec, "sm_90").unwrap())));
+        }
+    });
+    eprintln!("kernel cache warm in {:.1?}", start.elapsed());
+}
+
+/// Device buffers reused by every case of a rank: allocating or freeing GPU memory
+/// synchronizes the whole device, which would wait for a kernel of another rank sharing
+/// this GPU that waits for this rank's next launch (as with NCCL, never free memory while
+/// a collective on the same GPU awaits a launch this thread has yet to make).
+struct Buffers {
+    send: gpu::DeviceBuffer,
+    recv: gpu::DeviceBuffer,
+}
+
+impl Buffers {
+    fn for_cases(comm: &DeviceComm, cases: &[Case]) -> Buffers {
+        let n = comm.nranks();
+        let bytes = cases.iter().map(|c| (n * c.count + 64) * c.dtype.size()).max().unwrap_or(64);
+        Buffers { send: comm.alloc(bytes).unwrap(), recv: comm.alloc(bytes).unwrap() }
+    }
+}
+
+/// Runs one case on the GPU: the checker's host buffers are copied to device buffers laid
+/// out the same way, the collective runs on `stream`, and the buffers come back.
+fn run_case(comm: &DeviceComm, stream: &Stream, buffers: &Buffers, case: &Case) -> oxccl_runtime::Result<Option<Mismatch>> {
+    check::run_case_with(case, comm.rank(), comm.nranks(), |send, recv, placement, op| {
+        let (dsend, drecv) = (&buffers.send, &buffers.recv);
+        dsend.upload(send)?;
+        drecv.upload(recv)?;
+        let (s, r) = match placement {
+            Placement::Separate => (dsend.ptr(), drecv.ptr()),
+            Placement::OutputInInput { recv_offset } => (dsend.ptr(), dsend.ptr() + recv_offset as u64),
+            Placement::InputInOutput { send_offset } => (drecv.ptr() + send_offset as u64, drecv.ptr()),
+        };
+        // SAFETY: both addresses lie in buffers sized for every case, which nothing else
+        // touches until the stream is synchronized.
+        unsafe { comm.enqueue(case.collective, s, r, case.count, case.dtype, op, case.root, stream.raw())? };
+        comm.synchronize(stream.raw())?;
+        dsend.download(send)?;
+        drecv.download(recv)
+    })
+}
+
+fn run_cases(comm: &DeviceComm, cases: &[Case]) -> Vec<String> {
+    let stream = comm.stream().unwrap();
+    let buffers = Buffers::for_cases(comm, cases);
+    let mut failures = Vec::new();
+    for case in cases {
+        match run_case(comm, &stream, &buffers, case) {
+            Ok(None) => {}
+            Ok(Some(m)) => failures.push(format!("rank {}: {case}: {m}", comm.rank())),
+            Err(e) => {
+                failures.push(format!("rank {}: {case}: error: {e}", comm.rank()));
+                break;
+            }
+        }
+    }
+    failures
+}
+
+/// The matrix: small sizes of everything, then 8 MiB blocks of every collective (several
+/// channels, many slots each) and odd datatypes at that size.
+fn cases(n: usize) -> Vec<Case> {
+    let mut cases = check::full_matrix(n, &check::SMALL_COUNTS);
+    cases.extend(check::large_cases(n, 8 << 20));
+    cases
+}
+
+fn threads(n: usize, gpus: usize, which: fn(usize) -> Vec<Case>) {
+    let start = Instant::now();
+    let devices: Vec<usize> = (0..n).map(|r| r % gpus).collect();
+    let comms = DeviceComm::init_all(&devices, &config()).unwrap();
+    let failures: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms.iter().map(|c| s.spawn(move || run_cases(c, &which(c.nranks())))).collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    std::thread::scope(|s| {
+        for c in comms {
+            s.spawn(move || drop(c));
+        }
+    });
+    assert!(failures.is_empty(), "{n} ranks on GPUs {devices:?}: {} failures:\n{}", failures.len(), failures[..failures.len().min(30)].join("\n"));
+    eprintln!("{n} ranks (threads) on GPUs {devices:?}: {} cases ok in {:.1?}", which(n).len(), start.elapsed());
+}
+
+#[test]
+fn ranks_as_threads() {
+    let Some(g) = gpus() else { return };
+    warm_kernel_cache();
+    threads(2, g, cases);
+    threads(4, g, cases);
+    if g > 2 {
+        threads(g, g, cases);
+    }
+}
+
+/// One rank of a process job (does nothing when run as an ordinary test).
+#[test]
+fn child() {
+    let Ok(ranks) = std::env::var("OXCCL_TEST_GPU_CHILD") else { return };
+    let gpus = gpu::device_count();
+    let comm = Communicator::from_env(&config()).unwrap();
+    assert_eq!(comm.nranks().to_string(), ranks);
+    let rank = comm.rank();
+    let dev = DeviceComm::new(comm, rank % gpus).unwrap();
+    let failures = run_cases(&dev, &cases(dev.nranks()));
+    drop(dev);
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures[..failures.len().min(30)].join("\n"));
+    println!("rank {rank}: GPU matrix ok");
+}
+
+#[test]
+fn ranks_as_processes() {
+    let Some(g) = gpus() else { return };
+    if g < 2 {
+        eprintln!("skipped: processes need a GPU each and there is {g}");
+        return;
+    }
+    warm_kernel_cache();
+    for n in [2, g.min(4)].into_iter().collect::<std::collections::BTreeSet<_>>() {
+        let start = Instant::now();
+        let job = oxccl_runtime::bootstrap::spawn::spawn(n as u32, &config(), |_| {
+            let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+            cmd.args(["child", "--exact", "--nocapture", "--test-threads", "1"]).env("OXCCL_TEST_GPU_CHILD", n.to_string()).env("NCCL_SOCKET_IFNAME", "lo");
+            cmd
+        })
+        .unwrap();
+        job.wait(Duration::from_secs(400), Duration::from_secs(20)).unwrap_or_else(|e| panic!("{n} processes: {e}"));
+        eprintln!("{n} ranks (processes): GPU matrix ok in {:.1?}", start.elapsed());
+    }
+}
+
+/// A kernel waiting for a peer that never sends stops when abort is called from another
+/// thread, and the waiting synchronize returns an error at once.
+#[test]
+fn abort_stops_a_kernel_waiting_on_a_silent_peer() {
+    let Some(g) = gpus() else { return };
+    let comms = DeviceComm::init_all(&[0, 1 % g], &config()).unwrap();
+    let count = 1 << 20;
+    // Both ranks run one all_reduce: the connections exist, so the next call needs no
+    // setup from the peer.
+    std::thread::scope(|s| {
+        for c in &comms {
+            s.spawn(move || {
+                let stream = c.stream().unwrap();
+                let buf = c.alloc(count * 4).unwrap();
+                // SAFETY: a buffer of `count` floats, synchronized before it is freed.
+                unsafe { c.enqueue(Collective::AllReduce, buf.ptr(), buf.ptr(), count, DataType::Float32, ReduceOp::Sum, 0, stream.raw()).unwrap() };
+                c.synchronize(stream.raw()).unwrap();
+            });
+        }
+    });
+    // Now rank 0 alone: its kernel waits for rank 1 forever, until the abort.
+    let c = &comms[0];
+    let stream = c.stream().unwrap();
+    let buf = c.alloc(count * 4).unwrap();
+    // SAFETY: as above.
+    unsafe { c.enqueue(Collective::AllReduce, buf.ptr(), buf.ptr(), count, DataType::Float32, ReduceOp::Sum, 0, stream.raw()).unwrap() };
+    let (result, returned, aborted_at) = std::thread::scope(|s| {
+        let aborter = s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            let at = Instant::now();
+            c.abort();
+            at
+        });
+        let result = c.synchronize(stream.raw());
+        (result, Instant::now(), aborter.join().unwrap())
+    });
+    let e = result.expect_err("the kernel cannot finish without rank 1");
+    assert!(matches!(e, oxccl_runtime::Error::Aborted { .. }), "{e}");
+    assert!(c.async_error().is_some());
+    let latency = returned.saturating_duration_since(aborted_at);
+    eprintln!("synchronize returned {latency:.2?} after abort: {e}");
+    assert!(latency < Duration::from_secs(1), "abort took {latency:.2?} to stop the kernel");
+    let start = Instant::now();
+    drop(buf);
+    drop(stream);
+    let mut comms = comms.into_iter();
+    drop(comms.next());
+    drop(comms.next());
+    assert!(start.elapsed() < Duration::from_secs(10), "teardown after abort took {:.1?}", start.elapsed());
+}
