@@ -71,7 +71,6 @@ struct Inner {
     max_channels: usize,
     min_channels: usize,
     timeout: Duration,
-    modules: Mutex<FxHashMap<Specialization, Arc<Loaded>>>,
     state: Mutex<State>,
     flags: MappedHost,
     stop: AtomicBool,
@@ -92,9 +91,11 @@ struct State {
 }
 
 struct Loaded {
-    _module: Module,
     run: Function,
     divide: Function,
+    _module: Module,
+    /// Keeps the primary context (and so the module) alive after the communicators go.
+    _device: Device,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -157,7 +158,6 @@ impl DeviceComm {
             max_channels,
             min_channels,
             timeout: config.coll_timeout,
-            modules: Mutex::new(FxHashMap::default()),
             state: Mutex::new(State::default()),
             flags: MappedHost::zeroed(8)?,
             stop: AtomicBool::new(false),
@@ -460,15 +460,22 @@ impl Inner {
         bytes.div_ceil(BYTES_PER_CHANNEL).clamp(self.min_channels, self.max_channels)
     }
 
+    /// The kernels for `spec`, loaded once per GPU and process: the primary context is
+    /// shared by every rank of this process on this GPU, and loading a module waits for the
+    /// GPU's running kernels — a rank sharing the GPU may be in one, waiting for this
+    /// rank's next launch, so the first rank to need a module loads it for all.
     fn loaded(&self, spec: Specialization) -> Result<Arc<Loaded>> {
-        if let Some(l) = self.modules.lock().get(&spec) {
+        static LOADED: std::sync::LazyLock<Mutex<FxHashMap<(i32, Specialization), Arc<Loaded>>>> = std::sync::LazyLock::new(Default::default);
+        let mut loaded = LOADED.lock();
+        if let Some(l) = loaded.get(&(self.device.ordinal, spec)) {
             return Ok(l.clone());
         }
         let compiled = self.toolchain.compile(spec, self.arch).map_err(|e| Error::Cuda(e.to_string()))?;
+        self.device.bind()?;
         let module = Module::load(&compiled.ptx)?;
-        let loaded = Arc::new(Loaded { run: module.function(RUN)?, divide: module.function(DIVIDE)?, _module: module });
-        self.modules.lock().insert(spec, loaded.clone());
-        Ok(loaded)
+        let kernels = Arc::new(Loaded { run: module.function(RUN)?, divide: module.function(DIVIDE)?, _module: module, _device: Device::open(self.device.ordinal as usize)? });
+        loaded.insert((self.device.ordinal, spec), kernels.clone());
+        Ok(kernels)
     }
 
     /// Waits up to `limit` for every stream's last launch; past it, raises the abort flag
