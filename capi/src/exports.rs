@@ -26,6 +26,11 @@ pub struct NcclUniqueId {
 type Comm = *mut NcclComm;
 type Stream = *mut c_void;
 
+/// `NCCL_SHRINK_ABORT`.
+const SHRINK_ABORT: c_int = 0x01;
+/// `OXCCL_SHRINK_AGREE` (an oxccl extension): agree on the failed ranks and exclude them.
+const SHRINK_AGREE: c_int = 0x100;
+
 /// `NCCL_VERSION_CODE` of the header: 2.28.3.
 pub const VERSION_CODE: c_int = 22803;
 
@@ -178,13 +183,25 @@ exports! {
             if count > 0 && exclude.is_null() {
                 return Err(Failure::argument(format!("excludeRanksList is NULL with excludeRanksCount {count}")));
             }
-            if flags & !1 != 0 {
-                return Err(Failure::argument(format!("shrinkFlags {flags:#x}: only NCCL_SHRINK_DEFAULT (0) and NCCL_SHRINK_ABORT (1) exist")));
+            if flags & !(SHRINK_ABORT | SHRINK_AGREE) != 0 {
+                return Err(Failure::argument(format!(
+                    "shrinkFlags {flags:#x}: only NCCL_SHRINK_DEFAULT (0), NCCL_SHRINK_ABORT (1) and OXCCL_SHRINK_AGREE (0x100) exist"
+                )));
+            }
+            let abort_first = flags & SHRINK_ABORT != 0;
+            if flags & SHRINK_AGREE != 0 {
+                if count > 0 {
+                    return Err(Failure::argument(format!("OXCCL_SHRINK_AGREE with excludeRanksCount {count}: the agreement finds the excluded ranks, pass none")));
+                }
+                let (child, _) = c.shrink_failed(abort_first)?;
+                // SAFETY: checked non-NULL.
+                unsafe { *newcomm = NcclComm::boxed(child) };
+                return Ok(());
             }
             // SAFETY: checked non-NULL; the caller passes count ranks.
             let list = if count == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(exclude, count) } };
             let list: Vec<usize> = list.iter().map(|&r| index(r, c.nranks(), "excludeRanksList entry")).collect::<Result<_, _>>()?;
-            let child = if list.contains(&c.rank()) { None } else { Some(c.shrink(&list, flags & 1 != 0)?) };
+            let child = if list.contains(&c.rank()) { None } else { Some(c.shrink(&list, abort_first)?) };
             // SAFETY: checked non-NULL. An excluded rank gets NULL, as ncclCommSplit's NOCOLOR.
             unsafe { *newcomm = child.map_or(std::ptr::null_mut(), NcclComm::boxed) };
             Ok(())

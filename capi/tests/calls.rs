@@ -102,6 +102,71 @@ fn refusals_are_named_and_nothing_panics() {
     }
 }
 
+/// Runs `body(rank, comm)` for every communicator on its own thread (collective calls
+/// such as shrink must be made by every rank at once), returning the results in rank order.
+fn on_threads<T: Send + 'static>(comms: &[*mut c_void], body: impl Fn(usize, *mut c_void) -> T + Send + Sync + 'static) -> Vec<T> {
+    let body = std::sync::Arc::new(body);
+    let handles: Vec<_> = comms
+        .iter()
+        .enumerate()
+        .map(|(rank, &c)| {
+            let (body, c) = (body.clone(), c as usize);
+            std::thread::spawn(move || body(rank, c as *mut c_void))
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+/// All-reduces `rank + 1` on every communicator (one thread each) and checks the sum.
+fn checked_all_reduce(comms: &[*mut c_void]) {
+    let n = comms.len();
+    let sums = on_threads(comms, |rank, c| {
+        let send = vec![rank as f32 + 1.0; 1000];
+        let mut recv = vec![0f32; 1000];
+        // SAFETY: a live handle and buffers of 1000 floats.
+        let rc = unsafe { ncclAllReduce(send.as_ptr().cast(), recv.as_mut_ptr().cast(), 1000, FLOAT, SUM, c.cast(), null_mut()) };
+        assert_eq!(rc, SUCCESS, "{}", last_error());
+        recv[999]
+    });
+    let expected = (n * (n + 1) / 2) as f32;
+    assert!(sums.iter().all(|&s| s == expected), "{sums:?}, expected {expected}");
+}
+
+/// ncclCommShrink with OXCCL_SHRINK_AGREE and no list: the ranks agree that none failed
+/// and all get a communicator of the same size; the flag with a list, or an unknown flag,
+/// is refused by name.
+#[test]
+fn shrink_with_agreement_and_no_list() {
+    const SHRINK_AGREE: i32 = 0x100;
+    let comms = init_all(3);
+    let mut dummy = null_mut();
+    let mut one = [1i32];
+    // SAFETY: live handle, valid pointers.
+    unsafe {
+        assert_eq!(ncclCommShrink(comms[0].cast(), one.as_mut_ptr(), 1, &mut dummy, null_mut(), SHRINK_AGREE), INVALID_ARGUMENT);
+        assert!(last_error().contains("OXCCL_SHRINK_AGREE with excludeRanksCount 1"), "{}", last_error());
+        assert_eq!(ncclCommShrink(comms[0].cast(), null_mut(), 0, &mut dummy, null_mut(), 0x40), INVALID_ARGUMENT);
+        assert!(last_error().contains("shrinkFlags 0x40"), "{}", last_error());
+    }
+    let children = on_threads(&comms, |_, c| {
+        let mut child: *mut c_void = null_mut();
+        // SAFETY: a live handle and an out pointer.
+        let rc = unsafe { ncclCommShrink(c.cast(), null_mut(), 0, (&mut child as *mut *mut c_void).cast(), null_mut(), SHRINK_AGREE) };
+        assert_eq!(rc, SUCCESS, "{}", last_error());
+        let mut count = 0;
+        // SAFETY: the new handle and an out pointer.
+        assert_eq!(unsafe { ncclCommCount(child.cast(), &mut count) }, SUCCESS);
+        assert_eq!(count, 3);
+        child as usize
+    });
+    let children: Vec<*mut c_void> = children.into_iter().map(|c| c as *mut c_void).collect();
+    checked_all_reduce(&children);
+    for c in children.into_iter().chain(comms) {
+        // SAFETY: live handles, destroyed once.
+        assert_eq!(unsafe { ncclCommDestroy(c.cast()) }, SUCCESS);
+    }
+}
+
 /// ncclConfig_t with blocking = 0: ncclCommInitRankConfig returns ncclInProgress at once
 /// and ncclCommGetAsyncError reports ncclInProgress until the communicator is ready, then
 /// ncclSuccess; calls on it before that return ncclInProgress.

@@ -179,6 +179,30 @@ impl Communicator {
         Communicator::from_bootstrap(boot, &self.exec.config)
     }
 
+    /// Agrees with the other live ranks on which ranks of this communicator failed
+    /// (ULFM's `MPIX_Comm_agree` on the failed group): every rank that returns `Ok` returns
+    /// the same sorted list, holding every rank any of them knew as failed, and never one
+    /// that returned. Dead ranks are never waited for. Works on a communicator broken by a
+    /// failure or aborted; a rank the others count as failed gets an error. Bounded by the
+    /// bootstrap timeout. See docs/FAULTS.md for the protocol and its guarantees.
+    pub fn agree_failed(&self) -> Result<Vec<usize>> {
+        Ok(self.exec.boot.agree_failed()?.into_iter().map(|r| r as usize).collect())
+    }
+
+    /// [`Communicator::shrink`] without a list: the live ranks first agree on the failed
+    /// ones ([`Communicator::agree_failed`]), then each builds the communicator of the
+    /// rest, so that all of them get the same one without anyone naming the dead.
+    /// Collective over the live ranks. Returns the new communicator and the excluded ranks
+    /// (ranks of this communicator). `abort_first` as in [`Communicator::shrink`].
+    pub fn shrink_failed(&self, abort_first: bool) -> Result<(Communicator, Vec<usize>)> {
+        if abort_first {
+            self.abort();
+        }
+        let failed = self.agree_failed()?;
+        let boot = self.exec.boot.shrink(&failed.iter().map(|&r| r as u32).collect::<Vec<_>>())?;
+        Ok((Communicator::from_bootstrap(boot, &self.exec.config)?, failed))
+    }
+
     /// Waits for every operation enqueued so far.
     pub fn synchronize(&self) -> Result<()> {
         self.stream.synchronize()

@@ -32,7 +32,14 @@ fn child() {
             if std::env::var("OXCCL_TEST_FAULT_MODE").as_deref() == Ok("shrink") {
                 let oxccl_runtime::Error::PeerFailed { rank: dead, .. } = e else { panic!("not a peer failure: {e}") };
                 let start = Instant::now();
-                let survivors = comm.shrink(&[dead as usize], true).unwrap();
+                let survivors = if std::env::var("OXCCL_TEST_FAULT_SHRINK").as_deref() == Ok("agreed") {
+                    // No list: the survivors agree on who failed.
+                    let (survivors, excluded) = comm.shrink_failed(true).unwrap();
+                    assert_eq!(excluded, vec![dead as usize], "rank {}: agreed on {excluded:?}, the error named rank {dead}", comm.rank());
+                    survivors
+                } else {
+                    comm.shrink(&[dead as usize], true).unwrap()
+                };
                 let shrink_ms = start.elapsed().as_secs_f64() * 1e3;
                 let mut x = vec![comm.rank() as u64 + 1; 100_003];
                 survivors.all_reduce_in_place(&mut x, ReduceOp::Sum).unwrap();
@@ -204,10 +211,28 @@ fn survivors_shrink_and_carry_on() {
     }
 }
 
+/// Survivors of a killed rank (of 4, then of 8) shrink without naming it: they agree on
+/// the failed ranks (every one must exclude exactly the victim) and run a checked
+/// all_reduce on the same new communicator.
+#[test]
+fn survivors_shrink_without_a_list() {
+    for (n, victim, env) in [(4, 1, &[][..]), (8, 5, &[("NCCL_SHM_DISABLE", "1")][..])] {
+        let job = start_job(n, victim, &[&[("OXCCL_TEST_FAULT_MODE", "shrink"), ("OXCCL_TEST_FAULT_SHRINK", "agreed")], env].concat());
+        let outputs = job.wait_with_output(Duration::from_secs(60)).unwrap();
+        for (rank, (status, stdout)) in outputs.iter().enumerate().filter(|(r, _)| *r != victim) {
+            assert_eq!(status.code(), Some(5), "rank {rank}: {status:?}\n{stdout}");
+            assert!(stdout.contains(&format!("of {}: shrunk in", n - 1)), "rank {rank}: {stdout}");
+        }
+        let reports: Vec<&str> = outputs.iter().flat_map(|(_, out)| out.lines()).filter(|l| l.contains("shrunk")).collect();
+        eprintln!("{n} ranks, rank {victim} killed, agreed shrink {env:?}:\n{}", reports.join("\n"));
+    }
+}
+
 /// Seeded trials: a random rank of 4 or 8 is SIGKILLed at a random step of a loop of
 /// all_reduces, over shared memory or the Net; in every trial every survivor must fail
 /// (no hang: each trial runs under a hard timeout), shrink the victim out and run a checked
-/// all_reduce on the survivors' communicator.
+/// all_reduce on the survivors' communicator; every other trial shrinks without a list
+/// (agreement on the failed ranks).
 #[test]
 fn seeded_kill_trials() {
     let mut seed = 0x5EED_u64;
@@ -222,13 +247,18 @@ fn seeded_kill_trials() {
         let victim = random(n as u64) as usize;
         let step = 1 + random(29);
         let net = trial % 2 == 1;
-        let job = start_job(n, victim, &[("OXCCL_TEST_FAULT_STEP", step.to_string().as_str()), ("OXCCL_TEST_FAULT_MODE", "shrink"), ("NCCL_SHM_DISABLE", if net { "1" } else { "0" })]);
+        let shrink = if trial % 4 < 2 { "agreed" } else { "listed" };
+        let job = start_job(
+            n,
+            victim,
+            &[("OXCCL_TEST_FAULT_STEP", step.to_string().as_str()), ("OXCCL_TEST_FAULT_MODE", "shrink"), ("OXCCL_TEST_FAULT_SHRINK", shrink), ("NCCL_SHM_DISABLE", if net { "1" } else { "0" })],
+        );
         let outputs = job.wait_with_output(Duration::from_secs(30)).unwrap();
         for (rank, (status, stdout)) in outputs.iter().enumerate().filter(|(r, _)| *r != victim) {
             assert_eq!(
                 status.code(),
                 Some(5),
-                "trial {trial} ({n} ranks, rank {victim} killed at step {step}, net {net}): rank {rank} {status:?}\n{stdout}"
+                "trial {trial} ({n} ranks, rank {victim} killed at step {step}, net {net}, {shrink} shrink): rank {rank} {status:?}\n{stdout}"
             );
             assert!(stdout.contains(&format!("of {}: shrunk in", n - 1)), "trial {trial}: rank {rank}: {stdout}");
         }
