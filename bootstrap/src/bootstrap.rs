@@ -314,11 +314,28 @@ impl Bootstrap {
         self.endpoint.wake_all();
     }
 
-    /// Returns the error a wait would end with now — a peer's failure or an abort — without
-    /// waiting. Data paths poll it so that a dead peer ends their waits too.
+    /// Revokes the communicator (ncclCommRevoke): every wait of its data path and of user
+    /// messages, here and on every other live member, ends with an error promptly (the
+    /// notice goes straight to each member); the bootstrap's own operations (split,
+    /// shrink, agreement) keep working. Callable from any thread.
+    pub fn revoke(&self) {
+        self.endpoint.revoke(self.comm, &self.members, format!("communicator revoked by rank {}", self.rank));
+    }
+
+    /// Why the communicator was revoked (here or by another member), if it was.
+    pub fn revoked(&self) -> Option<String> {
+        self.endpoint.revoked(self.comm)
+    }
+
+    /// Returns the error a wait would end with now — a peer's failure, an abort or a
+    /// revocation — without waiting. Data paths poll it so that a dead peer ends their
+    /// waits too.
     pub fn check(&self, phase: &str) -> Result<()> {
         if self.aborted.load(Ordering::Acquire) {
             return Err(Error::Aborted { reason: format!("abort requested during {phase}") });
+        }
+        if let Some(reason) = self.revoked() {
+            return Err(Error::Aborted { reason: format!("{reason} (during {phase})") });
         }
         match self.endpoint.failure(phase, &self.members) {
             Some(e) => self.to_comm_ranks(Err(e)),
@@ -361,7 +378,10 @@ impl Bootstrap {
     }
 
     fn recv_internal(&self, peer: u32, tag: u64, phase: &str) -> Result<Vec<u8>> {
-        let result = self.endpoint.recv(self.members[peer as usize], self.comm, tag, phase, &self.aborted, &self.members);
+        // Waits of the user's and the data path's messages end when the communicator is
+        // revoked; the bootstrap's own (split, shrink after a revoke) do not.
+        let revocable = tag < RESERVED_TAGS;
+        let result = self.endpoint.recv(self.members[peer as usize], self.comm, tag, phase, &self.aborted, &self.members, revocable);
         if let Err(Error::Timeout { .. }) = &result {
             // A rank that stops answering is announced as failed so the rest of the job
             // stops waiting for it too.

@@ -41,6 +41,8 @@ pub(crate) struct Limits {
 
 /// The communicator id heartbeats travel on: never a real communicator's.
 const HEARTBEAT_COMM: u64 = u64::MAX;
+/// The communicator id revocation notices travel on (the tag names the revoked one).
+const REVOKE_COMM: u64 = u64::MAX - 1;
 
 struct Shared {
     rank: u32,
@@ -70,6 +72,8 @@ struct Inbox {
     /// is broken when one of its members is here (or by a failure naming nobody: a job-wide
     /// abort); communicators of survivors (shrink) are not.
     dead: HashMap<u32, String>,
+    /// Revoked communicators, with the reason.
+    revoked: HashMap<u64, String>,
 }
 
 impl Inbox {
@@ -230,7 +234,9 @@ impl Endpoint {
 
     /// Waits for the next message from `peer` on (comm, tag); fails when a rank of
     /// `members` (the communicator's job ranks) is known to have failed.
-    pub fn recv(&self, peer: u32, comm: u64, tag: u64, phase: &str, abort: &AtomicBool, members: &[u32]) -> Result<Vec<u8>> {
+    /// A `revocable` wait also ends when the communicator is revoked.
+    #[allow(clippy::too_many_arguments)]
+    pub fn recv(&self, peer: u32, comm: u64, tag: u64, phase: &str, abort: &AtomicBool, members: &[u32], revocable: bool) -> Result<Vec<u8>> {
         let s = &self.shared;
         let start = Instant::now();
         let deadline = start + s.limits.timeout;
@@ -238,6 +244,9 @@ impl Endpoint {
         loop {
             if let Some(message) = inbox.queues.get_mut(&(peer, comm, tag)).and_then(VecDeque::pop_front) {
                 return Ok(message);
+            }
+            if let Some(reason) = inbox.revoked.get(&comm).filter(|_| revocable) {
+                return Err(Error::Aborted { reason: format!("{reason} (during {phase})") });
             }
             if let Some(f) = inbox.breaking(members) {
                 return Err(f.to_error(phase));
@@ -278,6 +287,30 @@ impl Endpoint {
                 return None;
             }
         }
+    }
+
+    /// Revokes communicator `comm` here and tells its other live `members` (job ranks), so
+    /// that their waits on it end too. Best effort: a member that cannot be reached is
+    /// announced as failed.
+    pub fn revoke(&self, comm: u64, members: &[u32], reason: String) {
+        let dead: Vec<u32> = {
+            let mut inbox = self.shared.inbox.lock();
+            inbox.revoked.entry(comm).or_insert_with(|| reason.clone());
+            self.shared.arrived.notify_all();
+            inbox.dead.keys().copied().collect()
+        };
+        let quiet = AtomicBool::new(false);
+        for &m in members.iter().filter(|&&m| m != self.shared.rank && !dead.contains(&m)) {
+            let notice = Message::Data { comm: REVOKE_COMM, tag: comm, payload: reason.as_bytes().to_vec() };
+            if let Err(e) = self.shared.send(m, &notice, &quiet) {
+                tracing::warn!(target: target::BOOTSTRAP, "rank {}: could not tell rank {m} of the revocation: {e}", self.shared.rank);
+            }
+        }
+    }
+
+    /// Why communicator `comm` was revoked, if it was.
+    pub fn revoked(&self, comm: u64) -> Option<String> {
+        self.shared.inbox.lock().revoked.get(&comm).cloned()
     }
 
     /// Every job rank known to have failed.
@@ -420,6 +453,11 @@ impl Shared {
             }
             match message {
                 Ok(Message::Data { comm: HEARTBEAT_COMM, .. }) => {}
+                Ok(Message::Data { comm: REVOKE_COMM, tag: revoked, payload }) => {
+                    let mut inbox = self.inbox.lock();
+                    inbox.revoked.entry(revoked).or_insert_with(|| String::from_utf8_lossy(&payload).into_owned());
+                    self.arrived.notify_all();
+                }
                 Ok(Message::Data { comm, tag, payload }) => {
                     let mut inbox = self.inbox.lock();
                     inbox.queues.entry((from, comm, tag)).or_default().push_back(payload);

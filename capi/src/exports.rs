@@ -239,8 +239,15 @@ exports! {
         })
     }
 
-    fn ncclCommRevoke / pncclCommRevoke(_comm: Comm, _flags: c_int) -> NcclResult {
-        guard("ncclCommRevoke", || Err(Failure::unimplemented("ncclCommRevoke")))
+    fn ncclCommRevoke / pncclCommRevoke(comm: Comm, flags: c_int) -> NcclResult {
+        guard("ncclCommRevoke", || {
+            // SAFETY: the caller's handle.
+            let c = unsafe { NcclComm::from_handle(comm)? }.comm()?;
+            if flags != 0 {
+                return Err(Failure::argument(format!("revokeFlags {flags:#x}: only NCCL_REVOKE_DEFAULT (0) exists")));
+            }
+            Ok(c.revoke()?)
+        })
     }
 
     fn ncclCommGetAsyncError / pncclCommGetAsyncError(comm: Comm, async_error: *mut NcclResult) -> NcclResult {

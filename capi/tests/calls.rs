@@ -70,8 +70,8 @@ fn refusals_are_named_and_nothing_panics() {
         assert_eq!(ncclAllReduce(p, p, 8, FLOAT, SUM, c, 0x1000 as *mut c_void), INVALID_USAGE);
         assert!(last_error().contains("host backend"));
         assert_eq!(ncclGroupEnd(), INVALID_USAGE);
-        assert_eq!(ncclCommRevoke(c, 0), INVALID_USAGE);
-        assert!(last_error().contains("not implemented"));
+        assert_eq!(ncclCommRevoke(c, 1), INVALID_ARGUMENT);
+        assert!(last_error().contains("revokeFlags 0x1"), "{}", last_error());
         assert_eq!(ncclCommShrink(c, null_mut(), 1, &mut null_mut(), null_mut(), 0), INVALID_ARGUMENT);
         assert!(last_error().contains("excludeRanksList is NULL"), "{}", last_error());
         assert_eq!(ncclCommInitRank(null_mut(), 2, NcclUniqueId { internal: [0; 128] }, 0), INVALID_ARGUMENT);
@@ -158,6 +158,43 @@ fn shrink_with_agreement_and_no_list() {
         assert_eq!(unsafe { ncclCommCount(child.cast(), &mut count) }, SUCCESS);
         assert_eq!(count, 3);
         child as usize
+    });
+    let children: Vec<*mut c_void> = children.into_iter().map(|c| c as *mut c_void).collect();
+    checked_all_reduce(&children);
+    for c in children.into_iter().chain(comms) {
+        // SAFETY: live handles, destroyed once.
+        assert_eq!(unsafe { ncclCommDestroy(c.cast()) }, SUCCESS);
+    }
+}
+
+/// ncclCommRevoke on one rank while the others wait in an all_reduce for it: their calls
+/// return ncclRemoteError promptly, every later collective is ncclInvalidUsage, and
+/// ncclCommShrink (no list) still makes a working communicator of them all.
+#[test]
+fn revoke_stops_the_others_and_shrink_still_works() {
+    const REMOTE_ERROR: i32 = 6;
+    let comms = init_all(3);
+    let children = on_threads(&comms, |rank, c| {
+        let mut buf = vec![1f32; 4096];
+        let p = buf.as_mut_ptr().cast::<c_void>();
+        // SAFETY: a live handle and a buffer of 4096 floats.
+        unsafe {
+            if rank == 2 {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                assert_eq!(ncclCommRevoke(c.cast(), 0), SUCCESS, "{}", last_error());
+            } else {
+                let start = std::time::Instant::now();
+                assert_eq!(ncclAllReduce(p, p, 4096, FLOAT, SUM, c.cast(), null_mut()), REMOTE_ERROR);
+                assert!(last_error().contains("revoked by rank 2"), "{}", last_error());
+                assert!(start.elapsed() < std::time::Duration::from_secs(5), "{:?}", start.elapsed());
+            }
+            assert_eq!(ncclAllReduce(p, p, 4096, FLOAT, SUM, c.cast(), null_mut()), INVALID_USAGE);
+            assert!(last_error().contains("revoked"), "{}", last_error());
+            assert_eq!(ncclCommFinalize(c.cast()), INVALID_USAGE);
+            let mut child: *mut c_void = null_mut();
+            assert_eq!(ncclCommShrink(c.cast(), null_mut(), 0, (&mut child as *mut *mut c_void).cast(), null_mut(), 0), SUCCESS, "{}", last_error());
+            child as usize
+        }
     });
     let children: Vec<*mut c_void> = children.into_iter().map(|c| c as *mut c_void).collect();
     checked_all_reduce(&children);

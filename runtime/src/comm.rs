@@ -158,7 +158,9 @@ impl Communicator {
     /// Ranks passing the same `color` form a new communicator, ordered by `key` then rank;
     /// [`oxccl_bootstrap::NOCOLOR`] joins none. Collective; reuses the bootstrap connections.
     pub fn split(&self, color: i32, key: i32) -> Result<Option<Communicator>> {
-        self.check_usable()?;
+        if self.revoked().is_none() {
+            self.check_usable()?;
+        }
         match self.exec.boot.split(color, key)? {
             Some(boot) => Ok(Some(Communicator::from_bootstrap(boot, &self.exec.config)?)),
             None => Ok(None),
@@ -203,6 +205,27 @@ impl Communicator {
         Ok((Communicator::from_bootstrap(boot, &self.exec.config)?, failed))
     }
 
+    /// Revokes the communicator (ncclCommRevoke): in-flight work stops on every rank — a
+    /// collective waiting here or on any other live rank returns an error promptly, also
+    /// on ranks that did not call this (the notice goes through the bootstrap) — and the
+    /// communicator is then usable only for destroy (drop), [`Communicator::split`],
+    /// [`Communicator::shrink`] and [`Communicator::shrink_failed`]; other calls return
+    /// `InvalidUsage`. Returns once this rank's in-flight work has ended. Callable from
+    /// any thread, and by any number of ranks.
+    pub fn revoke(&self) -> Result<()> {
+        self.exec.boot.revoke();
+        self.stream.wake();
+        // In-flight work sees the revocation in its health checks and ends with an error,
+        // which is the point.
+        let _ = self.stream.synchronize();
+        Ok(())
+    }
+
+    /// Why the communicator was revoked (here or by another rank), if it was.
+    pub fn revoked(&self) -> Option<String> {
+        self.exec.boot.revoked()
+    }
+
     /// Waits for every operation enqueued so far.
     pub fn synchronize(&self) -> Result<()> {
         self.stream.synchronize()
@@ -212,6 +235,9 @@ impl Communicator {
     pub fn error(&self) -> Option<Error> {
         if self.exec.abort.load(Ordering::Acquire) {
             return Some(Error::Aborted { reason: String::new() });
+        }
+        if let Some(reason) = self.revoked() {
+            return Some(Error::Aborted { reason });
         }
         self.stream.error()
     }
@@ -230,6 +256,9 @@ impl Communicator {
     /// (logging instead of returning a failure). Bounded by OXCCL_COLL_TIMEOUT_MS; ends
     /// early on abort or a peer's failure.
     pub fn finalize(&self) -> Result<()> {
+        if let Some(reason) = self.revoked() {
+            return Err(Error::InvalidUsage { what: format!("finalize after revoke ({reason}): only destroy, split or shrink remain") });
+        }
         self.synchronize()?;
         self.exec.flush()
     }
@@ -241,6 +270,9 @@ impl Communicator {
     }
 
     fn check_usable(&self) -> Result<()> {
+        if let Some(reason) = self.revoked() {
+            return Err(Error::InvalidUsage { what: format!("the communicator is revoked ({reason}): only destroy, split or shrink remain") });
+        }
         match self.error() {
             Some(e) => Err(e),
             None => Ok(()),

@@ -228,6 +228,48 @@ fn survivors_shrink_without_a_list() {
     }
 }
 
+/// Rank 3 revokes the communicator while ranks 0-2 wait in an all_reduce for it: their
+/// calls end promptly with an error naming the revocation; the communicator then refuses
+/// collectives and finalize, and split still makes a working one of all four.
+#[test]
+fn revoke_stops_waiting_collectives_on_every_rank() {
+    let mut config = Config::defaults();
+    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+    let comms = Communicator::init_all(4, &config).unwrap();
+    let revoked_at = Instant::now() + Duration::from_millis(300);
+    let results: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .iter()
+            .map(|comm| {
+                s.spawn(move || {
+                    let mut data = vec![1.0f32; 1 << 16];
+                    let report = if comm.rank() == 3 {
+                        std::thread::sleep(revoked_at - Instant::now());
+                        comm.revoke().unwrap();
+                        "revoked".to_string()
+                    } else {
+                        let e = comm.all_reduce_in_place(&mut data, ReduceOp::Sum).unwrap_err();
+                        let late = Instant::now().saturating_duration_since(revoked_at);
+                        assert!(e.to_string().contains("revoked by rank 3"), "rank {}: {e}", comm.rank());
+                        assert!(late < Duration::from_secs(1), "rank {} returned {late:?} after the revocation", comm.rank());
+                        format!("returned {:.2} ms after the revocation", late.as_secs_f64() * 1e3)
+                    };
+                    let refused = comm.all_reduce_in_place(&mut data, ReduceOp::Sum).unwrap_err();
+                    assert!(matches!(refused, oxccl_runtime::Error::InvalidUsage { .. }), "{refused}");
+                    assert!(comm.finalize().is_err());
+                    let child = comm.split(0, comm.rank() as i32).unwrap().unwrap();
+                    let mut x = vec![comm.rank() as u64 + 1; 10_001];
+                    child.all_reduce_in_place(&mut x, ReduceOp::Sum).unwrap();
+                    assert!(x.iter().all(|&v| v == 10), "{}", x[0]);
+                    format!("rank {}: {report}, split and all_reduce checked", comm.rank())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    eprintln!("{}", results.join("\n"));
+}
+
 /// Seeded trials: a random rank of 4 or 8 is SIGKILLed at a random step of a loop of
 /// all_reduces, over shared memory or the Net; in every trial every survivor must fail
 /// (no hang: each trial runs under a hard timeout), shrink the victim out and run a checked
