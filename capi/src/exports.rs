@@ -208,12 +208,44 @@ exports! {
         })
     }
 
-    fn ncclCommGrow / pncclCommGrow(_comm: Comm, _nranks: c_int, _id: *const NcclUniqueId, _rank: c_int, _newcomm: *mut Comm, _cfg: *mut c_void) -> NcclResult {
-        guard("ncclCommGrow", || Err(Failure::unimplemented("ncclCommGrow")))
+    fn ncclCommGrow / pncclCommGrow(comm: Comm, nranks: c_int, id: *const NcclUniqueId, rank: c_int, newcomm: *mut Comm, cfg: *mut c_void) -> NcclResult {
+        guard("ncclCommGrow", || {
+            let newcomm = out(newcomm, "newcomm")?;
+            if id.is_null() {
+                return Err(Failure::argument("uniqueId is NULL"));
+            }
+            let n = usize::try_from(nranks).ok().filter(|&n| n > 0).ok_or_else(|| Failure::argument(format!("nRanks {nranks} must be positive")))?;
+            // SAFETY: checked non-NULL; an ncclUniqueId is 128 bytes.
+            let unique = UniqueId::from_bytes(unsafe { &(*id).internal }).map_err(|e| Failure::argument(format!("uniqueId: {e}")))?;
+            let child = if comm.is_null() {
+                // A new rank: it joins at `rank`.
+                let rank = index(rank, n, "rank")?;
+                // SAFETY: the caller's config, read by its own size.
+                let config = unsafe { read_config(cfg, config()?)? };
+                Communicator::init(&unique, rank as u32, n as u32, &config)?
+            } else {
+                // SAFETY: the caller's handle.
+                let c = unsafe { NcclComm::from_handle(comm)? }.comm()?;
+                if rank != -1 && usize::try_from(rank).ok() != Some(c.rank()) {
+                    return Err(Failure::argument(format!("rank {rank} with an existing communicator: existing ranks keep their rank ({}); pass -1", c.rank())));
+                }
+                c.grow(n, &unique)?
+            };
+            // SAFETY: checked non-NULL.
+            unsafe { *newcomm = NcclComm::boxed(child) };
+            Ok(())
+        })
     }
 
-    fn ncclCommGetUniqueId / pncclCommGetUniqueId(_comm: Comm, _id: *mut NcclUniqueId) -> NcclResult {
-        guard("ncclCommGetUniqueId", || Err(Failure::unimplemented("ncclCommGetUniqueId")))
+    fn ncclCommGetUniqueId / pncclCommGetUniqueId(comm: Comm, unique_id: *mut NcclUniqueId) -> NcclResult {
+        guard("ncclCommGetUniqueId", || {
+            let out = out(unique_id, "uniqueId")?;
+            // SAFETY: the caller's handle.
+            let id = unsafe { NcclComm::from_handle(comm)? }.comm()?.grow_id()?;
+            // SAFETY: checked non-NULL; an ncclUniqueId is 128 bytes.
+            unsafe { (*out).internal = id.to_bytes() };
+            Ok(())
+        })
     }
 
     fn ncclCommFinalize / pncclCommFinalize(comm: Comm) -> NcclResult {

@@ -204,6 +204,48 @@ fn revoke_stops_the_others_and_shrink_still_works() {
     }
 }
 
+/// ncclCommGrow: two ranks and a new one (comm NULL, its rank given) make a communicator
+/// of three from an id of ncclCommGetUniqueId; the existing ranks keep theirs. Growing to
+/// no more ranks, or an existing rank asking for another rank, is refused by name.
+#[test]
+fn grow_two_ranks_to_three() {
+    let comms = init_all(2);
+    let mut id = NcclUniqueId { internal: [0; 128] };
+    let mut dummy = null_mut();
+    // SAFETY: live handle, valid pointers.
+    unsafe {
+        assert_eq!(ncclCommGetUniqueId(comms[0].cast(), &mut id), SUCCESS, "{}", last_error());
+        assert_eq!(ncclCommGrow(comms[0].cast(), 2, &id, -1, &mut dummy, null_mut()), INVALID_ARGUMENT);
+        assert!(last_error().contains("already has 2"), "{}", last_error());
+        assert_eq!(ncclCommGrow(comms[0].cast(), 3, &id, 1, &mut dummy, null_mut()), INVALID_ARGUMENT);
+        assert!(last_error().contains("keep their rank"), "{}", last_error());
+        assert_eq!(ncclCommGrow(null_mut(), 3, &id, 3, &mut dummy, null_mut()), INVALID_ARGUMENT);
+        assert!(last_error().contains("rank 3 out of range"), "{}", last_error());
+    }
+    let id_bytes = id.internal;
+    let mut all = comms.clone();
+    all.push(null_mut()); // the new rank
+    let grown = on_threads(&all, move |rank, c| {
+        let id = NcclUniqueId { internal: id_bytes };
+        let mut child: *mut c_void = null_mut();
+        let given = if c.is_null() { rank as i32 } else { -1 };
+        // SAFETY: a live handle or NULL, the id and an out pointer.
+        let rc = unsafe { ncclCommGrow(c.cast(), 3, &id, given, (&mut child as *mut *mut c_void).cast(), null_mut()) };
+        assert_eq!(rc, SUCCESS, "{}", last_error());
+        let mut r = -1;
+        // SAFETY: the new handle and an out pointer.
+        assert_eq!(unsafe { ncclCommUserRank(child.cast(), &mut r) }, SUCCESS);
+        assert_eq!(r, rank as i32);
+        child as usize
+    });
+    let grown: Vec<*mut c_void> = grown.into_iter().map(|c| c as *mut c_void).collect();
+    checked_all_reduce(&grown);
+    for c in grown.into_iter().chain(comms) {
+        // SAFETY: live handles, destroyed once.
+        assert_eq!(unsafe { ncclCommDestroy(c.cast()) }, SUCCESS);
+    }
+}
+
 /// ncclConfig_t with blocking = 0: ncclCommInitRankConfig returns ncclInProgress at once
 /// and ncclCommGetAsyncError reports ncclInProgress until the communicator is ready, then
 /// ncclSuccess; calls on it before that return ncclInProgress.

@@ -205,6 +205,25 @@ impl Communicator {
         Ok((Communicator::from_bootstrap(boot, &self.exec.config)?, failed))
     }
 
+    /// A new unique id for [`Communicator::grow`], its root served by this process
+    /// (ncclCommGetUniqueId): one existing rank makes it and hands it to the others and to
+    /// the new processes out of band (a broadcast on this communicator, a file, ...).
+    pub fn grow_id(&self) -> Result<UniqueId> {
+        Ok(Bootstrap::create_id(&self.exec.config)?)
+    }
+
+    /// A communicator of `nranks` ranks made of this one's ranks, which keep their ranks,
+    /// and new processes, which call [`Communicator::init`] with the same `id` and ranks
+    /// from `self.nranks()` up (ncclCommGrow). Collective over the existing and the new
+    /// ranks, through a new rendezvous at `id`'s root; bounded by the bootstrap timeouts.
+    pub fn grow(&self, nranks: usize, id: &UniqueId) -> Result<Communicator> {
+        if nranks <= self.nranks() {
+            return Err(Error::invalid(format!("grow to {nranks} ranks: the communicator already has {}; growing needs more", self.nranks())));
+        }
+        let n = u32::try_from(nranks).map_err(|_| Error::invalid(format!("grow to {nranks} ranks: too many")))?;
+        Communicator::init(id, self.rank() as u32, n, &self.exec.config)
+    }
+
     /// Revokes the communicator (ncclCommRevoke): in-flight work stops on every rank — a
     /// collective waiting here or on any other live rank returns an error promptly, also
     /// on ranks that did not call this (the notice goes through the bootstrap) — and the

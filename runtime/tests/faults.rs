@@ -10,10 +10,17 @@ use oxccl_runtime::{bootstrap::Config, Communicator, ReduceOp};
 /// One rank of a job (does nothing when run as an ordinary test).
 #[test]
 fn child() {
+    if let Ok(id) = std::env::var("OXCCL_TEST_GROW_ID") {
+        return newcomer(&id);
+    }
     let Ok(victim) = std::env::var("OXCCL_TEST_FAULT_VICTIM") else { return };
     let victim: usize = victim.parse().unwrap();
     let config = Config::from_env().unwrap();
     let comm = Communicator::from_env(&config).unwrap();
+    if std::env::var("OXCCL_TEST_FAULT_MODE").as_deref() == Ok("grow") {
+        grow_by_one(&comm);
+        return;
+    }
     if std::env::var("OXCCL_TEST_FAULT_MODE").as_deref() == Ok("stop") {
         stopped_peer(&comm, victim);
         return;
@@ -57,6 +64,58 @@ fn child() {
         }
         data.fill(1.0);
     }
+}
+
+/// The job's ranks all-reduce, then grow by one: rank 0 makes the id, broadcasts it on
+/// the old communicator and starts the new process (this binary's `child` as a
+/// newcomer); all run a checked all_reduce on the grown communicator.
+fn grow_by_one(comm: &Communicator) {
+    let n = comm.nranks();
+    let mut id = if comm.rank() == 0 { comm.grow_id().unwrap().to_bytes().to_vec() } else { vec![0u8; 128] };
+    comm.broadcast(&mut id, 0).unwrap();
+    let id = oxccl_runtime::bootstrap::UniqueId::from_bytes(&id).unwrap();
+    let newcomer = (comm.rank() == 0).then(|| {
+        Command::new(std::env::current_exe().unwrap())
+            .args(["child", "--exact", "--nocapture", "--test-threads", "1"])
+            .env("OXCCL_TEST_GROW_ID", id.to_hex())
+            .env("OXCCL_TEST_GROW_RANK", n.to_string())
+            .env("OXCCL_TEST_GROW_NRANKS", (n + 1).to_string())
+            .env_remove("OXCCL_RANK")
+            .env_remove("OXCCL_TEST_FAULT_VICTIM")
+            .spawn()
+            .unwrap()
+    });
+    let start = Instant::now();
+    let grown = comm.grow(n + 1, &id).unwrap();
+    let grow_ms = start.elapsed().as_secs_f64() * 1e3;
+    assert_eq!((grown.rank(), grown.nranks()), (comm.rank(), n + 1));
+    checked_all_reduce(&grown);
+    grown.finalize().unwrap();
+    println!("rank {} of {}: grown in {grow_ms:.1} ms, all_reduce checked", grown.rank(), grown.nranks());
+    if let Some(mut newcomer) = newcomer {
+        assert!(newcomer.wait().unwrap().success(), "the new rank failed");
+    }
+    drop(grown);
+    std::process::exit(6);
+}
+
+/// The new process of [`grow_by_one`]: joins the grown communicator at its rank.
+fn newcomer(id: &str) {
+    let id = oxccl_runtime::bootstrap::UniqueId::from_hex(id).unwrap();
+    let var = |name: &str| std::env::var(name).unwrap().parse::<u32>().unwrap();
+    let config = Config::from_env().unwrap();
+    let comm = Communicator::init(&id, var("OXCCL_TEST_GROW_RANK"), var("OXCCL_TEST_GROW_NRANKS"), &config).unwrap();
+    checked_all_reduce(&comm);
+    comm.finalize().unwrap();
+    println!("new rank {} of {}: joined, all_reduce checked", comm.rank(), comm.nranks());
+}
+
+/// All-reduces `rank + 1` and checks the sum.
+fn checked_all_reduce(comm: &Communicator) {
+    let n = comm.nranks() as u64;
+    let mut x = vec![comm.rank() as u64 + 1; 100_003];
+    comm.all_reduce_in_place(&mut x, ReduceOp::Sum).unwrap();
+    assert!(x.iter().all(|&v| v == n * (n + 1) / 2), "rank {}: {} expected {}", comm.rank(), x[0], n * (n + 1) / 2);
 }
 
 /// The victim stops (SIGSTOP: a hung process, which no socket notices); each survivor's
@@ -268,6 +327,20 @@ fn revoke_stops_waiting_collectives_on_every_rank() {
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     eprintln!("{}", results.join("\n"));
+}
+
+/// Three ranks grow to four with a new process: the existing ranks keep their ranks and a
+/// checked all_reduce runs on the grown communicator.
+#[test]
+fn three_ranks_grow_to_four() {
+    let job = start_job(3, usize::MAX, &[("OXCCL_TEST_FAULT_MODE", "grow")]);
+    let outputs = job.wait_with_output(Duration::from_secs(60)).unwrap();
+    for (rank, (status, stdout)) in outputs.iter().enumerate() {
+        assert_eq!(status.code(), Some(6), "rank {rank}: {status:?}\n{stdout}");
+        assert!(stdout.contains(&format!("rank {rank} of 4: grown in")), "rank {rank}: {stdout}");
+    }
+    assert!(outputs[0].1.contains("new rank 3 of 4: joined, all_reduce checked"), "{}", outputs[0].1);
+    eprintln!("{}", outputs.iter().map(|(_, o)| o.trim()).collect::<Vec<_>>().join("\n"));
 }
 
 /// Seeded trials: a random rank of 4 or 8 is SIGKILLed at a random step of a loop of
