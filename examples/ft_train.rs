@@ -9,6 +9,11 @@
 //! cargo run --release --example ft_train -- --nranks 4 --kill-rank 2 --kill-at-step 10
 //! ```
 //!
+//! With `--grow`, the survivors then start a replacement process and admit it with
+//! `Communicator::grow` (rank 0 makes the id and broadcasts it; the replacement gets it,
+//! its rank, the step and the running checksum on its command line), so that the run
+//! finishes at N ranks, every one verifying the checksum.
+//!
 //! Without a launcher it starts its own ranks. Under a launcher it is one rank of the job,
 //! but launchers end the whole job when a rank dies unless told not to (Slurm:
 //! `srun --no-kill`; Open MPI 5 with ULFM: `mpirun --with-ft ulfm`).
@@ -21,7 +26,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use oxccl::bootstrap::{config::process_env, log, spawn, Config};
+use oxccl::bootstrap::{config::process_env, log, spawn, Config, UniqueId};
 use oxccl::runtime::{Communicator, Error, ReduceOp};
 
 const BATCH: u64 = 64;
@@ -32,6 +37,17 @@ struct Args {
     mib: usize,
     kill_rank: Option<usize>,
     kill_at_step: u64,
+    grow: bool,
+    /// Set for a replacement process: where it joins.
+    join: Option<Join>,
+}
+
+/// What a replacement process needs to join a grown run.
+struct Join {
+    id: String,
+    rank: u32,
+    step: u64,
+    checksum: u64,
 }
 
 fn main() -> ExitCode {
@@ -48,7 +64,7 @@ fn run() -> Result<ExitCode, Box<dyn std::error::Error>> {
     let args = parse_args()?;
     let config = Config::from_env()?;
     log::init(&config);
-    if !spawn::launched(&process_env()) {
+    if args.join.is_none() && !spawn::launched(&process_env()) {
         let argv: Vec<String> = std::env::args().skip(1).collect();
         let start = Instant::now();
         let job = spawn::spawn_self(args.nranks, &config, &argv)?;
@@ -68,14 +84,25 @@ fn run() -> Result<ExitCode, Box<dyn std::error::Error>> {
         return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
     }
 
-    let mut comm = Communicator::from_env(&config)?;
-    let me = comm.rank(); // this rank's name in the original job, for messages
+    let (comm, step, checksum) = match &args.join {
+        Some(join) => {
+            let id = UniqueId::from_hex(&join.id)?;
+            (Communicator::init(&id, join.rank, args.nranks, &config)?, join.step, join.checksum)
+        }
+        None => (Communicator::from_env(&config)?, 0, 0),
+    };
+    train(comm, &args, step, checksum)
+}
+
+/// Runs the steps from `step` on, with the running checksum so far.
+fn train(mut comm: Communicator, args: &Args, mut step: u64, mut checksum: u64) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let me = comm.rank(); // this rank's name in the original job (or as it joined), for messages
     let len = args.mib * (1 << 20) / 8;
     let mut grad = vec![0u64; len];
-    let mut checksum = 0u64;
-    let mut step = 0;
+    let mut lost_one = args.join.is_some();
+    let mut replacement: Option<std::process::Child> = None;
     while step < args.steps {
-        if args.kill_rank == Some(comm.rank()) && step == args.kill_at_step && comm.nranks() == args.nranks as usize {
+        if args.kill_rank == Some(me) && step == args.kill_at_step && !lost_one {
             // SAFETY: raising a signal at ourselves has no memory-safety preconditions.
             unsafe { libc::raise(libc::SIGKILL) };
         }
@@ -94,17 +121,26 @@ fn run() -> Result<ExitCode, Box<dyn std::error::Error>> {
                 step += 1;
             }
             Err(Error::PeerFailed { rank: dead, reason, .. }) => {
+                lost_one = true;
                 let detected = started.elapsed();
                 let shrink_start = Instant::now();
-                let survivors = comm.shrink(&[dead as usize], true)?;
+                // No list: the survivors agree on who failed.
+                let (survivors, excluded) = comm.shrink_failed(true)?;
                 let shrunk = shrink_start.elapsed();
                 println!(
-                    "rank {me}: step {step}: rank {dead} failed ({reason}); noticed in {:.1} ms, shrunk to {} ranks in {:.1} ms; redoing the step",
+                    "rank {me}: step {step}: rank {dead} failed ({reason}); noticed in {:.1} ms, agreed on {excluded:?} and shrunk to {} ranks in {:.1} ms; redoing the step",
                     detected.as_secs_f64() * 1e3,
                     survivors.nranks(),
                     shrunk.as_secs_f64() * 1e3
                 );
                 comm = survivors;
+                if args.grow {
+                    let grow_start = Instant::now();
+                    let (grown, child) = admit_replacement(&comm, args, step, checksum)?;
+                    println!("rank {me}: grew back to {} ranks in {:.1} ms", grown.nranks(), grow_start.elapsed().as_secs_f64() * 1e3);
+                    comm = grown;
+                    replacement = child;
+                }
             }
             Err(e) => return Err(e.into()),
         }
@@ -115,7 +151,33 @@ fn run() -> Result<ExitCode, Box<dyn std::error::Error>> {
         return Err(format!("rank {me}: checksum {checksum:#x}, expected {expected:#x}").into());
     }
     println!("rank {me} (now {} of {}): {} steps done, checksum {checksum:#018x} verified", comm.rank(), comm.nranks(), args.steps);
+    if let Some(mut child) = replacement {
+        let status = child.wait()?;
+        if !status.success() {
+            return Err(format!("rank {me}: the replacement process ended with {status}").into());
+        }
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Grows the survivors back to `args.nranks`: rank 0 makes the id, broadcasts it and starts
+/// the replacement processes (this program, told where to join); returns the grown
+/// communicator and, on rank 0, the replacement to wait for.
+fn admit_replacement(comm: &Communicator, args: &Args, step: u64, checksum: u64) -> Result<(Communicator, Option<std::process::Child>), Box<dyn std::error::Error>> {
+    let mut id = if comm.rank() == 0 { comm.grow_id()?.to_bytes().to_vec() } else { vec![0u8; 128] };
+    comm.broadcast(&mut id, 0)?;
+    let id = UniqueId::from_bytes(&id)?;
+    let mut child = None;
+    if comm.rank() == 0 {
+        // One process per missing rank; this example loses one.
+        let argv: Vec<String> = std::env::args().skip(1).collect();
+        let spawned = std::process::Command::new(std::env::current_exe()?)
+            .args(&argv)
+            .args(["--join-id", &id.to_hex(), "--join-rank", &comm.nranks().to_string(), "--join-step", &step.to_string(), "--join-checksum", &checksum.to_string()])
+            .spawn()?;
+        child = Some(spawned);
+    }
+    Ok((comm.grow(args.nranks as usize, &id)?, child))
 }
 
 /// Sample j's contribution at step s (splitmix64).
@@ -141,18 +203,38 @@ fn expected_checksum(steps: u64, len: usize) -> u64 {
 
 fn parse_args() -> Result<Args, String> {
     let argv: Vec<String> = std::env::args().skip(1).collect();
-    let mut args = Args { nranks: 4, steps: 30, mib: 8, kill_rank: None, kill_at_step: 10 };
+    let mut args = Args { nranks: 4, steps: 30, mib: 8, kill_rank: None, kill_at_step: 10, grow: false, join: None };
+    let mut join_id = None;
+    let (mut join_rank, mut join_step, mut join_checksum) = (None, None, None);
     let mut it = argv.iter();
     while let Some(flag) = it.next() {
+        if flag == "--grow" {
+            args.grow = true;
+            continue;
+        }
+        if flag == "--join-id" {
+            join_id = Some(it.next().ok_or("--join-id needs an id")?.clone());
+            continue;
+        }
         let mut value = |name: &str| -> Result<u64, String> { it.next().and_then(|v| v.parse().ok()).ok_or_else(|| format!("{name} needs a number")) };
         match flag.as_str() {
+            "--join-rank" => join_rank = Some(value("--join-rank")? as u32),
+            "--join-step" => join_step = Some(value("--join-step")?),
+            "--join-checksum" => join_checksum = Some(value("--join-checksum")?),
             "--nranks" => args.nranks = value("--nranks")? as u32,
             "--steps" => args.steps = value("--steps")?,
             "--mib" => args.mib = value("--mib")? as usize,
             "--kill-rank" => args.kill_rank = Some(value("--kill-rank")? as usize),
             "--kill-at-step" => args.kill_at_step = value("--kill-at-step")?,
-            other => return Err(format!("unknown argument {other:?} (expected --nranks, --steps, --mib, --kill-rank, --kill-at-step)")),
+            other => return Err(format!("unknown argument {other:?} (expected --nranks, --steps, --mib, --kill-rank, --kill-at-step, --grow)")),
         }
+    }
+    if let Some(id) = join_id {
+        let missing = || "--join-id needs --join-rank, --join-step and --join-checksum".to_string();
+        args.join = Some(Join { id, rank: join_rank.ok_or_else(missing)?, step: join_step.ok_or_else(missing)?, checksum: join_checksum.ok_or_else(missing)? });
+    }
+    if args.grow && args.kill_rank.is_none() {
+        return Err("--grow replaces a killed rank: give --kill-rank too".into());
     }
     if args.nranks < 2 && args.kill_rank.is_some() {
         return Err("--kill-rank needs at least 2 ranks".into());

@@ -1,6 +1,7 @@
 //! The README's main example (4 ranks it starts itself, a checked all_reduce, busbw
 //! printed) and the fault-tolerant training example (a rank killed mid-run, the survivors
-//! shrink and finish with the checksum of an undisturbed run).
+//! shrink and finish with the checksum of an undisturbed run; with --grow a replacement
+//! joins and the run finishes at full size).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -56,6 +57,25 @@ fn training_survives_a_killed_rank() {
         assert!(stdout.contains(&format!("rank {rank} (now ")) && stdout.contains("of 3): 12 steps done"), "{stdout}");
     }
     assert_eq!(stdout.matches("verified").count(), 3, "{stdout}");
+}
+
+/// With --grow, a replacement process is admitted after the shrink: the run finishes at 4
+/// ranks, each verifying the checksum of an undisturbed run.
+#[test]
+fn training_grows_back_after_a_killed_rank() {
+    let out = Command::new(example_named("ft_train"))
+        .args(["--nranks", "4", "--steps", "12", "--mib", "2", "--kill-rank", "1", "--kill-at-step", "5", "--grow"])
+        .env("NCCL_SOCKET_IFNAME", "lo")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    for rank in [0, 2, 3] {
+        assert!(stdout.contains(&format!("rank {rank}: step 5: rank 1 failed")), "{stdout}");
+        assert!(stdout.contains(&format!("rank {rank}: grew back to 4 ranks")), "{stdout}");
+    }
+    assert_eq!(stdout.matches("of 4): 12 steps done").count(), 4, "{stdout}");
+    assert_eq!(stdout.matches("verified").count(), 4, "{stdout}");
 }
 
 #[test]

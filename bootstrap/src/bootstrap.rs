@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::agree::{AgreeMessage, Agreement, Outcome};
 use crate::config::Config;
 use crate::endpoint::{Endpoint, Limits};
 use crate::error::{Error, Result};
@@ -21,6 +22,8 @@ pub const RESERVED_TAGS: u64 = 1 << 63;
 const TAG_ALLGATHER: u64 = RESERVED_TAGS;
 const TAG_BROADCAST: u64 = RESERVED_TAGS + 1;
 const TAG_BARRIER: u64 = RESERVED_TAGS + 0x100; // + round
+/// Mixed into the namespace of an agreement's messages.
+const AGREEMENT: u64 = 0x4147_5245_454d_4e54; // "AGREEMNT"
 
 /// The ranks of one communicator, connected for control traffic.
 ///
@@ -245,6 +248,65 @@ impl Bootstrap {
         Ok(Bootstrap::new(self.endpoint.clone(), mix(&parts), members, rank))
     }
 
+    /// Agrees with the other live ranks on which ranks of this communicator failed
+    /// (`MPIX_Comm_agree` on the failed group; the protocol is in [`crate::agree`]): every
+    /// rank that returns `Ok` returns the same sorted list, which holds every rank any of
+    /// them knew as failed and never a rank that returned. Collective over the live ranks;
+    /// dead ones are never waited for (a rank is found dead by its closed connections, the
+    /// heartbeats or a failure notice). Ranks this one learns are failed through the
+    /// agreement are announced to the job. A rank the others count as failed gets
+    /// [`Error::Excluded`]. Works after [`Bootstrap::abort`] (it is how survivors recover);
+    /// bounded by the bootstrap timeout.
+    pub fn agree_failed(&self) -> Result<Vec<u32>> {
+        let n = self.nranks();
+        let namespace = mix(&[self.comm, self.splits.load(Ordering::Relaxed), AGREEMENT]);
+        let dead_here = || -> Vec<u32> {
+            let dead = self.endpoint.dead_ranks();
+            (0..n).filter(|&r| dead.contains(&self.members[r as usize])).collect()
+        };
+        let mut agreement = Agreement::new(self.rank, n, dead_here());
+        let mut announced = agreement.suspected().clone();
+        let never = AtomicBool::new(false);
+        let start = Instant::now();
+        let deadline = start + self.endpoint.timeout();
+        loop {
+            while let Some((to, message)) = agreement.poll_transmit() {
+                // A failed send announces the peer's failure, which comes back below.
+                let _ = self.endpoint.send(self.members[to as usize], namespace, 0, &message.encode(), &never);
+            }
+            let adopted: Vec<u32> = agreement.suspected().difference(&announced).copied().collect();
+            for r in adopted {
+                self.endpoint.fail(format!("rank {r} counted as failed by the agreement on failed ranks"), vec![self.members[r as usize]]);
+                announced.insert(r);
+            }
+            if self.endpoint.dead_ranks().contains(&self.members[self.rank as usize]) {
+                return Err(Error::Excluded { rank: self.rank, by: "a failure notice naming it".into() });
+            }
+            match agreement.outcome() {
+                Some(Outcome::Decided(failed)) => {
+                    tracing::info!(target: target::BOOTSTRAP, "rank {}: agreed on failed ranks {failed:?} in {:?}", self.rank, start.elapsed());
+                    return Ok(failed.into_iter().collect());
+                }
+                Some(Outcome::Excluded { by }) => return Err(Error::Excluded { rank: self.rank, by: format!("rank {by}") }),
+                None => {}
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Timeout { phase: format!("agreeing on the failed ranks (rank {}: {agreement:?})", self.rank), waited: now - start });
+            }
+            if let Some((from, payload)) = self.endpoint.recv_any(namespace, 0, &self.members, deadline.min(now + Duration::from_millis(100))) {
+                let from = self.members.iter().position(|&m| m == from).expect("recv_any takes from members") as u32;
+                match AgreeMessage::decode(&payload) {
+                    Some(message) => agreement.handle_message(from, message),
+                    None => tracing::warn!(target: target::BOOTSTRAP, "rank {}: dropping a malformed agreement message from rank {from}", self.rank),
+                }
+            }
+            for r in dead_here() {
+                agreement.handle_suspect(r);
+            }
+        }
+    }
+
     /// Makes every current and future wait of this communicator return an error. Callable
     /// from any thread; returns at once.
     pub fn abort(&self) {
@@ -252,11 +314,28 @@ impl Bootstrap {
         self.endpoint.wake_all();
     }
 
-    /// Returns the error a wait would end with now — a peer's failure or an abort — without
-    /// waiting. Data paths poll it so that a dead peer ends their waits too.
+    /// Revokes the communicator (ncclCommRevoke): every wait of its data path and of user
+    /// messages, here and on every other live member, ends with an error promptly (the
+    /// notice goes straight to each member); the bootstrap's own operations (split,
+    /// shrink, agreement) keep working. Callable from any thread.
+    pub fn revoke(&self) {
+        self.endpoint.revoke(self.comm, &self.members, format!("communicator revoked by rank {}", self.rank));
+    }
+
+    /// Why the communicator was revoked (here or by another member), if it was.
+    pub fn revoked(&self) -> Option<String> {
+        self.endpoint.revoked(self.comm)
+    }
+
+    /// Returns the error a wait would end with now — a peer's failure, an abort or a
+    /// revocation — without waiting. Data paths poll it so that a dead peer ends their
+    /// waits too.
     pub fn check(&self, phase: &str) -> Result<()> {
         if self.aborted.load(Ordering::Acquire) {
             return Err(Error::Aborted { reason: format!("abort requested during {phase}") });
+        }
+        if let Some(reason) = self.revoked() {
+            return Err(Error::Aborted { reason: format!("{reason} (during {phase})") });
         }
         match self.endpoint.failure(phase, &self.members) {
             Some(e) => self.to_comm_ranks(Err(e)),
@@ -299,7 +378,10 @@ impl Bootstrap {
     }
 
     fn recv_internal(&self, peer: u32, tag: u64, phase: &str) -> Result<Vec<u8>> {
-        let result = self.endpoint.recv(self.members[peer as usize], self.comm, tag, phase, &self.aborted, &self.members);
+        // Waits of the user's and the data path's messages end when the communicator is
+        // revoked; the bootstrap's own (split, shrink after a revoke) do not.
+        let revocable = tag < RESERVED_TAGS;
+        let result = self.endpoint.recv(self.members[peer as usize], self.comm, tag, phase, &self.aborted, &self.members, revocable);
         if let Err(Error::Timeout { .. }) = &result {
             // A rank that stops answering is announced as failed so the rest of the job
             // stops waiting for it too.

@@ -9,12 +9,13 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::detect::{self, RingDetector, Suspicion};
 use crate::error::{Error, Result};
 use crate::id::{Secret, PROTOCOL_VERSION};
 use crate::log::target;
@@ -40,6 +41,8 @@ pub(crate) struct Limits {
 
 /// The communicator id heartbeats travel on: never a real communicator's.
 const HEARTBEAT_COMM: u64 = u64::MAX;
+/// The communicator id revocation notices travel on (the tag names the revoked one).
+const REVOKE_COMM: u64 = u64::MAX - 1;
 
 struct Shared {
     rank: u32,
@@ -53,8 +56,8 @@ struct Shared {
     arrived: Condvar,
     stop: Arc<AtomicBool>,
     incoming: Mutex<Vec<TcpStream>>,
-    /// When each peer was last heard from, in ms since `epoch`.
-    heard: Vec<AtomicU64>,
+    /// The heartbeat detector, once started; fed with every message heard (ms since `epoch`).
+    detector: Mutex<Option<RingDetector>>,
     epoch: Instant,
 }
 
@@ -69,6 +72,8 @@ struct Inbox {
     /// is broken when one of its members is here (or by a failure naming nobody: a job-wide
     /// abort); communicators of survivors (shrink) are not.
     dead: HashMap<u32, String>,
+    /// Revoked communicators, with the reason.
+    revoked: HashMap<u64, String>,
 }
 
 impl Inbox {
@@ -105,7 +110,7 @@ impl Endpoint {
             arrived: Condvar::new(),
             stop: Arc::new(AtomicBool::new(false)),
             incoming: Mutex::new(Vec::new()),
-            heard: (0..nranks).map(|_| AtomicU64::new(0)).collect(),
+            detector: Mutex::new(None),
             epoch: Instant::now(),
         });
         let weak = Arc::downgrade(&shared);
@@ -157,11 +162,8 @@ impl Endpoint {
         if s.nranks < 2 {
             return;
         }
-        let interval = (timeout / 5).clamp(Duration::from_millis(10), Duration::from_secs(1));
-        let (rank, n) = (s.rank, s.nranks);
-        for r in 0..n {
-            s.heard[r as usize].store(s.now_ms(), Ordering::Release);
-        }
+        let interval = detect::interval(timeout);
+        *s.detector.lock() = Some(RingDetector::new(s.rank, s.nranks, timeout, s.now_ms()));
         let weak = Arc::downgrade(&self.shared);
         let stop = s.stop.clone();
         let spawned = std::thread::Builder::new().name("oxccl-heartbeat".into()).spawn(move || {
@@ -172,34 +174,47 @@ impl Endpoint {
                 if stop.load(Ordering::Acquire) {
                     return;
                 }
-                // The live ring neighbours: failed ranks drop out, so that survivors keep
-                // watching each other (and a shrunk communicator stays covered).
-                let (next, prev, closed) = {
-                    let inbox = s.inbox.lock();
-                    let alive = |r: &u32| !inbox.dead.contains_key(r);
-                    let next = (1..n).map(|i| (rank + i) % n).find(alive);
-                    let prev = (1..n).map(|i| (rank + n - i) % n).find(alive);
-                    (next, prev, prev.is_some_and(|p| inbox.closed.contains(&p)))
+                let beat = {
+                    // Failed ranks drop out of the ring, so that survivors keep watching each
+                    // other (and a shrunk communicator stays covered).
+                    let (dead, left): (Vec<u32>, Vec<u32>) = {
+                        let inbox = s.inbox.lock();
+                        (inbox.dead.keys().copied().collect(), inbox.closed.iter().copied().filter(|r| !inbox.dead.contains_key(r)).collect())
+                    };
+                    let mut detector = s.detector.lock();
+                    let Some(detector) = detector.as_mut() else { return };
+                    dead.into_iter().for_each(|r| detector.handle_dead(r));
+                    left.into_iter().for_each(|r| detector.handle_left(r));
+                    detector.poll(s.now_ms())
                 };
-                let (Some(next), Some(prev)) = (next, prev) else { continue };
                 // A dead successor is found (and announced) by this send.
-                let _ = s.send(next, &Message::Data { comm: HEARTBEAT_COMM, tag: 0, payload: Vec::new() }, &quiet);
-                let silent = Duration::from_millis(s.now_ms().saturating_sub(s.heard[prev as usize].load(Ordering::Acquire)));
-                if !closed && silent > timeout {
-                    s.fail(Failure {
-                        reason: format!("rank {prev} stopped answering: nothing from it for {} ms (OXCCL_HEARTBEAT_TIMEOUT_MS={}); stopped or hung", silent.as_millis(), timeout.as_millis()),
-                        failed: vec![prev],
-                    });
-                    // Watching a new predecessor starts now.
-                    for r in 0..n {
-                        s.heard[r as usize].fetch_max(s.now_ms().saturating_sub(timeout.as_millis() as u64 / 2), Ordering::AcqRel);
+                if let Some(next) = beat.heartbeat_to {
+                    let _ = s.send(next, &Message::Data { comm: HEARTBEAT_COMM, tag: 0, payload: Vec::new() }, &quiet);
+                }
+                if let Some(Suspicion { rank, silent_ms, watched_next }) = beat.suspect {
+                    let failure = Failure {
+                        reason: format!("rank {rank} stopped answering: nothing from it for {silent_ms} ms (OXCCL_HEARTBEAT_TIMEOUT_MS={}); stopped or hung", timeout.as_millis()),
+                        failed: vec![rank],
+                    };
+                    // The rank watched next learns it (and every failure known here) at once,
+                    // so that its heartbeats come here before its credit runs out, even if
+                    // the notice going round the ring is swallowed by another stopped rank.
+                    if let Some(watched) = watched_next.filter(|&w| w != s.rank) {
+                        let notice = Message::Abort { reason: failure.reason.clone(), failed: failure.failed.clone() };
+                        let _ = std::iter::once(notice).chain(s.known_failures()).try_for_each(|m| s.send_quietly(watched, &m, &quiet));
                     }
+                    s.fail(failure);
                 }
             }
         });
         if let Err(e) = spawned {
             tracing::warn!(target: target::BOOTSTRAP, "rank {}: no heartbeat thread ({e}): a stopped peer will only be found by timeouts", s.rank);
         }
+    }
+
+    /// How long one bootstrap step may wait.
+    pub fn timeout(&self) -> Duration {
+        self.shared.limits.timeout
     }
 
     /// The deadline of a wait starting now.
@@ -219,7 +234,9 @@ impl Endpoint {
 
     /// Waits for the next message from `peer` on (comm, tag); fails when a rank of
     /// `members` (the communicator's job ranks) is known to have failed.
-    pub fn recv(&self, peer: u32, comm: u64, tag: u64, phase: &str, abort: &AtomicBool, members: &[u32]) -> Result<Vec<u8>> {
+    /// A `revocable` wait also ends when the communicator is revoked.
+    #[allow(clippy::too_many_arguments)]
+    pub fn recv(&self, peer: u32, comm: u64, tag: u64, phase: &str, abort: &AtomicBool, members: &[u32], revocable: bool) -> Result<Vec<u8>> {
         let s = &self.shared;
         let start = Instant::now();
         let deadline = start + s.limits.timeout;
@@ -227,6 +244,9 @@ impl Endpoint {
         loop {
             if let Some(message) = inbox.queues.get_mut(&(peer, comm, tag)).and_then(VecDeque::pop_front) {
                 return Ok(message);
+            }
+            if let Some(reason) = inbox.revoked.get(&comm).filter(|_| revocable) {
+                return Err(Error::Aborted { reason: format!("{reason} (during {phase})") });
             }
             if let Some(f) = inbox.breaking(members) {
                 return Err(f.to_error(phase));
@@ -245,6 +265,57 @@ impl Endpoint {
             let wake = deadline.min(now + Duration::from_millis(100));
             s.arrived.wait_until(&mut inbox, wake);
         }
+    }
+
+    /// Takes the next message on (comm, tag) from any of `peers` (job ranks), waiting until
+    /// `until` at most; `None` if nothing came by then. Failures do not end this wait (the
+    /// caller asks [`Endpoint::dead_ranks`]), but wake it.
+    pub fn recv_any(&self, comm: u64, tag: u64, peers: &[u32], until: Instant) -> Option<(u32, Vec<u8>)> {
+        let s = &self.shared;
+        let mut inbox = s.inbox.lock();
+        loop {
+            let found = peers.iter().find_map(|&p| inbox.queues.get_mut(&(p, comm, tag)).and_then(VecDeque::pop_front).map(|m| (p, m)));
+            if found.is_some() {
+                return found;
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            let before = inbox.dead.len();
+            s.arrived.wait_until(&mut inbox, until);
+            if inbox.dead.len() != before {
+                return None;
+            }
+        }
+    }
+
+    /// Revokes communicator `comm` here and tells its other live `members` (job ranks), so
+    /// that their waits on it end too. Best effort: a member that cannot be reached is
+    /// announced as failed.
+    pub fn revoke(&self, comm: u64, members: &[u32], reason: String) {
+        let dead: Vec<u32> = {
+            let mut inbox = self.shared.inbox.lock();
+            inbox.revoked.entry(comm).or_insert_with(|| reason.clone());
+            self.shared.arrived.notify_all();
+            inbox.dead.keys().copied().collect()
+        };
+        let quiet = AtomicBool::new(false);
+        for &m in members.iter().filter(|&&m| m != self.shared.rank && !dead.contains(&m)) {
+            let notice = Message::Data { comm: REVOKE_COMM, tag: comm, payload: reason.as_bytes().to_vec() };
+            if let Err(e) = self.shared.send(m, &notice, &quiet) {
+                tracing::warn!(target: target::BOOTSTRAP, "rank {}: could not tell rank {m} of the revocation: {e}", self.shared.rank);
+            }
+        }
+    }
+
+    /// Why communicator `comm` was revoked, if it was.
+    pub fn revoked(&self, comm: u64) -> Option<String> {
+        self.shared.inbox.lock().revoked.get(&comm).cloned()
+    }
+
+    /// Every job rank known to have failed.
+    pub fn dead_ranks(&self) -> Vec<u32> {
+        self.shared.inbox.lock().dead.keys().copied().collect()
     }
 
     /// The failure that breaks a communicator of `members`, if one is known (never blocks
@@ -376,17 +447,28 @@ impl Shared {
         let end = loop {
             let message = wire::read_message(&mut stream, self.limits.max_frame);
             if message.is_ok() {
-                self.heard[from as usize].store(self.now_ms(), Ordering::Release);
+                if let Some(detector) = self.detector.lock().as_mut() {
+                    detector.handle_heard(self.now_ms(), from);
+                }
             }
             match message {
                 Ok(Message::Data { comm: HEARTBEAT_COMM, .. }) => {}
+                Ok(Message::Data { comm: REVOKE_COMM, tag: revoked, payload }) => {
+                    let mut inbox = self.inbox.lock();
+                    inbox.revoked.entry(revoked).or_insert_with(|| String::from_utf8_lossy(&payload).into_owned());
+                    self.arrived.notify_all();
+                }
                 Ok(Message::Data { comm, tag, payload }) => {
                     let mut inbox = self.inbox.lock();
                     inbox.queues.entry((from, comm, tag)).or_default().push_back(payload);
                     self.arrived.notify_all();
                 }
                 Ok(Message::Abort { reason, failed }) => {
-                    self.fail(Failure { reason, failed });
+                    // A rank already counted as failed (stopped, then resumed) is not
+                    // believed: its silence made it blame others.
+                    if !self.inbox.lock().dead.contains_key(&from) {
+                        self.fail(Failure { reason, failed });
+                    }
                 }
                 Ok(Message::Bye) => break String::new(),
                 Ok(other) => break format!("unexpected {} after the handshake", kind_name(&other)),
@@ -411,16 +493,30 @@ impl Shared {
     }
 
     /// Sends a failure notice to the first ring successor that has not failed (skipping the
-    /// failed keeps the notice going round a ring they broke). Needs the table.
+    /// failed keeps the notice going round a ring they broke). When this failure changes
+    /// that successor, the new one gets every failure known here: notices sent to the old
+    /// one may have died with it (a stopped rank swallows them). Needs the table.
     fn pass_on(&self, failure: &Failure) {
-        let dead: Vec<u32> = self.inbox.lock().dead.keys().copied().collect();
-        let next = (1..self.nranks).map(|i| (self.rank + i) % self.nranks).find(|r| !failure.failed.contains(r) && !dead.contains(r));
+        let known: Vec<(u32, String)> = self.inbox.lock().dead.iter().map(|(r, why)| (*r, why.clone())).collect();
+        let dead = |r: &u32| known.iter().any(|(k, _)| k == r);
+        let successors = || (1..self.nranks).map(|i| (self.rank + i) % self.nranks);
+        let before = successors().find(|r| !dead(r));
+        let next = successors().find(|r| !failure.failed.contains(r) && !dead(r));
         let Some(next) = next.filter(|_| self.table.get().is_some()) else { return };
-        let notice = Message::Abort { reason: failure.reason.clone(), failed: failure.failed.clone() };
-        match self.send_quietly(next, &notice, &AtomicBool::new(false)) {
+        let mut notices = vec![Message::Abort { reason: failure.reason.clone(), failed: failure.failed.clone() }];
+        if before != Some(next) {
+            notices.extend(known.into_iter().map(|(r, reason)| Message::Abort { reason, failed: vec![r] }));
+        }
+        let quiet = AtomicBool::new(false);
+        match notices.iter().try_for_each(|notice| self.send_quietly(next, notice, &quiet)) {
             Ok(()) => tracing::debug!(target: target::BOOTSTRAP, "rank {}: failure notice passed to rank {next}", self.rank),
             Err(e) => tracing::warn!(target: target::BOOTSTRAP, "rank {}: could not pass the failure notice to rank {next}: {e}", self.rank),
         }
+    }
+
+    /// Every failure known here, as notices.
+    fn known_failures(&self) -> Vec<Message> {
+        self.inbox.lock().dead.iter().map(|(r, reason)| Message::Abort { reason: reason.clone(), failed: vec![*r] }).collect()
     }
 
     fn fail(&self, failure: Failure) {

@@ -43,6 +43,11 @@ pub enum Error {
     #[error("bootstrap aborted: {reason}")]
     Aborted { reason: String },
 
+    /// The other ranks count this rank as failed (it was stopped or cut off while they
+    /// agreed on the failed ranks): it is not among the survivors.
+    #[error("rank {rank} is counted as failed by {by}: it is not among the survivors")]
+    Excluded { rank: u32, by: String },
+
     /// No way to find the other ranks was configured.
     #[error("cannot bootstrap: {0}")]
     NoLauncher(String),

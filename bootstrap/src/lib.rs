@@ -15,8 +15,10 @@
 //!
 //! See docs/BOOTSTRAP.md for the protocol, the unique id's layout and the refusals.
 
+pub mod agree;
 mod bootstrap;
 pub mod config;
+pub mod detect;
 mod endpoint;
 mod error;
 pub mod id;

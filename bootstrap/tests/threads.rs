@@ -145,6 +145,28 @@ fn split_orders_by_key_then_rank_and_honours_nocolor() {
     }
 }
 
+/// Without failures the agreement decides nothing failed; with rank 2 announced failed,
+/// the others agree on it (rank 2, named failed, takes no part; were it to speak, it would
+/// be told it is excluded: `agree` unit tests and the simulator).
+#[test]
+fn live_ranks_agree_on_the_failed_ones() {
+    let results = job(4, |b| b.agree_failed().unwrap());
+    assert!(results.iter().all(|r| r.is_empty()), "{results:?}");
+    let results = job(4, |b| {
+        if b.rank() == 0 {
+            b.announce_failure("test: rank 2 is declared failed", &[2]);
+        }
+        let start = Instant::now();
+        let agreed = if b.rank() == 2 { Ok(vec![]) } else { b.agree_failed() };
+        (agreed.map_err(|e| e.to_string()), start.elapsed())
+    });
+    for (rank, (agreed, took)) in results.iter().enumerate().filter(|(r, _)| *r != 2) {
+        assert_eq!(agreed, &Ok(vec![2]), "rank {rank}");
+        assert!(*took < Duration::from_secs(5), "rank {rank} took {took:?}");
+    }
+    eprintln!("agreement on rank 2 in {:?}", results.iter().map(|(_, t)| *t).collect::<Vec<_>>());
+}
+
 #[test]
 fn invalid_colors_fail_on_every_rank() {
     let results = job(3, |b| b.split(if b.rank() == 2 { -5 } else { 0 }, 0).map(|_| ()).unwrap_err().to_string());

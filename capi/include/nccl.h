@@ -41,6 +41,9 @@ typedef struct CUstream_st* cudaStream_t;
 #define NCCL_SHRINK_DEFAULT 0x00
 #define NCCL_SHRINK_ABORT 0x01
 #define NCCL_REVOKE_DEFAULT 0x00
+/* oxccl extension (not in NCCL): with excludeRanksCount == 0, ncclCommShrink first makes
+   the live ranks agree on the failed ones and excludes those (docs/CAPI.md). */
+#define OXCCL_SHRINK_AGREE 0x100
 
 #ifdef __cplusplus
 extern "C" {

@@ -26,6 +26,11 @@ pub struct NcclUniqueId {
 type Comm = *mut NcclComm;
 type Stream = *mut c_void;
 
+/// `NCCL_SHRINK_ABORT`.
+const SHRINK_ABORT: c_int = 0x01;
+/// `OXCCL_SHRINK_AGREE` (an oxccl extension): agree on the failed ranks and exclude them.
+const SHRINK_AGREE: c_int = 0x100;
+
 /// `NCCL_VERSION_CODE` of the header: 2.28.3.
 pub const VERSION_CODE: c_int = 22803;
 
@@ -178,25 +183,69 @@ exports! {
             if count > 0 && exclude.is_null() {
                 return Err(Failure::argument(format!("excludeRanksList is NULL with excludeRanksCount {count}")));
             }
-            if flags & !1 != 0 {
-                return Err(Failure::argument(format!("shrinkFlags {flags:#x}: only NCCL_SHRINK_DEFAULT (0) and NCCL_SHRINK_ABORT (1) exist")));
+            if flags & !(SHRINK_ABORT | SHRINK_AGREE) != 0 {
+                return Err(Failure::argument(format!(
+                    "shrinkFlags {flags:#x}: only NCCL_SHRINK_DEFAULT (0), NCCL_SHRINK_ABORT (1) and OXCCL_SHRINK_AGREE (0x100) exist"
+                )));
+            }
+            let abort_first = flags & SHRINK_ABORT != 0;
+            if flags & SHRINK_AGREE != 0 {
+                if count > 0 {
+                    return Err(Failure::argument(format!("OXCCL_SHRINK_AGREE with excludeRanksCount {count}: the agreement finds the excluded ranks, pass none")));
+                }
+                let (child, _) = c.shrink_failed(abort_first)?;
+                // SAFETY: checked non-NULL.
+                unsafe { *newcomm = NcclComm::boxed(child) };
+                return Ok(());
             }
             // SAFETY: checked non-NULL; the caller passes count ranks.
             let list = if count == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(exclude, count) } };
             let list: Vec<usize> = list.iter().map(|&r| index(r, c.nranks(), "excludeRanksList entry")).collect::<Result<_, _>>()?;
-            let child = if list.contains(&c.rank()) { None } else { Some(c.shrink(&list, flags & 1 != 0)?) };
+            let child = if list.contains(&c.rank()) { None } else { Some(c.shrink(&list, abort_first)?) };
             // SAFETY: checked non-NULL. An excluded rank gets NULL, as ncclCommSplit's NOCOLOR.
             unsafe { *newcomm = child.map_or(std::ptr::null_mut(), NcclComm::boxed) };
             Ok(())
         })
     }
 
-    fn ncclCommGrow / pncclCommGrow(_comm: Comm, _nranks: c_int, _id: *const NcclUniqueId, _rank: c_int, _newcomm: *mut Comm, _cfg: *mut c_void) -> NcclResult {
-        guard("ncclCommGrow", || Err(Failure::unimplemented("ncclCommGrow")))
+    fn ncclCommGrow / pncclCommGrow(comm: Comm, nranks: c_int, id: *const NcclUniqueId, rank: c_int, newcomm: *mut Comm, cfg: *mut c_void) -> NcclResult {
+        guard("ncclCommGrow", || {
+            let newcomm = out(newcomm, "newcomm")?;
+            if id.is_null() {
+                return Err(Failure::argument("uniqueId is NULL"));
+            }
+            let n = usize::try_from(nranks).ok().filter(|&n| n > 0).ok_or_else(|| Failure::argument(format!("nRanks {nranks} must be positive")))?;
+            // SAFETY: checked non-NULL; an ncclUniqueId is 128 bytes.
+            let unique = UniqueId::from_bytes(unsafe { &(*id).internal }).map_err(|e| Failure::argument(format!("uniqueId: {e}")))?;
+            let child = if comm.is_null() {
+                // A new rank: it joins at `rank`.
+                let rank = index(rank, n, "rank")?;
+                // SAFETY: the caller's config, read by its own size.
+                let config = unsafe { read_config(cfg, config()?)? };
+                Communicator::init(&unique, rank as u32, n as u32, &config)?
+            } else {
+                // SAFETY: the caller's handle.
+                let c = unsafe { NcclComm::from_handle(comm)? }.comm()?;
+                if rank != -1 && usize::try_from(rank).ok() != Some(c.rank()) {
+                    return Err(Failure::argument(format!("rank {rank} with an existing communicator: existing ranks keep their rank ({}); pass -1", c.rank())));
+                }
+                c.grow(n, &unique)?
+            };
+            // SAFETY: checked non-NULL.
+            unsafe { *newcomm = NcclComm::boxed(child) };
+            Ok(())
+        })
     }
 
-    fn ncclCommGetUniqueId / pncclCommGetUniqueId(_comm: Comm, _id: *mut NcclUniqueId) -> NcclResult {
-        guard("ncclCommGetUniqueId", || Err(Failure::unimplemented("ncclCommGetUniqueId")))
+    fn ncclCommGetUniqueId / pncclCommGetUniqueId(comm: Comm, unique_id: *mut NcclUniqueId) -> NcclResult {
+        guard("ncclCommGetUniqueId", || {
+            let out = out(unique_id, "uniqueId")?;
+            // SAFETY: the caller's handle.
+            let id = unsafe { NcclComm::from_handle(comm)? }.comm()?.grow_id()?;
+            // SAFETY: checked non-NULL; an ncclUniqueId is 128 bytes.
+            unsafe { (*out).internal = id.to_bytes() };
+            Ok(())
+        })
     }
 
     fn ncclCommFinalize / pncclCommFinalize(comm: Comm) -> NcclResult {
@@ -222,8 +271,15 @@ exports! {
         })
     }
 
-    fn ncclCommRevoke / pncclCommRevoke(_comm: Comm, _flags: c_int) -> NcclResult {
-        guard("ncclCommRevoke", || Err(Failure::unimplemented("ncclCommRevoke")))
+    fn ncclCommRevoke / pncclCommRevoke(comm: Comm, flags: c_int) -> NcclResult {
+        guard("ncclCommRevoke", || {
+            // SAFETY: the caller's handle.
+            let c = unsafe { NcclComm::from_handle(comm)? }.comm()?;
+            if flags != 0 {
+                return Err(Failure::argument(format!("revokeFlags {flags:#x}: only NCCL_REVOKE_DEFAULT (0) exists")));
+            }
+            Ok(c.revoke()?)
+        })
     }
 
     fn ncclCommGetAsyncError / pncclCommGetAsyncError(comm: Comm, async_error: *mut NcclResult) -> NcclResult {

@@ -70,8 +70,8 @@ fn refusals_are_named_and_nothing_panics() {
         assert_eq!(ncclAllReduce(p, p, 8, FLOAT, SUM, c, 0x1000 as *mut c_void), INVALID_USAGE);
         assert!(last_error().contains("host backend"));
         assert_eq!(ncclGroupEnd(), INVALID_USAGE);
-        assert_eq!(ncclCommRevoke(c, 0), INVALID_USAGE);
-        assert!(last_error().contains("not implemented"));
+        assert_eq!(ncclCommRevoke(c, 1), INVALID_ARGUMENT);
+        assert!(last_error().contains("revokeFlags 0x1"), "{}", last_error());
         assert_eq!(ncclCommShrink(c, null_mut(), 1, &mut null_mut(), null_mut(), 0), INVALID_ARGUMENT);
         assert!(last_error().contains("excludeRanksList is NULL"), "{}", last_error());
         assert_eq!(ncclCommInitRank(null_mut(), 2, NcclUniqueId { internal: [0; 128] }, 0), INVALID_ARGUMENT);
@@ -99,6 +99,150 @@ fn refusals_are_named_and_nothing_panics() {
         for c in comms {
             assert_eq!(ncclCommAbort(c.cast()), SUCCESS);
         }
+    }
+}
+
+/// Runs `body(rank, comm)` for every communicator on its own thread (collective calls
+/// such as shrink must be made by every rank at once), returning the results in rank order.
+fn on_threads<T: Send + 'static>(comms: &[*mut c_void], body: impl Fn(usize, *mut c_void) -> T + Send + Sync + 'static) -> Vec<T> {
+    let body = std::sync::Arc::new(body);
+    let handles: Vec<_> = comms
+        .iter()
+        .enumerate()
+        .map(|(rank, &c)| {
+            let (body, c) = (body.clone(), c as usize);
+            std::thread::spawn(move || body(rank, c as *mut c_void))
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+/// All-reduces `rank + 1` on every communicator (one thread each) and checks the sum.
+fn checked_all_reduce(comms: &[*mut c_void]) {
+    let n = comms.len();
+    let sums = on_threads(comms, |rank, c| {
+        let send = vec![rank as f32 + 1.0; 1000];
+        let mut recv = vec![0f32; 1000];
+        // SAFETY: a live handle and buffers of 1000 floats.
+        let rc = unsafe { ncclAllReduce(send.as_ptr().cast(), recv.as_mut_ptr().cast(), 1000, FLOAT, SUM, c.cast(), null_mut()) };
+        assert_eq!(rc, SUCCESS, "{}", last_error());
+        recv[999]
+    });
+    let expected = (n * (n + 1) / 2) as f32;
+    assert!(sums.iter().all(|&s| s == expected), "{sums:?}, expected {expected}");
+}
+
+/// ncclCommShrink with OXCCL_SHRINK_AGREE and no list: the ranks agree that none failed
+/// and all get a communicator of the same size; the flag with a list, or an unknown flag,
+/// is refused by name.
+#[test]
+fn shrink_with_agreement_and_no_list() {
+    const SHRINK_AGREE: i32 = 0x100;
+    let comms = init_all(3);
+    let mut dummy = null_mut();
+    let mut one = [1i32];
+    // SAFETY: live handle, valid pointers.
+    unsafe {
+        assert_eq!(ncclCommShrink(comms[0].cast(), one.as_mut_ptr(), 1, &mut dummy, null_mut(), SHRINK_AGREE), INVALID_ARGUMENT);
+        assert!(last_error().contains("OXCCL_SHRINK_AGREE with excludeRanksCount 1"), "{}", last_error());
+        assert_eq!(ncclCommShrink(comms[0].cast(), null_mut(), 0, &mut dummy, null_mut(), 0x40), INVALID_ARGUMENT);
+        assert!(last_error().contains("shrinkFlags 0x40"), "{}", last_error());
+    }
+    let children = on_threads(&comms, |_, c| {
+        let mut child: *mut c_void = null_mut();
+        // SAFETY: a live handle and an out pointer.
+        let rc = unsafe { ncclCommShrink(c.cast(), null_mut(), 0, (&mut child as *mut *mut c_void).cast(), null_mut(), SHRINK_AGREE) };
+        assert_eq!(rc, SUCCESS, "{}", last_error());
+        let mut count = 0;
+        // SAFETY: the new handle and an out pointer.
+        assert_eq!(unsafe { ncclCommCount(child.cast(), &mut count) }, SUCCESS);
+        assert_eq!(count, 3);
+        child as usize
+    });
+    let children: Vec<*mut c_void> = children.into_iter().map(|c| c as *mut c_void).collect();
+    checked_all_reduce(&children);
+    for c in children.into_iter().chain(comms) {
+        // SAFETY: live handles, destroyed once.
+        assert_eq!(unsafe { ncclCommDestroy(c.cast()) }, SUCCESS);
+    }
+}
+
+/// ncclCommRevoke on one rank while the others wait in an all_reduce for it: their calls
+/// return ncclRemoteError promptly, every later collective is ncclInvalidUsage, and
+/// ncclCommShrink (no list) still makes a working communicator of them all.
+#[test]
+fn revoke_stops_the_others_and_shrink_still_works() {
+    const REMOTE_ERROR: i32 = 6;
+    let comms = init_all(3);
+    let children = on_threads(&comms, |rank, c| {
+        let mut buf = vec![1f32; 4096];
+        let p = buf.as_mut_ptr().cast::<c_void>();
+        // SAFETY: a live handle and a buffer of 4096 floats.
+        unsafe {
+            if rank == 2 {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                assert_eq!(ncclCommRevoke(c.cast(), 0), SUCCESS, "{}", last_error());
+            } else {
+                let start = std::time::Instant::now();
+                assert_eq!(ncclAllReduce(p, p, 4096, FLOAT, SUM, c.cast(), null_mut()), REMOTE_ERROR);
+                assert!(last_error().contains("revoked by rank 2"), "{}", last_error());
+                assert!(start.elapsed() < std::time::Duration::from_secs(5), "{:?}", start.elapsed());
+            }
+            assert_eq!(ncclAllReduce(p, p, 4096, FLOAT, SUM, c.cast(), null_mut()), INVALID_USAGE);
+            assert!(last_error().contains("revoked"), "{}", last_error());
+            assert_eq!(ncclCommFinalize(c.cast()), INVALID_USAGE);
+            let mut child: *mut c_void = null_mut();
+            assert_eq!(ncclCommShrink(c.cast(), null_mut(), 0, (&mut child as *mut *mut c_void).cast(), null_mut(), 0), SUCCESS, "{}", last_error());
+            child as usize
+        }
+    });
+    let children: Vec<*mut c_void> = children.into_iter().map(|c| c as *mut c_void).collect();
+    checked_all_reduce(&children);
+    for c in children.into_iter().chain(comms) {
+        // SAFETY: live handles, destroyed once.
+        assert_eq!(unsafe { ncclCommDestroy(c.cast()) }, SUCCESS);
+    }
+}
+
+/// ncclCommGrow: two ranks and a new one (comm NULL, its rank given) make a communicator
+/// of three from an id of ncclCommGetUniqueId; the existing ranks keep theirs. Growing to
+/// no more ranks, or an existing rank asking for another rank, is refused by name.
+#[test]
+fn grow_two_ranks_to_three() {
+    let comms = init_all(2);
+    let mut id = NcclUniqueId { internal: [0; 128] };
+    let mut dummy = null_mut();
+    // SAFETY: live handle, valid pointers.
+    unsafe {
+        assert_eq!(ncclCommGetUniqueId(comms[0].cast(), &mut id), SUCCESS, "{}", last_error());
+        assert_eq!(ncclCommGrow(comms[0].cast(), 2, &id, -1, &mut dummy, null_mut()), INVALID_ARGUMENT);
+        assert!(last_error().contains("already has 2"), "{}", last_error());
+        assert_eq!(ncclCommGrow(comms[0].cast(), 3, &id, 1, &mut dummy, null_mut()), INVALID_ARGUMENT);
+        assert!(last_error().contains("keep their rank"), "{}", last_error());
+        assert_eq!(ncclCommGrow(null_mut(), 3, &id, 3, &mut dummy, null_mut()), INVALID_ARGUMENT);
+        assert!(last_error().contains("rank 3 out of range"), "{}", last_error());
+    }
+    let id_bytes = id.internal;
+    let mut all = comms.clone();
+    all.push(null_mut()); // the new rank
+    let grown = on_threads(&all, move |rank, c| {
+        let id = NcclUniqueId { internal: id_bytes };
+        let mut child: *mut c_void = null_mut();
+        let given = if c.is_null() { rank as i32 } else { -1 };
+        // SAFETY: a live handle or NULL, the id and an out pointer.
+        let rc = unsafe { ncclCommGrow(c.cast(), 3, &id, given, (&mut child as *mut *mut c_void).cast(), null_mut()) };
+        assert_eq!(rc, SUCCESS, "{}", last_error());
+        let mut r = -1;
+        // SAFETY: the new handle and an out pointer.
+        assert_eq!(unsafe { ncclCommUserRank(child.cast(), &mut r) }, SUCCESS);
+        assert_eq!(r, rank as i32);
+        child as usize
+    });
+    let grown: Vec<*mut c_void> = grown.into_iter().map(|c| c as *mut c_void).collect();
+    checked_all_reduce(&grown);
+    for c in grown.into_iter().chain(comms) {
+        // SAFETY: live handles, destroyed once.
+        assert_eq!(unsafe { ncclCommDestroy(c.cast()) }, SUCCESS);
     }
 }
 

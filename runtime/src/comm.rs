@@ -175,7 +175,9 @@ impl Communicator {
     /// Ranks passing the same `color` form a new communicator, ordered by `key` then rank;
     /// [`oxccl_bootstrap::NOCOLOR`] joins none. Collective; reuses the bootstrap connections.
     pub fn split(&self, color: i32, key: i32) -> Result<Option<Communicator>> {
-        self.check_usable()?;
+        if self.revoked().is_none() {
+            self.check_usable()?;
+        }
         match self.exec.boot.split(color, key)? {
             Some(boot) => Ok(Some(Communicator::from_bootstrap(boot, &self.exec.config)?)),
             None => Ok(None),
@@ -196,6 +198,70 @@ impl Communicator {
         Communicator::from_bootstrap(boot, &self.exec.config)
     }
 
+    /// Agrees with the other live ranks on which ranks of this communicator failed
+    /// (ULFM's `MPIX_Comm_agree` on the failed group): every rank that returns `Ok` returns
+    /// the same sorted list, holding every rank any of them knew as failed, and never one
+    /// that returned. Dead ranks are never waited for. Works on a communicator broken by a
+    /// failure or aborted; a rank the others count as failed gets an error. Bounded by the
+    /// bootstrap timeout. See docs/FAULTS.md for the protocol and its guarantees.
+    pub fn agree_failed(&self) -> Result<Vec<usize>> {
+        Ok(self.exec.boot.agree_failed()?.into_iter().map(|r| r as usize).collect())
+    }
+
+    /// [`Communicator::shrink`] without a list: the live ranks first agree on the failed
+    /// ones ([`Communicator::agree_failed`]), then each builds the communicator of the
+    /// rest, so that all of them get the same one without anyone naming the dead.
+    /// Collective over the live ranks. Returns the new communicator and the excluded ranks
+    /// (ranks of this communicator). `abort_first` as in [`Communicator::shrink`].
+    pub fn shrink_failed(&self, abort_first: bool) -> Result<(Communicator, Vec<usize>)> {
+        if abort_first {
+            self.abort();
+        }
+        let failed = self.agree_failed()?;
+        let boot = self.exec.boot.shrink(&failed.iter().map(|&r| r as u32).collect::<Vec<_>>())?;
+        Ok((Communicator::from_bootstrap(boot, &self.exec.config)?, failed))
+    }
+
+    /// A new unique id for [`Communicator::grow`], its root served by this process
+    /// (ncclCommGetUniqueId): one existing rank makes it and hands it to the others and to
+    /// the new processes out of band (a broadcast on this communicator, a file, ...).
+    pub fn grow_id(&self) -> Result<UniqueId> {
+        Ok(Bootstrap::create_id(&self.exec.config)?)
+    }
+
+    /// A communicator of `nranks` ranks made of this one's ranks, which keep their ranks,
+    /// and new processes, which call [`Communicator::init`] with the same `id` and ranks
+    /// from `self.nranks()` up (ncclCommGrow). Collective over the existing and the new
+    /// ranks, through a new rendezvous at `id`'s root; bounded by the bootstrap timeouts.
+    pub fn grow(&self, nranks: usize, id: &UniqueId) -> Result<Communicator> {
+        if nranks <= self.nranks() {
+            return Err(Error::invalid(format!("grow to {nranks} ranks: the communicator already has {}; growing needs more", self.nranks())));
+        }
+        let n = u32::try_from(nranks).map_err(|_| Error::invalid(format!("grow to {nranks} ranks: too many")))?;
+        Communicator::init(id, self.rank() as u32, n, &self.exec.config)
+    }
+
+    /// Revokes the communicator (ncclCommRevoke): in-flight work stops on every rank — a
+    /// collective waiting here or on any other live rank returns an error promptly, also
+    /// on ranks that did not call this (the notice goes through the bootstrap) — and the
+    /// communicator is then usable only for destroy (drop), [`Communicator::split`],
+    /// [`Communicator::shrink`] and [`Communicator::shrink_failed`]; other calls return
+    /// `InvalidUsage`. Returns once this rank's in-flight work has ended. Callable from
+    /// any thread, and by any number of ranks.
+    pub fn revoke(&self) -> Result<()> {
+        self.exec.boot.revoke();
+        self.stream.wake();
+        // In-flight work sees the revocation in its health checks and ends with an error,
+        // which is the point.
+        let _ = self.stream.synchronize();
+        Ok(())
+    }
+
+    /// Why the communicator was revoked (here or by another rank), if it was.
+    pub fn revoked(&self) -> Option<String> {
+        self.exec.boot.revoked()
+    }
+
     /// Waits for every operation enqueued so far.
     pub fn synchronize(&self) -> Result<()> {
         self.stream.synchronize()
@@ -205,6 +271,9 @@ impl Communicator {
     pub fn error(&self) -> Option<Error> {
         if self.exec.abort.load(Ordering::Acquire) {
             return Some(Error::Aborted { reason: String::new() });
+        }
+        if let Some(reason) = self.revoked() {
+            return Some(Error::Aborted { reason });
         }
         self.stream.error()
     }
@@ -223,6 +292,9 @@ impl Communicator {
     /// (logging instead of returning a failure). Bounded by OXCCL_COLL_TIMEOUT_MS; ends
     /// early on abort or a peer's failure.
     pub fn finalize(&self) -> Result<()> {
+        if let Some(reason) = self.revoked() {
+            return Err(Error::InvalidUsage { what: format!("finalize after revoke ({reason}): only destroy, split or shrink remain") });
+        }
         self.synchronize()?;
         self.exec.flush()
     }
@@ -234,6 +306,9 @@ impl Communicator {
     }
 
     fn check_usable(&self) -> Result<()> {
+        if let Some(reason) = self.revoked() {
+            return Err(Error::InvalidUsage { what: format!("the communicator is revoked ({reason}): only destroy, split or shrink remain") });
+        }
         match self.error() {
             Some(e) => Err(e),
             None => Ok(()),

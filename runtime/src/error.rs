@@ -69,6 +69,7 @@ impl From<oxccl_bootstrap::Error> for Error {
             oxccl_bootstrap::Error::Aborted { reason } => Error::Aborted { reason },
             oxccl_bootstrap::Error::InvalidArgument { what } => Error::InvalidArgument { what },
             oxccl_bootstrap::Error::Config { .. } => Error::InvalidArgument { what: e.to_string() },
+            oxccl_bootstrap::Error::Excluded { .. } => Error::Aborted { reason: e.to_string() },
             other => Error::Bootstrap(other.to_string()),
         }
     }

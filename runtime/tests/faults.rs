@@ -10,10 +10,17 @@ use oxccl_runtime::{bootstrap::Config, Communicator, ReduceOp};
 /// One rank of a job (does nothing when run as an ordinary test).
 #[test]
 fn child() {
+    if let Ok(id) = std::env::var("OXCCL_TEST_GROW_ID") {
+        return newcomer(&id);
+    }
     let Ok(victim) = std::env::var("OXCCL_TEST_FAULT_VICTIM") else { return };
     let victim: usize = victim.parse().unwrap();
     let config = Config::from_env().unwrap();
     let comm = Communicator::from_env(&config).unwrap();
+    if std::env::var("OXCCL_TEST_FAULT_MODE").as_deref() == Ok("grow") {
+        grow_by_one(&comm);
+        return;
+    }
     if std::env::var("OXCCL_TEST_FAULT_MODE").as_deref() == Ok("stop") {
         stopped_peer(&comm, victim);
         return;
@@ -32,7 +39,14 @@ fn child() {
             if std::env::var("OXCCL_TEST_FAULT_MODE").as_deref() == Ok("shrink") {
                 let oxccl_runtime::Error::PeerFailed { rank: dead, .. } = e else { panic!("not a peer failure: {e}") };
                 let start = Instant::now();
-                let survivors = comm.shrink(&[dead as usize], true).unwrap();
+                let survivors = if std::env::var("OXCCL_TEST_FAULT_SHRINK").as_deref() == Ok("agreed") {
+                    // No list: the survivors agree on who failed.
+                    let (survivors, excluded) = comm.shrink_failed(true).unwrap();
+                    assert_eq!(excluded, vec![dead as usize], "rank {}: agreed on {excluded:?}, the error named rank {dead}", comm.rank());
+                    survivors
+                } else {
+                    comm.shrink(&[dead as usize], true).unwrap()
+                };
                 let shrink_ms = start.elapsed().as_secs_f64() * 1e3;
                 let mut x = vec![comm.rank() as u64 + 1; 100_003];
                 survivors.all_reduce_in_place(&mut x, ReduceOp::Sum).unwrap();
@@ -50,6 +64,58 @@ fn child() {
         }
         data.fill(1.0);
     }
+}
+
+/// The job's ranks all-reduce, then grow by one: rank 0 makes the id, broadcasts it on
+/// the old communicator and starts the new process (this binary's `child` as a
+/// newcomer); all run a checked all_reduce on the grown communicator.
+fn grow_by_one(comm: &Communicator) {
+    let n = comm.nranks();
+    let mut id = if comm.rank() == 0 { comm.grow_id().unwrap().to_bytes().to_vec() } else { vec![0u8; 128] };
+    comm.broadcast(&mut id, 0).unwrap();
+    let id = oxccl_runtime::bootstrap::UniqueId::from_bytes(&id).unwrap();
+    let newcomer = (comm.rank() == 0).then(|| {
+        Command::new(std::env::current_exe().unwrap())
+            .args(["child", "--exact", "--nocapture", "--test-threads", "1"])
+            .env("OXCCL_TEST_GROW_ID", id.to_hex())
+            .env("OXCCL_TEST_GROW_RANK", n.to_string())
+            .env("OXCCL_TEST_GROW_NRANKS", (n + 1).to_string())
+            .env_remove("OXCCL_RANK")
+            .env_remove("OXCCL_TEST_FAULT_VICTIM")
+            .spawn()
+            .unwrap()
+    });
+    let start = Instant::now();
+    let grown = comm.grow(n + 1, &id).unwrap();
+    let grow_ms = start.elapsed().as_secs_f64() * 1e3;
+    assert_eq!((grown.rank(), grown.nranks()), (comm.rank(), n + 1));
+    checked_all_reduce(&grown);
+    grown.finalize().unwrap();
+    println!("rank {} of {}: grown in {grow_ms:.1} ms, all_reduce checked", grown.rank(), grown.nranks());
+    if let Some(mut newcomer) = newcomer {
+        assert!(newcomer.wait().unwrap().success(), "the new rank failed");
+    }
+    drop(grown);
+    std::process::exit(6);
+}
+
+/// The new process of [`grow_by_one`]: joins the grown communicator at its rank.
+fn newcomer(id: &str) {
+    let id = oxccl_runtime::bootstrap::UniqueId::from_hex(id).unwrap();
+    let var = |name: &str| std::env::var(name).unwrap().parse::<u32>().unwrap();
+    let config = Config::from_env().unwrap();
+    let comm = Communicator::init(&id, var("OXCCL_TEST_GROW_RANK"), var("OXCCL_TEST_GROW_NRANKS"), &config).unwrap();
+    checked_all_reduce(&comm);
+    comm.finalize().unwrap();
+    println!("new rank {} of {}: joined, all_reduce checked", comm.rank(), comm.nranks());
+}
+
+/// All-reduces `rank + 1` and checks the sum.
+fn checked_all_reduce(comm: &Communicator) {
+    let n = comm.nranks() as u64;
+    let mut x = vec![comm.rank() as u64 + 1; 100_003];
+    comm.all_reduce_in_place(&mut x, ReduceOp::Sum).unwrap();
+    assert!(x.iter().all(|&v| v == n * (n + 1) / 2), "rank {}: {} expected {}", comm.rank(), x[0], n * (n + 1) / 2);
 }
 
 /// The victim stops (SIGSTOP: a hung process, which no socket notices); each survivor's
@@ -204,10 +270,84 @@ fn survivors_shrink_and_carry_on() {
     }
 }
 
+/// Survivors of a killed rank (of 4, then of 8) shrink without naming it: they agree on
+/// the failed ranks (every one must exclude exactly the victim) and run a checked
+/// all_reduce on the same new communicator.
+#[test]
+fn survivors_shrink_without_a_list() {
+    for (n, victim, env) in [(4, 1, &[][..]), (8, 5, &[("NCCL_SHM_DISABLE", "1")][..])] {
+        let job = start_job(n, victim, &[&[("OXCCL_TEST_FAULT_MODE", "shrink"), ("OXCCL_TEST_FAULT_SHRINK", "agreed")], env].concat());
+        let outputs = job.wait_with_output(Duration::from_secs(60)).unwrap();
+        for (rank, (status, stdout)) in outputs.iter().enumerate().filter(|(r, _)| *r != victim) {
+            assert_eq!(status.code(), Some(5), "rank {rank}: {status:?}\n{stdout}");
+            assert!(stdout.contains(&format!("of {}: shrunk in", n - 1)), "rank {rank}: {stdout}");
+        }
+        let reports: Vec<&str> = outputs.iter().flat_map(|(_, out)| out.lines()).filter(|l| l.contains("shrunk")).collect();
+        eprintln!("{n} ranks, rank {victim} killed, agreed shrink {env:?}:\n{}", reports.join("\n"));
+    }
+}
+
+/// Rank 3 revokes the communicator while ranks 0-2 wait in an all_reduce for it: their
+/// calls end promptly with an error naming the revocation; the communicator then refuses
+/// collectives and finalize, and split still makes a working one of all four.
+#[test]
+fn revoke_stops_waiting_collectives_on_every_rank() {
+    let mut config = Config::defaults();
+    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+    let comms = Communicator::init_all(4, &config).unwrap();
+    let revoked_at = Instant::now() + Duration::from_millis(300);
+    let results: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .iter()
+            .map(|comm| {
+                s.spawn(move || {
+                    let mut data = vec![1.0f32; 1 << 16];
+                    let report = if comm.rank() == 3 {
+                        std::thread::sleep(revoked_at - Instant::now());
+                        comm.revoke().unwrap();
+                        "revoked".to_string()
+                    } else {
+                        let e = comm.all_reduce_in_place(&mut data, ReduceOp::Sum).unwrap_err();
+                        let late = Instant::now().saturating_duration_since(revoked_at);
+                        assert!(e.to_string().contains("revoked by rank 3"), "rank {}: {e}", comm.rank());
+                        assert!(late < Duration::from_secs(1), "rank {} returned {late:?} after the revocation", comm.rank());
+                        format!("returned {:.2} ms after the revocation", late.as_secs_f64() * 1e3)
+                    };
+                    let refused = comm.all_reduce_in_place(&mut data, ReduceOp::Sum).unwrap_err();
+                    assert!(matches!(refused, oxccl_runtime::Error::InvalidUsage { .. }), "{refused}");
+                    assert!(comm.finalize().is_err());
+                    let child = comm.split(0, comm.rank() as i32).unwrap().unwrap();
+                    let mut x = vec![comm.rank() as u64 + 1; 10_001];
+                    child.all_reduce_in_place(&mut x, ReduceOp::Sum).unwrap();
+                    assert!(x.iter().all(|&v| v == 10), "{}", x[0]);
+                    format!("rank {}: {report}, split and all_reduce checked", comm.rank())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    eprintln!("{}", results.join("\n"));
+}
+
+/// Three ranks grow to four with a new process: the existing ranks keep their ranks and a
+/// checked all_reduce runs on the grown communicator.
+#[test]
+fn three_ranks_grow_to_four() {
+    let job = start_job(3, usize::MAX, &[("OXCCL_TEST_FAULT_MODE", "grow")]);
+    let outputs = job.wait_with_output(Duration::from_secs(60)).unwrap();
+    for (rank, (status, stdout)) in outputs.iter().enumerate() {
+        assert_eq!(status.code(), Some(6), "rank {rank}: {status:?}\n{stdout}");
+        assert!(stdout.contains(&format!("rank {rank} of 4: grown in")), "rank {rank}: {stdout}");
+    }
+    assert!(outputs[0].1.contains("new rank 3 of 4: joined, all_reduce checked"), "{}", outputs[0].1);
+    eprintln!("{}", outputs.iter().map(|(_, o)| o.trim()).collect::<Vec<_>>().join("\n"));
+}
+
 /// Seeded trials: a random rank of 4 or 8 is SIGKILLed at a random step of a loop of
 /// all_reduces, over shared memory or the Net; in every trial every survivor must fail
 /// (no hang: each trial runs under a hard timeout), shrink the victim out and run a checked
-/// all_reduce on the survivors' communicator.
+/// all_reduce on the survivors' communicator; every other trial shrinks without a list
+/// (agreement on the failed ranks).
 #[test]
 fn seeded_kill_trials() {
     let mut seed = 0x5EED_u64;
@@ -222,13 +362,18 @@ fn seeded_kill_trials() {
         let victim = random(n as u64) as usize;
         let step = 1 + random(29);
         let net = trial % 2 == 1;
-        let job = start_job(n, victim, &[("OXCCL_TEST_FAULT_STEP", step.to_string().as_str()), ("OXCCL_TEST_FAULT_MODE", "shrink"), ("NCCL_SHM_DISABLE", if net { "1" } else { "0" })]);
+        let shrink = if trial % 4 < 2 { "agreed" } else { "listed" };
+        let job = start_job(
+            n,
+            victim,
+            &[("OXCCL_TEST_FAULT_STEP", step.to_string().as_str()), ("OXCCL_TEST_FAULT_MODE", "shrink"), ("OXCCL_TEST_FAULT_SHRINK", shrink), ("NCCL_SHM_DISABLE", if net { "1" } else { "0" })],
+        );
         let outputs = job.wait_with_output(Duration::from_secs(30)).unwrap();
         for (rank, (status, stdout)) in outputs.iter().enumerate().filter(|(r, _)| *r != victim) {
             assert_eq!(
                 status.code(),
                 Some(5),
-                "trial {trial} ({n} ranks, rank {victim} killed at step {step}, net {net}): rank {rank} {status:?}\n{stdout}"
+                "trial {trial} ({n} ranks, rank {victim} killed at step {step}, net {net}, {shrink} shrink): rank {rank} {status:?}\n{stdout}"
             );
             assert!(stdout.contains(&format!("of {}: shrunk in", n - 1)), "trial {trial}: rank {rank}: {stdout}");
         }
