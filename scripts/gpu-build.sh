@@ -24,6 +24,6 @@ for line in sys.stdin:
 done
 cargo build --release -p oxccl-bench --bin oxccl-perf
 strip -o gpu-bin/oxccl-perf target/release/oxccl-perf
-cp scripts/gpu-run.sh gpu-bin/
+cp scripts/gpu-run.sh scripts/gpu-bench.sh gpu-bin/
 ls -la gpu-bin >&2
 du -sh gpu-bin >&2

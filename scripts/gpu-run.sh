@@ -14,11 +14,11 @@ export XDG_CACHE_HOME="${XDG_CACHE_HOME:-$out/cache}"
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || true
 nvidia-smi topo -m > "$out/topo.txt" 2>&1 || true
 status=0
-tests=${OXCCL_GPU_TESTS:-nvrtc gpu gpu_collectives}
+tests=${GPU_TESTS:-nvrtc gpu gpu_collectives}
 for t in $tests; do
   [[ -x $here/$t ]] || continue
   start=$SECONDS
-  timeout "${OXCCL_GPU_TEST_TIMEOUT:-500}" "$here/$t" --nocapture --test-threads 1 > "$out/$t.log" 2>&1
+  timeout "${GPU_TEST_TIMEOUT:-500}" "$here/$t" --nocapture --test-threads 1 > "$out/$t.log" 2>&1
   rc=$?
   echo "$t: exit $rc ($((SECONDS - start)) s)" | tee -a "$out/summary.txt"
   ((rc == 0)) || status=$rc

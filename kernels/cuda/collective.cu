@@ -17,6 +17,9 @@ typedef unsigned int u32;
 #ifndef OX_THREADS
 #define OX_THREADS 512
 #endif
+#ifndef OX_UNROLL
+#define OX_UNROLL 4
+#endif
 
 __device__ __forceinline__ u64 ox_now() {
   u64 t;
@@ -103,16 +106,40 @@ __device__ void ox_move(char* d0, char* d1, const char* in, const char* local, u
   u32 done = 0;
   if (ox_aligned(d0) && (!d1 || ox_aligned(d1)) && (!in || ox_aligned(in)) && (!local || ox_aligned(local))) {
     const u32 packs = bytes / 16;
-    for (u32 i = tid; i < packs; i += OX_THREADS) {
-      uint4 v;
-      if (in) v = __ldcg((const uint4*)in + i);
-      if (local) {
-        uint4 w = __ldcg((const uint4*)local + i);
-        if (scale) w = ox_scale_pack(w, s);
-        v = in ? ox_combine_pack(v, w) : w;
+    const uint4* a = (const uint4*)in;
+    const uint4* b = (const uint4*)local;
+    uint4* x = (uint4*)d0;
+    uint4* y = (uint4*)d1;
+    u32 i = tid;
+    // OX_UNROLL packs per thread per round, all loads issued before any store: enough
+    // bytes in flight per SM to keep NVLink and HBM busy.
+    for (; i + (OX_UNROLL - 1) * OX_THREADS < packs; i += OX_UNROLL * OX_THREADS) {
+      uint4 v[OX_UNROLL], w[OX_UNROLL];
+#pragma unroll
+      for (int u = 0; u < OX_UNROLL; ++u) {
+        if (a) v[u] = __ldcg(a + i + u * OX_THREADS);
+        if (b) w[u] = __ldcg(b + i + u * OX_THREADS);
       }
-      ((uint4*)d0)[i] = v;
-      if (d1) ((uint4*)d1)[i] = v;
+#pragma unroll
+      for (int u = 0; u < OX_UNROLL; ++u) {
+        if (b) {
+          if (scale) w[u] = ox_scale_pack(w[u], s);
+          v[u] = a ? ox_combine_pack(v[u], w[u]) : w[u];
+        }
+        x[i + u * OX_THREADS] = v[u];
+        if (y) y[i + u * OX_THREADS] = v[u];
+      }
+    }
+    for (; i < packs; i += OX_THREADS) {
+      uint4 v;
+      if (a) v = __ldcg(a + i);
+      if (b) {
+        uint4 w = __ldcg(b + i);
+        if (scale) w = ox_scale_pack(w, s);
+        v = a ? ox_combine_pack(v, w) : w;
+      }
+      x[i] = v;
+      if (y) y[i] = v;
     }
     done = packs * 16;
   }

@@ -405,3 +405,24 @@ pub fn decode(dtype: DataType, b: &[u8]) -> f64 {
         DataType::Float8E5M2 => Format::E5M2.decode(b[0]) as f64,
     }
 }
+
+/// Runs one case on a GPU communicator: the checker's host buffers are copied into `send`
+/// and `recv` (device buffers large enough for the case, laid out the same way), the
+/// collective runs on `stream`, and the buffers come back to be checked.
+pub fn run_case_on_gpu(comm: &crate::gpu::DeviceComm, stream: &crate::gpu::Stream, send: &crate::gpu::DeviceBuffer, recv: &crate::gpu::DeviceBuffer, case: &Case) -> crate::Result<Option<Mismatch>> {
+    run_case_with(case, comm.rank(), comm.nranks(), |host_send, host_recv, placement, op| {
+        send.upload(host_send)?;
+        recv.upload(host_recv)?;
+        let (s, r) = match placement {
+            Placement::Separate => (send.ptr(), recv.ptr()),
+            Placement::OutputInInput { recv_offset } => (send.ptr(), send.ptr() + recv_offset as u64),
+            Placement::InputInOutput { send_offset } => (recv.ptr() + send_offset as u64, recv.ptr()),
+        };
+        // SAFETY: both addresses lie in device buffers the caller sized for this case and
+        // touches nothing else in until the stream is synchronized below.
+        unsafe { comm.enqueue(case.collective, s, r, case.count, case.dtype, op, case.root, stream.raw())? };
+        comm.synchronize(stream.raw())?;
+        send.download(host_send)?;
+        recv.download(host_recv)
+    })
+}

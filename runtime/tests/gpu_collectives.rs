@@ -11,8 +11,8 @@
 use std::time::{Duration, Instant};
 
 use oxccl_runtime::bootstrap::Config;
-use oxccl_runtime::check::{self, Case, Mismatch, Placement};
-use oxccl_runtime::gpu::{self, DeviceComm, Stream};
+use oxccl_runtime::check::{self, Case};
+use oxccl_runtime::gpu::{self, DeviceComm};
 use oxccl_runtime::{Collective, Communicator, DataType, ReduceOp};
 
 fn gpus() -> Option<usize> {
@@ -65,33 +65,12 @@ impl Buffers {
     }
 }
 
-/// Runs one case on the GPU: the checker's host buffers are copied to device buffers laid
-/// out the same way, the collective runs on `stream`, and the buffers come back.
-fn run_case(comm: &DeviceComm, stream: &Stream, buffers: &Buffers, case: &Case) -> oxccl_runtime::Result<Option<Mismatch>> {
-    check::run_case_with(case, comm.rank(), comm.nranks(), |send, recv, placement, op| {
-        let (dsend, drecv) = (&buffers.send, &buffers.recv);
-        dsend.upload(send)?;
-        drecv.upload(recv)?;
-        let (s, r) = match placement {
-            Placement::Separate => (dsend.ptr(), drecv.ptr()),
-            Placement::OutputInInput { recv_offset } => (dsend.ptr(), dsend.ptr() + recv_offset as u64),
-            Placement::InputInOutput { send_offset } => (drecv.ptr() + send_offset as u64, drecv.ptr()),
-        };
-        // SAFETY: both addresses lie in buffers sized for every case, which nothing else
-        // touches until the stream is synchronized.
-        unsafe { comm.enqueue(case.collective, s, r, case.count, case.dtype, op, case.root, stream.raw())? };
-        comm.synchronize(stream.raw())?;
-        dsend.download(send)?;
-        drecv.download(recv)
-    })
-}
-
 fn run_cases(comm: &DeviceComm, cases: &[Case]) -> Vec<String> {
     let stream = comm.stream().unwrap();
     let buffers = Buffers::for_cases(comm, cases);
     let mut failures = Vec::new();
     for case in cases {
-        match run_case(comm, &stream, &buffers, case) {
+        match check::run_case_on_gpu(comm, &stream, &buffers.send, &buffers.recv, case) {
             Ok(None) => {}
             Ok(Some(m)) => failures.push(format!("rank {}: {case}: {m}", comm.rank())),
             Err(e) => {
@@ -144,7 +123,9 @@ fn ranks_as_threads() {
 fn child() {
     let Ok(ranks) = std::env::var("OXCCL_TEST_GPU_CHILD") else { return };
     let gpus = gpu::device_count();
-    let comm = Communicator::from_env(&config()).unwrap();
+    let mut config = Config::from_env().unwrap();
+    config.set("OXCCL_COLL_TIMEOUT_MS", "60000").unwrap();
+    let comm = Communicator::from_env(&config).unwrap();
     assert_eq!(comm.nranks().to_string(), ranks);
     let rank = comm.rank();
     let dev = DeviceComm::new(comm, rank % gpus).unwrap();

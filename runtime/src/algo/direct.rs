@@ -1,7 +1,9 @@
-//! Direct exchange: every pair talks on its own connection (channel 0), with one lane per
-//! peer and direction, so that no exchange waits behind another (all_to_all, gather,
-//! scatter). Any FIFO depth of at least one slot suffices. `shape.channels` is not used:
-//! the lanes per peer already run side by side.
+//! Direct exchange: every pair talks on its own connections, with one lane per peer,
+//! direction and channel, so that no exchange waits behind another (all_to_all, gather,
+//! scatter). Each block is split over `shape.channels` channels (channel c carries part c,
+//! and the local copy is split alike), so that an executor with a worker per lane (a GPU
+//! block per lane) moves one block with many. Any FIFO depth of at least one slot
+//! suffices.
 //!
 //! all_reduce by direct exchange ("two shot"): block b of the vector belongs to rank b.
 //! Each rank sends block p of its input to rank p (channel 0); each owner folds its block
@@ -15,36 +17,51 @@
 use super::{chunks, split, Collective, Lane, Link, Role, Shape, Slice, Step};
 
 pub(super) fn lanes(shape: &Shape, rank: usize) -> Vec<Lane> {
+    if shape.collective == Collective::AllReduce {
+        return two_shot_all_reduce(shape, rank);
+    }
     let (n, count, chunk, root) = (shape.nranks, shape.count, shape.chunk, shape.root);
-    let peers = (0..n).filter(move |&p| p != rank);
-    let sends = |peer: usize, offset: usize| Lane {
-        role: Role::SendTo { peer, channel: 0 },
-        steps: chunks(0, count, chunk).map(|(o, c)| Step::Send { to: link(peer), src: Slice::send(offset + o, c) }).collect(),
+    let parts: Vec<(usize, usize, usize)> = split(count, shape.channels.max(1)).enumerate().filter(|(_, (_, c))| *c > 0).map(|(ch, (o, c))| (ch, o, c)).collect();
+    let peers = || (0..n).filter(move |&p| p != rank);
+    let sends = |peer: usize, offset: usize| {
+        parts.iter().map(move |&(channel, o, c)| Lane {
+            role: Role::SendTo { peer, channel },
+            steps: chunks(o, c, chunk).map(|(o, c)| Step::Send { to: Link { peer, channel }, src: Slice::send(offset + o, c) }).collect(),
+        })
     };
-    let receives = |peer: usize, offset: usize| Lane {
-        role: Role::RecvFrom { peer, channel: 0 },
-        steps: chunks(0, count, chunk).map(|(o, c)| Step::Recv { from: link(peer), dst: Slice::recv(offset + o, c) }).collect(),
+    let receives = |peer: usize, offset: usize| {
+        parts.iter().map(move |&(channel, o, c)| Lane {
+            role: Role::RecvFrom { peer, channel },
+            steps: chunks(o, c, chunk).map(|(o, c)| Step::Recv { from: Link { peer, channel }, dst: Slice::recv(offset + o, c) }).collect(),
+        })
     };
-    let copy = |src: usize, dst: usize| Lane {
-        role: Role::Local,
-        steps: if count > 0 { vec![Step::Copy { src: Slice::send(src, count), dst: Slice::recv(dst, count) }] } else { vec![] },
-    };
+    let copy = |src: usize, dst: usize| parts.iter().map(move |&(_, o, c)| Lane { role: Role::Local, steps: vec![Step::Copy { src: Slice::send(src + o, c), dst: Slice::recv(dst + o, c) }] });
+    let mut lanes: Vec<Lane> = Vec::new();
     match shape.collective {
         Collective::AllToAll => {
-            let mut lanes = vec![copy(rank * count, rank * count)];
-            for peer in peers {
-                lanes.push(sends(peer, peer * count));
-                lanes.push(receives(peer, peer * count));
+            lanes.extend(copy(rank * count, rank * count));
+            for peer in peers() {
+                lanes.extend(sends(peer, peer * count));
+                lanes.extend(receives(peer, peer * count));
             }
-            lanes
         }
-        Collective::Gather if rank == root => std::iter::once(copy(0, root * count)).chain(peers.map(|p| receives(p, p * count))).collect(),
-        Collective::Gather => vec![sends(root, 0)],
-        Collective::Scatter if rank == root => std::iter::once(copy(root * count, 0)).chain(peers.map(|p| sends(p, p * count))).collect(),
-        Collective::Scatter => vec![receives(root, 0)],
-        Collective::AllReduce => two_shot_all_reduce(shape, rank),
+        Collective::Gather if rank == root => {
+            lanes.extend(copy(0, root * count));
+            for p in peers() {
+                lanes.extend(receives(p, p * count));
+            }
+        }
+        Collective::Gather => lanes.extend(sends(root, 0)),
+        Collective::Scatter if rank == root => {
+            lanes.extend(copy(root * count, 0));
+            for p in peers() {
+                lanes.extend(sends(p, p * count));
+            }
+        }
+        Collective::Scatter => lanes.extend(receives(root, 0)),
         other => unreachable!("{other:?} is not planned by direct exchange"),
     }
+    lanes
 }
 
 fn two_shot_all_reduce(shape: &Shape, rank: usize) -> Vec<Lane> {

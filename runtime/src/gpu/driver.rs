@@ -350,6 +350,14 @@ impl Event {
         Ok(event)
     }
 
+    /// Moves the event to the end of `stream`'s work so far.
+    ///
+    /// # Safety
+    /// As [`Event::record`].
+    pub unsafe fn rerecord(&self, stream: CUstream) -> Result<()> {
+        check(sys::cuEventRecord(self.0, stream), || "recording an event".into())
+    }
+
     /// Whether the work before the event is done; an error if it failed.
     pub fn done(&self) -> Result<bool> {
         // SAFETY: a valid event.

@@ -47,8 +47,9 @@ const SLOTS: usize = 8;
 const DEFAULT_SLOT_BYTES: usize = 512 << 10;
 /// Channels at most (NCCL_MAX_NCHANNELS overrides).
 const DEFAULT_MAX_CHANNELS: usize = 32;
-/// Data per channel before another channel pays for itself.
-const BYTES_PER_CHANNEL: usize = 512 << 10;
+/// Data per channel before another channel pays for itself: one block moves some tens of
+/// GB/s, so all but the smallest messages want several.
+const BYTES_PER_CHANNEL: usize = 64 << 10;
 
 /// Mapped host ints: [0] the abort flag; [4..8] the kernels' status (code, lane, step).
 const ABORT_WORD: usize = 0;
@@ -201,8 +202,10 @@ impl DeviceComm {
             ends.insert(End::Recv(algo::Link { peer: (rank + n - 1) % n, channel }));
         }
         for peer in (0..n).filter(|&p| p != rank) {
-            ends.insert(End::Send(algo::Link { peer, channel: 0 }));
-            ends.insert(End::Recv(algo::Link { peer, channel: 0 }));
+            for channel in 0..self.inner.direct_channels(n) {
+                ends.insert(End::Send(algo::Link { peer, channel }));
+                ends.insert(End::Recv(algo::Link { peer, channel }));
+            }
         }
         let ends: Vec<End> = ends.into_iter().collect();
         let inner = &self.inner;
@@ -225,6 +228,11 @@ impl DeviceComm {
     /// The GPU this rank runs on.
     pub fn device(&self) -> usize {
         self.inner.device.ordinal as usize
+    }
+
+    /// Makes this GPU current on the calling thread (for calls into other CUDA libraries).
+    pub fn bind(&self) -> Result<()> {
+        self.inner.device.bind()
     }
 
     /// The host communicator underneath (bootstrap, host collectives).
@@ -292,8 +300,11 @@ impl DeviceComm {
             let blocks = elements.div_ceil(256).clamp(1, 4096) as u32;
             loaded.divide.launch(blocks, 256, stream, &mut [(&mut buf as *mut u64).cast(), (&mut elements as *mut u64).cast(), (&mut divisor as *mut u64).cast()])?;
         }
-        let event = Event::record(stream)?;
-        inner.state.lock().last.insert(stream as usize, event);
+        let mut state = inner.state.lock();
+        match state.last.get(&(stream as usize)) {
+            Some(event) => event.rerecord(stream)?,
+            None => drop(state.last.insert(stream as usize, Event::record(stream)?)),
+        }
         Ok(())
     }
 
@@ -379,7 +390,7 @@ impl DeviceComm {
             _ => Algorithm::Ring,
         };
         let chunk = inner.geometry.slot_bytes / key.esize;
-        let channels = if algorithm == Algorithm::Direct { 1 } else { inner.channels(key.count * key.esize) };
+        let channels = if algorithm == Algorithm::Direct { inner.channels(key.count * key.esize).min(inner.direct_channels(n)) } else { inner.channels(key.count * key.esize) };
         let shape = Shape { collective: key.collective, count: key.count, nranks: n, root: key.root, chunk, channels };
         let lanes = algo::plan_rank(shape, algorithm, self.rank()).map_err(|e| Error::invalid(e.to_string()))?;
         let lanes: Vec<_> = lanes.into_iter().filter(|l| !l.is_empty()).collect();
@@ -458,6 +469,11 @@ impl Inner {
 
     fn channels(&self, bytes: usize) -> usize {
         bytes.div_ceil(BYTES_PER_CHANNEL).clamp(self.min_channels, self.max_channels)
+    }
+
+    /// Channels of the direct exchange with each peer: as many FIFOs in all as the ring's.
+    fn direct_channels(&self, nranks: usize) -> usize {
+        (self.max_channels / nranks.saturating_sub(1).max(1)).max(1)
     }
 
     /// The kernels for `spec`, loaded once per GPU and process: the primary context is

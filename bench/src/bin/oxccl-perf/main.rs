@@ -1,9 +1,12 @@
 //! oxccl-perf: nccl-tests' performance tables for oxccl's collectives on CPU memory, with
-//! Open MPI's same collective measured in the same run as the baseline.
+//! Open MPI's same collective measured in the same run as the baseline, or on GPUs
+//! (`--gpus N`, one rank per GPU as threads, like nccl-tests' `-g N`) with NCCL's (the
+//! machine's libnccl.so.2, loaded with dlopen) as the baseline.
 //!
 //! ```text
 //! oxccl-perf all_reduce -b 8 -e 64M -f 4 --nranks 4            # starts its own 4 ranks
 //! mpirun -np 4 oxccl-perf all_reduce -b 256K -e 64M --baseline mpi
+//! oxccl-perf all_reduce -b 8 -e 1G -f 2 --gpus 2 --baseline nccl
 //! ```
 //!
 //! Sizes, counts, columns and bus-bandwidth factors are nccl-tests': `size` is the largest
@@ -13,6 +16,8 @@
 //! reduce_scatter, alltoall, gather, scatter (n-1)/n; broadcast, reduce, sendrecv 1).
 //! `#wrong` counts wrong elements of a separate checked call (`-c 1`) against
 //! `oxccl_runtime::check`'s reference.
+
+mod gpu;
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -65,6 +70,10 @@ struct Args {
     /// calls are timed); 0: launch all iterations, then wait (nccl-tests' way).
     #[arg(long, default_value_t = 0)]
     blocking: u32,
+    /// Run on this many GPUs (one rank per GPU, threads of this process; GPU buffers);
+    /// 0: CPU memory. With --gpus the baseline is `nccl`.
+    #[arg(long, default_value_t = 0)]
+    gpus: usize,
 }
 
 /// What is measured.
@@ -161,8 +170,16 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     if args.iters == 0 {
         return Err("-n must be at least 1".into());
     }
+    if args.gpus > 0 {
+        if let Some(b) = args.baseline.as_deref().filter(|b| *b != "nccl") {
+            return Err(format!("unknown baseline {b:?} on GPUs: the only one is nccl").into());
+        }
+        let config = Config::from_env()?;
+        log::init(&config);
+        return gpu::run(&Plan { args, kind, dtype, op }, &config);
+    }
     if let Some(b) = args.baseline.as_deref().filter(|b| *b != "mpi") {
-        return Err(format!("unknown baseline {b:?}: the only one is mpi").into());
+        return Err(format!("unknown baseline {b:?}: the only one on CPU memory is mpi (nccl needs --gpus)").into());
     }
     let config = Config::from_env()?;
     log::init(&config);

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs, on a machine with GPUs, oxccl-perf from gpu-bin/ (scripts/gpu-build.sh) on every
+# GPU with NCCL (the machine's libnccl.so.2) as the same-run baseline, one table per
+# collective into $OUT (or gpu-out/). NVLink multicast stays off; clocks and modes are
+# never touched. GPU_BENCH_COLLECTIVES and GPU_BENCH_GPUS narrow the run.
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+out="${OUT:-$here/../gpu-out}"
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0
+export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+export LD_LIBRARY_PATH="$CUDA_HOME/lib64:${LD_LIBRARY_PATH:-}"
+export XDG_CACHE_HOME="${XDG_CACHE_HOME:-/tmp/oxccl-cache}"
+gpus=${GPU_BENCH_GPUS:-$(nvidia-smi -L | wc -l)}
+status=0
+for c in ${GPU_BENCH_COLLECTIVES:-all_reduce all_gather reduce_scatter broadcast reduce alltoall gather scatter}; do
+  case $c in
+    all_reduce) range=(-b 8 -e 1G -f 2) ;;
+    *) range=(-b 1K -e 1G -f 4) ;;
+  esac
+  timeout 300 "$here/oxccl-perf" "$c" "${range[@]}" -n "${GPU_BENCH_ITERS:-20}" -w 5 -c 1 --gpus "$gpus" --baseline nccl > "$out/perf-$c-${gpus}gpu.txt" 2>&1
+  rc=$?
+  echo "$c on $gpus GPUs: exit $rc" | tee -a "$out/summary.txt"
+  ((rc == 0)) || status=$rc
+done
+exit $status
