@@ -164,6 +164,7 @@ impl DeviceMemory {
         let memory = DeviceMemory { ptr, bytes };
         // SAFETY: the allocation holds `bytes` bytes.
         check(unsafe { sys::cuMemsetD8_v2(ptr, 0, bytes) }, || "zeroing GPU memory".into())?;
+        legacy_stream_sync("zeroing GPU memory")?;
         Ok(memory)
     }
 
@@ -176,7 +177,8 @@ impl DeviceMemory {
     pub fn upload_at(&self, offset: usize, data: &[u8]) -> Result<()> {
         assert!(offset + data.len() <= self.bytes);
         // SAFETY: the allocation holds offset + data.len() bytes.
-        check(unsafe { sys::cuMemcpyHtoD_v2(self.ptr + offset as u64, data.as_ptr().cast(), data.len()) }, || "copying to the GPU".into())
+        check(unsafe { sys::cuMemcpyHtoD_v2(self.ptr + offset as u64, data.as_ptr().cast(), data.len()) }, || "copying to the GPU".into())?;
+        legacy_stream_sync("copying to the GPU")
     }
 
     /// Copies the start of the allocation into `out` (synchronously).
@@ -200,6 +202,15 @@ impl Drop for DeviceMemory {
         // SAFETY: frees what cuMemAlloc returned, once.
         unsafe { sys::cuMemFree_v2(self.ptr) };
     }
+}
+
+/// Waits for the legacy default stream. A synchronous copy from pageable host memory (and
+/// a synchronous memset) may return before its DMA lands; work on a non-blocking stream
+/// launched after it would not wait for it and could read, or be overwritten by, the old
+/// bytes. Waiting here makes "synchronous" mean it.
+fn legacy_stream_sync(what: &str) -> Result<()> {
+    // SAFETY: the null stream is the context's legacy default stream.
+    check(unsafe { sys::cuStreamSynchronize(std::ptr::null_mut()) }, || format!("{what} (waiting for the copy to land)"))
 }
 
 /// Another process's GPU memory, opened through CUDA IPC; closed on drop.

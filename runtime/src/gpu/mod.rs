@@ -393,7 +393,15 @@ impl DeviceComm {
         let channels = if algorithm == Algorithm::Direct { inner.channels(key.count * key.esize).min(inner.direct_channels(n)) } else { inner.channels(key.count * key.esize) };
         let shape = Shape { collective: key.collective, count: key.count, nranks: n, root: key.root, chunk, channels };
         let lanes = algo::plan_rank(shape, algorithm, self.rank()).map_err(|e| Error::invalid(e.to_string()))?;
-        let lanes: Vec<_> = lanes.into_iter().filter(|l| !l.is_empty()).collect();
+        let mut lanes: Vec<_> = lanes.into_iter().filter(|l| !l.is_empty()).collect();
+        if key.collective == Collective::Broadcast {
+            // The root's copy into its own output ends each ring lane; a block of its own
+            // runs it beside the sends. Out of place it touches nothing the sends do; in
+            // place it copies a slice onto itself, which the kernel skips.
+            let copies: Vec<Vec<algo::Step>> = lanes.iter_mut().filter_map(|l| l.pop_if(|s| matches!(s, algo::Step::Copy { .. }))).map(|s| vec![s]).collect();
+            lanes.retain(|l| !l.is_empty());
+            lanes.extend(copies);
+        }
         let encoded = encode::encode(&lanes, key.esize, inner.geometry.slot_bytes)?;
         let setup = Setup { boot: self.comm.bootstrap(), device: &inner.device, origin: inner.origin, geometry: inner.geometry };
         state.conns.ensure(&encoded.ends, &setup)?;
