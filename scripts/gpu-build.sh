@@ -24,6 +24,10 @@ for line in sys.stdin:
 done
 cargo build --release -p oxccl-bench --bin oxccl-perf
 strip -o gpu-bin/oxccl-perf target/release/oxccl-perf
-cp scripts/gpu-run.sh scripts/gpu-bench.sh gpu-bin/
+# oxccl's libnccl.so.2, for NCCL-linked programs (nccl-tests) put first on LD_LIBRARY_PATH.
+cargo build --release -p oxccl-capi
+mkdir -p gpu-bin/lib
+strip -o gpu-bin/lib/libnccl.so.2 target/release/libnccl.so
+cp scripts/gpu-run.sh scripts/gpu-bench.sh scripts/gpu-nccl-tests.sh gpu-bin/
 ls -la gpu-bin >&2
 du -sh gpu-bin >&2

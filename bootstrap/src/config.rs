@@ -68,6 +68,22 @@ pub struct Config {
     /// OXCCL_HEARTBEAT_TIMEOUT_MS: silence after which a ring predecessor counts as failed
     /// (a hung or stopped process); `None` (0) disables heartbeats.
     pub heartbeat_timeout: Option<Duration>,
+    /// OXCCL_BACKEND: where collectives run (GPU buffers on the GPU backend, host memory
+    /// on the host backend).
+    pub backend: Backend,
+    /// OXCCL_GPU_SLOT_BYTES: bytes per slot of the GPU backend's FIFOs.
+    pub gpu_slot_bytes: usize,
+}
+
+/// OXCCL_BACKEND's values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The GPU backend when a GPU is visible, else the host backend.
+    Auto,
+    /// Host memory (CPU copies and reductions), GPUs or not.
+    Host,
+    /// GPU buffers; an error without a GPU.
+    Gpu,
 }
 
 /// One knob: its variable, default, parser and a one-line description.
@@ -152,6 +168,26 @@ pub static KNOBS: &[Knob] = &[
         default: "1",
         doc: "1: communicator calls block until done; 0: non-blocking communicators (calls return in progress, poll the async error)",
         set: |c, v| Ok(c.blocking = parse_bool(v)?),
+    },
+    Knob {
+        name: "OXCCL_BACKEND",
+        default: "auto",
+        doc: "where the C API's communicators run collectives: gpu (device buffers, CUDA streams), host (host memory, NULL stream), or auto (gpu when a GPU is visible)",
+        set: |c, v| {
+            c.backend = match v.trim().to_ascii_lowercase().as_str() {
+                "auto" => Backend::Auto,
+                "host" | "cpu" => Backend::Host,
+                "gpu" | "cuda" => Backend::Gpu,
+                _ => return Err("expected auto, host or gpu".into()),
+            };
+            Ok(())
+        },
+    },
+    Knob {
+        name: "OXCCL_GPU_SLOT_BYTES",
+        default: "524288",
+        doc: "bytes per slot of the GPU backend's FIFOs (8 slots per connection; NCCL's Simple protocol steps 512 KiB)",
+        set: |c, v| Ok(c.gpu_slot_bytes = parse_bytes(v, 4096)?),
     },
     Knob {
         name: "OXCCL_COLL_TIMEOUT_MS",
@@ -317,6 +353,8 @@ impl Config {
             algo: None,
             proto: None,
             shm_disable: false,
+            backend: Backend::Auto,
+            gpu_slot_bytes: 512 << 10,
             coll_timeout: Duration::from_secs(600),
             socket_max_recvs: 1,
             blocking: true,

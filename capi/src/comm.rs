@@ -2,7 +2,9 @@
 
 use std::sync::OnceLock;
 
+use oxccl_runtime::bootstrap::config::Backend as Choice;
 use oxccl_kernels::{DataType, ReduceOp, Scalar};
+use oxccl_runtime::gpu::{self, DeviceComm};
 use oxccl_runtime::{Communicator, Error, PendingCommunicator};
 use parking_lot::Mutex;
 
@@ -11,11 +13,45 @@ use crate::result::Failure;
 /// Tells a live communicator from garbage or a freed one.
 const MAGIC: u64 = 0x6f78_6363_6c5f_636d; // "oxccl_cm"
 
+/// Where a communicator's collectives run.
+pub enum Backend {
+    /// Host memory, NULL stream: calls complete before they return.
+    Host(Communicator),
+    /// Device buffers on one GPU, calls enqueued on the caller's stream.
+    Gpu(DeviceComm),
+}
+
+impl Backend {
+    /// The backend OXCCL_BACKEND asks for, for a communicator of this thread's current GPU
+    /// (`cudaSetDevice`) or of GPU `device`. Making a GPU communicator connects its ranks:
+    /// every rank does it (as every rank calls the creating function).
+    pub fn choose(comm: Communicator, device: Option<usize>) -> Result<Backend, Failure> {
+        let choice = comm.config().backend;
+        let gpus = gpu::device_count();
+        match choice {
+            Choice::Host => Ok(Backend::Host(comm)),
+            Choice::Auto if gpus == 0 => Ok(Backend::Host(comm)),
+            Choice::Gpu if gpus == 0 => Err(Failure::usage("OXCCL_BACKEND=gpu, but no GPU is visible (no driver, or CUDA_VISIBLE_DEVICES is empty)")),
+            Choice::Auto | Choice::Gpu => Ok(Backend::Gpu(match device {
+                Some(d) => DeviceComm::new(comm, d)?,
+                None => DeviceComm::on_current_device(comm)?,
+            })),
+        }
+    }
+
+    pub fn host(&self) -> &Communicator {
+        match self {
+            Backend::Host(c) => c,
+            Backend::Gpu(d) => d.host(),
+        }
+    }
+}
+
 /// The object behind `ncclComm_t`.
 pub struct NcclComm {
     magic: u64,
     /// The communicator once created.
-    ready: OnceLock<Communicator>,
+    ready: OnceLock<Backend>,
     /// A non-blocking creation still running, or how it failed.
     pending: Mutex<Option<Pending>>,
     /// PreMulSum ops made on this communicator: op value `NUM_OPS + i` is entry `i`.
@@ -40,14 +76,27 @@ pub const NUM_OPS: i32 = 5;
 
 enum Pending {
     Running(PendingCommunicator),
+    /// A non-blocking creation that also connects a GPU (on its own thread).
+    Connecting(std::thread::JoinHandle<Result<Backend, Failure>>),
     Failed(Error),
+    FailedCall(Failure),
 }
 
 impl NcclComm {
-    pub fn boxed(comm: Communicator) -> *mut NcclComm {
+    /// A handle for `comm` on the backend OXCCL_BACKEND chooses (see [`Backend::choose`]).
+    pub fn boxed(comm: Communicator) -> Result<*mut NcclComm, Failure> {
+        Ok(NcclComm::boxed_backend(Backend::choose(comm, None)?))
+    }
+
+    pub fn boxed_backend(backend: Backend) -> *mut NcclComm {
         let ready = OnceLock::new();
-        let _ = ready.set(comm);
+        let _ = ready.set(backend);
         Box::into_raw(Box::new(NcclComm { magic: MAGIC, ready, pending: Mutex::new(None), ops: Mutex::new(Vec::new()) }))
+    }
+
+    /// A handle for a communicator being created and connected on another thread.
+    pub fn boxed_connecting(connecting: std::thread::JoinHandle<Result<Backend, Failure>>) -> *mut NcclComm {
+        Box::into_raw(Box::new(NcclComm { magic: MAGIC, ready: OnceLock::new(), pending: Mutex::new(Some(Pending::Connecting(connecting))), ops: Mutex::new(Vec::new()) }))
     }
 
     /// A handle for a communicator still being created (non-blocking init).
@@ -58,34 +107,79 @@ impl NcclComm {
     /// The communicator; `ncclInProgress` while a non-blocking creation runs, its error if
     /// it failed.
     pub fn comm(&self) -> Result<&Communicator, Failure> {
-        if let Some(c) = self.ready.get() {
-            return Ok(c);
+        self.backend().map(Backend::host)
+    }
+
+    /// The GPU communicator, if this one runs on the GPU backend.
+    pub fn gpu(&self) -> Result<Option<&DeviceComm>, Failure> {
+        Ok(match self.backend()? {
+            Backend::Gpu(d) => Some(d),
+            Backend::Host(_) => None,
+        })
+    }
+
+    /// The backend; `ncclInProgress` while a non-blocking creation runs, its error if it
+    /// failed.
+    pub fn backend(&self) -> Result<&Backend, Failure> {
+        if let Some(b) = self.ready.get() {
+            return Ok(b);
         }
         let mut pending = self.pending.lock();
-        let outcome = match pending.as_ref() {
-            Some(Pending::Running(p)) => p.try_take(),
-            Some(Pending::Failed(e)) => return Err(e.clone().into()),
+        let in_progress = || Failure { code: crate::result::IN_PROGRESS, message: "the communicator is still being created (poll ncclCommGetAsyncError)".into() };
+        let outcome: Result<Backend, Failure> = match pending.take() {
+            Some(Pending::Running(p)) => match p.try_take() {
+                None => {
+                    *pending = Some(Pending::Running(p));
+                    return Err(in_progress());
+                }
+                Some(Ok(c)) => Ok(Backend::Host(c)),
+                Some(Err(e)) => {
+                    *pending = Some(Pending::Failed(e.clone()));
+                    return Err(e.into());
+                }
+            },
+            Some(Pending::Connecting(h)) if !h.is_finished() => {
+                *pending = Some(Pending::Connecting(h));
+                return Err(in_progress());
+            }
+            Some(Pending::Connecting(h)) => h.join().unwrap_or_else(|_| Err(Failure { code: crate::result::INTERNAL_ERROR, message: "the thread creating the communicator panicked".into() })),
+            Some(Pending::Failed(e)) => {
+                *pending = Some(Pending::Failed(e.clone()));
+                return Err(e.into());
+            }
+            Some(Pending::FailedCall(f)) => {
+                *pending = Some(Pending::FailedCall(f.clone()));
+                return Err(f);
+            }
             None => return Err(Failure::usage("communicator has neither been created nor is being created")),
         };
         match outcome {
-            None => Err(Failure { code: crate::result::IN_PROGRESS, message: "the communicator is still being created (poll ncclCommGetAsyncError)".into() }),
-            Some(Ok(c)) => {
-                *pending = None;
-                let _ = self.ready.set(c);
+            Ok(b) => {
+                let _ = self.ready.set(b);
                 Ok(self.ready.get().expect("just set"))
             }
-            Some(Err(e)) => {
-                *pending = Some(Pending::Failed(e.clone()));
-                Err(e.into())
+            Err(f) => {
+                *pending = Some(Pending::FailedCall(f.clone()));
+                Err(f)
             }
         }
     }
 
     /// ncclCommGetAsyncError's answer.
     pub fn async_error(&self) -> crate::result::NcclResult {
-        match self.comm() {
-            Ok(c) => c.error().map_or(crate::result::SUCCESS, |e| crate::result::code_of(&e)),
+        match self.backend() {
+            Ok(Backend::Gpu(d)) => d.async_error().map_or(crate::result::SUCCESS, |e| crate::result::code_of(&e)),
+            Ok(Backend::Host(c)) => c.error().map_or(crate::result::SUCCESS, |e| crate::result::code_of(&e)),
             Err(f) => f.code,
+        }
+    }
+
+    /// Stops everything the communicator runs (abort).
+    pub fn abort(&self) {
+        match self.backend() {
+            Ok(Backend::Gpu(d)) => d.abort(),
+            Ok(Backend::Host(c)) => c.abort(),
+            Err(_) => {}
         }
     }
 

@@ -12,7 +12,7 @@ use std::sync::Once;
 use oxccl_runtime::bootstrap::{Bootstrap, Config, UniqueId, UNIQUE_ID_BYTES};
 use oxccl_runtime::{Collective, Communicator};
 
-use crate::comm::{dtype, host_stream, index, NcclComm};
+use crate::comm::{dtype, host_stream, index, Backend, NcclComm};
 use crate::group::{self, Op};
 use crate::result::{self, guard, Failure, NcclResult};
 
@@ -149,14 +149,35 @@ exports! {
         })
     }
 
-    fn ncclCommInitAll / pncclCommInitAll(comms: *mut Comm, ndev: c_int, _devlist: *const c_int) -> NcclResult {
+    fn ncclCommInitAll / pncclCommInitAll(comms: *mut Comm, ndev: c_int, devlist: *const c_int) -> NcclResult {
         guard("ncclCommInitAll", || {
             let comms = out(comms, "comm")?;
             let n = u32::try_from(ndev).ok().filter(|&n| n > 0).ok_or_else(|| Failure::argument(format!("ndev {ndev} must be positive")))?;
-            let all = Communicator::init_all(n, &config()?)?;
+            let config = config()?;
+            let gpus = oxccl_runtime::gpu::device_count();
+            let gpu = match config.backend {
+                oxccl_runtime::bootstrap::config::Backend::Host => false,
+                oxccl_runtime::bootstrap::config::Backend::Auto => gpus > 0,
+                oxccl_runtime::bootstrap::config::Backend::Gpu => true,
+            };
+            if gpu {
+                // devlist NULL: GPUs 0..ndev, as NCCL.
+                let devices: Vec<usize> = if devlist.is_null() {
+                    (0..n as usize).collect()
+                } else {
+                    // SAFETY: the caller passes ndev device numbers.
+                    unsafe { std::slice::from_raw_parts(devlist, n as usize) }.iter().map(|&d| index(d, gpus, "devlist entry")).collect::<Result<_, _>>()?
+                };
+                for (i, d) in oxccl_runtime::gpu::DeviceComm::init_all(&devices, &config)?.into_iter().enumerate() {
+                    // SAFETY: the caller passes an array of ndev handles.
+                    unsafe { *comms.add(i) = NcclComm::boxed_backend(Backend::Gpu(d)) };
+                }
+                return Ok(());
+            }
+            let all = Communicator::init_all(n, &config)?;
             for (i, c) in all.into_iter().enumerate() {
                 // SAFETY: the caller passes an array of ndev handles.
-                unsafe { *comms.add(i) = NcclComm::boxed(c) };
+                unsafe { *comms.add(i) = NcclComm::boxed_backend(Backend::Host(c)) };
             }
             Ok(())
         })
@@ -169,7 +190,7 @@ exports! {
             let parent = unsafe { NcclComm::from_handle(comm)? };
             let child = parent.comm()?.split(color, key)?;
             // SAFETY: checked non-NULL.
-            unsafe { *newcomm = child.map_or(std::ptr::null_mut(), NcclComm::boxed) };
+            unsafe { *newcomm = child.map_or(Ok(std::ptr::null_mut()), NcclComm::boxed)? };
             Ok(())
         })
     }
@@ -195,7 +216,7 @@ exports! {
                 }
                 let (child, _) = c.shrink_failed(abort_first)?;
                 // SAFETY: checked non-NULL.
-                unsafe { *newcomm = NcclComm::boxed(child) };
+                unsafe { *newcomm = NcclComm::boxed(child)? };
                 return Ok(());
             }
             // SAFETY: checked non-NULL; the caller passes count ranks.
@@ -203,7 +224,7 @@ exports! {
             let list: Vec<usize> = list.iter().map(|&r| index(r, c.nranks(), "excludeRanksList entry")).collect::<Result<_, _>>()?;
             let child = if list.contains(&c.rank()) { None } else { Some(c.shrink(&list, abort_first)?) };
             // SAFETY: checked non-NULL. An excluded rank gets NULL, as ncclCommSplit's NOCOLOR.
-            unsafe { *newcomm = child.map_or(std::ptr::null_mut(), NcclComm::boxed) };
+            unsafe { *newcomm = child.map_or(Ok(std::ptr::null_mut()), NcclComm::boxed)? };
             Ok(())
         })
     }
@@ -232,7 +253,7 @@ exports! {
                 c.grow(n, &unique)?
             };
             // SAFETY: checked non-NULL.
-            unsafe { *newcomm = NcclComm::boxed(child) };
+            unsafe { *newcomm = NcclComm::boxed(child)? };
             Ok(())
         })
     }
@@ -263,9 +284,7 @@ exports! {
             // SAFETY: the caller's handle, not used after this call. A communicator still
             // being created has nothing to abort yet (its creation is bounded by the
             // bootstrap timeouts and cleans up after itself).
-            if let Ok(c) = unsafe { NcclComm::from_handle(comm)? }.comm() {
-                c.abort();
-            }
+            unsafe { NcclComm::from_handle(comm)? }.abort();
             // SAFETY: as above; after abort, dropping waits on no peer.
             unsafe { NcclComm::destroy(comm) }
         })
@@ -315,10 +334,11 @@ exports! {
         guard("ncclCommCuDevice", || {
             let out = out(device, "device")?;
             // SAFETY: the caller's handle.
-            unsafe { NcclComm::from_handle(comm)? };
+            let c = unsafe { NcclComm::from_handle(comm)? };
             // The host backend has no CUDA device.
+            let device = c.gpu()?.map_or(-1, |d| d.device() as c_int);
             // SAFETY: checked non-NULL.
-            unsafe { *out = -1 };
+            unsafe { *out = device };
             Ok(())
         })
     }
@@ -413,6 +433,11 @@ exports! {
     fn ncclMemAlloc / pncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> NcclResult {
         guard("ncclMemAlloc", || {
             let out = out(ptr, "ptr")?;
+            if gpu_memory()? {
+                // SAFETY: checked non-NULL.
+                unsafe { *out = oxccl_runtime::gpu::mem_alloc(size)? as *mut c_void };
+                return Ok(());
+            }
             // Host memory on the host backend.
             // SAFETY: malloc has no preconditions; a NULL result is reported.
             let p = unsafe { libc::malloc(size.max(1)) };
@@ -427,7 +452,10 @@ exports! {
 
     fn ncclMemFree / pncclMemFree(ptr: *mut c_void) -> NcclResult {
         guard("ncclMemFree", || {
-            // SAFETY: NULL or a pointer ncclMemAlloc returned.
+            if oxccl_runtime::gpu::mem_free(ptr as u64)? {
+                return Ok(());
+            }
+            // SAFETY: NULL or a pointer ncclMemAlloc returned from malloc.
             unsafe { libc::free(ptr) };
             Ok(())
         })
@@ -588,6 +616,33 @@ fn init_rank(comm: *mut Comm, nranks: c_int, id: &NcclUniqueId, rank: c_int, con
     let n = u32::try_from(nranks).ok().filter(|&n| n > 0).ok_or_else(|| Failure::argument(format!("nranks {nranks} must be positive")))?;
     let rank = index(rank, n as usize, "rank")? as u32;
     let id = UniqueId::from_bytes(&id.internal).map_err(|e| Failure::argument(format!("commId: {e}")))?;
+    if group::active() {
+        // Inside a group: create on a thread of its own; ncclGroupEnd waits (blocking).
+        let gpu = gpu_memory()?;
+        let device = if gpu { Some(oxccl_runtime::gpu::current_device()?) } else { None };
+        let blocking = config.blocking;
+        let connecting = std::thread::spawn(move || {
+            let c = Communicator::init(&id, rank, n, &config)?;
+            match device {
+                Some(d) => Backend::choose(c, Some(d)),
+                None => Ok(Backend::Host(c)),
+            }
+        });
+        let handle = NcclComm::boxed_connecting(connecting);
+        // SAFETY: checked non-NULL.
+        unsafe { *comm = handle };
+        group::push_init(handle, blocking);
+        return if blocking { Ok(()) } else { Err(Failure { code: result::IN_PROGRESS, message: "communicator creation in progress".into() }) };
+    }
+    if !config.blocking && gpu_memory()? {
+        // Non-blocking on a GPU: create and connect on a thread of its own, on the GPU
+        // current here.
+        let device = oxccl_runtime::gpu::current_device()?;
+        let connecting = std::thread::spawn(move || Backend::choose(Communicator::init(&id, rank, n, &config)?, Some(device)));
+        // SAFETY: checked non-NULL.
+        unsafe { *comm = NcclComm::boxed_connecting(connecting) };
+        return Err(Failure { code: result::IN_PROGRESS, message: "communicator creation in progress".into() });
+    }
     if !config.blocking {
         // Non-blocking: the handle exists at once; the caller polls ncclCommGetAsyncError.
         let pending = Communicator::init_nonblocking(&id, rank, n, &config);
@@ -597,13 +652,22 @@ fn init_rank(comm: *mut Comm, nranks: c_int, id: &NcclUniqueId, rank: c_int, con
     }
     let c = Communicator::init(&id, rank, n, &config)?;
     // SAFETY: checked non-NULL.
-    unsafe { *comm = NcclComm::boxed(c) };
+    unsafe { *comm = NcclComm::boxed(c)? };
     Ok(())
+}
+
+/// Whether ncclMemAlloc hands out GPU memory (the GPU backend) or host memory.
+fn gpu_memory() -> Result<bool, Failure> {
+    use oxccl_runtime::bootstrap::config::Backend as Choice;
+    Ok(match config()?.backend {
+        Choice::Host => false,
+        Choice::Auto => oxccl_runtime::gpu::device_count() > 0,
+        Choice::Gpu => true,
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
 fn collective(collective: Collective, send: *const c_void, recv: *mut c_void, count: usize, datatype: c_int, op: Option<c_int>, root: c_int, comm: Comm, stream: Stream) -> Result<(), Failure> {
-    host_stream(stream)?;
     // SAFETY: the caller's handle.
     let c = unsafe { NcclComm::from_handle(comm)? };
     let dtype = dtype(datatype)?;
@@ -613,6 +677,14 @@ fn collective(collective: Collective, send: *const c_void, recv: *mut c_void, co
     };
     let n = c.comm()?.nranks();
     let root = if collective.rooted() { index(root, n, "root")? } else { 0 };
+    if let Some(dev) = c.gpu()? {
+        // GPU: the launch is asynchronous on the caller's stream, so inside a group it
+        // runs at once too (nothing waits on the host).
+        // SAFETY: the caller's device buffers and stream, valid until the stream passes
+        // this call (NCCL's contract).
+        return Ok(unsafe { dev.enqueue(collective, send as u64, recv as u64, count, dtype, op, root, stream as oxccl_runtime::gpu::CUstream) }?);
+    }
+    host_stream(stream)?;
     let (send, recv) = (send as *const u8, recv as *mut u8);
     if group::active() {
         group::push(Op::Collective { comm, collective, send, recv, count, dtype, op, root });
@@ -624,9 +696,12 @@ fn collective(collective: Collective, send: *const c_void, recv: *mut c_void, co
 }
 
 fn point_to_point(is_send: bool, data: *mut c_void, count: usize, datatype: c_int, peer: c_int, comm: Comm, stream: Stream) -> Result<(), Failure> {
-    host_stream(stream)?;
     // SAFETY: the caller's handle.
     let c = unsafe { NcclComm::from_handle(comm)? };
+    if c.gpu()?.is_some() {
+        return Err(Failure::usage(format!("{} on GPU buffers is not implemented by oxccl yet (the GPU backend runs collectives; OXCCL_BACKEND=host runs send/recv on host memory)", if is_send { "ncclSend" } else { "ncclRecv" })));
+    }
+    host_stream(stream)?;
     let dtype = dtype(datatype)?;
     let peer = index(peer, c.comm()?.nranks(), "peer")?;
     let bytes = count.checked_mul(dtype.size()).ok_or_else(|| Failure::argument(format!("count {count} overflows")))?;

@@ -29,6 +29,42 @@ impl Op {
 thread_local! {
     static DEPTH: Cell<u32> = const { Cell::new(0) };
     static OPS: RefCell<Vec<Op>> = const { RefCell::new(Vec::new()) };
+    /// Communicators created inside the group (each on a thread of its own), and whether
+    /// ncclGroupEnd must wait for them (blocking communicators).
+    static INITS: RefCell<Vec<(*mut NcclComm, bool)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Records a communicator whose creation started inside the group: one thread may create
+/// several ranks of one job (ncclGroupStart, ncclCommInitRank per GPU, ncclGroupEnd), which
+/// only complete together.
+pub fn push_init(comm: *mut NcclComm, blocking: bool) {
+    INITS.with(|i| i.borrow_mut().push((comm, blocking)));
+}
+
+/// Waits until every blocking communicator created in the group is ready (creation is
+/// bounded by the bootstrap's timeouts); the first failure is returned.
+fn finish_inits() -> Result<(), Failure> {
+    let inits = INITS.with(|i| std::mem::take(&mut *i.borrow_mut()));
+    let mut first = None;
+    for (handle, blocking) in inits {
+        if !blocking {
+            continue;
+        }
+        // SAFETY: a handle this library made in this group; the caller cannot have
+        // destroyed it before ncclGroupEnd returned it.
+        let nccl = unsafe { NcclComm::from_handle(handle)? };
+        loop {
+            match nccl.backend() {
+                Ok(_) => break,
+                Err(f) if f.code == crate::result::IN_PROGRESS => std::thread::sleep(std::time::Duration::from_micros(200)),
+                Err(f) => {
+                    first.get_or_insert(f);
+                    break;
+                }
+            }
+        }
+    }
+    first.map_or(Ok(()), Err)
 }
 
 /// Whether this thread is inside ncclGroupStart/End.
@@ -55,8 +91,10 @@ pub fn end() -> Result<(), Failure> {
     if depth > 1 {
         return Ok(());
     }
+    let inits = finish_inits();
     let ops = OPS.with(|ops| std::mem::take(&mut *ops.borrow_mut()));
-    run(ops)
+    let ran = run(ops);
+    inits.and(ran)
 }
 
 /// Runs `ops`: per communicator, in call order, launched all before any is waited for.

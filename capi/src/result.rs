@@ -9,6 +9,7 @@ use oxccl_runtime::Error;
 pub type NcclResult = i32;
 
 pub const SUCCESS: NcclResult = 0;
+pub const UNHANDLED_CUDA_ERROR: NcclResult = 1;
 pub const SYSTEM_ERROR: NcclResult = 2;
 pub const INTERNAL_ERROR: NcclResult = 3;
 pub const INVALID_ARGUMENT: NcclResult = 4;
@@ -18,7 +19,7 @@ pub const IN_PROGRESS: NcclResult = 7;
 pub const TIMEOUT: NcclResult = 8;
 
 /// A failed call: its code and the text `ncclGetLastError` returns.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Failure {
     pub code: NcclResult,
     pub message: String,
@@ -65,6 +66,7 @@ pub fn code_of(e: &Error) -> NcclResult {
         Error::Timeout { .. } => TIMEOUT,
         Error::InProgress { .. } => IN_PROGRESS,
         Error::Transport(_) | Error::Bootstrap(_) => SYSTEM_ERROR,
+        Error::Cuda(_) => UNHANDLED_CUDA_ERROR,
         _ => INTERNAL_ERROR,
     }
 }

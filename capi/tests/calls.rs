@@ -303,3 +303,41 @@ fn nonblocking_init_from_c() {
         }
     }
 }
+
+/// nccl-tests' way of making the ranks of one process: ncclGroupStart, ncclCommInitRank
+/// for every rank from one thread, ncclGroupEnd. Each creation runs on a thread of its own
+/// and ncclGroupEnd returns once all are ready; the communicators then all-reduce.
+#[test]
+fn one_thread_creates_three_ranks_inside_a_group() {
+    std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
+    let mut id = NcclUniqueId { internal: [0; 128] };
+    let mut comms: Vec<*mut c_void> = vec![null_mut(); 3];
+    // SAFETY: valid out pointers; the handles are used only after ncclGroupEnd.
+    unsafe {
+        assert_eq!(ncclGetUniqueId(&mut id), SUCCESS, "{}", last_error());
+        assert_eq!(ncclGroupStart(), SUCCESS);
+        for (rank, c) in comms.iter_mut().enumerate() {
+            assert_eq!(ncclCommInitRank((c as *mut *mut c_void).cast(), 3, NcclUniqueId { internal: id.internal }, rank as i32), SUCCESS, "{}", last_error());
+        }
+        assert_eq!(ncclGroupEnd(), SUCCESS, "{}", last_error());
+    }
+    let count = 1000;
+    let sends: Vec<Vec<f32>> = (0..3).map(|r| vec![r as f32; count]).collect();
+    let mut recvs = vec![vec![0f32; count]; 3];
+    // SAFETY: live handles and buffers of `count` floats, untouched until ncclGroupEnd.
+    unsafe {
+        assert_eq!(ncclGroupStart(), SUCCESS);
+        for r in 0..3 {
+            let mut rank = -1;
+            assert_eq!(ncclCommUserRank(comms[r].cast(), &mut rank), SUCCESS, "{}", last_error());
+            assert_eq!(rank, r as i32);
+            assert_eq!(ncclAllReduce(sends[r].as_ptr().cast(), recvs[r].as_mut_ptr().cast(), count, FLOAT, SUM, comms[r].cast(), null_mut()), SUCCESS, "{}", last_error());
+        }
+        assert_eq!(ncclGroupEnd(), SUCCESS, "{}", last_error());
+    }
+    assert!(recvs.iter().all(|v| v.iter().all(|&x| x == 3.0)));
+    for c in comms {
+        // SAFETY: a live handle, destroyed once.
+        assert_eq!(unsafe { ncclCommDestroy(c.cast()) }, SUCCESS);
+    }
+}

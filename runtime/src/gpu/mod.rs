@@ -43,8 +43,6 @@ use encode::End;
 
 /// Slots per GPU connection (NCCL_STEPS).
 const SLOTS: usize = 8;
-/// Bytes per slot: NCCL's Simple protocol uses 512 KiB steps of a 4 MiB buffer.
-const DEFAULT_SLOT_BYTES: usize = 512 << 10;
 /// Channels at most (NCCL_MAX_NCHANNELS overrides).
 const DEFAULT_MAX_CHANNELS: usize = 32;
 /// Data per channel before another channel pays for itself: one block moves some tens of
@@ -148,7 +146,7 @@ impl DeviceComm {
             let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
             format!("{}:{}", oxccl_bootstrap::host_name(), boot_id.trim())
         });
-        let slot_bytes = env_usize("OXCCL_GPU_SLOT_BYTES")?.unwrap_or(DEFAULT_SLOT_BYTES).next_multiple_of(128);
+        let slot_bytes = config.gpu_slot_bytes.next_multiple_of(128);
         let max_channels = env_usize("NCCL_MAX_NCHANNELS")?.unwrap_or(DEFAULT_MAX_CHANNELS).clamp(1, 64);
         let min_channels = env_usize("NCCL_MIN_NCHANNELS")?.unwrap_or(1).clamp(1, max_channels);
         let inner = Arc::new(Inner {
@@ -592,4 +590,27 @@ fn env_usize(name: &str) -> Result<Option<usize>> {
         Ok(v) => v.trim().parse().map(Some).map_err(|_| Error::invalid(format!("{name}={v:?} is not a number"))),
         Err(_) => Ok(None),
     }
+}
+
+/// The calling thread's current GPU (what `cudaSetDevice` chose; 0 when none was).
+pub fn current_device() -> Result<usize> {
+    Ok(Device::current()?.ordinal as usize)
+}
+
+/// Allocations of [`mem_alloc`] still live: `mem_free` knows them from host pointers.
+static ALLOCATIONS: std::sync::LazyLock<Mutex<FxHashMap<u64, DeviceMemory>>> = std::sync::LazyLock::new(Default::default);
+
+/// `bytes` of memory on the calling thread's current GPU (ncclMemAlloc), zeroed.
+pub fn mem_alloc(bytes: usize) -> Result<u64> {
+    let device = Device::current()?;
+    device.bind()?;
+    let memory = DeviceMemory::zeroed(bytes)?;
+    let ptr = memory.ptr;
+    ALLOCATIONS.lock().insert(ptr, memory);
+    Ok(ptr)
+}
+
+/// Frees what [`mem_alloc`] returned; `false` when `ptr` is not one of its allocations.
+pub fn mem_free(ptr: u64) -> Result<bool> {
+    Ok(ALLOCATIONS.lock().remove(&ptr).is_some())
 }
