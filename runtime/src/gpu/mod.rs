@@ -57,8 +57,8 @@ const STATUS_WORD: usize = 4;
 pub struct DeviceComm {
     inner: Arc<Inner>,
     watcher: Option<std::thread::JoinHandle<()>>,
-    // Dropped last: the bootstrap outlives the GPU state.
-    comm: Communicator,
+    // Taken by Drop: the bootstrap outlives the GPU state.
+    comm: std::mem::ManuallyDrop<Communicator>,
 }
 
 struct Inner {
@@ -87,6 +87,9 @@ struct State {
     arena: Arena,
     /// The last launch on each stream, to wait for before freeing memory.
     last: FxHashMap<usize, Event>,
+    /// In-place alltoall's copy of the input, and copies outgrown.
+    scratch: Option<DeviceMemory>,
+    retired: Vec<DeviceMemory>,
 }
 
 struct Loaded {
@@ -179,7 +182,7 @@ impl DeviceComm {
                 }
             })
             .map_err(|e| Error::Internal(format!("starting the GPU watcher thread: {e}")))?;
-        let dev = DeviceComm { inner, watcher: Some(watcher), comm };
+        let dev = DeviceComm { inner, watcher: Some(watcher), comm: std::mem::ManuallyDrop::new(comm) };
         dev.connect_all()?;
         tracing::info!(target: crate::log_target::INIT, "rank {}: GPU {} ({arch}), slots of {} KiB, up to {max_channels} channels", dev.rank(), dev.inner.device.ordinal, slot_bytes >> 10);
         Ok(dev)
@@ -251,9 +254,7 @@ impl DeviceComm {
         if collective.rooted() && root >= n {
             return Err(Error::invalid(format!("root {root} is not a rank of this communicator of {n}")));
         }
-        if collective == Collective::AllToAll && send == recv && count > 0 {
-            return Err(Error::invalid("all_to_all cannot run in place (send and recv are the same buffer)"));
-        }
+
         let (send_count, recv_count) = collective.buffer_counts(count, n, rank, root);
         let esize = dtype.size();
         for (name, ptr, elements) in [("send", send, send_count), ("recv", recv, recv_count)] {
@@ -277,6 +278,12 @@ impl DeviceComm {
         let spec = if reduces { Specialization { dtype, op: op.combine() } } else { Specialization { dtype: DataType::Uint8, op: oxccl_kernels::Combine::Sum } };
         let loaded = inner.loaded(spec)?;
         let plan = self.plan(PlanKey { collective, count, esize, root })?;
+        let mut send = send;
+        if collective == Collective::AllToAll && send == recv {
+            // In place, every block is read and overwritten: run from a copy of the input
+            // (the schedule itself needs separate buffers).
+            send = inner.scratch_copy(send, send_count * esize, stream)?;
+        }
         let scale = if reduces { op.input_scale(dtype, n) } else { None };
         let args = DevArgs {
             steps: plan.steps,
@@ -465,6 +472,24 @@ impl Arena {
 }
 
 impl Inner {
+    /// Copies `bytes` from `src` into this rank's scratch buffer on `stream`; its address.
+    /// The buffer grows (never shrinks) and is freed with the communicator.
+    fn scratch_copy(&self, src: u64, bytes: usize, stream: CUstream) -> Result<u64> {
+        let mut state = self.state.lock();
+        if state.scratch.as_ref().is_none_or(|m| m.bytes < bytes) {
+            // Growing waits for the GPU (allocation), like cudaMalloc; the old buffer may
+            // still be read by an earlier launch, so it is kept until teardown.
+            if let Some(old) = state.scratch.take() {
+                state.retired.push(old);
+            }
+            state.scratch = Some(DeviceMemory::zeroed(bytes)?);
+        }
+        let scratch = state.scratch.as_ref().expect("just made").ptr;
+        // SAFETY: both ranges hold `bytes` bytes (the caller's input; the scratch buffer).
+        driver::check(unsafe { cudarc::driver::sys::cuMemcpyDtoDAsync_v2(scratch, src, bytes, stream) }, || "copying an in-place alltoall's input aside".into())?;
+        Ok(scratch)
+    }
+
     fn fail(&self, e: Error) {
         let mut failure = self.failure.lock();
         if failure.is_none() {
@@ -526,22 +551,38 @@ impl Drop for DeviceComm {
     fn drop(&mut self) {
         let healthy = self.inner.failure.lock().is_none();
         let finished = self.inner.drain(if healthy { self.inner.timeout } else { Duration::ZERO });
-        // Peers may still write heads and tails into this rank's memory until they are
-        // done too: meet them before freeing it (the barrier is timed and fails fast on a
-        // dead peer).
-        if healthy && finished {
-            if let Err(e) = self.comm.bootstrap().barrier() {
-                tracing::warn!(target: crate::log_target::INIT, "rank {}: GPU teardown barrier failed: {e}", self.rank());
-            }
-        }
         self.inner.stop.store(true, Ordering::Release);
         if let Some(w) = self.watcher.take() {
             let _ = w.join();
         }
+        // SAFETY: taken once, here; `self.comm` is not touched again.
+        let comm = unsafe { std::mem::ManuallyDrop::take(&mut self.comm) };
         if !finished {
             // A kernel is still running on this memory: leaking it is the only safe choice.
-            tracing::error!(target: crate::log_target::INIT, "rank {}: GPU kernels did not stop; leaking their memory", self.rank());
+            tracing::error!(target: crate::log_target::INIT, "rank {}: GPU kernels did not stop; leaking their memory", comm.rank());
             std::mem::forget(std::mem::take(&mut *self.inner.state.lock()));
+            return;
+        }
+        if !healthy {
+            // Aborted or failed: nobody is waited for.
+            return;
+        }
+        // Peers may still write heads and tails into this rank's memory until their own
+        // kernels end: meet them (a timed barrier that fails fast on a dead peer) before
+        // freeing it — on a thread of its own, so that destroy returns at once and one
+        // thread may destroy every rank of a job in turn (as with NCCL).
+        let state = std::mem::take(&mut *self.inner.state.lock());
+        let inner = self.inner.clone();
+        let reaper = std::thread::Builder::new().name("oxccl-gpu-teardown".into()).spawn(move || {
+            if let Err(e) = comm.bootstrap().barrier() {
+                tracing::warn!(target: crate::log_target::INIT, "rank {}: GPU teardown barrier failed: {e}", comm.rank());
+            }
+            let _ = inner.device.bind();
+            drop(state);
+            drop(comm);
+        });
+        if let Err(e) = reaper {
+            tracing::warn!(target: crate::log_target::INIT, "no GPU teardown thread ({e}): the connection memory is leaked");
         }
     }
 }
