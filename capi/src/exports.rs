@@ -698,17 +698,18 @@ fn collective(collective: Collective, send: *const c_void, recv: *mut c_void, co
 fn point_to_point(is_send: bool, data: *mut c_void, count: usize, datatype: c_int, peer: c_int, comm: Comm, stream: Stream) -> Result<(), Failure> {
     // SAFETY: the caller's handle.
     let c = unsafe { NcclComm::from_handle(comm)? };
-    if c.gpu()?.is_some() {
-        return Err(Failure::usage(format!("{} on GPU buffers is not implemented by oxccl yet (the GPU backend runs collectives; OXCCL_BACKEND=host runs send/recv on host memory)", if is_send { "ncclSend" } else { "ncclRecv" })));
+    let gpu = c.gpu()?.is_some();
+    if !gpu {
+        host_stream(stream)?;
     }
-    host_stream(stream)?;
     let dtype = dtype(datatype)?;
     let peer = index(peer, c.comm()?.nranks(), "peer")?;
     let bytes = count.checked_mul(dtype.size()).ok_or_else(|| Failure::argument(format!("count {count} overflows")))?;
     if bytes > 0 && data.is_null() {
         return Err(Failure::argument(format!("{} is NULL with count {count}", if is_send { "sendbuff" } else { "recvbuff" })));
     }
-    let op = if is_send { Op::Send { comm, data: data as *const u8, bytes, peer } } else { Op::Recv { comm, data: data as *mut u8, bytes, peer } };
+    let stream = stream as usize;
+    let op = if is_send { Op::Send { comm, data: data as *const u8, bytes, peer, stream } } else { Op::Recv { comm, data: data as *mut u8, bytes, peer, stream } };
     if group::active() {
         group::push(op);
         return Ok(());

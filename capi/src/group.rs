@@ -14,8 +14,9 @@ use crate::result::Failure;
 /// One operation of a group, validated when it was called.
 pub enum Op {
     Collective { comm: *mut NcclComm, collective: Collective, send: *const u8, recv: *mut u8, count: usize, dtype: DataType, op: ReduceOp, root: usize },
-    Send { comm: *mut NcclComm, data: *const u8, bytes: usize, peer: usize },
-    Recv { comm: *mut NcclComm, data: *mut u8, bytes: usize, peer: usize },
+    /// `stream`: the caller's CUDA stream (GPU communicators; NULL on the host).
+    Send { comm: *mut NcclComm, data: *const u8, bytes: usize, peer: usize, stream: usize },
+    Recv { comm: *mut NcclComm, data: *mut u8, bytes: usize, peer: usize, stream: usize },
 }
 
 impl Op {
@@ -110,6 +111,40 @@ pub fn run(ops: Vec<Op>) -> Result<(), Failure> {
     let mut works = Vec::new();
     let mut first: Option<Failure> = None;
     for &handle in &comms {
+        // SAFETY: every op's comm was checked live when the op was queued.
+        let gpu = unsafe { NcclComm::from_handle(handle) }.and_then(|c| c.gpu());
+        match gpu {
+            Ok(Some(dev)) => {
+                // GPU: the sends and receives of this communicator as one launch on the
+                // stream of its first (NCCL wants one stream per communicator in a group).
+                let mine: Vec<&Op> = ops.iter().filter(|op| op.comm() == handle).collect();
+                let stream = mine.iter().find_map(|op| match op {
+                    Op::Send { stream, .. } | Op::Recv { stream, .. } => Some(*stream),
+                    Op::Collective { .. } => None,
+                });
+                let p2p: Vec<oxccl_runtime::gpu::P2p> = mine
+                    .iter()
+                    .filter_map(|op| match **op {
+                        Op::Send { data, bytes, peer, .. } => Some(oxccl_runtime::gpu::P2p { send: true, peer, addr: data as u64, bytes }),
+                        Op::Recv { data, bytes, peer, .. } => Some(oxccl_runtime::gpu::P2p { send: false, peer, addr: data as u64, bytes }),
+                        Op::Collective { .. } => None,
+                    })
+                    .collect();
+                if let Some(stream) = stream {
+                    // SAFETY: the caller's device buffers and stream, valid until the
+                    // stream passes this point (NCCL's contract).
+                    if let Err(e) = unsafe { dev.enqueue_p2p(&p2p, stream as oxccl_runtime::gpu::CUstream) } {
+                        first.get_or_insert(e.into());
+                    }
+                }
+                continue;
+            }
+            Err(f) => {
+                first.get_or_insert(f);
+                continue;
+            }
+            Ok(None) => {}
+        }
         match launch(handle, ops.iter().filter(|op| op.comm() == handle)) {
             Ok(work) => works.push(work),
             Err(f) => {

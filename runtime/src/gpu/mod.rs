@@ -80,7 +80,7 @@ struct Inner {
 #[derive(Default)]
 struct State {
     conns: Connections,
-    plans: FxHashMap<PlanKey, Arc<Plan>>,
+    plans: FxHashMap<CacheKey, Arc<Plan>>,
     /// Where plans live: allocated in blocks, never freed while a kernel may read them
     /// (freeing GPU memory synchronizes the device, and a rank sharing the GPU may be
     /// waiting in a kernel for this one).
@@ -106,6 +106,23 @@ struct PlanKey {
     count: usize,
     esize: usize,
     root: usize,
+}
+
+/// What a cached plan is for.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+enum CacheKey {
+    Collective(PlanKey),
+    /// A group of sends and receives (their addresses are part of the steps).
+    PointToPoint(Vec<P2p>),
+}
+
+/// One send or receive of a group: `bytes` at device address `addr`, to or from `peer`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct P2p {
+    pub send: bool,
+    pub peer: usize,
+    pub addr: u64,
+    pub bytes: usize,
 }
 
 /// A plan in GPU memory: the connection table, the lanes' bounds, then the steps.
@@ -305,12 +322,7 @@ impl DeviceComm {
             let blocks = elements.div_ceil(256).clamp(1, 4096) as u32;
             loaded.divide.launch(blocks, 256, stream, &mut [(&mut buf as *mut u64).cast(), (&mut elements as *mut u64).cast(), (&mut divisor as *mut u64).cast()])?;
         }
-        let mut state = inner.state.lock();
-        match state.last.get(&(stream as usize)) {
-            Some(event) => event.rerecord(stream)?,
-            None => drop(state.last.insert(stream as usize, Event::record(stream)?)),
-        }
-        Ok(())
+        self.mark(stream)
     }
 
     /// Waits until `stream` has run everything enqueued on it so far; an error if a kernel
@@ -384,11 +396,10 @@ impl DeviceComm {
     }
 
     fn plan(&self, key: PlanKey) -> Result<Arc<Plan>> {
-        let inner = &self.inner;
-        let mut state = inner.state.lock();
-        if let Some(p) = state.plans.get(&key) {
+        if let Some(p) = self.inner.state.lock().plans.get(&CacheKey::Collective(key)) {
             return Ok(p.clone());
         }
+        let inner = &self.inner;
         let n = self.nranks();
         let algorithm = match key.collective {
             Collective::AllToAll | Collective::Gather | Collective::Scatter => Algorithm::Direct,
@@ -407,7 +418,15 @@ impl DeviceComm {
             lanes.retain(|l| !l.is_empty());
             lanes.extend(copies);
         }
-        let encoded = encode::encode(&lanes, key.esize, inner.geometry.slot_bytes)?;
+        tracing::debug!(target: crate::log_target::COLL, "GPU plan {key:?}: {channels} channel(s), {} lane(s)", lanes.len());
+        self.upload(CacheKey::Collective(key), &lanes, key.esize)
+    }
+
+    /// Encodes `lanes`, connects what they use, and uploads them into the arena (cached).
+    fn upload(&self, key: CacheKey, lanes: &[Vec<algo::Step>], esize: usize) -> Result<Arc<Plan>> {
+        let inner = &self.inner;
+        let encoded = encode::encode(lanes, esize, inner.geometry.slot_bytes)?;
+        let mut state = inner.state.lock();
         let setup = Setup { boot: self.comm.bootstrap(), device: &inner.device, origin: inner.origin, geometry: inner.geometry };
         state.conns.ensure(&encoded.ends, &setup)?;
         let table = state.conns.table(&encoded.ends)?;
@@ -429,9 +448,107 @@ impl DeviceComm {
         }
         let base = state.arena.place(&image)?;
         let plan = Arc::new(Plan { lanes: encoded.lanes() as u32, conns: base, bounds: base + conn_bytes as u64, steps: base + (conn_bytes + bounds_bytes) as u64 });
-        tracing::debug!(target: crate::log_target::COLL, "GPU plan {key:?}: {channels} channel(s), {} lane(s), {} steps", plan.lanes, encoded.steps.len());
         state.plans.insert(key, plan.clone());
         Ok(plan)
+    }
+
+    /// Enqueues a group of sends and receives on `stream` and returns. Sends to and
+    /// receives from each peer pair up in order with the peer's (equal sizes, as NCCL
+    /// requires); each transfer is split over the direct channels and runs beside the
+    /// others, so a group exchanging with many peers never waits on one. Transfers with
+    /// this rank itself are copies, paired in order.
+    ///
+    /// # Safety
+    /// Every address must be device memory this GPU can access, holding `bytes`, untouched
+    /// until the stream passes this point; `stream` as for [`DeviceComm::enqueue`].
+    pub unsafe fn enqueue_p2p(&self, ops: &[P2p], stream: CUstream) -> Result<()> {
+        let (n, rank) = (self.nranks(), self.rank());
+        for op in ops {
+            if op.peer >= n {
+                return Err(Error::invalid(format!("peer {} is not a rank of this communicator of {n}", op.peer)));
+            }
+            if op.bytes > 0 && op.addr == 0 {
+                return Err(Error::invalid(format!("{} buffer is null with {} bytes", if op.send { "send" } else { "recv" }, op.bytes)));
+            }
+        }
+        if let Some(e) = self.async_error() {
+            return Err(e);
+        }
+        let inner = &self.inner;
+        inner.device.bind()?;
+        // Transfers with oneself: copies, the k-th send with the k-th receive.
+        let own_sends: Vec<&P2p> = ops.iter().filter(|o| o.send && o.peer == rank && o.bytes > 0).collect();
+        let own_recvs: Vec<&P2p> = ops.iter().filter(|o| !o.send && o.peer == rank && o.bytes > 0).collect();
+        if own_sends.len() != own_recvs.len() {
+            return Err(Error::invalid(format!("{} sends to this rank but {} receives from it in one group", own_sends.len(), own_recvs.len())));
+        }
+        for (s, r) in own_sends.iter().zip(&own_recvs) {
+            if s.bytes != r.bytes {
+                return Err(Error::invalid(format!("a send of {} bytes to this rank meets a receive of {} bytes", s.bytes, r.bytes)));
+            }
+            driver::check(cudarc::driver::sys::cuMemcpyDtoDAsync_v2(r.addr, s.addr, s.bytes, stream), || "copying a send to this rank".into())?;
+        }
+        let remote: Vec<P2p> = ops.iter().copied().filter(|o| o.peer != rank && o.bytes > 0).collect();
+        if !remote.is_empty() {
+            let key = CacheKey::PointToPoint(remote.clone());
+            let cached = inner.state.lock().plans.get(&key).cloned();
+            let plan = match cached {
+                Some(p) => p,
+                None => self.upload(key, &self.p2p_lanes(&remote), 1)?,
+            };
+            let loaded = inner.loaded(Specialization { dtype: DataType::Uint8, op: oxccl_kernels::Combine::Sum })?;
+            // Slices hold absolute addresses: both buffer bases are 0.
+            let mut args = DevArgs {
+                steps: plan.steps,
+                bounds: plan.bounds,
+                conns: plan.conns,
+                send: 0,
+                recv: 0,
+                abort: inner.flags.device + (ABORT_WORD * 4) as u64,
+                status: inner.flags.device + (STATUS_WORD * 4) as u64,
+                timeout_ns: inner.timeout.as_nanos().min(u64::MAX as u128) as u64,
+                scale: 1.0,
+                scaled: 0,
+                _pad: 0,
+            };
+            loaded.run.launch(plan.lanes, THREADS, stream, &mut [(&mut args as *mut DevArgs).cast::<c_void>()])?;
+        }
+        self.mark(stream)
+    }
+
+    /// A lane per peer, direction and channel; each transfer split over the channels its
+    /// size asks for (both ends compute the same split from the same size).
+    fn p2p_lanes(&self, ops: &[P2p]) -> Vec<Vec<algo::Step>> {
+        let inner = &self.inner;
+        let direct = inner.direct_channels(self.nranks());
+        let mut lanes: std::collections::BTreeMap<(usize, bool, usize), Vec<algo::Step>> = Default::default();
+        for op in ops {
+            let channels = inner.channels(op.bytes).min(direct);
+            for (channel, (offset, len)) in algo::split(op.bytes, channels).enumerate().filter(|(_, (_, len))| *len > 0) {
+                let link = algo::Link { peer: op.peer, channel };
+                let lane = lanes.entry((op.peer, op.send, channel)).or_default();
+                for (o, c) in algo::chunks(offset, len, inner.geometry.slot_bytes) {
+                    let at = op.addr as usize + o;
+                    lane.push(if op.send { algo::Step::Send { to: link, src: algo::Slice::send(at, c) } } else { algo::Step::Recv { from: link, dst: algo::Slice::recv(at, c) } });
+                }
+            }
+        }
+        lanes.into_values().collect()
+    }
+
+    /// Remembers `stream`'s last launch (to wait for before freeing memory).
+    fn mark(&self, stream: CUstream) -> Result<()> {
+        let mut state = self.inner.state.lock();
+        match state.last.get(&(stream as usize)) {
+            // SAFETY: the caller's stream of this context.
+            Some(event) => unsafe { event.rerecord(stream) },
+            // SAFETY: as above.
+            None => {
+                let event = unsafe { Event::record(stream)? };
+                state.last.insert(stream as usize, event);
+                Ok(())
+            }
+        }
     }
 }
 
