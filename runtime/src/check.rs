@@ -421,7 +421,7 @@ pub fn run_case_on_gpu(comm: &crate::gpu::DeviceComm, stream: &crate::gpu::Strea
         // SAFETY: both addresses lie in device buffers the caller sized for this case and
         // touches nothing else in until the stream is synchronized below.
         unsafe { comm.enqueue(case.collective, s, r, case.count, case.dtype, op, case.root, stream.raw())? };
-        comm.synchronize(stream.raw())?;
+        comm.wait(stream)?;
         send.download(host_send)?;
         recv.download(host_recv)
     })

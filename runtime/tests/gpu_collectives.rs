@@ -172,7 +172,7 @@ fn abort_stops_a_kernel_waiting_on_a_silent_peer() {
                 let buf = c.alloc(count * 4).unwrap();
                 // SAFETY: a buffer of `count` floats, synchronized before it is freed.
                 unsafe { c.enqueue(Collective::AllReduce, buf.ptr(), buf.ptr(), count, DataType::Float32, ReduceOp::Sum, 0, stream.raw()).unwrap() };
-                c.synchronize(stream.raw()).unwrap();
+                c.wait(&stream).unwrap();
             });
         }
     });
@@ -189,7 +189,7 @@ fn abort_stops_a_kernel_waiting_on_a_silent_peer() {
             c.abort();
             at
         });
-        let result = c.synchronize(stream.raw());
+        let result = c.wait(&stream);
         (result, Instant::now(), aborter.join().unwrap())
     });
     let e = result.expect_err("the kernel cannot finish without rank 1");
@@ -236,10 +236,10 @@ fn send_and_receive_between_every_pair() {
                         }
                         // SAFETY: buffers of `len` bytes, synchronized before they are read or freed.
                         unsafe { c.enqueue_p2p(&ops, stream.raw()).unwrap() };
-                        c.synchronize(stream.raw()).unwrap();
-                        for p in 0..n {
+                        c.wait(&stream).unwrap();
+                        for (p, recv) in recvs.iter().enumerate() {
                             let mut got = vec![0u8; len];
-                            recvs[p].download(&mut got).unwrap();
+                            recv.download(&mut got).unwrap();
                             assert!(got == pattern(p, rank, len), "{n} ranks: rank {rank} from {p}, {len} bytes: wrong data");
                         }
                     }

@@ -12,7 +12,7 @@
 //! Kernels watch an abort flag in mapped host memory: [`DeviceComm::abort`] raises it, and
 //! so does a watcher thread when the control plane reports a failed peer, so a kernel
 //! waiting on a dead peer exits. Kernels also give up on a wait that lasts longer than the
-//! communicator's collective timeout (`NCCL_COLL_TIMEOUT_MS`... see docs/CONFIG.md), and
+//! communicator's collective timeout (`OXCCL_COLL_TIMEOUT_MS`, docs/CONFIG.md), and
 //! report why through a status word that [`DeviceComm::async_error`] reads.
 
 mod conns;
@@ -328,9 +328,12 @@ impl DeviceComm {
     /// Waits until `stream` has run everything enqueued on it so far; an error if a kernel
     /// stopped (abort, a failed peer, a timeout) or the wait outlasts the collective
     /// timeout (the kernels are then told to stop).
-    pub fn synchronize(&self, stream: CUstream) -> Result<()> {
+    ///
+    /// # Safety
+    /// `stream` must be a stream of this GPU's primary context, or null.
+    pub unsafe fn synchronize(&self, stream: CUstream) -> Result<()> {
         self.inner.device.bind()?;
-        // SAFETY: the caller's stream of this context (the enqueue contract).
+        // SAFETY: the caller's stream of this context (this function's contract).
         let event = unsafe { Event::record(stream)? };
         let deadline = Instant::now() + self.inner.timeout;
         let mut spins = 0u32;
@@ -356,6 +359,13 @@ impl DeviceComm {
                 std::thread::sleep(Duration::from_micros(20));
             }
         }
+    }
+
+    /// [`DeviceComm::synchronize`] on a stream made by [`DeviceComm::stream`].
+    pub fn wait(&self, stream: &Stream) -> Result<()> {
+        // SAFETY: a live stream oxccl created (on a GPU's primary context; one of another
+        // GPU is refused by the driver, not misused).
+        unsafe { self.synchronize(stream.raw()) }
     }
 
     /// The communicator's error, if any, never blocking: a kernel that stopped, a failed
@@ -414,7 +424,7 @@ impl DeviceComm {
             // The root's copy into its own output ends each ring lane; a block of its own
             // runs it beside the sends. Out of place it touches nothing the sends do; in
             // place it copies a slice onto itself, which the kernel skips.
-            let copies: Vec<Vec<algo::Step>> = lanes.iter_mut().filter_map(|l| l.pop_if(|s| matches!(s, algo::Step::Copy { .. }))).map(|s| vec![s]).collect();
+            let copies: Vec<Vec<algo::Step>> = lanes.iter_mut().filter(|l| matches!(l.last(), Some(algo::Step::Copy { .. }))).filter_map(|l| l.pop()).map(|s| vec![s]).collect();
             lanes.retain(|l| !l.is_empty());
             lanes.extend(copies);
         }
@@ -629,7 +639,8 @@ impl Inner {
     /// GPU's running kernels — a rank sharing the GPU may be in one, waiting for this
     /// rank's next launch, so the first rank to need a module loads it for all.
     fn loaded(&self, spec: Specialization) -> Result<Arc<Loaded>> {
-        static LOADED: std::sync::LazyLock<Mutex<FxHashMap<(i32, Specialization), Arc<Loaded>>>> = std::sync::LazyLock::new(Default::default);
+        type ByDevice = FxHashMap<(i32, Specialization), Arc<Loaded>>;
+        static LOADED: std::sync::LazyLock<Mutex<ByDevice>> = std::sync::LazyLock::new(Default::default);
         let mut loaded = LOADED.lock();
         if let Some(l) = loaded.get(&(self.device.ordinal, spec)) {
             return Ok(l.clone());

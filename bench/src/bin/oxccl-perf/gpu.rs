@@ -175,13 +175,13 @@ fn time(plan: &Plan, ranks: &[Rank], count: usize, in_place: bool, launcher: Lau
                     for _ in 0..plan.args.warmup {
                         launch()?;
                     }
-                    r.comm.synchronize(r.stream.raw()).map_err(|e| e.to_string())?;
+                    r.comm.wait(&r.stream).map_err(|e| e.to_string())?;
                     barrier.wait();
                     let start = Instant::now();
                     for _ in 0..plan.args.iters {
                         launch()?;
                     }
-                    r.comm.synchronize(r.stream.raw()).map_err(|e| e.to_string())?;
+                    r.comm.wait(&r.stream).map_err(|e| e.to_string())?;
                     Ok(start.elapsed().as_secs_f64() / plan.args.iters as f64)
                 })
             })
@@ -249,9 +249,10 @@ mod nccl {
                 nccl.status(get_version(&mut v), "ncclGetVersion")?;
                 let devlist: Vec<i32> = devices.iter().map(|&d| d as i32).collect();
                 let mut comms = vec![std::ptr::null_mut(); devices.len()];
-                let init_all: Symbol<unsafe extern "C" fn(*mut Comm, i32, *const i32) -> Status> = nccl.symbol("ncclCommInitAll")?;
-                let status = init_all(comms.as_mut_ptr(), devlist.len() as i32, devlist.as_ptr());
-                drop(init_all);
+                let status = {
+                    let init_all: Symbol<unsafe extern "C" fn(*mut Comm, i32, *const i32) -> Status> = nccl.symbol("ncclCommInitAll")?;
+                    init_all(comms.as_mut_ptr(), devlist.len() as i32, devlist.as_ptr())
+                };
                 nccl.status(status, "ncclCommInitAll")?;
                 nccl.comms = comms;
             }
