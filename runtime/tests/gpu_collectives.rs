@@ -254,3 +254,58 @@ fn send_and_receive_between_every_pair() {
         eprintln!("{n} ranks: send/recv between every pair ok");
     }
 }
+
+/// One rank of the dead-peer job (does nothing when run as an ordinary test): both ranks
+/// all_reduce once; then rank 1 SIGKILLs itself while rank 0's next all_reduce waits for
+/// it in a kernel, which must stop — the control plane sees the death and raises the
+/// kernels' abort flag — with an error naming rank 1, within 5 s.
+#[test]
+fn death_child() {
+    if std::env::var("OXCCL_TEST_GPU_DEATH").is_err() {
+        return;
+    }
+    let gpus = gpu::device_count();
+    let comm = Communicator::from_env(&Config::from_env().unwrap()).unwrap();
+    let rank = comm.rank();
+    let dev = DeviceComm::new(comm, rank % gpus).unwrap();
+    let stream = dev.stream().unwrap();
+    let count = 1 << 20;
+    let buf = dev.alloc(count * 4).unwrap();
+    // SAFETY: a buffer of `count` floats, waited for before it is freed.
+    unsafe { dev.enqueue(Collective::AllReduce, buf.ptr(), buf.ptr(), count, DataType::Float32, ReduceOp::Sum, 0, stream.raw()).unwrap() };
+    dev.wait(&stream).unwrap();
+    // Both ranks are past the first all_reduce (a host all_reduce as the barrier).
+    dev.host().all_reduce_in_place(&mut [0f32], ReduceOp::Sum).unwrap();
+    if rank == 1 {
+        // SAFETY: raising a signal has no preconditions.
+        unsafe { libc::raise(libc::SIGKILL) };
+    }
+    // SAFETY: as above.
+    unsafe { dev.enqueue(Collective::AllReduce, buf.ptr(), buf.ptr(), count, DataType::Float32, ReduceOp::Sum, 0, stream.raw()).unwrap() };
+    let start = Instant::now();
+    let e = dev.wait(&stream).expect_err("rank 1 is dead: the all_reduce cannot finish");
+    let took = start.elapsed();
+    println!("rank 0: the kernel waiting on dead rank 1 stopped after {took:.2?}: {e}");
+    assert!(e.to_string().contains("rank 1"), "{e}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+}
+
+#[test]
+fn a_dead_peer_stops_the_kernel_waiting_for_it() {
+    let Some(g) = gpus() else { return };
+    if g < 2 {
+        eprintln!("skipped: processes need a GPU each and there is {g}");
+        return;
+    }
+    let job = oxccl_runtime::bootstrap::spawn::spawn(2, &config(), |_| {
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args(["death_child", "--exact", "--nocapture", "--test-threads", "1"]).env("OXCCL_TEST_GPU_DEATH", "1").env("NCCL_SOCKET_IFNAME", "lo").stdout(std::process::Stdio::piped());
+        cmd
+    })
+    .unwrap();
+    let outputs = job.wait_with_output(Duration::from_secs(120)).unwrap();
+    let (status, out) = &outputs[0];
+    eprintln!("{out}");
+    assert!(status.success(), "rank 0 failed: {out}");
+    assert!(out.contains("stopped after"), "{out}");
+}
