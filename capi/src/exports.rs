@@ -37,9 +37,18 @@ pub const VERSION_CODE: c_int = 22803;
 /// The environment's config, read at each creation call; logging set up once.
 fn config() -> Result<Config, Failure> {
     let config = Config::from_env()?;
-    static LOG: Once = Once::new();
-    LOG.call_once(|| oxccl_runtime::bootstrap::log::init(&config));
+    ensure_logging();
     Ok(config)
+}
+
+/// Starts logging (NCCL_DEBUG, NCCL_DEBUG_SUBSYS) at the library's first call.
+pub(crate) fn ensure_logging() {
+    static LOG: Once = Once::new();
+    LOG.call_once(|| {
+        if let Ok(config) = Config::from_env() {
+            oxccl_runtime::bootstrap::log::init(&config);
+        }
+    });
 }
 
 fn out<T>(ptr: *mut T, what: &str) -> Result<*mut T, Failure> {

@@ -105,6 +105,9 @@ pub fn describe(code: NcclResult) -> &'static std::ffi::CStr {
 
 /// Runs an export's body: catches panics, records failures, returns the code.
 pub fn guard(call: &str, body: impl FnOnce() -> Result<(), Failure>) -> NcclResult {
+    crate::exports::ensure_logging();
+    // NCCL_DEBUG=TRACE NCCL_DEBUG_SUBSYS=CALL lists every call a program makes.
+    tracing::trace!(target: "oxccl::call", "{call}");
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
     let failure = match outcome {
         Ok(Ok(())) => return SUCCESS,
