@@ -537,6 +537,16 @@ exports! {
         guard("ncclCommWindowDeregister", || Err(Failure::unimplemented("ncclCommWindowDeregister")))
     }
 
+    // NCCL 2.28's device API (nccl_device.h): its host calls are imported by programs
+    // built against it (PyTorch 2.11's libtorch_cuda.so), which must load.
+    fn ncclDevCommCreate / pncclDevCommCreate(_comm: Comm, _reqs: *const c_void, _dev_comm: *mut c_void) -> NcclResult {
+        guard("ncclDevCommCreate", || Err(Failure::unimplemented("ncclDevCommCreate (NCCL's device API)")))
+    }
+
+    fn ncclDevCommDestroy / pncclDevCommDestroy(_comm: Comm, _dev_comm: *const c_void) -> NcclResult {
+        guard("ncclDevCommDestroy", || Err(Failure::unimplemented("ncclDevCommDestroy (NCCL's device API)")))
+    }
+
     fn ncclWinGetUserPtr / pncclWinGetUserPtr(_comm: Comm, _win: *mut c_void, _out: *mut *mut c_void) -> NcclResult {
         guard("ncclWinGetUserPtr", || Err(Failure::unimplemented("ncclWinGetUserPtr")))
     }
