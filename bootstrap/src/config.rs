@@ -73,6 +73,10 @@ pub struct Config {
     pub backend: Backend,
     /// OXCCL_GPU_SLOT_BYTES: bytes per slot of the GPU backend's FIFOs.
     pub gpu_slot_bytes: usize,
+    /// NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS: the GPU backend's channels (a thread block
+    /// each) per collective.
+    pub min_channels: usize,
+    pub max_channels: usize,
 }
 
 /// OXCCL_BACKEND's values.
@@ -188,6 +192,24 @@ pub static KNOBS: &[Knob] = &[
         default: "524288",
         doc: "bytes per slot of the GPU backend's FIFOs (8 slots per connection; NCCL's Simple protocol steps 512 KiB)",
         set: |c, v| Ok(c.gpu_slot_bytes = parse_bytes(v, 4096)?),
+    },
+    Knob {
+        name: "NCCL_MIN_NCHANNELS",
+        default: "1",
+        doc: "fewest channels (GPU thread blocks) a GPU collective uses",
+        set: |c, v| {
+            c.min_channels = v.trim().parse().map_err(|_| "expected a number of channels".to_string())?;
+            Ok(())
+        },
+    },
+    Knob {
+        name: "NCCL_MAX_NCHANNELS",
+        default: "32",
+        doc: "most channels (GPU thread blocks) a GPU collective uses (at most 64)",
+        set: |c, v| {
+            c.max_channels = v.trim().parse().map_err(|_| "expected a number of channels".to_string())?;
+            Ok(())
+        },
     },
     Knob {
         name: "OXCCL_COLL_TIMEOUT_MS",
@@ -355,6 +377,8 @@ impl Config {
             shm_disable: false,
             backend: Backend::Auto,
             gpu_slot_bytes: 512 << 10,
+            min_channels: 1,
+            max_channels: 32,
             coll_timeout: Duration::from_secs(600),
             socket_max_recvs: 1,
             blocking: true,

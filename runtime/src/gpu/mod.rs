@@ -15,9 +15,11 @@
 //! communicator's collective timeout (`OXCCL_COLL_TIMEOUT_MS`, docs/CONFIG.md), and
 //! report why through a status word that [`DeviceComm::async_error`] reads.
 
+mod arena;
 mod conns;
 mod driver;
 mod encode;
+mod p2p;
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,12 +41,12 @@ pub use driver::{device_count, Stream};
 
 use conns::{Connections, Geometry, Origin, Setup};
 use driver::{Device, DeviceMemory, Event, Function, MappedHost, Module};
+use arena::Arena;
 use encode::End;
+pub use p2p::P2p;
 
 /// Slots per GPU connection (NCCL_STEPS).
 const SLOTS: usize = 8;
-/// Channels at most (NCCL_MAX_NCHANNELS overrides).
-const DEFAULT_MAX_CHANNELS: usize = 32;
 /// Data per channel before another channel pays for itself: one block moves some tens of
 /// GB/s, so all but the smallest messages want several.
 const BYTES_PER_CHANNEL: usize = 64 << 10;
@@ -116,15 +118,6 @@ enum CacheKey {
     PointToPoint(Vec<P2p>),
 }
 
-/// One send or receive of a group: `bytes` at device address `addr`, to or from `peer`.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub struct P2p {
-    pub send: bool,
-    pub peer: usize,
-    pub addr: u64,
-    pub bytes: usize,
-}
-
 /// A plan in GPU memory: the connection table, the lanes' bounds, then the steps.
 struct Plan {
     lanes: u32,
@@ -167,8 +160,8 @@ impl DeviceComm {
             format!("{}:{}", oxccl_bootstrap::host_name(), boot_id.trim())
         });
         let slot_bytes = config.gpu_slot_bytes.next_multiple_of(128);
-        let max_channels = env_usize("NCCL_MAX_NCHANNELS")?.unwrap_or(DEFAULT_MAX_CHANNELS).clamp(1, 64);
-        let min_channels = env_usize("NCCL_MIN_NCHANNELS")?.unwrap_or(1).clamp(1, max_channels);
+        let max_channels = config.max_channels.clamp(1, 64);
+        let min_channels = config.min_channels.clamp(1, max_channels);
         let inner = Arc::new(Inner {
             arch,
             toolchain,
@@ -462,90 +455,6 @@ impl DeviceComm {
         Ok(plan)
     }
 
-    /// Enqueues a group of sends and receives on `stream` and returns. Sends to and
-    /// receives from each peer pair up in order with the peer's (equal sizes, as NCCL
-    /// requires); each transfer is split over the direct channels and runs beside the
-    /// others, so a group exchanging with many peers never waits on one. Transfers with
-    /// this rank itself are copies, paired in order.
-    ///
-    /// # Safety
-    /// Every address must be device memory this GPU can access, holding `bytes`, untouched
-    /// until the stream passes this point; `stream` as for [`DeviceComm::enqueue`].
-    pub unsafe fn enqueue_p2p(&self, ops: &[P2p], stream: CUstream) -> Result<()> {
-        let (n, rank) = (self.nranks(), self.rank());
-        for op in ops {
-            if op.peer >= n {
-                return Err(Error::invalid(format!("peer {} is not a rank of this communicator of {n}", op.peer)));
-            }
-            if op.bytes > 0 && op.addr == 0 {
-                return Err(Error::invalid(format!("{} buffer is null with {} bytes", if op.send { "send" } else { "recv" }, op.bytes)));
-            }
-        }
-        if let Some(e) = self.async_error() {
-            return Err(e);
-        }
-        let inner = &self.inner;
-        inner.device.bind()?;
-        // Transfers with oneself: copies, the k-th send with the k-th receive.
-        let own_sends: Vec<&P2p> = ops.iter().filter(|o| o.send && o.peer == rank && o.bytes > 0).collect();
-        let own_recvs: Vec<&P2p> = ops.iter().filter(|o| !o.send && o.peer == rank && o.bytes > 0).collect();
-        if own_sends.len() != own_recvs.len() {
-            return Err(Error::invalid(format!("{} sends to this rank but {} receives from it in one group", own_sends.len(), own_recvs.len())));
-        }
-        for (s, r) in own_sends.iter().zip(&own_recvs) {
-            if s.bytes != r.bytes {
-                return Err(Error::invalid(format!("a send of {} bytes to this rank meets a receive of {} bytes", s.bytes, r.bytes)));
-            }
-            driver::check(cudarc::driver::sys::cuMemcpyDtoDAsync_v2(r.addr, s.addr, s.bytes, stream), || "copying a send to this rank".into())?;
-        }
-        let remote: Vec<P2p> = ops.iter().copied().filter(|o| o.peer != rank && o.bytes > 0).collect();
-        if !remote.is_empty() {
-            let key = CacheKey::PointToPoint(remote.clone());
-            let cached = inner.state.lock().plans.get(&key).cloned();
-            let plan = match cached {
-                Some(p) => p,
-                None => self.upload(key, &self.p2p_lanes(&remote), 1)?,
-            };
-            let loaded = inner.loaded(Specialization { dtype: DataType::Uint8, op: oxccl_kernels::Combine::Sum })?;
-            // Slices hold absolute addresses: both buffer bases are 0.
-            let mut args = DevArgs {
-                steps: plan.steps,
-                bounds: plan.bounds,
-                conns: plan.conns,
-                send: 0,
-                recv: 0,
-                abort: inner.flags.device + (ABORT_WORD * 4) as u64,
-                status: inner.flags.device + (STATUS_WORD * 4) as u64,
-                timeout_ns: inner.timeout.as_nanos().min(u64::MAX as u128) as u64,
-                scale: 1.0,
-                scaled: 0,
-                _pad: 0,
-            };
-            loaded.run.launch(plan.lanes, THREADS, stream, &mut [(&mut args as *mut DevArgs).cast::<c_void>()])?;
-        }
-        self.mark(stream)
-    }
-
-    /// A lane per peer, direction and channel; each transfer split over the channels its
-    /// size asks for (both ends compute the same split from the same size).
-    fn p2p_lanes(&self, ops: &[P2p]) -> Vec<Vec<algo::Step>> {
-        let inner = &self.inner;
-        let direct = inner.direct_channels(self.nranks());
-        let mut lanes: std::collections::BTreeMap<(usize, bool, usize), Vec<algo::Step>> = Default::default();
-        for op in ops {
-            let channels = inner.channels(op.bytes).min(direct);
-            for (channel, (offset, len)) in algo::split(op.bytes, channels).enumerate().filter(|(_, (_, len))| *len > 0) {
-                let link = algo::Link { peer: op.peer, channel };
-                let lane = lanes.entry((op.peer, op.send, channel)).or_default();
-                for (o, c) in algo::chunks(offset, len, inner.geometry.slot_bytes) {
-                    let at = op.addr as usize + o;
-                    lane.push(if op.send { algo::Step::Send { to: link, src: algo::Slice::send(at, c) } } else { algo::Step::Recv { from: link, dst: algo::Slice::recv(at, c) } });
-                }
-            }
-        }
-        lanes.into_values().collect()
-    }
-
     /// Remembers `stream`'s last launch (to wait for before freeing memory).
     fn mark(&self, stream: CUstream) -> Result<()> {
         let mut state = self.inner.state.lock();
@@ -559,42 +468,6 @@ impl DeviceComm {
                 Ok(())
             }
         }
-    }
-}
-
-/// GPU memory handed out in 16-byte aligned pieces from blocks of [`Arena::BLOCK`]
-/// bytes (a larger piece gets a block of its own); everything is freed together.
-#[derive(Default)]
-struct Arena {
-    blocks: Vec<DeviceMemory>,
-    used: usize,
-}
-
-impl Arena {
-    const BLOCK: usize = 4 << 20;
-
-    /// Allocates a block now, if there is none.
-    fn reserve(&mut self) -> Result<()> {
-        if self.blocks.is_empty() {
-            self.blocks.push(DeviceMemory::zeroed(Self::BLOCK)?);
-            self.used = 0;
-        }
-        Ok(())
-    }
-
-    /// Copies `image` into the arena; its device address.
-    fn place(&mut self, image: &[u8]) -> Result<u64> {
-        let bytes = image.len().next_multiple_of(16);
-        let fits = self.blocks.last().is_some_and(|b| self.used + bytes <= b.bytes);
-        if !fits {
-            self.blocks.push(DeviceMemory::zeroed(bytes.max(Self::BLOCK))?);
-            self.used = 0;
-        }
-        let block = self.blocks.last().expect("a block was just pushed");
-        let at = block.ptr + self.used as u64;
-        block.upload_at(self.used, image)?;
-        self.used += bytes;
-        Ok(at)
     }
 }
 
@@ -752,34 +625,4 @@ impl DeviceBuffer {
         self.inner.device.bind()?;
         self.memory.download(out)
     }
-}
-
-fn env_usize(name: &str) -> Result<Option<usize>> {
-    match std::env::var(name) {
-        Ok(v) => v.trim().parse().map(Some).map_err(|_| Error::invalid(format!("{name}={v:?} is not a number"))),
-        Err(_) => Ok(None),
-    }
-}
-
-/// The calling thread's current GPU (what `cudaSetDevice` chose; 0 when none was).
-pub fn current_device() -> Result<usize> {
-    Ok(Device::current()?.ordinal as usize)
-}
-
-/// Allocations of [`mem_alloc`] still live: `mem_free` knows them from host pointers.
-static ALLOCATIONS: std::sync::LazyLock<Mutex<FxHashMap<u64, DeviceMemory>>> = std::sync::LazyLock::new(Default::default);
-
-/// `bytes` of memory on the calling thread's current GPU (ncclMemAlloc), zeroed.
-pub fn mem_alloc(bytes: usize) -> Result<u64> {
-    let device = Device::current()?;
-    device.bind()?;
-    let memory = DeviceMemory::zeroed(bytes)?;
-    let ptr = memory.ptr;
-    ALLOCATIONS.lock().insert(ptr, memory);
-    Ok(ptr)
-}
-
-/// Frees what [`mem_alloc`] returned; `false` when `ptr` is not one of its allocations.
-pub fn mem_free(ptr: u64) -> Result<bool> {
-    Ok(ALLOCATIONS.lock().remove(&ptr).is_some())
 }

@@ -1,0 +1,109 @@
+//! Sends and receives on GPU buffers: a group's transfers become lanes of `send` and `recv`
+//! steps over the direct channels (the slices hold absolute device addresses, so the launch
+//! passes 0 as both buffer bases), run by the same kernel as the collectives.
+
+use std::ffi::c_void;
+
+use oxccl_kernels::cuda::{Specialization, THREADS};
+use oxccl_kernels::device::DevArgs;
+
+use super::{driver, CUstream, CacheKey, DeviceComm, ABORT_WORD, STATUS_WORD};
+use crate::algo;
+use crate::error::{Error, Result};
+use crate::DataType;
+
+/// One send or receive of a group: `bytes` at device address `addr`, to or from `peer`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct P2p {
+    pub send: bool,
+    pub peer: usize,
+    pub addr: u64,
+    pub bytes: usize,
+}
+
+impl DeviceComm {
+    /// Enqueues a group of sends and receives on `stream` and returns. Sends to and
+    /// receives from each peer pair up in order with the peer's (equal sizes, as NCCL
+    /// requires); each transfer is split over the direct channels and runs beside the
+    /// others, so a group exchanging with many peers never waits on one. Transfers with
+    /// this rank itself are copies, paired in order.
+    ///
+    /// # Safety
+    /// Every address must be device memory this GPU can access, holding `bytes`, untouched
+    /// until the stream passes this point; `stream` as for [`DeviceComm::enqueue`].
+    pub unsafe fn enqueue_p2p(&self, ops: &[P2p], stream: CUstream) -> Result<()> {
+        let (n, rank) = (self.nranks(), self.rank());
+        for op in ops {
+            if op.peer >= n {
+                return Err(Error::invalid(format!("peer {} is not a rank of this communicator of {n}", op.peer)));
+            }
+            if op.bytes > 0 && op.addr == 0 {
+                return Err(Error::invalid(format!("{} buffer is null with {} bytes", if op.send { "send" } else { "recv" }, op.bytes)));
+            }
+        }
+        if let Some(e) = self.async_error() {
+            return Err(e);
+        }
+        let inner = &self.inner;
+        inner.device.bind()?;
+        // Transfers with oneself: copies, the k-th send with the k-th receive.
+        let own_sends: Vec<&P2p> = ops.iter().filter(|o| o.send && o.peer == rank && o.bytes > 0).collect();
+        let own_recvs: Vec<&P2p> = ops.iter().filter(|o| !o.send && o.peer == rank && o.bytes > 0).collect();
+        if own_sends.len() != own_recvs.len() {
+            return Err(Error::invalid(format!("{} sends to this rank but {} receives from it in one group", own_sends.len(), own_recvs.len())));
+        }
+        for (s, r) in own_sends.iter().zip(&own_recvs) {
+            if s.bytes != r.bytes {
+                return Err(Error::invalid(format!("a send of {} bytes to this rank meets a receive of {} bytes", s.bytes, r.bytes)));
+            }
+            driver::check(cudarc::driver::sys::cuMemcpyDtoDAsync_v2(r.addr, s.addr, s.bytes, stream), || "copying a send to this rank".into())?;
+        }
+        let remote: Vec<P2p> = ops.iter().copied().filter(|o| o.peer != rank && o.bytes > 0).collect();
+        if !remote.is_empty() {
+            let key = CacheKey::PointToPoint(remote.clone());
+            let cached = inner.state.lock().plans.get(&key).cloned();
+            let plan = match cached {
+                Some(p) => p,
+                None => self.upload(key, &self.p2p_lanes(&remote), 1)?,
+            };
+            let loaded = inner.loaded(Specialization { dtype: DataType::Uint8, op: oxccl_kernels::Combine::Sum })?;
+            // Slices hold absolute addresses: both buffer bases are 0.
+            let mut args = DevArgs {
+                steps: plan.steps,
+                bounds: plan.bounds,
+                conns: plan.conns,
+                send: 0,
+                recv: 0,
+                abort: inner.flags.device + (ABORT_WORD * 4) as u64,
+                status: inner.flags.device + (STATUS_WORD * 4) as u64,
+                timeout_ns: inner.timeout.as_nanos().min(u64::MAX as u128) as u64,
+                scale: 1.0,
+                scaled: 0,
+                _pad: 0,
+            };
+            loaded.run.launch(plan.lanes, THREADS, stream, &mut [(&mut args as *mut DevArgs).cast::<c_void>()])?;
+        }
+        self.mark(stream)
+    }
+
+    /// A lane per peer, direction and channel; each transfer split over the channels its
+    /// size asks for (both ends compute the same split from the same size).
+    fn p2p_lanes(&self, ops: &[P2p]) -> Vec<Vec<algo::Step>> {
+        let inner = &self.inner;
+        let direct = inner.direct_channels(self.nranks());
+        let mut lanes: std::collections::BTreeMap<(usize, bool, usize), Vec<algo::Step>> = Default::default();
+        for op in ops {
+            let channels = inner.channels(op.bytes).min(direct);
+            for (channel, (offset, len)) in algo::split(op.bytes, channels).enumerate().filter(|(_, (_, len))| *len > 0) {
+                let link = algo::Link { peer: op.peer, channel };
+                let lane = lanes.entry((op.peer, op.send, channel)).or_default();
+                for (o, c) in algo::chunks(offset, len, inner.geometry.slot_bytes) {
+                    let at = op.addr as usize + o;
+                    lane.push(if op.send { algo::Step::Send { to: link, src: algo::Slice::send(at, c) } } else { algo::Step::Recv { from: link, dst: algo::Slice::recv(at, c) } });
+                }
+            }
+        }
+        lanes.into_values().collect()
+    }
+
+}
