@@ -39,7 +39,18 @@ pub struct Bootstrap {
     /// Endpoint ranks of this communicator's members, in rank order.
     members: Vec<u32>,
     rank: u32,
+    /// Calls of split, of shrink and of the agreement so far: each kind counts apart, so
+    /// that a split that failed on some ranks only (a rank died during its exchange) does
+    /// not set the survivors' later shrinks and agreements apart.
     splits: AtomicU64,
+    /// A split's result, until [`Bootstrap::created`]: the parent's members (job ranks),
+    /// whose failures end this bootstrap's waits while `creating` is set. A split is
+    /// collective over the parent: a rank that dies during it makes some members fail the
+    /// split, and the others must not wait for those in the new communicator.
+    parent_members: Vec<u32>,
+    creating: AtomicBool,
+    shrinks: AtomicU64,
+    agreements: AtomicU64,
     /// Shared with whoever may abort the creation of this bootstrap (see
     /// [`Bootstrap::init_abortable`]).
     aborted: Arc<AtomicBool>,
@@ -115,7 +126,7 @@ impl Bootstrap {
     }
 
     fn new(endpoint: Arc<Endpoint>, comm: u64, members: Vec<u32>, rank: u32, aborted: Arc<AtomicBool>) -> Bootstrap {
-        Bootstrap { endpoint, comm, members, rank, splits: AtomicU64::new(0), aborted }
+        Bootstrap { endpoint, comm, members, rank, splits: AtomicU64::new(0), parent_members: Vec::new(), creating: AtomicBool::new(false), shrinks: AtomicU64::new(0), agreements: AtomicU64::new(0), aborted }
     }
 
     /// This rank's position in the communicator.
@@ -250,13 +261,17 @@ impl Bootstrap {
         let rank = group.iter().position(|&(_, r)| r == self.rank).expect("this rank passed this color") as u32;
         let members = group.iter().map(|&(_, r)| self.members[r as usize]).collect();
         let comm = mix(&[self.comm, sequence, color as u64]);
-        Ok(Some(Bootstrap::new(self.endpoint.clone(), comm, members, rank, child_abort)))
+        let mut child = Bootstrap::new(self.endpoint.clone(), comm, members, rank, child_abort);
+        child.parent_members = self.members.clone();
+        child.creating.store(true, Ordering::Release);
+        Ok(Some(child))
     }
 
     /// The communicator of this one's ranks minus `exclude` (this communicator's ranks, for
     /// example the failed ones), in the same order, over the same connections: no message
     /// is exchanged, so dead ranks have no part in it. Every survivor must pass the same
-    /// list; waits of the new communicator ignore failures of the excluded ranks.
+    /// list, having shrunk this communicator as often before (splits do not count); waits
+    /// of the new communicator ignore failures of the excluded ranks.
     pub fn shrink(&self, exclude: &[u32]) -> Result<Bootstrap> {
         self.shrink_abortable(exclude, Arc::new(AtomicBool::new(false)))
     }
@@ -275,7 +290,7 @@ impl Bootstrap {
         sorted.dedup();
         let members: Vec<u32> = (0..self.nranks()).filter(|r| sorted.binary_search(r).is_err()).map(|r| self.members[r as usize]).collect();
         let rank = members.iter().position(|&m| m == self.members[self.rank as usize]).expect("this rank survives") as u32;
-        let sequence = self.splits.fetch_add(1, Ordering::Relaxed);
+        let sequence = self.shrinks.fetch_add(1, Ordering::Relaxed);
         let mut parts = vec![self.comm, sequence, 0x5348_5249_4e4b]; // "SHRINK"
         parts.extend(sorted.iter().map(|&r| r as u64));
         Ok(Bootstrap::new(self.endpoint.clone(), mix(&parts), members, rank, abort))
@@ -299,9 +314,11 @@ impl Bootstrap {
     /// abort flag is not looked at: agreeing is how an aborted communicator recovers).
     pub fn agree_failed_abortable(&self, abort: &AtomicBool) -> Result<Vec<u32>> {
         let n = self.nranks();
-        let namespace = mix(&[self.comm, self.splits.load(Ordering::Relaxed), AGREEMENT]);
+        let namespace = mix(&[self.comm, self.agreements.fetch_add(1, Ordering::Relaxed), AGREEMENT]);
+        // A rank that left the job (said goodbye: say, its init failed here after the
+        // others' succeeded) cannot take part either.
         let dead_here = || -> Vec<u32> {
-            let dead = self.endpoint.dead_ranks();
+            let dead = self.endpoint.gone_ranks();
             (0..n).filter(|&r| dead.contains(&self.members[r as usize])).collect()
         };
         let mut agreement = Agreement::new(self.rank, n, dead_here());
@@ -350,6 +367,22 @@ impl Bootstrap {
         }
     }
 
+    /// Ends the creation of a split's result: from now on only failures of its own members
+    /// end its waits (before, those of the parent's members did too). The runtime calls
+    /// it once the communicator built on the bootstrap is ready.
+    pub fn created(&self) {
+        self.creating.store(false, Ordering::Release);
+    }
+
+    /// The job ranks whose failures end this bootstrap's waits.
+    fn watched(&self) -> &[u32] {
+        if self.creating.load(Ordering::Acquire) {
+            &self.parent_members
+        } else {
+            &self.members
+        }
+    }
+
     /// Makes every current and future wait of this communicator return an error. Callable
     /// from any thread; returns at once.
     pub fn abort(&self) {
@@ -380,7 +413,7 @@ impl Bootstrap {
         if let Some(reason) = self.revoked() {
             return Err(Error::Aborted { reason: format!("{reason} (during {phase})") });
         }
-        match self.endpoint.failure(phase, &self.members) {
+        match self.endpoint.failure(phase, self.watched()) {
             Some(e) => self.to_comm_ranks(Err(e)),
             None => Ok(()),
         }
@@ -432,7 +465,7 @@ impl Bootstrap {
         // Waits of the user's and the data path's messages end when the communicator is
         // revoked; the bootstrap's own (split, shrink after a revoke) do not.
         let revocable = tag < RESERVED_TAGS;
-        let result = self.endpoint.recv(self.members[peer as usize], self.comm, tag, phase, abort, &self.members, revocable);
+        let result = self.endpoint.recv(self.members[peer as usize], self.comm, tag, phase, abort, self.watched(), revocable);
         if let Err(Error::Timeout { .. }) = &result {
             // A rank that stops answering is announced as failed so the rest of the job
             // stops waiting for it too.

@@ -446,9 +446,9 @@ fn nonblocking_split_shrink_and_grow_from_c() {
     });
     let agreed: Vec<*mut c_void> = agreed.into_iter().map(|c| c as *mut c_void).collect();
     checked_all_reduce(&agreed);
-    // Shrink rank 2 out with a list; rank 2 (excluded) gets NULL at once. (After this the
-    // parent's bootstrap exchanges would no longer match on rank 2, which took no part:
-    // the agreement comes first.)
+    // Shrink rank 2 out with a list; rank 2 (excluded) gets NULL at once. (Rank 2 takes no
+    // part, so afterwards the parent's count of shrinks differs on it and a later shrink
+    // of the parent by all three would not match: the one by agreement comes first.)
     let shrunk = on_threads(&comms, |rank, c| {
         let mut child: *mut c_void = null_mut();
         let mut exclude = [2];

@@ -151,6 +151,8 @@ impl Communicator {
         });
         let runner = exec.clone();
         let stream = HostStream::new(&rank.to_string(), abort, move |task| runner.run(task))?;
+        // Ready: from now on only its own members' failures break it.
+        exec.boot.created();
         tracing::info!(target: log_target::INIT, "rank {rank}/{nranks} ready");
         Ok(Communicator { stream, exec })
     }
@@ -223,16 +225,17 @@ impl Communicator {
 
     /// [`Communicator::shrink`] without a list: the live ranks first agree on the failed
     /// ones ([`Communicator::agree_failed`]), then each builds the communicator of the
-    /// rest, so that all of them get the same one without anyone naming the dead.
-    /// Collective over the live ranks. Returns the new communicator and the excluded ranks
-    /// (ranks of this communicator). `abort_first` as in [`Communicator::shrink`].
+    /// rest, so that all of them get the same one without anyone naming the dead; a
+    /// second agreement confirms that nobody failed meanwhile (else they build again
+    /// without the new failures: a rank dying while the others build would leave some with
+    /// a communicator and some with an error). Collective over the live ranks. Returns the
+    /// new communicator and the excluded ranks (ranks of this communicator). `abort_first`
+    /// as in [`Communicator::shrink`].
     pub fn shrink_failed(&self, abort_first: bool) -> Result<(Communicator, Vec<usize>)> {
         if abort_first {
             self.abort();
         }
-        let failed = self.agree_failed()?;
-        let boot = self.exec.boot.shrink(&failed.iter().map(|&r| r as u32).collect::<Vec<_>>())?;
-        Ok((Communicator::from_bootstrap(boot, &self.exec.config)?, failed))
+        shrink_agreed(&self.exec.boot, &self.exec.config, &Arc::new(AtomicBool::new(false)))
     }
 
     /// A new unique id for [`Communicator::grow`], its root served by this process
@@ -803,6 +806,22 @@ impl Exec {
         let net_expected = self.net_expected(&lanes);
         self.execute(&lanes, &net_expected, &buffers, DataType::Uint8, ReduceOp::Sum, true, false, connections)
     }
+}
+
+/// [`Communicator::shrink_failed`] over `boot`, every wait ending when `abort` is set.
+pub(crate) fn shrink_agreed(boot: &Bootstrap, config: &Config, abort: &Arc<AtomicBool>) -> Result<(Communicator, Vec<usize>)> {
+    let mut failed = boot.agree_failed_abortable(abort)?;
+    // Each retry excludes at least one more rank.
+    for _ in 0..boot.nranks() {
+        let built = boot.shrink_abortable(&failed, abort.clone()).map_err(Error::from).and_then(|b| Communicator::from_bootstrap(b, config));
+        let confirmed = boot.agree_failed_abortable(abort)?;
+        if confirmed == failed {
+            return built.map(|c| (c, failed.into_iter().map(|r| r as usize).collect()));
+        }
+        tracing::info!(target: log_target::INIT, "rank {}: ranks {confirmed:?} failed while shrinking out {failed:?}: shrinking again", boot.rank());
+        failed = confirmed;
+    }
+    Err(Error::Internal(format!("shrinking by agreement: no stable set of failed ranks after {} rounds", boot.nranks())))
 }
 
 /// Which ranks share this rank's host (NCCL_HOSTID, else host name and boot id).

@@ -270,12 +270,7 @@ impl Communicator {
         let busy = Busy::new(self.parent(), abort.clone());
         let parent = self.parent();
         let config = self.config().clone();
-        PendingCommunicator::spawn("shrink", self.rank(), self.nranks(), Some(busy), abort, move |abort| {
-            let boot = parent.bootstrap();
-            let failed = boot.agree_failed_abortable(&abort)?;
-            let child = boot.shrink_abortable(&failed, abort)?;
-            Ok((Communicator::from_bootstrap(child, &config)?, failed.into_iter().map(|r| r as usize).collect()))
-        })
+        PendingCommunicator::spawn("shrink", self.rank(), self.nranks(), Some(busy), abort, move |abort| crate::comm::shrink_agreed(parent.bootstrap(), &config, &abort))
     }
 
     /// [`Communicator::grow`] on a background thread: returns at once. Arguments are
