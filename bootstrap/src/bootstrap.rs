@@ -39,8 +39,21 @@ pub struct Bootstrap {
     /// Endpoint ranks of this communicator's members, in rank order.
     members: Vec<u32>,
     rank: u32,
+    /// Calls of split, of shrink and of the agreement so far: each kind counts apart, so
+    /// that a split that failed on some ranks only (a rank died during its exchange) does
+    /// not set the survivors' later shrinks and agreements apart.
     splits: AtomicU64,
-    aborted: AtomicBool,
+    /// A split's result, until [`Bootstrap::created`]: the parent's members (job ranks),
+    /// whose failures end this bootstrap's waits while `creating` is set. A split is
+    /// collective over the parent: a rank that dies during it makes some members fail the
+    /// split, and the others must not wait for those in the new communicator.
+    parent_members: Vec<u32>,
+    creating: AtomicBool,
+    shrinks: AtomicU64,
+    agreements: AtomicU64,
+    /// Shared with whoever may abort the creation of this bootstrap (see
+    /// [`Bootstrap::init_abortable`]).
+    aborted: Arc<AtomicBool>,
 }
 
 impl Bootstrap {
@@ -79,6 +92,14 @@ impl Bootstrap {
     /// Rank 0 serves the root itself when the id's root is not served by this process and
     /// its address can be bound here (ids from `NCCL_COMM_ID` and launchers).
     pub fn init(id: &UniqueId, rank: u32, nranks: u32, config: &Config) -> Result<Bootstrap> {
+        Bootstrap::init_abortable(id, rank, nranks, config, Arc::new(AtomicBool::new(false)))
+    }
+
+    /// [`Bootstrap::init`] that another thread can stop: setting `abort` ends every wait of
+    /// the join (the root's answer, connections, later exchanges) with
+    /// [`Error::Aborted`] within about 100 ms. The bootstrap keeps `abort` as its abort
+    /// flag ([`Bootstrap::abort`] sets it).
+    pub fn init_abortable(id: &UniqueId, rank: u32, nranks: u32, config: &Config, abort: Arc<AtomicBool>) -> Result<Bootstrap> {
         if nranks == 0 || rank >= nranks {
             return Err(Error::invalid(format!("rank {rank} of {nranks} ranks")));
         }
@@ -91,9 +112,9 @@ impl Bootstrap {
         let ip = select_ip(config, Some(id.root().ip()), false)?;
         let listener = sock::listen(ip, 0).map_err(|e| Error::io(format!("listening on {ip}"), e))?;
         let endpoint = Endpoint::listen(listener, rank, nranks, *id.secret(), limits)?;
-        let table = join_root(id, &endpoint, config)?;
+        let table = join_root(id, &endpoint, config, &abort)?;
         endpoint.set_table(table);
-        let bootstrap = Bootstrap::new(Arc::new(endpoint), 0, (0..nranks).collect(), rank);
+        let bootstrap = Bootstrap::new(Arc::new(endpoint), 0, (0..nranks).collect(), rank, abort);
         // Connect the ring eagerly: a successor learns of its predecessor's death from the
         // connection ending, from the first moment on.
         if nranks > 1 {
@@ -104,8 +125,8 @@ impl Bootstrap {
         Ok(bootstrap)
     }
 
-    fn new(endpoint: Arc<Endpoint>, comm: u64, members: Vec<u32>, rank: u32) -> Bootstrap {
-        Bootstrap { endpoint, comm, members, rank, splits: AtomicU64::new(0), aborted: AtomicBool::new(false) }
+    fn new(endpoint: Arc<Endpoint>, comm: u64, members: Vec<u32>, rank: u32, aborted: Arc<AtomicBool>) -> Bootstrap {
+        Bootstrap { endpoint, comm, members, rank, splits: AtomicU64::new(0), parent_members: Vec::new(), creating: AtomicBool::new(false), shrinks: AtomicU64::new(0), agreements: AtomicU64::new(0), aborted }
     }
 
     /// This rank's position in the communicator.
@@ -132,6 +153,12 @@ impl Bootstrap {
     /// Gathers one fixed-size record from every rank; the result holds rank r's record at
     /// `r * record.len()`. Records of different sizes are an error on every rank.
     pub fn allgather(&self, record: &[u8]) -> Result<Vec<u8>> {
+        self.allgather_with(record, &self.aborted)
+    }
+
+    /// [`Bootstrap::allgather`] whose waits end when `abort` is set (instead of this
+    /// bootstrap's own abort flag).
+    fn allgather_with(&self, record: &[u8], abort: &AtomicBool) -> Result<Vec<u8>> {
         let (n, len) = (self.nranks() as usize, record.len());
         let mut out = vec![0u8; n * len];
         out[self.rank as usize * len..][..len].copy_from_slice(record);
@@ -141,8 +168,8 @@ impl Bootstrap {
         let mut carry = record.to_vec();
         let mut mismatch = None;
         for step in 0..n - 1 {
-            self.send_internal(self.next(), TAG_ALLGATHER, &carry)?;
-            carry = self.recv_internal(self.prev(), TAG_ALLGATHER, "allgather")?;
+            self.send_with(self.next(), TAG_ALLGATHER, &carry, abort)?;
+            carry = self.recv_with(self.prev(), TAG_ALLGATHER, "allgather", abort)?;
             let from = (self.rank as usize + n - step - 1) % n;
             if carry.len() == len {
                 out[from * len..][..len].copy_from_slice(&carry);
@@ -202,10 +229,21 @@ impl Bootstrap {
     /// `key` then by their rank here. [`NOCOLOR`] (-1) takes part in the exchange but joins
     /// nothing (`None`). Collective; reuses these connections (no new rendezvous).
     pub fn split(&self, color: i32, key: i32) -> Result<Option<Bootstrap>> {
+        self.split_with(color, key, &self.aborted, Arc::new(AtomicBool::new(false)))
+    }
+
+    /// [`Bootstrap::split`] that another thread can stop: the exchange's waits end when
+    /// `abort` is set (not when this bootstrap is aborted), and the new bootstrap keeps
+    /// `abort` as its abort flag. For splits run in the background (non-blocking split).
+    pub fn split_abortable(&self, color: i32, key: i32, abort: Arc<AtomicBool>) -> Result<Option<Bootstrap>> {
+        self.split_with(color, key, &abort.clone(), abort)
+    }
+
+    fn split_with(&self, color: i32, key: i32, exchange_abort: &AtomicBool, child_abort: Arc<AtomicBool>) -> Result<Option<Bootstrap>> {
         let mut record = [0u8; 8];
         record[..4].copy_from_slice(&color.to_le_bytes());
         record[4..].copy_from_slice(&key.to_le_bytes());
-        let all = self.allgather(&record)?;
+        let all = self.allgather_with(&record, exchange_abort)?;
         let entries: Vec<(i32, i32)> = all
             .chunks_exact(8)
             .map(|c| (i32::from_le_bytes(c[..4].try_into().expect("4 bytes")), i32::from_le_bytes(c[4..].try_into().expect("4 bytes"))))
@@ -223,14 +261,24 @@ impl Bootstrap {
         let rank = group.iter().position(|&(_, r)| r == self.rank).expect("this rank passed this color") as u32;
         let members = group.iter().map(|&(_, r)| self.members[r as usize]).collect();
         let comm = mix(&[self.comm, sequence, color as u64]);
-        Ok(Some(Bootstrap::new(self.endpoint.clone(), comm, members, rank)))
+        let mut child = Bootstrap::new(self.endpoint.clone(), comm, members, rank, child_abort);
+        child.parent_members = self.members.clone();
+        child.creating.store(true, Ordering::Release);
+        Ok(Some(child))
     }
 
     /// The communicator of this one's ranks minus `exclude` (this communicator's ranks, for
     /// example the failed ones), in the same order, over the same connections: no message
     /// is exchanged, so dead ranks have no part in it. Every survivor must pass the same
-    /// list; waits of the new communicator ignore failures of the excluded ranks.
+    /// list, having shrunk this communicator as often before (splits do not count); waits
+    /// of the new communicator ignore failures of the excluded ranks.
     pub fn shrink(&self, exclude: &[u32]) -> Result<Bootstrap> {
+        self.shrink_abortable(exclude, Arc::new(AtomicBool::new(false)))
+    }
+
+    /// [`Bootstrap::shrink`] whose result keeps `abort` as its abort flag, so that another
+    /// thread can stop the exchanges that follow (a communicator built on it).
+    pub fn shrink_abortable(&self, exclude: &[u32], abort: Arc<AtomicBool>) -> Result<Bootstrap> {
         if let Some(bad) = exclude.iter().find(|&&r| r >= self.nranks()) {
             return Err(Error::invalid(format!("shrink: rank {bad} out of range for {} ranks", self.nranks())));
         }
@@ -242,10 +290,10 @@ impl Bootstrap {
         sorted.dedup();
         let members: Vec<u32> = (0..self.nranks()).filter(|r| sorted.binary_search(r).is_err()).map(|r| self.members[r as usize]).collect();
         let rank = members.iter().position(|&m| m == self.members[self.rank as usize]).expect("this rank survives") as u32;
-        let sequence = self.splits.fetch_add(1, Ordering::Relaxed);
+        let sequence = self.shrinks.fetch_add(1, Ordering::Relaxed);
         let mut parts = vec![self.comm, sequence, 0x5348_5249_4e4b]; // "SHRINK"
         parts.extend(sorted.iter().map(|&r| r as u64));
-        Ok(Bootstrap::new(self.endpoint.clone(), mix(&parts), members, rank))
+        Ok(Bootstrap::new(self.endpoint.clone(), mix(&parts), members, rank, abort))
     }
 
     /// Agrees with the other live ranks on which ranks of this communicator failed
@@ -258,10 +306,19 @@ impl Bootstrap {
     /// [`Error::Excluded`]. Works after [`Bootstrap::abort`] (it is how survivors recover);
     /// bounded by the bootstrap timeout.
     pub fn agree_failed(&self) -> Result<Vec<u32>> {
+        self.agree_failed_abortable(&AtomicBool::new(false))
+    }
+
+    /// [`Bootstrap::agree_failed`] that another thread can stop: it returns
+    /// [`Error::Aborted`] within about 100 ms of `abort` being set (this bootstrap's own
+    /// abort flag is not looked at: agreeing is how an aborted communicator recovers).
+    pub fn agree_failed_abortable(&self, abort: &AtomicBool) -> Result<Vec<u32>> {
         let n = self.nranks();
-        let namespace = mix(&[self.comm, self.splits.load(Ordering::Relaxed), AGREEMENT]);
+        let namespace = mix(&[self.comm, self.agreements.fetch_add(1, Ordering::Relaxed), AGREEMENT]);
+        // A rank that left the job (said goodbye: say, its init failed here after the
+        // others' succeeded) cannot take part either.
         let dead_here = || -> Vec<u32> {
-            let dead = self.endpoint.dead_ranks();
+            let dead = self.endpoint.gone_ranks();
             (0..n).filter(|&r| dead.contains(&self.members[r as usize])).collect()
         };
         let mut agreement = Agreement::new(self.rank, n, dead_here());
@@ -290,6 +347,9 @@ impl Bootstrap {
                 Some(Outcome::Excluded { by }) => return Err(Error::Excluded { rank: self.rank, by: format!("rank {by}") }),
                 None => {}
             }
+            if abort.load(Ordering::Acquire) {
+                return Err(Error::Aborted { reason: format!("abort requested while agreeing on the failed ranks (rank {})", self.rank) });
+            }
             let now = Instant::now();
             if now >= deadline {
                 return Err(Error::Timeout { phase: format!("agreeing on the failed ranks (rank {}: {agreement:?})", self.rank), waited: now - start });
@@ -304,6 +364,22 @@ impl Bootstrap {
             for r in dead_here() {
                 agreement.handle_suspect(r);
             }
+        }
+    }
+
+    /// Ends the creation of a split's result: from now on only failures of its own members
+    /// end its waits (before, those of the parent's members did too). The runtime calls
+    /// it once the communicator built on the bootstrap is ready.
+    pub fn created(&self) {
+        self.creating.store(false, Ordering::Release);
+    }
+
+    /// The job ranks whose failures end this bootstrap's waits.
+    fn watched(&self) -> &[u32] {
+        if self.creating.load(Ordering::Acquire) {
+            &self.parent_members
+        } else {
+            &self.members
         }
     }
 
@@ -337,7 +413,7 @@ impl Bootstrap {
         if let Some(reason) = self.revoked() {
             return Err(Error::Aborted { reason: format!("{reason} (during {phase})") });
         }
-        match self.endpoint.failure(phase, &self.members) {
+        match self.endpoint.failure(phase, self.watched()) {
             Some(e) => self.to_comm_ranks(Err(e)),
             None => Ok(()),
         }
@@ -373,15 +449,23 @@ impl Bootstrap {
     }
 
     fn send_internal(&self, peer: u32, tag: u64, data: &[u8]) -> Result<()> {
-        let result = self.endpoint.send(self.members[peer as usize], self.comm, tag, data, &self.aborted);
+        self.send_with(peer, tag, data, &self.aborted)
+    }
+
+    fn send_with(&self, peer: u32, tag: u64, data: &[u8], abort: &AtomicBool) -> Result<()> {
+        let result = self.endpoint.send(self.members[peer as usize], self.comm, tag, data, abort);
         self.to_comm_ranks(result)
     }
 
     fn recv_internal(&self, peer: u32, tag: u64, phase: &str) -> Result<Vec<u8>> {
+        self.recv_with(peer, tag, phase, &self.aborted)
+    }
+
+    fn recv_with(&self, peer: u32, tag: u64, phase: &str, abort: &AtomicBool) -> Result<Vec<u8>> {
         // Waits of the user's and the data path's messages end when the communicator is
         // revoked; the bootstrap's own (split, shrink after a revoke) do not.
         let revocable = tag < RESERVED_TAGS;
-        let result = self.endpoint.recv(self.members[peer as usize], self.comm, tag, phase, &self.aborted, &self.members, revocable);
+        let result = self.endpoint.recv(self.members[peer as usize], self.comm, tag, phase, abort, self.watched(), revocable);
         if let Err(Error::Timeout { .. }) = &result {
             // A rank that stops answering is announced as failed so the rest of the job
             // stops waiting for it too.
@@ -424,17 +508,21 @@ fn serve_root_if_here(id: &UniqueId, config: &Config) -> Result<()> {
 }
 
 /// Introduces this rank to the root and waits for the address table.
-fn join_root(id: &UniqueId, endpoint: &Endpoint, config: &Config) -> Result<Vec<std::net::SocketAddr>> {
-    let never = AtomicBool::new(false);
+fn join_root(id: &UniqueId, endpoint: &Endpoint, config: &Config, abort: &AtomicBool) -> Result<Vec<std::net::SocketAddr>> {
     let deadline = endpoint.deadline();
-    let mut stream: TcpStream = sock::connect(id.root(), "bootstrap root", deadline, Refused::Retry, &never)?;
+    let mut stream: TcpStream = sock::connect(id.root(), "bootstrap root", deadline, Refused::Retry, abort)?;
     wire::write_message(&mut stream, &Message::Hello(endpoint.hello()))
         .map_err(|e| Error::io(format!("sending the hello to the bootstrap root {}", id.root()), e))?;
     // The root answers once every rank joined, or aborts the job after its own timeout.
     let wait = config.bootstrap_timeout + config.handshake_timeout + Duration::from_secs(1);
-    sock::set_read_timeout(&stream, Some(wait))?;
     let started = Instant::now();
     let (root, rank) = (id.root(), endpoint.rank());
+    wait_readable(&stream, started + wait, abort).map_err(|e| match e {
+        Error::Timeout { .. } => Error::Timeout { phase: format!("waiting for the bootstrap root {root}"), waited: started.elapsed() },
+        other => other,
+    })?;
+    // The answer has started to arrive: read it whole, within what is left of the wait.
+    sock::set_read_timeout(&stream, Some(wait.saturating_sub(started.elapsed()).max(Duration::from_millis(100))))?;
     match wire::read_message(&mut stream, config.max_frame_bytes) {
         Ok(Message::Table(table)) if table.len() == endpoint.nranks() as usize => Ok(table),
         Ok(Message::Table(table)) => Err(Error::wire("table", format!("{} entries for {} ranks", table.len(), endpoint.nranks()))),
@@ -447,6 +535,28 @@ fn join_root(id: &UniqueId, endpoint: &Endpoint, config: &Config) -> Result<Vec<
         Err(Error::Timeout { .. }) => Err(Error::Timeout { phase: format!("waiting for the bootstrap root {root}"), waited: started.elapsed() }),
         Err(Error::Wire { reason, .. }) if reason.contains("truncated") => Err(Error::Aborted { reason: format!("bootstrap root {root} closed the connection") }),
         Err(e) => Err(e),
+    }
+}
+
+/// Waits until `stream` has data (or was closed) without reading it, looking at `abort`
+/// every 100 ms; `Timeout` at `deadline`.
+fn wait_readable(stream: &TcpStream, deadline: Instant, abort: &AtomicBool) -> Result<()> {
+    use std::os::fd::AsFd;
+    loop {
+        if abort.load(Ordering::Acquire) {
+            return Err(Error::Aborted { reason: "abort requested while waiting for the bootstrap root".into() });
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(Error::Timeout { phase: "waiting for the bootstrap root".into(), waited: Duration::ZERO });
+        }
+        let slice = (deadline - now).min(Duration::from_millis(100));
+        let mut fds = [nix::poll::PollFd::new(stream.as_fd(), nix::poll::PollFlags::POLLIN)];
+        match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(slice.as_millis().max(1) as u16)) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+            Ok(_) => return Ok(()),
+            Err(e) => return Err(Error::io("waiting for the bootstrap root's answer", std::io::Error::from(e))),
+        }
     }
 }
 

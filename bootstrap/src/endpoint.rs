@@ -318,6 +318,13 @@ impl Endpoint {
         self.shared.inbox.lock().dead.keys().copied().collect()
     }
 
+    /// Every job rank that can no longer take part: failed, or gone (its connection here
+    /// ended, with a goodbye or not: a goodbye means its process left the job).
+    pub fn gone_ranks(&self) -> Vec<u32> {
+        let inbox = self.shared.inbox.lock();
+        inbox.dead.keys().copied().chain(inbox.closed.iter().copied()).collect()
+    }
+
     /// The failure that breaks a communicator of `members`, if one is known (never blocks
     /// on the network).
     pub fn failure(&self, phase: &str, members: &[u32]) -> Option<Error> {

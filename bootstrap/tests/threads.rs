@@ -1,6 +1,7 @@
 //! Bootstraps of N ranks as threads of this process: every operation's results, and the
 //! failures that must end in errors rather than hangs.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -281,4 +282,58 @@ fn ipv6_loopback_job() {
     for r in results {
         assert_eq!(r.unwrap(), vec![0, 1, 2]);
     }
+}
+
+/// Sets `flag` after `after`, from another thread.
+fn set_later(flag: &Arc<AtomicBool>, after: Duration) {
+    let flag = flag.clone();
+    thread::spawn(move || {
+        thread::sleep(after);
+        flag.store(true, Ordering::Release);
+    });
+}
+
+#[test]
+fn abort_flag_ends_a_join_waiting_for_the_root() {
+    // Rank 1 of 2 never comes, so the root never answers rank 0; the bootstrap timeout
+    // (20 s) is far away.
+    let config = config(20_000);
+    let id = Bootstrap::create_local_id(&config).unwrap();
+    let abort = Arc::new(AtomicBool::new(false));
+    set_later(&abort, Duration::from_millis(300));
+    let start = Instant::now();
+    let err = Bootstrap::init_abortable(&id, 0, 2, &config, abort).err().expect("the join cannot complete");
+    let took = start.elapsed();
+    assert!(matches!(err, Error::Aborted { .. }), "{err}");
+    assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(2), "{took:?}");
+}
+
+#[test]
+fn abort_flag_ends_a_split_and_an_agreement_waiting_for_a_peer() {
+    // Rank 1 enters neither the split nor the agreement; rank 0's waits end on its flag.
+    let results = job(2, |b| {
+        if b.rank() == 1 {
+            thread::sleep(Duration::from_millis(1500));
+            return Ok(Duration::ZERO);
+        }
+        let abort = Arc::new(AtomicBool::new(false));
+        set_later(&abort, Duration::from_millis(200));
+        let start = Instant::now();
+        match b.split_abortable(0, 0, abort) {
+            Err(Error::Aborted { .. }) => {}
+            other => return Err(format!("split: {:?}", other.map(|c| c.map(|c| c.nranks())))),
+        }
+        let split = start.elapsed();
+        let abort = Arc::new(AtomicBool::new(false));
+        set_later(&abort, Duration::from_millis(200));
+        let start = Instant::now();
+        match b.agree_failed_abortable(&abort) {
+            Err(Error::Aborted { .. }) => {}
+            other => return Err(format!("agreement: {other:?}")),
+        }
+        Ok(split.max(start.elapsed()))
+    });
+    let took = results[0].clone().unwrap();
+    assert!(took >= Duration::from_millis(200) && took < Duration::from_millis(700), "{took:?}");
+    assert!(results[1].is_ok());
 }

@@ -192,19 +192,33 @@ exports! {
         })
     }
 
-    fn ncclCommSplit / pncclCommSplit(comm: Comm, color: c_int, key: c_int, newcomm: *mut Comm, _cfg: *mut c_void) -> NcclResult {
+    fn ncclCommSplit / pncclCommSplit(comm: Comm, color: c_int, key: c_int, newcomm: *mut Comm, cfg: *mut c_void) -> NcclResult {
         guard("ncclCommSplit", || {
             let newcomm = out(newcomm, "newcomm")?;
             // SAFETY: the caller's handle.
-            let parent = unsafe { NcclComm::from_handle(comm)? };
-            let child = parent.comm()?.split(color, key)?;
+            let parent = unsafe { NcclComm::from_handle(comm)? }.comm()?;
+            // SAFETY: the caller's config, read by its own size.
+            if !unsafe { blocking(cfg, parent)? } {
+                let pending = parent.split_nonblocking(color, key)?;
+                // NOCOLOR: no handle; the parent reports ncclInProgress until the exchange
+                // is done, as NCCL's does.
+                return match pending {
+                    Some(p) => hand_out_pending(newcomm, p),
+                    None => {
+                        // SAFETY: checked non-NULL.
+                        unsafe { *newcomm = std::ptr::null_mut() };
+                        Err(in_progress())
+                    }
+                };
+            }
+            let child = parent.split(color, key)?;
             // SAFETY: checked non-NULL.
             unsafe { *newcomm = child.map_or(Ok(std::ptr::null_mut()), NcclComm::boxed)? };
             Ok(())
         })
     }
 
-    fn ncclCommShrink / pncclCommShrink(comm: Comm, exclude: *mut c_int, count: c_int, newcomm: *mut Comm, _cfg: *mut c_void, flags: c_int) -> NcclResult {
+    fn ncclCommShrink / pncclCommShrink(comm: Comm, exclude: *mut c_int, count: c_int, newcomm: *mut Comm, cfg: *mut c_void, flags: c_int) -> NcclResult {
         guard("ncclCommShrink", || {
             let newcomm = out(newcomm, "newcomm")?;
             // SAFETY: the caller's handle.
@@ -219,9 +233,14 @@ exports! {
                 )));
             }
             let abort_first = flags & SHRINK_ABORT != 0;
+            // SAFETY: the caller's config, read by its own size.
+            let blocking = unsafe { blocking(cfg, c)? };
             if flags & SHRINK_AGREE != 0 {
                 if count > 0 {
                     return Err(Failure::argument(format!("OXCCL_SHRINK_AGREE with excludeRanksCount {count}: the agreement finds the excluded ranks, pass none")));
+                }
+                if !blocking {
+                    return hand_out_pending(newcomm, c.shrink_failed_nonblocking(abort_first));
                 }
                 let (child, _) = c.shrink_failed(abort_first)?;
                 // SAFETY: checked non-NULL.
@@ -231,6 +250,9 @@ exports! {
             // SAFETY: checked non-NULL; the caller passes count ranks.
             let list = if count == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(exclude, count) } };
             let list: Vec<usize> = list.iter().map(|&r| index(r, c.nranks(), "excludeRanksList entry")).collect::<Result<_, _>>()?;
+            if !blocking && !list.contains(&c.rank()) {
+                return hand_out_pending(newcomm, c.shrink_nonblocking(&list, abort_first)?);
+            }
             let child = if list.contains(&c.rank()) { None } else { Some(c.shrink(&list, abort_first)?) };
             // SAFETY: checked non-NULL. An excluded rank gets NULL, as ncclCommSplit's NOCOLOR.
             unsafe { *newcomm = child.map_or(Ok(std::ptr::null_mut()), NcclComm::boxed)? };
@@ -252,12 +274,19 @@ exports! {
                 let rank = index(rank, n, "rank")?;
                 // SAFETY: the caller's config, read by its own size.
                 let config = unsafe { read_config(cfg, config()?)? };
+                if !config.blocking {
+                    return hand_out_pending(newcomm, Communicator::init_nonblocking(&unique, rank as u32, n as u32, &config));
+                }
                 Communicator::init(&unique, rank as u32, n as u32, &config)?
             } else {
                 // SAFETY: the caller's handle.
                 let c = unsafe { NcclComm::from_handle(comm)? }.comm()?;
                 if rank != -1 && usize::try_from(rank).ok() != Some(c.rank()) {
                     return Err(Failure::argument(format!("rank {rank} with an existing communicator: existing ranks keep their rank ({}); pass -1", c.rank())));
+                }
+                // SAFETY: the caller's config, read by its own size.
+                if !unsafe { blocking(cfg, c)? } {
+                    return hand_out_pending(newcomm, c.grow_nonblocking(n, &unique)?);
                 }
                 c.grow(n, &unique)?
             };
@@ -290,9 +319,9 @@ exports! {
 
     fn ncclCommAbort / pncclCommAbort(comm: Comm) -> NcclResult {
         guard("ncclCommAbort", || {
-            // SAFETY: the caller's handle, not used after this call. A communicator still
-            // being created has nothing to abort yet (its creation is bounded by the
-            // bootstrap timeouts and cleans up after itself).
+            // SAFETY: the caller's handle, not used after this call. A host communicator
+            // still being created is aborted by destroying its handle (its creation's waits
+            // end within about 100 ms); a GPU one's creation ends by the bootstrap timeouts.
             unsafe { NcclComm::from_handle(comm)? }.abort();
             // SAFETY: as above; after abort, dropping waits on no peer.
             unsafe { NcclComm::destroy(comm) }
@@ -628,6 +657,37 @@ exports! {
 
     /// Nothing to reset: oxccl reads NCCL_DEBUG once per process.
     fn ncclResetDebugInit / pncclResetDebugInit() -> () {}
+}
+
+/// Whether a split, shrink or grow of `parent` with config `cfg` blocks: the config's
+/// `blocking` when it sets one, else the parent's (NCCL's inheritance).
+///
+/// # Safety
+/// As [`read_config`].
+unsafe fn blocking(cfg: *const c_void, parent: &Communicator) -> Result<bool, Failure> {
+    // SAFETY: per the contract.
+    Ok(unsafe { read_config(cfg, parent.config().clone())? }.blocking)
+}
+
+fn in_progress() -> Failure {
+    Failure { code: result::IN_PROGRESS, message: "communicator creation in progress (poll ncclCommGetAsyncError)".into() }
+}
+
+/// Hands out a communicator still being created (non-blocking split, shrink, grow) and
+/// returns `ncclInProgress`. On the GPU backend a thread waits for it and connects the GPU
+/// current here.
+fn hand_out_pending(newcomm: *mut Comm, pending: oxccl_runtime::PendingCommunicator) -> Result<(), Failure> {
+    let handle = if gpu_memory()? {
+        let device = oxccl_runtime::gpu::current_device()?;
+        // The creation is bounded by the bootstrap timeouts; this bound only backs them up.
+        let bound = std::time::Duration::from_secs(24 * 3600);
+        NcclComm::boxed_connecting(std::thread::spawn(move || Backend::choose(pending.wait(bound)?, Some(device))))
+    } else {
+        NcclComm::boxed_pending(pending)
+    };
+    // SAFETY: the caller checked `newcomm` non-NULL.
+    unsafe { *newcomm = handle };
+    Err(in_progress())
 }
 
 fn init_rank(comm: *mut Comm, nranks: c_int, id: &NcclUniqueId, rank: c_int, config: Config) -> Result<(), Failure> {

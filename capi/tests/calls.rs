@@ -137,7 +137,6 @@ fn checked_all_reduce(comms: &[*mut c_void]) {
 /// is refused by name.
 #[test]
 fn shrink_with_agreement_and_no_list() {
-    const SHRINK_AGREE: i32 = 0x100;
     let comms = init_all(3);
     let mut dummy = null_mut();
     let mut one = [1i32];
@@ -339,5 +338,189 @@ fn one_thread_creates_three_ranks_inside_a_group() {
     for c in comms {
         // SAFETY: a live handle, destroyed once.
         assert_eq!(unsafe { ncclCommDestroy(c.cast()) }, SUCCESS);
+    }
+}
+
+const IN_PROGRESS: i32 = 7;
+const NOCOLOR: i32 = -1;
+const SHRINK_AGREE: i32 = 0x100;
+
+/// NCCL_CONFIG_INITIALIZER's prefix: size, magic, version, blocking.
+#[repr(C)]
+struct ConfigPrefix {
+    size: usize,
+    magic: u32,
+    version: u32,
+    blocking: i32,
+}
+
+fn nonblocking_config() -> ConfigPrefix {
+    ConfigPrefix { size: std::mem::size_of::<ConfigPrefix>(), magic: 0xcafe_beef, version: 22803, blocking: 0 }
+}
+
+/// Polls ncclCommGetAsyncError on `comm` until it is no longer ncclInProgress (at most
+/// 20 s); returns the final code and how many InProgress answers came first.
+fn poll_async(comm: *mut c_void) -> (i32, usize) {
+    let mut polls = 0;
+    loop {
+        let mut state = IN_PROGRESS;
+        // SAFETY: a live handle and an out pointer.
+        assert_eq!(unsafe { ncclCommGetAsyncError(comm.cast(), &mut state) }, SUCCESS, "{}", last_error());
+        if state != IN_PROGRESS {
+            return (state, polls);
+        }
+        polls += 1;
+        assert!(polls < 20_000, "still in progress after 20 s");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// `n` communicators made with `config.blocking = 0` (one thread each), polled to ready.
+fn init_nonblocking(n: usize) -> Vec<*mut c_void> {
+    std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
+    let mut id = NcclUniqueId { internal: [0; 128] };
+    // SAFETY: a valid out pointer.
+    assert_eq!(unsafe { ncclGetUniqueId(&mut id) }, SUCCESS);
+    let handles: Vec<_> = (0..n)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let mut cfg = nonblocking_config();
+                let mut comm: *mut c_void = null_mut();
+                // SAFETY: valid out pointer and config.
+                let rc = unsafe { ncclCommInitRankConfig((&mut comm as *mut *mut c_void).cast(), n as i32, id, rank as i32, (&mut cfg as *mut ConfigPrefix).cast()) };
+                assert_eq!(rc, IN_PROGRESS, "{}", last_error());
+                assert_eq!(poll_async(comm).0, SUCCESS, "{}", last_error());
+                comm as usize
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap() as *mut c_void).collect()
+}
+
+/// Communicators created non-blocking make non-blocking children (NCCL's inheritance, no
+/// config passed): ncclCommSplit (one rank NOCOLOR), ncclCommShrink (a list, then
+/// OXCCL_SHRINK_AGREE) and ncclCommGrow (with a new rank whose config says blocking = 0)
+/// return ncclInProgress at once; ncclCommGetAsyncError goes InProgress → Success on the
+/// new handle (on the parent for NOCOLOR); every result all-reduces correctly.
+#[test]
+fn nonblocking_split_shrink_and_grow_from_c() {
+    let comms = init_nonblocking(3);
+    // Split: ranks 0 and 1 together, rank 2 NOCOLOR and 300 ms late, so that the others
+    // provably wait in the background.
+    let split = on_threads(&comms, |rank, c| {
+        if rank == 2 {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+        let mut child: *mut c_void = null_mut();
+        let color = if rank == 2 { NOCOLOR } else { 0 };
+        let start = std::time::Instant::now();
+        // SAFETY: a live handle and an out pointer.
+        let rc = unsafe { ncclCommSplit(c.cast(), color, rank as i32, (&mut child as *mut *mut c_void).cast(), null_mut()) };
+        assert_eq!(rc, IN_PROGRESS, "{}", last_error());
+        assert!(start.elapsed() < std::time::Duration::from_millis(100), "ncclCommSplit blocked {:?}", start.elapsed());
+        let (code, polls) = if rank == 2 {
+            assert!(child.is_null());
+            poll_async(c)
+        } else {
+            // The parent is busy while its split runs.
+            let mut state = 0;
+            // SAFETY: a live handle and an out pointer.
+            assert_eq!(unsafe { ncclCommGetAsyncError(c.cast(), &mut state) }, SUCCESS);
+            assert_eq!(state, IN_PROGRESS);
+            poll_async(child)
+        };
+        assert_eq!(code, SUCCESS, "{}", last_error());
+        assert!(rank == 2 || polls > 0, "rank {rank} never saw ncclInProgress");
+        child as usize
+    });
+    let children: Vec<*mut c_void> = split[..2].iter().map(|&c| c as *mut c_void).collect();
+    checked_all_reduce(&children);
+    // Shrink by agreement: nobody failed, so all three stay.
+    let agreed = on_threads(&comms, |_, c| {
+        let mut child: *mut c_void = null_mut();
+        // SAFETY: a live handle and an out pointer.
+        let rc = unsafe { ncclCommShrink(c.cast(), null_mut(), 0, (&mut child as *mut *mut c_void).cast(), null_mut(), SHRINK_AGREE) };
+        assert_eq!(rc, IN_PROGRESS, "{}", last_error());
+        assert_eq!(poll_async(child).0, SUCCESS, "{}", last_error());
+        child as usize
+    });
+    let agreed: Vec<*mut c_void> = agreed.into_iter().map(|c| c as *mut c_void).collect();
+    checked_all_reduce(&agreed);
+    // Shrink rank 2 out with a list; rank 2 (excluded) gets NULL at once. (Rank 2 takes no
+    // part, so afterwards the parent's count of shrinks differs on it and a later shrink
+    // of the parent by all three would not match: the one by agreement comes first.)
+    let shrunk = on_threads(&comms, |rank, c| {
+        let mut child: *mut c_void = null_mut();
+        let mut exclude = [2];
+        // SAFETY: a live handle, a list of one rank and an out pointer.
+        let rc = unsafe { ncclCommShrink(c.cast(), exclude.as_mut_ptr(), 1, (&mut child as *mut *mut c_void).cast(), null_mut(), 0) };
+        if rank == 2 {
+            assert_eq!((rc, child.is_null()), (SUCCESS, true), "{}", last_error());
+        } else {
+            assert_eq!(rc, IN_PROGRESS, "{}", last_error());
+            assert_eq!(poll_async(child).0, SUCCESS, "{}", last_error());
+        }
+        child as usize
+    });
+    let shrunk: Vec<*mut c_void> = shrunk[..2].iter().map(|&c| c as *mut c_void).collect();
+    checked_all_reduce(&shrunk);
+    // Grow to 4: a new rank (NULL comm, its own non-blocking config) joins 300 ms late.
+    let mut id = NcclUniqueId { internal: [0; 128] };
+    // SAFETY: a live handle and an out pointer.
+    assert_eq!(unsafe { ncclCommGetUniqueId(comms[0].cast(), &mut id) }, SUCCESS, "{}", last_error());
+    let id_bytes = id.internal;
+    let mut all = comms.clone();
+    all.push(null_mut());
+    let grown = on_threads(&all, move |rank, c| {
+        let id = NcclUniqueId { internal: id_bytes };
+        let mut child: *mut c_void = null_mut();
+        let mut cfg = nonblocking_config();
+        let (given, cfg) = if c.is_null() {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            (rank as i32, (&mut cfg as *mut ConfigPrefix).cast())
+        } else {
+            (-1, null_mut())
+        };
+        // SAFETY: a live handle or NULL, the id, an out pointer and a config or NULL.
+        let rc = unsafe { ncclCommGrow(c.cast(), 4, &id, given, (&mut child as *mut *mut c_void).cast(), cfg) };
+        assert_eq!(rc, IN_PROGRESS, "{}", last_error());
+        let (code, polls) = poll_async(child);
+        assert_eq!(code, SUCCESS, "{}", last_error());
+        assert!(c.is_null() || polls > 0, "rank {rank} never saw ncclInProgress");
+        child as usize
+    });
+    let grown: Vec<*mut c_void> = grown.into_iter().map(|c| c as *mut c_void).collect();
+    checked_all_reduce(&grown);
+    for c in children.into_iter().chain(shrunk).chain(agreed).chain(grown).chain(comms) {
+        // SAFETY: live handles, destroyed once.
+        assert_eq!(unsafe { ncclCommDestroy(c.cast()) }, SUCCESS, "{}", last_error());
+    }
+}
+
+/// A blocking parent with a config of blocking = 0 makes a non-blocking split; one that
+/// cannot finish (the other rank never splits) is ended by ncclCommAbort on its handle,
+/// and the parent no longer reports ncclInProgress.
+#[test]
+fn a_nonblocking_split_is_aborted_from_c() {
+    let comms = init_all(2);
+    let mut cfg = nonblocking_config();
+    let mut child: *mut c_void = null_mut();
+    // SAFETY: a live handle, an out pointer and a config.
+    let rc = unsafe { ncclCommSplit(comms[0].cast(), 0, 0, (&mut child as *mut *mut c_void).cast(), (&mut cfg as *mut ConfigPrefix).cast()) };
+    assert_eq!(rc, IN_PROGRESS, "{}", last_error());
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    let mut state = SUCCESS;
+    // SAFETY: a live handle and an out pointer.
+    assert_eq!(unsafe { ncclCommGetAsyncError(child.cast(), &mut state) }, SUCCESS);
+    assert_eq!(state, IN_PROGRESS);
+    let start = std::time::Instant::now();
+    // SAFETY: a live handle, not used afterwards.
+    assert_eq!(unsafe { ncclCommAbort(child.cast()) }, SUCCESS, "{}", last_error());
+    let (code, _) = poll_async(comms[0]);
+    assert_eq!(code, SUCCESS, "{}", last_error());
+    assert!(start.elapsed() < std::time::Duration::from_secs(1), "the parent was busy {:?} after the abort", start.elapsed());
+    for c in comms {
+        // SAFETY: live handles, destroyed once.
+        assert_eq!(unsafe { ncclCommDestroy(c.cast()) }, SUCCESS, "{}", last_error());
     }
 }

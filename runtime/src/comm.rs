@@ -39,8 +39,8 @@ pub struct Communicator {
     exec: Arc<Exec>,
 }
 
-/// What the stream's jobs work with.
-struct Exec {
+/// What the stream's jobs work with (and background creations from this communicator).
+pub(crate) struct Exec {
     boot: Bootstrap,
     rank: usize,
     nranks: usize,
@@ -57,6 +57,12 @@ struct Exec {
     /// Where Avg and PreMulSum put each rank's scaled input (reused: no allocation per call
     /// once it has grown to the largest input).
     scratch: Mutex<Vec<u8>>,
+    /// Abort flags of the non-blocking splits, shrinks and grows running from this
+    /// communicator: it reports `InProgress` while there are any, and aborts them when
+    /// aborted.
+    creating: Mutex<Vec<Arc<AtomicBool>>>,
+    /// How the exchange of a non-blocking split that joined nothing (NOCOLOR) failed.
+    background_error: Mutex<Option<Error>>,
 }
 
 /// What a plan depends on besides the communicator.
@@ -140,9 +146,13 @@ impl Communicator {
             connections: Mutex::new(Connections::default()),
             plans: Mutex::new(FxHashMap::default()),
             scratch: Mutex::new(Vec::new()),
+            creating: Mutex::new(Vec::new()),
+            background_error: Mutex::new(None),
         });
         let runner = exec.clone();
         let stream = HostStream::new(&rank.to_string(), abort, move |task| runner.run(task))?;
+        // Ready: from now on only its own members' failures break it.
+        exec.boot.created();
         tracing::info!(target: log_target::INIT, "rank {rank}/{nranks} ready");
         Ok(Communicator { stream, exec })
     }
@@ -150,6 +160,11 @@ impl Communicator {
     /// The bootstrap (for backends that set up their own connections).
     pub(crate) fn bootstrap(&self) -> &Bootstrap {
         &self.exec.boot
+    }
+
+    /// The shared part, for creations running in the background.
+    pub(crate) fn parent(&self) -> Arc<Exec> {
+        self.exec.clone()
     }
 
     /// The configuration the communicator was made with.
@@ -210,16 +225,17 @@ impl Communicator {
 
     /// [`Communicator::shrink`] without a list: the live ranks first agree on the failed
     /// ones ([`Communicator::agree_failed`]), then each builds the communicator of the
-    /// rest, so that all of them get the same one without anyone naming the dead.
-    /// Collective over the live ranks. Returns the new communicator and the excluded ranks
-    /// (ranks of this communicator). `abort_first` as in [`Communicator::shrink`].
+    /// rest, so that all of them get the same one without anyone naming the dead; a
+    /// second agreement confirms that nobody failed meanwhile (else they build again
+    /// without the new failures: a rank dying while the others build would leave some with
+    /// a communicator and some with an error). Collective over the live ranks. Returns the
+    /// new communicator and the excluded ranks (ranks of this communicator). `abort_first`
+    /// as in [`Communicator::shrink`].
     pub fn shrink_failed(&self, abort_first: bool) -> Result<(Communicator, Vec<usize>)> {
         if abort_first {
             self.abort();
         }
-        let failed = self.agree_failed()?;
-        let boot = self.exec.boot.shrink(&failed.iter().map(|&r| r as u32).collect::<Vec<_>>())?;
-        Ok((Communicator::from_bootstrap(boot, &self.exec.config)?, failed))
+        shrink_agreed(&self.exec.boot, &self.exec.config, &Arc::new(AtomicBool::new(false)))
     }
 
     /// A new unique id for [`Communicator::grow`], its root served by this process
@@ -234,11 +250,16 @@ impl Communicator {
     /// from `self.nranks()` up (ncclCommGrow). Collective over the existing and the new
     /// ranks, through a new rendezvous at `id`'s root; bounded by the bootstrap timeouts.
     pub fn grow(&self, nranks: usize, id: &UniqueId) -> Result<Communicator> {
+        let n = self.check_grow(nranks)?;
+        Communicator::init(id, self.rank() as u32, n, &self.exec.config)
+    }
+
+    /// The new size of a grow to `nranks`, if it is one.
+    pub(crate) fn check_grow(&self, nranks: usize) -> Result<u32> {
         if nranks <= self.nranks() {
             return Err(Error::invalid(format!("grow to {nranks} ranks: the communicator already has {}; growing needs more", self.nranks())));
         }
-        let n = u32::try_from(nranks).map_err(|_| Error::invalid(format!("grow to {nranks} ranks: too many")))?;
-        Communicator::init(id, self.rank() as u32, n, &self.exec.config)
+        u32::try_from(nranks).map_err(|_| Error::invalid(format!("grow to {nranks} ranks: too many")))
     }
 
     /// Revokes the communicator (ncclCommRevoke): in-flight work stops on every rank — a
@@ -275,6 +296,13 @@ impl Communicator {
         if let Some(reason) = self.revoked() {
             return Some(Error::Aborted { reason });
         }
+        let creating = self.exec.creating.lock().len();
+        if creating > 0 {
+            return Some(Error::InProgress { what: format!("{creating} non-blocking split, shrink or grow of this communicator still running") });
+        }
+        if let Some(e) = self.exec.background_error.lock().clone() {
+            return Some(e);
+        }
         self.stream.error()
     }
 
@@ -283,6 +311,9 @@ impl Communicator {
     pub fn abort(&self) {
         self.exec.abort.store(true, Ordering::Release);
         self.exec.boot.abort();
+        for creation in self.exec.creating.lock().iter() {
+            creation.store(true, Ordering::Release);
+        }
         self.stream.wake();
     }
 
@@ -305,7 +336,7 @@ impl Communicator {
         (s.irecv_calls.load(Ordering::Relaxed), s.irecv_grouped.load(Ordering::Relaxed))
     }
 
-    fn check_usable(&self) -> Result<()> {
+    pub(crate) fn check_usable(&self) -> Result<()> {
         if let Some(reason) = self.revoked() {
             return Err(Error::InvalidUsage { what: format!("the communicator is revoked ({reason}): only destroy, split or shrink remain") });
         }
@@ -383,81 +414,6 @@ impl Drop for Communicator {
         if let Err(e) = self.finalize() {
             tracing::warn!(target: log_target::INIT, "rank {}: finalizing on drop: {e}", self.exec.rank);
         }
-    }
-}
-
-/// A communicator being created on a background thread: what non-blocking init
-/// (`Config::blocking == false`, NCCL_COMM_BLOCKING=0) returns at once. Poll
-/// [`PendingCommunicator::async_error`] (`InProgress` until done, like
-/// `ncclCommGetAsyncError`) or wait; every wait of the creation is bounded by the bootstrap
-/// timeouts.
-pub struct PendingCommunicator {
-    state: Arc<(Mutex<Option<Result<Communicator>>>, parking_lot::Condvar)>,
-    rank: usize,
-    nranks: usize,
-}
-
-impl PendingCommunicator {
-    fn spawn(rank: usize, nranks: usize, create: impl FnOnce() -> Result<Communicator> + Send + 'static) -> PendingCommunicator {
-        let state = Arc::new((Mutex::new(None), parking_lot::Condvar::new()));
-        let done = state.clone();
-        let spawned = std::thread::Builder::new().name("oxccl-init".into()).spawn(move || {
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(create)).unwrap_or_else(|_| Err(Error::Internal("communicator creation panicked".into())));
-            *done.0.lock() = Some(result);
-            done.1.notify_all();
-        });
-        if let Err(e) = spawned {
-            *state.0.lock() = Some(Err(Error::Internal(format!("cannot start the init thread: {e}"))));
-        }
-        PendingCommunicator { state, rank, nranks }
-    }
-
-    /// The rank the communicator will have.
-    pub fn rank(&self) -> usize {
-        self.rank
-    }
-
-    /// The number of ranks it will have.
-    pub fn nranks(&self) -> usize {
-        self.nranks
-    }
-
-    /// `Some(InProgress)` while creating, `None` once ready, the error if creation failed.
-    /// Never blocks.
-    pub fn async_error(&self) -> Option<Error> {
-        match &*self.state.0.lock() {
-            None => Some(Error::InProgress { what: format!("rank {} of {} is still joining", self.rank, self.nranks) }),
-            Some(Ok(_)) => None,
-            Some(Err(e)) => Some(e.clone()),
-        }
-    }
-
-    /// Waits at most `timeout` for the creation; `InProgress` if it is still running.
-    pub fn wait(self, timeout: std::time::Duration) -> Result<Communicator> {
-        let deadline = Instant::now() + timeout;
-        let mut state = self.state.0.lock();
-        while state.is_none() {
-            if self.state.1.wait_until(&mut state, deadline).timed_out() {
-                break;
-            }
-        }
-        match state.take() {
-            Some(result) => result,
-            None => Err(Error::InProgress { what: format!("rank {} of {} is still joining after {timeout:?}", self.rank, self.nranks) }),
-        }
-    }
-
-    /// The communicator if creation has finished (it is then taken out), else `None`.
-    pub fn try_take(&self) -> Option<Result<Communicator>> {
-        self.state.0.lock().take()
-    }
-}
-
-impl Communicator {
-    /// Joins as [`Communicator::init`] does, on a background thread: returns at once.
-    pub fn init_nonblocking(id: &UniqueId, rank: u32, nranks: u32, config: &Config) -> PendingCommunicator {
-        let (id, config) = (*id, config.clone());
-        PendingCommunicator::spawn(rank as usize, nranks as usize, move || Communicator::init(&id, rank, nranks, &config))
     }
 }
 
@@ -658,6 +614,26 @@ impl Communicator {
 }
 
 impl Exec {
+    pub(crate) fn bootstrap(&self) -> &Bootstrap {
+        &self.boot
+    }
+}
+
+impl crate::pending::Parent for Exec {
+    fn start_creation(&self, abort: &Arc<AtomicBool>) {
+        self.creating.lock().push(abort.clone());
+    }
+
+    fn end_creation(&self, abort: &Arc<AtomicBool>) {
+        self.creating.lock().retain(|a| !Arc::ptr_eq(a, abort));
+    }
+
+    fn record_background_error(&self, error: Error) {
+        *self.background_error.lock() = Some(error);
+    }
+}
+
+impl Exec {
     fn run(&self, task: Task) -> Result<()> {
         let mut connections = self.connections.lock();
         match task {
@@ -830,6 +806,22 @@ impl Exec {
         let net_expected = self.net_expected(&lanes);
         self.execute(&lanes, &net_expected, &buffers, DataType::Uint8, ReduceOp::Sum, true, false, connections)
     }
+}
+
+/// [`Communicator::shrink_failed`] over `boot`, every wait ending when `abort` is set.
+pub(crate) fn shrink_agreed(boot: &Bootstrap, config: &Config, abort: &Arc<AtomicBool>) -> Result<(Communicator, Vec<usize>)> {
+    let mut failed = boot.agree_failed_abortable(abort)?;
+    // Each retry excludes at least one more rank.
+    for _ in 0..boot.nranks() {
+        let built = boot.shrink_abortable(&failed, abort.clone()).map_err(Error::from).and_then(|b| Communicator::from_bootstrap(b, config));
+        let confirmed = boot.agree_failed_abortable(abort)?;
+        if confirmed == failed {
+            return built.map(|c| (c, failed.into_iter().map(|r| r as usize).collect()));
+        }
+        tracing::info!(target: log_target::INIT, "rank {}: ranks {confirmed:?} failed while shrinking out {failed:?}: shrinking again", boot.rank());
+        failed = confirmed;
+    }
+    Err(Error::Internal(format!("shrinking by agreement: no stable set of failed ranks after {} rounds", boot.nranks())))
 }
 
 /// Which ranks share this rank's host (NCCL_HOSTID, else host name and boot id).

@@ -18,6 +18,7 @@ mod comm;
 mod conn;
 mod error;
 mod exec;
+mod pending;
 pub mod gpu;
 mod proxy;
 mod stream;
@@ -26,7 +27,8 @@ mod tune;
 mod types;
 
 pub use algo::Collective;
-pub use comm::{Communicator, Group, PendingCommunicator, SLOTS};
+pub use comm::{Communicator, Group, SLOTS};
+pub use pending::PendingCommunicator;
 pub use error::{Error, Result};
 pub use stream::Work;
 pub use types::{DataType, Element, Fp8E4M3, Fp8E5M2, ReduceOp};

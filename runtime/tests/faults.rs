@@ -15,6 +15,9 @@ fn child() {
     }
     let Ok(victim) = std::env::var("OXCCL_TEST_FAULT_VICTIM") else { return };
     let victim: usize = victim.parse().unwrap();
+    if let Ok(phase) = std::env::var("OXCCL_TEST_FAULT_PHASE") {
+        return phase_trial(&phase, victim);
+    }
     let config = Config::from_env().unwrap();
     let comm = Communicator::from_env(&config).unwrap();
     if std::env::var("OXCCL_TEST_FAULT_MODE").as_deref() == Ok("grow") {
@@ -228,6 +231,10 @@ fn heartbeats_find_a_stopped_rank() {
 fn start_job(n: u32, victim: usize, env: &[(&str, &str)]) -> oxccl_runtime::bootstrap::spawn::LocalJob {
     let mut config = Config::defaults();
     config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+    // The root is served here: it takes the job's knobs (its timeouts) too.
+    for (name, value) in env.iter().filter(|(name, _)| !name.starts_with("OXCCL_TEST_")) {
+        config.set(name, value).unwrap();
+    }
     oxccl_runtime::bootstrap::spawn::spawn(n, &config, |_| {
         let mut cmd = Command::new(std::env::current_exe().unwrap());
         cmd.args(["child", "--exact", "--nocapture", "--test-threads", "1"])
@@ -379,4 +386,383 @@ fn seeded_kill_trials() {
         }
     }
     eprintln!("{trials} kill trials passed in {:.1} s", start.elapsed().as_secs_f64());
+}
+
+/// Polls `pending` until it is done (at most 30 s), counting the InProgress answers seen.
+fn poll_done(pending: &oxccl_runtime::PendingCommunicator) -> (usize, Option<oxccl_runtime::Error>) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut in_progress = 0;
+    loop {
+        match pending.async_error() {
+            Some(oxccl_runtime::Error::InProgress { .. }) if Instant::now() < deadline => in_progress += 1,
+            other => return (in_progress, other),
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn local_comms(n: u32) -> Vec<Communicator> {
+    let mut config = Config::defaults();
+    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+    config.set("NCCL_COMM_BLOCKING", "0").unwrap();
+    Communicator::init_all(n, &config).unwrap()
+}
+
+/// Non-blocking split (with a NOCOLOR rank), shrink and grow of 4 ranks (threads): each
+/// call returns at once; the pending communicator and the parent report InProgress while
+/// a rank that enters late holds the others back, then each works (checked all_reduce).
+#[test]
+fn nonblocking_split_shrink_and_grow() {
+    use oxccl_runtime::{bootstrap::NOCOLOR, Error};
+    let comms = local_comms(4);
+    let grow_id = comms[0].grow_id().unwrap();
+    let reports: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .iter()
+            .map(|comm| {
+                s.spawn(move || {
+                    let rank = comm.rank();
+                    let late = Duration::from_millis(300);
+                    if rank == 3 {
+                        std::thread::sleep(late);
+                    }
+                    // Split: ranks 0-2 by parity, rank 3 joins nothing.
+                    let start = Instant::now();
+                    let color = if rank == 3 { NOCOLOR } else { (rank % 2) as i32 };
+                    let pending = comm.split_nonblocking(color, rank as i32).unwrap();
+                    let returned = start.elapsed();
+                    assert!(returned < Duration::from_millis(100), "split_nonblocking blocked {returned:?}");
+                    let mut report = format!("rank {rank}: split returned in {:.2} ms", returned.as_secs_f64() * 1e3);
+                    match pending {
+                        None => {
+                            assert_eq!(rank, 3);
+                            // The parent reports the exchange still running, then nothing.
+                            let deadline = Instant::now() + Duration::from_secs(30);
+                            while matches!(comm.error(), Some(Error::InProgress { .. })) && Instant::now() < deadline {
+                                std::thread::sleep(Duration::from_millis(1));
+                            }
+                            assert!(comm.error().is_none(), "{:?}", comm.error());
+                        }
+                        Some(p) => {
+                            assert!(matches!(comm.error(), Some(Error::InProgress { .. })), "parent: {:?}", comm.error());
+                            let mut data = [1.0f32; 4];
+                            assert!(matches!(comm.all_reduce_in_place(&mut data, ReduceOp::Sum), Err(Error::InProgress { .. })));
+                            let (seen, outcome) = poll_done(&p);
+                            assert!(outcome.is_none(), "rank {rank}: {outcome:?}");
+                            // Rank 3 enters 300 ms late: the others saw InProgress for it.
+                            assert!(seen > 0, "rank {rank} never saw InProgress");
+                            let child = p.wait(Duration::from_secs(1)).unwrap();
+                            assert_eq!(child.nranks(), if rank % 2 == 0 { 2 } else { 1 });
+                            checked_all_reduce(&child);
+                            report += &format!(", child {} of {} after {seen} InProgress polls", child.rank(), child.nranks());
+                        }
+                    }
+                    // The parent works again.
+                    checked_all_reduce(comm);
+                    // Shrink rank 3 out (it takes no part).
+                    if rank != 3 {
+                        let p = comm.shrink_nonblocking(&[3], false).unwrap();
+                        assert_eq!((p.rank(), p.nranks()), (rank, 3));
+                        let (_, outcome) = poll_done(&p);
+                        assert!(outcome.is_none(), "rank {rank}: {outcome:?}");
+                        let shrunk = p.wait(Duration::from_secs(1)).unwrap();
+                        checked_all_reduce(&shrunk);
+                        report += ", shrunk to 3";
+                    }
+                    // Grow to 5 with a new rank that joins late.
+                    let p = comm.grow_nonblocking(5, &grow_id).unwrap();
+                    let (seen, outcome) = poll_done(&p);
+                    assert!(outcome.is_none(), "rank {rank}: {outcome:?}");
+                    assert!(seen > 0, "rank {rank}: grow never in progress");
+                    let grown = p.wait(Duration::from_secs(1)).unwrap();
+                    assert_eq!((grown.rank(), grown.nranks()), (rank, 5));
+                    checked_all_reduce(&grown);
+                    report + ", grown to 5"
+                })
+            })
+            .collect();
+        let newcomer = s.spawn(move || {
+            std::thread::sleep(Duration::from_millis(800));
+            let mut config = Config::defaults();
+            config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+            let p = Communicator::init_nonblocking(&grow_id, 4, 5, &config);
+            let c = p.wait(Duration::from_secs(30)).unwrap();
+            checked_all_reduce(&c);
+        });
+        let reports = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        newcomer.join().unwrap();
+        reports
+    });
+    // Argument errors come at once, naming what was wrong.
+    let e = comms[0].grow_nonblocking(2, &grow_id).err().unwrap();
+    assert!(e.to_string().contains("grow to 2 ranks"), "{e}");
+    let e = comms[0].shrink_nonblocking(&[9], false).err().unwrap();
+    assert!(e.to_string().contains("rank 9 out of range"), "{e}");
+    eprintln!("{}", reports.join("\n"));
+}
+
+/// A non-blocking creation that cannot finish (its peers never come) ends with Aborted
+/// within a few hundred ms of abort(), far before the bootstrap timeout; the parent is
+/// usable again afterwards, and dropping a pending communicator aborts it too.
+#[test]
+fn nonblocking_creations_abort() {
+    use oxccl_runtime::Error;
+    let comms = local_comms(2);
+    let check_abort = |p: oxccl_runtime::PendingCommunicator, what: &str| {
+        // Off the 100 ms rhythm of the creation's waits, so that the time shows it.
+        std::thread::sleep(Duration::from_millis(150));
+        assert!(matches!(p.async_error(), Some(Error::InProgress { .. })), "{what}: {:?}", p.async_error());
+        let start = Instant::now();
+        p.abort();
+        let (_, outcome) = poll_done(&p);
+        let took = start.elapsed();
+        assert!(matches!(outcome, Some(Error::Aborted { .. })), "{what}: {outcome:?}");
+        assert!(took < Duration::from_secs(1), "{what}: aborted after {took:?}");
+        format!("{what} aborted in {:.1} ms", took.as_secs_f64() * 1e3)
+    };
+    // Rank 1 never enters the split.
+    let mut reports = vec![check_abort(comms[0].split_nonblocking(0, 0).unwrap().unwrap(), "split")];
+    assert!(comms[0].error().is_none(), "{:?}", comms[0].error());
+    // Nobody else comes to the grow id's rendezvous.
+    let id = comms[0].grow_id().unwrap();
+    reports.push(check_abort(comms[0].grow_nonblocking(3, &id).unwrap(), "grow"));
+    // A join whose other rank never comes.
+    let mut config = Config::defaults();
+    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+    let id = oxccl_runtime::bootstrap::Bootstrap::create_local_id(&config).unwrap();
+    reports.push(check_abort(Communicator::init_nonblocking(&id, 0, 2, &config), "init"));
+    // Aborting the parent aborts what runs from it.
+    let p = comms[0].split_nonblocking(0, 0).unwrap().unwrap();
+    comms[0].abort();
+    let (_, outcome) = poll_done(&p);
+    assert!(matches!(outcome, Some(Error::Aborted { .. })), "{outcome:?}");
+    eprintln!("{}", reports.join("\n"));
+}
+
+/// One rank of a phase trial (`seeded_phase_trials`): the victim is SIGKILLed (by a thread
+/// of its own, after OXCCL_TEST_FAULT_DELAY_US) during the bootstrap (`init`), during a
+/// split (`split`: at split round OXCCL_TEST_FAULT_STEP), or during the shrink after a
+/// first failure (`shrink`: the first victim dies at an all_reduce step, the second,
+/// OXCCL_TEST_FAULT_SECOND, while the survivors shrink); or it stops (`stop`: SIGSTOP at an
+/// all_reduce step, found by the heartbeats). Survivors print when their call failed and
+/// recover with [`recover`]; a survivor whose init failed exits with 7.
+fn phase_trial(phase: &str, victim: usize) {
+    let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    let (step, delay) = (var("OXCCL_TEST_FAULT_STEP"), Duration::from_micros(var("OXCCL_TEST_FAULT_DELAY_US")));
+    let rank: usize = std::env::var("OXCCL_RANK").unwrap().parse().unwrap();
+    if phase == "init" && rank == victim {
+        kill_self_after(delay);
+    }
+    let config = Config::from_env().unwrap();
+    let start = Instant::now();
+    let comm = match Communicator::from_env(&config) {
+        Ok(comm) => comm,
+        Err(e) => {
+            println!("rank {rank}: init failed after {} ms: {e}", start.elapsed().as_millis());
+            std::process::exit(7);
+        }
+    };
+    let n = comm.nranks();
+    let mut data = vec![1.0f32; 1 << 14];
+    for round in 0u64.. {
+        let start = Instant::now();
+        let result = if phase == "split" {
+            if rank == victim && round == step {
+                kill_self_after(delay);
+            }
+            if let Some(failed) = split_round(&comm, &mut data, start) {
+                println!("rank {rank}: agreed that {failed:?} failed");
+                recover(comm, n);
+            }
+            Ok(())
+        } else {
+            if rank == victim && round == step {
+                unsafe { libc::kill(libc::getpid(), if phase == "stop" { libc::SIGSTOP } else { libc::SIGKILL }) };
+            }
+            comm.all_reduce_in_place(&mut data, ReduceOp::Sum)
+        };
+        data.fill(1.0);
+        if let Err(e) = result {
+            println!("rank {rank}: round {round} failed after {} ms: {e}", start.elapsed().as_millis());
+            let second = std::env::var("OXCCL_TEST_FAULT_SECOND").ok().and_then(|v| v.parse::<usize>().ok());
+            if phase == "shrink" && second == Some(rank) {
+                // Die while the others shrink; never take part in their checked all_reduce.
+                kill_self_after(delay);
+                let _ = comm.shrink_failed(true);
+                std::thread::sleep(Duration::from_secs(30));
+                std::process::exit(9);
+            }
+            recover(comm, n);
+        }
+    }
+}
+
+/// One round of the split trial: split by parity, then (a split is not atomic under
+/// failures: some ranks may get a communicator while others fail) all ask, through the
+/// agreement on the parent, whether a rank failed — ULFM's pattern after MPI_Comm_split;
+/// if none did, each all-reduces on its part, and a failure there is agreed on the same
+/// way. Returns the ranks agreed failed, if any.
+fn split_round(comm: &Communicator, data: &mut [f32], start: Instant) -> Option<Vec<usize>> {
+    let split = comm.split((comm.rank() % 2) as i32, comm.rank() as i32);
+    let agreed = |what: String| {
+        let failed = comm.agree_failed().unwrap_or_else(|e| panic!("rank {}: agreement after {what}: {e}", comm.rank()));
+        if !failed.is_empty() {
+            let names: Vec<String> = failed.iter().map(|r| format!("rank {r}")).collect();
+            println!("rank {}: round failed after {} ms: {what}; agreed that {} failed", comm.rank(), start.elapsed().as_millis(), names.join(", "));
+        }
+        failed
+    };
+    let failed = agreed(format!("split: {}", split.as_ref().err().map_or("ok here".into(), |e| e.to_string())));
+    if !failed.is_empty() {
+        return Some(failed);
+    }
+    let child = split.unwrap_or_else(|e| panic!("rank {}: split failed ({e}) though no rank did", comm.rank())).expect("a color was given");
+    if let Err(e) = child.all_reduce_in_place(data, ReduceOp::Sum) {
+        let failed = agreed(format!("all_reduce on the split: {e}"));
+        assert!(!failed.is_empty(), "rank {}: {e}, but no rank failed", comm.rank());
+        return Some(failed);
+    }
+    None
+}
+
+fn all_outputs(outputs: &[(std::process::ExitStatus, String)]) -> String {
+    outputs.iter().enumerate().map(|(r, (status, out))| format!("rank {r}: {status:?}\n{out}")).collect::<Vec<_>>().join("\n")
+}
+
+/// SIGKILLs this process after `delay`, from a thread of its own.
+fn kill_self_after(delay: Duration) {
+    std::thread::spawn(move || {
+        std::thread::sleep(delay);
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    });
+}
+
+/// Shrinks out the failed ranks by agreement and checks an all_reduce of `rank + 1` (ranks
+/// of the first communicator) on the result; a failure during either starts over from
+/// the newest communicator, at most four times. Prints the outcome and exits 5, or 8 if
+/// it never succeeded.
+fn recover(comm: Communicator, n: usize) -> ! {
+    let start = Instant::now();
+    let rank = comm.rank();
+    let mut alive: Vec<usize> = (0..n).collect();
+    let mut comms = vec![comm];
+    for _ in 0..4 {
+        let current = comms.last().unwrap();
+        match current.shrink_failed(true) {
+            Ok((next, excluded)) => {
+                alive = alive.iter().enumerate().filter(|(r, _)| !excluded.contains(r)).map(|(_, &a)| a).collect();
+                comms.push(next);
+            }
+            Err(e) => {
+                println!("rank {rank}: shrink failed: {e}");
+                continue;
+            }
+        }
+        let current = comms.last().unwrap();
+        let mut x = vec![rank as u64 + 1; 10_007];
+        match current.all_reduce_in_place(&mut x, ReduceOp::Sum) {
+            Ok(()) => {
+                let expected: u64 = alive.iter().map(|&a| a as u64 + 1).sum();
+                assert!(x.iter().all(|&v| v == expected), "rank {rank}: {} expected {expected} of ranks {alive:?}", x[0]);
+                current.finalize().unwrap();
+                println!("rank {rank}: now {} of {}: recovered in {:.1} ms, all_reduce checked", current.rank(), current.nranks(), start.elapsed().as_secs_f64() * 1e3);
+                // Leave with a goodbye (newest first), as a finished rank does.
+                while let Some(c) = comms.pop() {
+                    drop(c);
+                }
+                std::process::exit(5);
+            }
+            Err(e) => println!("rank {rank}: all_reduce after shrinking failed: {e}"),
+        }
+    }
+    std::process::exit(8);
+}
+
+/// Seeded trials of faults at other phases than a collective, 4 ranks (every fifth trial
+/// 6): SIGKILL during the bootstrap, during a split, during the shrink after a first
+/// failure, and SIGSTOP of a rank found by the heartbeats (300 ms timeout). Each trial runs
+/// under a hard timeout (no hang); every survivor's failing call must return within the
+/// bound and every survivor must end on a communicator of the same size whose all_reduce
+/// it checked (init trials: or fail its init within the bound).
+#[test]
+fn seeded_phase_trials() {
+    // OXCCL_TEST_SEED and OXCCL_TEST_TRIALS (per phase) explore further.
+    let env_number = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    let mut seed = env_number("OXCCL_TEST_SEED").unwrap_or(0xFA17);
+    let mut random = move |bound: u64| {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (seed >> 33) % bound
+    };
+    let per_phase = env_number("OXCCL_TEST_TRIALS").unwrap_or(10);
+    let start = Instant::now();
+    let mut summary = Vec::new();
+    for phase in ["init", "split", "shrink", "stop"] {
+        let phase_start = Instant::now();
+        let (mut init_failures, mut worst_ms) = (0, 0u64);
+        for trial in 0..per_phase {
+            let n: u32 = if trial % 5 == 4 { 6 } else { 4 };
+            let victim = random(n as u64) as usize;
+            let second = (victim + 1 + random(n as u64 - 1) as usize) % n as usize;
+            // From round 1: everyone finished its init (round 0 needed every rank).
+            let step = 1 + random(5);
+            let delay_us = match phase {
+                "init" => random(30_000),
+                _ => random(3_000),
+            };
+            let net = trial % 2 == 1;
+            let env = [
+                ("OXCCL_TEST_FAULT_PHASE", phase.to_string()),
+                ("OXCCL_TEST_FAULT_STEP", step.to_string()),
+                ("OXCCL_TEST_FAULT_DELAY_US", delay_us.to_string()),
+                ("OXCCL_TEST_FAULT_SECOND", if phase == "shrink" { second.to_string() } else { "none".into() }),
+                ("NCCL_SHM_DISABLE", if net { "1" } else { "0" }.into()),
+                ("OXCCL_BOOTSTRAP_TIMEOUT_MS", "2000".into()),
+                // Stopped ranks, and ranks that left after a failed init without a word,
+                // are found by the heartbeats.
+                ("OXCCL_HEARTBEAT_TIMEOUT_MS", if phase == "stop" { "300" } else { "500" }.into()),
+            ];
+            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let what = format!("{phase} trial {trial}: {n} ranks, victim {victim} (second {second}), step {step}, delay {delay_us} us, net {net}");
+            let job = start_job(n, victim, &env);
+            let reaper = (phase == "stop").then(|| reap_when_survivors_exit(job.pids(), victim));
+            let outputs = job.wait_with_output(Duration::from_secs(20)).unwrap();
+            if let Some(reaper) = reaper {
+                reaper.join().unwrap();
+            }
+            let dead: Vec<usize> = if phase == "shrink" { vec![victim, second] } else { vec![victim] };
+            let mut sizes = Vec::new();
+            for (rank, (status, stdout)) in outputs.iter().enumerate().filter(|(r, _)| !dead.contains(r)) {
+                let ms: u64 = stdout.split("failed after ").nth(1).and_then(|s| s.split(' ').next()).and_then(|s| s.parse().ok()).unwrap_or(u64::MAX);
+                let bound = if phase == "init" { 5_000 } else { 3_000 };
+                assert!(ms < bound, "{what}: rank {rank} failed after {ms} ms (bound {bound}), {status:?}:\n{stdout}");
+                worst_ms = worst_ms.max(ms);
+                if phase == "init" && status.code() == Some(7) {
+                    init_failures += 1;
+                    continue;
+                }
+                assert_eq!(status.code(), Some(5), "{what}: rank {rank} {status:?}\n{}", all_outputs(&outputs));
+                if phase != "init" {
+                    // (In shrink trials the second victim may die before a survivor noticed the first.)
+                    assert!(dead.iter().any(|d| stdout.contains(&format!("rank {d} "))), "{what}: rank {rank}'s error names none of {dead:?}:\n{stdout}");
+                }
+                let size: usize = stdout.split(": now ").nth(1).and_then(|s| s.split(" of ").nth(1)).and_then(|s| s.split(':').next()).and_then(|s| s.parse().ok()).unwrap();
+                sizes.push(size);
+            }
+            // Every survivor that recovered is on a communicator of the same size, which
+            // excludes the dead (ranks that left after a failed init are excluded too).
+            assert!(sizes.windows(2).all(|w| w[0] == w[1]), "{what}: sizes {sizes:?}");
+            if let Some(&size) = sizes.first() {
+                assert!(size <= n as usize - dead.len(), "{what}: a communicator of {size} after {dead:?} died");
+                if phase != "init" {
+                    assert_eq!(size, n as usize - dead.len(), "{what}");
+                }
+            }
+        }
+        summary.push(format!(
+            "{phase}: {per_phase} trials in {:.1} s, slowest survivor error {worst_ms} ms{}",
+            phase_start.elapsed().as_secs_f64(),
+            if phase == "init" { format!(", {init_failures} survivors failed their init (the rest recovered after it)") } else { String::new() }
+        ));
+    }
+    eprintln!("{}\nall phase trials in {:.1} s", summary.join("\n"), start.elapsed().as_secs_f64());
 }
