@@ -626,3 +626,26 @@ impl DeviceBuffer {
         self.memory.download(out)
     }
 }
+
+/// The calling thread's current GPU (what `cudaSetDevice` chose; 0 when none was).
+pub fn current_device() -> Result<usize> {
+    Ok(Device::current()?.ordinal as usize)
+}
+
+/// Allocations of [`mem_alloc`] still live: `mem_free` knows them from host pointers.
+static ALLOCATIONS: std::sync::LazyLock<Mutex<FxHashMap<u64, DeviceMemory>>> = std::sync::LazyLock::new(Default::default);
+
+/// `bytes` of memory on the calling thread's current GPU (ncclMemAlloc), zeroed.
+pub fn mem_alloc(bytes: usize) -> Result<u64> {
+    let device = Device::current()?;
+    device.bind()?;
+    let memory = DeviceMemory::zeroed(bytes)?;
+    let ptr = memory.ptr;
+    ALLOCATIONS.lock().insert(ptr, memory);
+    Ok(ptr)
+}
+
+/// Frees what [`mem_alloc`] returned; `false` when `ptr` is not one of its allocations.
+pub fn mem_free(ptr: u64) -> Result<bool> {
+    Ok(ALLOCATIONS.lock().remove(&ptr).is_some())
+}
