@@ -3,8 +3,13 @@
 //! shrink and finish with the checksum of an undisturbed run; with --grow a replacement
 //! joins and the run finishes at full size).
 
-use std::process::Command;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
+
+use oxccl_testkit::run;
+
+/// A hang fails the test instead of stalling CI.
+const LIMIT: Duration = Duration::from_secs(180);
 
 /// The main example's binary.
 fn example() -> std::path::PathBuf {
@@ -25,10 +30,19 @@ fn example_named(name: &str) -> std::path::PathBuf {
     path
 }
 
+/// Runs examples/ft_train with `args` on loopback, under the hard timeout.
+fn ft_train(args: &[&str]) -> Output {
+    let mut cmd = Command::new(example_named("ft_train"));
+    cmd.args(args).env("NCCL_SOCKET_IFNAME", "lo");
+    run(cmd, LIMIT)
+}
+
 #[test]
 fn four_ranks_all_reduce_and_print_busbw() {
     let start = Instant::now();
-    let out = Command::new(example()).args(["--mib", "8", "--iters", "2"]).env("NCCL_SOCKET_IFNAME", "lo").output().unwrap();
+    let mut cmd = Command::new(example());
+    cmd.args(["--mib", "8", "--iters", "2"]).env("NCCL_SOCKET_IFNAME", "lo");
+    let out = run(cmd, LIMIT);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("all_reduce of 8 MiB of f32 on 4 ranks") && stdout.contains("busbw") && stdout.contains("result checked on every rank"), "{stdout}");
@@ -38,18 +52,16 @@ fn four_ranks_all_reduce_and_print_busbw() {
 
 #[test]
 fn bad_arguments_are_named() {
-    let out = Command::new(example()).args(["--mib", "zero"]).output().unwrap();
+    let mut cmd = Command::new(example());
+    cmd.args(["--mib", "zero"]);
+    let out = run(cmd, LIMIT);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--mib needs a positive number"));
 }
 
 #[test]
 fn training_survives_a_killed_rank() {
-    let out = Command::new(example_named("ft_train"))
-        .args(["--nranks", "4", "--steps", "12", "--mib", "2", "--kill-rank", "1", "--kill-at-step", "5"])
-        .env("NCCL_SOCKET_IFNAME", "lo")
-        .output()
-        .unwrap();
+    let out = ft_train(&["--nranks", "4", "--steps", "12", "--mib", "2", "--kill-rank", "1", "--kill-at-step", "5"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     for rank in [0, 2, 3] {
@@ -63,11 +75,7 @@ fn training_survives_a_killed_rank() {
 /// ranks, each verifying the checksum of an undisturbed run.
 #[test]
 fn training_grows_back_after_a_killed_rank() {
-    let out = Command::new(example_named("ft_train"))
-        .args(["--nranks", "4", "--steps", "12", "--mib", "2", "--kill-rank", "1", "--kill-at-step", "5", "--grow"])
-        .env("NCCL_SOCKET_IFNAME", "lo")
-        .output()
-        .unwrap();
+    let out = ft_train(&["--nranks", "4", "--steps", "12", "--mib", "2", "--kill-rank", "1", "--kill-at-step", "5", "--grow"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     for rank in [0, 2, 3] {
@@ -80,7 +88,7 @@ fn training_grows_back_after_a_killed_rank() {
 
 #[test]
 fn training_without_a_failure_checks_its_checksum() {
-    let out = Command::new(example_named("ft_train")).args(["--nranks", "3", "--steps", "5", "--mib", "1"]).env("NCCL_SOCKET_IFNAME", "lo").output().unwrap();
+    let out = ft_train(&["--nranks", "3", "--steps", "5", "--mib", "1"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
     assert_eq!(stdout.matches("of 3): 5 steps done").count(), 3, "{stdout}");
