@@ -13,6 +13,18 @@ use crate::result::Failure;
 /// Tells a live communicator from garbage or a freed one.
 const MAGIC: u64 = 0x6f78_6363_6c5f_636d; // "oxccl_cm"
 
+/// Whether OXCCL_BACKEND's `choice` means the GPU backend on this machine (auto: when a
+/// GPU is visible); `gpu` without one is an error.
+pub fn wants_gpu(choice: Choice) -> Result<bool, Failure> {
+    let visible = gpu::device_count() > 0;
+    match choice {
+        Choice::Host => Ok(false),
+        Choice::Auto => Ok(visible),
+        Choice::Gpu if visible => Ok(true),
+        Choice::Gpu => Err(Failure::usage("OXCCL_BACKEND=gpu, but no GPU is visible (no driver, or CUDA_VISIBLE_DEVICES is empty)")),
+    }
+}
+
 /// Where a communicator's collectives run.
 pub enum Backend {
     /// Host memory, NULL stream: calls complete before they return.
@@ -26,17 +38,13 @@ impl Backend {
     /// (`cudaSetDevice`) or of GPU `device`. Making a GPU communicator connects its ranks:
     /// every rank does it (as every rank calls the creating function).
     pub fn choose(comm: Communicator, device: Option<usize>) -> Result<Backend, Failure> {
-        let choice = comm.config().backend;
-        let gpus = gpu::device_count();
-        match choice {
-            Choice::Host => Ok(Backend::Host(comm)),
-            Choice::Auto if gpus == 0 => Ok(Backend::Host(comm)),
-            Choice::Gpu if gpus == 0 => Err(Failure::usage("OXCCL_BACKEND=gpu, but no GPU is visible (no driver, or CUDA_VISIBLE_DEVICES is empty)")),
-            Choice::Auto | Choice::Gpu => Ok(Backend::Gpu(match device {
-                Some(d) => DeviceComm::new(comm, d)?,
-                None => DeviceComm::on_current_device(comm)?,
-            })),
+        if !wants_gpu(comm.config().backend)? {
+            return Ok(Backend::Host(comm));
         }
+        Ok(Backend::Gpu(match device {
+            Some(d) => DeviceComm::new(comm, d)?,
+            None => DeviceComm::on_current_device(comm)?,
+        }))
     }
 
     pub fn host(&self) -> &Communicator {

@@ -12,7 +12,7 @@ use std::sync::Once;
 use oxccl_runtime::bootstrap::{Bootstrap, Config, UniqueId, UNIQUE_ID_BYTES};
 use oxccl_runtime::{Collective, Communicator};
 
-use crate::comm::{dtype, host_stream, index, Backend, NcclComm};
+use crate::comm::{dtype, host_stream, index, wants_gpu, Backend, NcclComm};
 use crate::group::{self, Op};
 use crate::result::{self, guard, Failure, NcclResult};
 
@@ -163,13 +163,8 @@ exports! {
             let comms = out(comms, "comm")?;
             let n = u32::try_from(ndev).ok().filter(|&n| n > 0).ok_or_else(|| Failure::argument(format!("ndev {ndev} must be positive")))?;
             let config = config()?;
-            let gpus = oxccl_runtime::gpu::device_count();
-            let gpu = match config.backend {
-                oxccl_runtime::bootstrap::config::Backend::Host => false,
-                oxccl_runtime::bootstrap::config::Backend::Auto => gpus > 0,
-                oxccl_runtime::bootstrap::config::Backend::Gpu => true,
-            };
-            if gpu {
+            if wants_gpu(config.backend)? {
+                let gpus = oxccl_runtime::gpu::device_count();
                 // devlist NULL: GPUs 0..ndev, as NCCL.
                 let devices: Vec<usize> = if devlist.is_null() {
                     (0..n as usize).collect()
@@ -695,9 +690,11 @@ fn init_rank(comm: *mut Comm, nranks: c_int, id: &NcclUniqueId, rank: c_int, con
     let n = u32::try_from(nranks).ok().filter(|&n| n > 0).ok_or_else(|| Failure::argument(format!("nranks {nranks} must be positive")))?;
     let rank = index(rank, n as usize, "rank")? as u32;
     let id = UniqueId::from_bytes(&id.internal).map_err(|e| Failure::argument(format!("commId: {e}")))?;
-    if group::active() {
-        // Inside a group: create on a thread of its own; ncclGroupEnd waits (blocking).
-        let gpu = gpu_memory()?;
+    let gpu = wants_gpu(config.backend)?;
+    if group::active() || (!config.blocking && gpu) {
+        // Inside a group (one thread may create every rank of a job), or non-blocking on
+        // a GPU: create, and connect the GPU current here, on a thread of its own;
+        // ncclGroupEnd waits for the blocking ones.
         let device = if gpu { Some(oxccl_runtime::gpu::current_device()?) } else { None };
         let blocking = config.blocking;
         let connecting = std::thread::spawn(move || {
@@ -710,24 +707,17 @@ fn init_rank(comm: *mut Comm, nranks: c_int, id: &NcclUniqueId, rank: c_int, con
         let handle = NcclComm::boxed_connecting(connecting);
         // SAFETY: checked non-NULL.
         unsafe { *comm = handle };
-        group::push_init(handle, blocking);
-        return if blocking { Ok(()) } else { Err(Failure { code: result::IN_PROGRESS, message: "communicator creation in progress".into() }) };
-    }
-    if !config.blocking && gpu_memory()? {
-        // Non-blocking on a GPU: create and connect on a thread of its own, on the GPU
-        // current here.
-        let device = oxccl_runtime::gpu::current_device()?;
-        let connecting = std::thread::spawn(move || Backend::choose(Communicator::init(&id, rank, n, &config)?, Some(device)));
-        // SAFETY: checked non-NULL.
-        unsafe { *comm = NcclComm::boxed_connecting(connecting) };
-        return Err(Failure { code: result::IN_PROGRESS, message: "communicator creation in progress".into() });
+        if group::active() {
+            group::push_init(handle, blocking);
+        }
+        return if blocking { Ok(()) } else { Err(in_progress()) };
     }
     if !config.blocking {
         // Non-blocking: the handle exists at once; the caller polls ncclCommGetAsyncError.
         let pending = Communicator::init_nonblocking(&id, rank, n, &config);
         // SAFETY: checked non-NULL.
         unsafe { *comm = NcclComm::boxed_pending(pending) };
-        return Err(Failure { code: result::IN_PROGRESS, message: "communicator creation in progress".into() });
+        return Err(in_progress());
     }
     let c = Communicator::init(&id, rank, n, &config)?;
     // SAFETY: checked non-NULL.
@@ -737,12 +727,7 @@ fn init_rank(comm: *mut Comm, nranks: c_int, id: &NcclUniqueId, rank: c_int, con
 
 /// Whether ncclMemAlloc hands out GPU memory (the GPU backend) or host memory.
 fn gpu_memory() -> Result<bool, Failure> {
-    use oxccl_runtime::bootstrap::config::Backend as Choice;
-    Ok(match config()?.backend {
-        Choice::Host => false,
-        Choice::Auto => oxccl_runtime::gpu::device_count() > 0,
-        Choice::Gpu => true,
-    })
+    wants_gpu(config()?.backend)
 }
 
 #[allow(clippy::too_many_arguments)]

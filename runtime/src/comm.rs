@@ -824,12 +824,17 @@ pub(crate) fn shrink_agreed(boot: &Bootstrap, config: &Config, abort: &Arc<Atomi
     Err(Error::Internal(format!("shrinking by agreement: no stable set of failed ranks after {} rounds", boot.nranks())))
 }
 
-/// Which ranks share this rank's host (NCCL_HOSTID, else host name and boot id).
-fn host_peers(boot: &Bootstrap, config: &Config) -> Result<Vec<bool>> {
-    let id = config.host_id.clone().unwrap_or_else(|| {
+/// This host's identity: NCCL_HOSTID, else host name and boot id.
+pub(crate) fn host_id(config: &Config) -> String {
+    config.host_id.clone().unwrap_or_else(|| {
         let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
         format!("{}:{}", oxccl_bootstrap::host_name(), boot_id.trim())
-    });
+    })
+}
+
+/// Which ranks share this rank's host ([`host_id`]).
+fn host_peers(boot: &Bootstrap, config: &Config) -> Result<Vec<bool>> {
+    let id = host_id(config);
     let mut record = [0u8; 128];
     let bytes = id.as_bytes();
     let len = bytes.len().min(128);

@@ -155,17 +155,13 @@ impl DeviceComm {
         let arch = oxccl_kernels::cuda::arch_name(major, minor).map_err(|e| Error::Cuda(e.to_string()))?;
         let toolchain = Toolchain::find().map_err(|e| Error::Cuda(e.to_string()))?;
         let config = comm.config();
-        let host_id = config.host_id.clone().unwrap_or_else(|| {
-            let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-            format!("{}:{}", oxccl_bootstrap::host_name(), boot_id.trim())
-        });
         let slot_bytes = config.gpu_slot_bytes.next_multiple_of(128);
         let max_channels = config.max_channels.clamp(1, 64);
         let min_channels = config.min_channels.clamp(1, max_channels);
         let inner = Arc::new(Inner {
             arch,
             toolchain,
-            origin: Origin::here(&host_id),
+            origin: Origin::here(&crate::comm::host_id(config)),
             geometry: Geometry { slots: SLOTS, slot_bytes },
             max_channels,
             min_channels,
@@ -295,21 +291,7 @@ impl DeviceComm {
             send = inner.scratch_copy(send, send_count * esize, stream)?;
         }
         let scale = if reduces { op.input_scale(dtype, n) } else { None };
-        let args = DevArgs {
-            steps: plan.steps,
-            bounds: plan.bounds,
-            conns: plan.conns,
-            send,
-            recv,
-            abort: inner.flags.device + (ABORT_WORD * 4) as u64,
-            status: inner.flags.device + (STATUS_WORD * 4) as u64,
-            timeout_ns: inner.timeout.as_nanos().min(u64::MAX as u128) as u64,
-            scale: scale.unwrap_or(1.0),
-            scaled: scale.is_some() as u32,
-            _pad: 0,
-        };
-        let mut arg = args;
-        loaded.run.launch(plan.lanes, THREADS, stream, &mut [(&mut arg as *mut DevArgs).cast::<c_void>()])?;
+        inner.launch(&loaded, &plan, send, recv, scale, stream)?;
         if reduces && op.needs_final_division(dtype) && recv_count > 0 {
             let (mut buf, mut elements, mut divisor) = (recv, recv_count as u64, n as u64);
             let blocks = elements.div_ceil(256).clamp(1, 4096) as u32;
@@ -472,6 +454,28 @@ impl DeviceComm {
 }
 
 impl Inner {
+    /// Launches the executor kernel of `plan` on `stream`: one block per lane, over the
+    /// buffers at `send` and `recv`, reads of the input scaled by `scale` if given.
+    ///
+    /// # Safety
+    /// As [`DeviceComm::enqueue`]: the buffers and stream are the caller's contract.
+    unsafe fn launch(&self, loaded: &Loaded, plan: &Plan, send: u64, recv: u64, scale: Option<f64>, stream: CUstream) -> Result<()> {
+        let mut args = DevArgs {
+            steps: plan.steps,
+            bounds: plan.bounds,
+            conns: plan.conns,
+            send,
+            recv,
+            abort: self.flags.device + (ABORT_WORD * 4) as u64,
+            status: self.flags.device + (STATUS_WORD * 4) as u64,
+            timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
+            scale: scale.unwrap_or(1.0),
+            scaled: scale.is_some() as u32,
+            _pad: 0,
+        };
+        loaded.run.launch(plan.lanes, THREADS, stream, &mut [(&mut args as *mut DevArgs).cast::<c_void>()])
+    }
+
     /// Copies `bytes` from `src` into this rank's scratch buffer on `stream`; its address.
     /// The buffer grows (never shrinks) and is freed with the communicator.
     fn scratch_copy(&self, src: u64, bytes: usize, stream: CUstream) -> Result<u64> {

@@ -2,12 +2,9 @@
 //! steps over the direct channels (the slices hold absolute device addresses, so the launch
 //! passes 0 as both buffer bases), run by the same kernel as the collectives.
 
-use std::ffi::c_void;
+use oxccl_kernels::cuda::Specialization;
 
-use oxccl_kernels::cuda::{Specialization, THREADS};
-use oxccl_kernels::device::DevArgs;
-
-use super::{driver, CUstream, CacheKey, DeviceComm, ABORT_WORD, STATUS_WORD};
+use super::{driver, CUstream, CacheKey, DeviceComm};
 use crate::algo;
 use crate::error::{Error, Result};
 use crate::DataType;
@@ -60,28 +57,20 @@ impl DeviceComm {
         }
         let remote: Vec<P2p> = ops.iter().copied().filter(|o| o.peer != rank && o.bytes > 0).collect();
         if !remote.is_empty() {
-            let key = CacheKey::PointToPoint(remote.clone());
+            // The transfers are the key (no copy of them per call).
+            let key = CacheKey::PointToPoint(remote);
             let cached = inner.state.lock().plans.get(&key).cloned();
             let plan = match cached {
                 Some(p) => p,
-                None => self.upload(key, &self.p2p_lanes(&remote), 1)?,
+                None => {
+                    let CacheKey::PointToPoint(ops) = &key else { unreachable!("made just above") };
+                    let lanes = self.p2p_lanes(ops);
+                    self.upload(key, &lanes, 1)?
+                }
             };
             let loaded = inner.loaded(Specialization { dtype: DataType::Uint8, op: oxccl_kernels::Combine::Sum })?;
             // Slices hold absolute addresses: both buffer bases are 0.
-            let mut args = DevArgs {
-                steps: plan.steps,
-                bounds: plan.bounds,
-                conns: plan.conns,
-                send: 0,
-                recv: 0,
-                abort: inner.flags.device + (ABORT_WORD * 4) as u64,
-                status: inner.flags.device + (STATUS_WORD * 4) as u64,
-                timeout_ns: inner.timeout.as_nanos().min(u64::MAX as u128) as u64,
-                scale: 1.0,
-                scaled: 0,
-                _pad: 0,
-            };
-            loaded.run.launch(plan.lanes, THREADS, stream, &mut [(&mut args as *mut DevArgs).cast::<c_void>()])?;
+            inner.launch(&loaded, &plan, 0, 0, None, stream)?;
         }
         self.mark(stream)
     }

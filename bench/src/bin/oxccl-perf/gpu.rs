@@ -66,10 +66,7 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
         println!("#  rank {} on GPU {}", r.comm.rank(), r.comm.device());
     }
     println!("#");
-    let nccl_head = if nccl.is_some() { ["    nccl   nccl  ratio", "    time  busbw   x"] } else { ["", ""] };
-    println!("#                                                              out-of-place                       in-place          {}", if nccl.is_some() { "  NCCL baseline" } else { "" });
-    println!("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong {}", nccl_head[0]);
-    println!("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)        {}", nccl_head[1]);
+    print_columns(nccl.is_some().then_some(["  NCCL baseline", "    nccl   nccl  ratio", "    time  busbw   x"]));
     let factor = plan.kind.busbw_factor(n);
     let (mut wrong_total, mut busbw_sum, mut rows) = (0, 0.0, 0);
     let mut bytes = plan.args.min_bytes;
@@ -87,13 +84,7 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
         let wrong_out = if checked { check_row(plan, &ranks, collective, count, false)? } else { 0 };
         let wrong_in = if checked && in_place.is_some() { check_row(plan, &ranks, collective, count, true)? } else { 0 };
         let wrong_text = |w: usize| if checked { w.to_string() } else { "-".into() };
-        let cols = |t: Option<f64>, w: usize| match t {
-            Some(t) => {
-                let algbw = size as f64 / t / 1e9;
-                format!("{:>8} {:>7.2} {:>7.2} {:>6}", format_time(t), algbw, algbw * factor, wrong_text(w))
-            }
-            None => format!("{:>8} {:>7} {:>7} {:>6}", "N/A", "N/A", "N/A", "N/A"),
-        };
+        let cols = |t: Option<f64>, w: usize| columns(size, factor, t.map(|t| (t, wrong_text(w))));
         let base = baseline
             .map(|t| {
                 let theirs = size as f64 / t / 1e9 * factor;

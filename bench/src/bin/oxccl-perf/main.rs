@@ -232,10 +232,7 @@ fn table(plan: &Plan, comm: &Communicator, mut mpi: Option<&mut dyn FnMut(usize)
         println!("#");
         println!("# {} on {}, {} ranks, CPU memory, time = slowest rank's mean", oxccl_bootstrap::host_name(), std::env::consts::ARCH, n);
         println!("#");
-        let mpi_head = if mpi.is_some() { ["     mpi   mpi ratio", "    time busbw   x"] } else { ["", ""] };
-        println!("#                                                              out-of-place                       in-place          {}", if mpi.is_some() { "   MPI baseline" } else { "" });
-        println!("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong {}", mpi_head[0]);
-        println!("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)        {}", mpi_head[1]);
+        print_columns(mpi.is_some().then_some(["   MPI baseline", "     mpi   mpi ratio", "    time busbw   x"]));
     }
     let mut bytes = plan.args.min_bytes;
     let mut wrong_total = 0;
@@ -261,13 +258,7 @@ fn table(plan: &Plan, comm: &Communicator, mut mpi: Option<&mut dyn FnMut(usize)
             None => None,
         };
         let factor = plan.kind.busbw_factor(n);
-        let cols = |m: Option<Measured>| match m {
-            Some(m) => {
-                let algbw = size as f64 / m.seconds / 1e9;
-                format!("{:>8} {:>7.2} {:>7.2} {:>6}", format_time(m.seconds), algbw, algbw * factor, if plan.args.check == 1 { m.wrong.to_string() } else { "N/A".into() })
-            }
-            None => format!("{:>8} {:>7} {:>7} {:>6}", "N/A", "N/A", "N/A", "N/A"),
-        };
+        let cols = |m: Option<Measured>| columns(size, factor, m.map(|m| (m.seconds, if plan.args.check == 1 { m.wrong.to_string() } else { "N/A".into() })));
         if header {
             let root = if plan.kind.rooted() { plan.args.root as i64 } else { -1 };
             let op = if plan.kind.reduces() { plan.op.name() } else { "none" };
@@ -306,6 +297,27 @@ impl Plan {
             Kind::Collective(c) => c.name(),
             Kind::SendRecv => "sendrecv",
         }
+    }
+}
+
+/// nccl-tests' column heads: out-of-place and in-place, then a baseline's (its title and
+/// two head lines) if there is one.
+fn print_columns(baseline: Option<[&str; 3]>) {
+    let [title, head, units] = baseline.unwrap_or(["", "", ""]);
+    println!("#                                                              out-of-place                       in-place          {title}");
+    println!("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong {head}");
+    println!("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)        {units}");
+}
+
+/// One placement's columns of a row of `size` bytes: time, algbw, busbw (× `factor`) and
+/// the wrong-elements text, or N/A throughout.
+fn columns(size: usize, factor: f64, measured: Option<(f64, String)>) -> String {
+    match measured {
+        Some((seconds, wrong)) => {
+            let algbw = size as f64 / seconds / 1e9;
+            format!("{:>8} {:>7.2} {:>7.2} {:>6}", format_time(seconds), algbw, algbw * factor, wrong)
+        }
+        None => format!("{:>8} {:>7} {:>7} {:>6}", "N/A", "N/A", "N/A", "N/A"),
     }
 }
 
