@@ -73,6 +73,9 @@ pub struct Config {
     pub backend: Backend,
     /// OXCCL_GPU_SLOT_BYTES: bytes per slot of the GPU backend's FIFOs.
     pub gpu_slot_bytes: usize,
+    /// OXCCL_GPU_DIRECT_BYTES: the most bytes a rank receives (from all peers together) in
+    /// a collective the GPU backend sends in one hop over the LL protocol (0: never).
+    pub gpu_direct_bytes: usize,
     /// NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS: the GPU backend's channels (a thread block
     /// each) per collective.
     pub min_channels: usize,
@@ -192,6 +195,12 @@ pub static KNOBS: &[Knob] = &[
         default: "524288",
         doc: "bytes per slot of the GPU backend's FIFOs (8 slots per connection; NCCL's Simple protocol steps 512 KiB)",
         set: |c, v| Ok(c.gpu_slot_bytes = parse_bytes(v, 4096)?),
+    },
+    Knob {
+        name: "OXCCL_GPU_DIRECT_BYTES",
+        default: "262144",
+        doc: "a GPU all_reduce, all_gather, reduce_scatter, reduce or broadcast goes in one hop over the LL protocol instead of the ring when a rank receives at most this many bytes from all its peers together ((nranks - 1) x the per-rank message; 0: never; NCCL_PROTO without LL also turns it off)",
+        set: |c, v| Ok(c.gpu_direct_bytes = parse_bytes(v, 0)?),
     },
     Knob {
         name: "NCCL_MIN_NCHANNELS",
@@ -377,6 +386,7 @@ impl Config {
             shm_disable: false,
             backend: Backend::Auto,
             gpu_slot_bytes: 512 << 10,
+            gpu_direct_bytes: 256 << 10,
             min_channels: 1,
             max_channels: 32,
             coll_timeout: Duration::from_secs(600),

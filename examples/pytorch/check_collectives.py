@@ -1,7 +1,8 @@
 """torch.distributed's "nccl" backend through whichever libnccl.so.2 the process loads.
 
 Two processes (one per GPU) run all_reduce, all_gather, reduce_scatter, broadcast and a
-send/recv pair on CUDA tensors and check every element against values computed here.
+send/recv pair on CUDA tensors and check every element against values computed here, at
+two sizes: 1 Mi floats (oxccl's ring) and 777 floats (oxccl's one-hop LL path).
 Run it with oxccl's library preloaded to exercise oxccl, and without to exercise NCCL:
 
     LD_PRELOAD=path/to/oxccl/libnccl.so.2 python3 examples/pytorch/check_collectives.py
@@ -21,30 +22,36 @@ def run(rank: int, world: int, port: int) -> None:
     torch.cuda.set_device(rank)
     dev = torch.device("cuda", rank)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, device_id=dev)
-    n = 1 << 20
+    for n in (1 << 20, 777):
+        check(rank, world, dev, n)
+    torch.cuda.synchronize()
+    dist.destroy_process_group()
+
+
+def check(rank: int, world: int, dev: torch.device, n: int) -> None:
 
     x = torch.full((n,), float(rank + 1), device=dev)
     dist.all_reduce(x)
     assert torch.all(x == sum(range(1, world + 1))).item(), "all_reduce"
-    print(f"rank {rank}: ok all_reduce", flush=True)
+    print(f"rank {rank}: {n} floats: ok all_reduce", flush=True)
 
     out = torch.empty(world * n, device=dev)
     dist.all_gather_into_tensor(out, torch.full((n,), float(rank), device=dev))
     want = torch.arange(world, device=dev, dtype=torch.float32).repeat_interleave(n)
     assert torch.equal(out, want), "all_gather"
-    print(f"rank {rank}: ok all_gather", flush=True)
+    print(f"rank {rank}: {n} floats: ok all_gather", flush=True)
 
     inp = torch.arange(world * n, device=dev, dtype=torch.float32) + rank
     got = torch.empty(n, device=dev)
     dist.reduce_scatter_tensor(got, inp)
     base = torch.arange(rank * n, (rank + 1) * n, device=dev, dtype=torch.float32)
     assert torch.equal(got, base * world + sum(range(world))), "reduce_scatter"
-    print(f"rank {rank}: ok reduce_scatter", flush=True)
+    print(f"rank {rank}: {n} floats: ok reduce_scatter", flush=True)
 
     b = torch.full((n,), 7.0 if rank == 0 else -1.0, device=dev)
     dist.broadcast(b, src=0)
     assert torch.all(b == 7.0).item(), "broadcast"
-    print(f"rank {rank}: ok broadcast", flush=True)
+    print(f"rank {rank}: {n} floats: ok broadcast", flush=True)
 
     if rank == 0:
         dist.send(torch.arange(n, device=dev, dtype=torch.float32), dst=1)
@@ -52,10 +59,7 @@ def run(rank: int, world: int, port: int) -> None:
         r = torch.empty(n, device=dev)
         dist.recv(r, src=0)
         assert torch.equal(r, torch.arange(n, device=dev, dtype=torch.float32)), "send/recv"
-    print(f"rank {rank}: ok send/recv", flush=True)
-
-    torch.cuda.synchronize()
-    dist.destroy_process_group()
+    print(f"rank {rank}: {n} floats: ok send/recv", flush=True)
 
 
 if __name__ == "__main__":

@@ -27,18 +27,22 @@ __device__ __forceinline__ u64 ox_now() {
   return t;
 }
 
-// Waits until *word >= target: 0, or OX_ABORTED / OX_TIMED_OUT.
-__device__ int ox_wait(volatile u64* word, u64 target, const OxArgs& a) {
+// Waits until *word >= target: 0, or OX_ABORTED (*abort raised) / OX_TIMED_OUT.
+__device__ int ox_wait_for(volatile u64* word, u64 target, volatile int* abort, u64 timeout_ns) {
   if (*word >= target) return 0;
   const u64 start = ox_now();
   u32 spins = 0;
   while (*word < target) {
     if (++spins % 512 == 0) {
-      if (*a.abort) return OX_ABORTED;
-      if (ox_now() - start > a.timeout_ns) return OX_TIMED_OUT;
+      if (*abort) return OX_ABORTED;
+      if (ox_now() - start > timeout_ns) return OX_TIMED_OUT;
     }
   }
   return 0;
+}
+
+__device__ __forceinline__ int ox_wait(volatile u64* word, u64 target, const OxArgs& a) {
+  return ox_wait_for(word, target, a.abort, a.timeout_ns);
 }
 
 template <int S> struct OxBits;
@@ -166,8 +170,8 @@ __device__ void ox_move(char* d0, char* d1, const char* in, const char* local, u
 
 // Reports why a lane stopped (plain stores: atomics on mapped host memory are not
 // available everywhere; lanes racing here all report the same kind of failure).
-__device__ void ox_fail(const OxArgs& a, int why, u32 lane, u32 step) {
-  volatile int* status = a.status;
+__device__ void ox_fail(int* word, int why, u32 lane, u32 step) {
+  volatile int* status = word;
   status[1] = (int)lane;
   status[2] = (int)step;
   __threadfence_system();
@@ -199,7 +203,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
         why = n + 1 > c.slots ? ox_wait(c.head, n + 1 - c.slots, a) : 0;
         out = c.slots_base + (n % c.slots) * c.slot_bytes;
       }
-      if (why) ox_fail(a, why, lane, i - first);
+      if (why) ox_fail(a.status, why, lane, i - first);
       __threadfence();
       s_in = in;
       s_out = out;
@@ -241,6 +245,164 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
       }
     }
   }
+}
+
+// ---- The direct kernel: a small collective in one hop, over the LL protocol ----
+//
+// Every rank writes its data straight into the receivers' inboxes (OxDirect), 8 bytes of
+// data and the launch's flag twice in one 16-byte volatile store, so a line's data and its
+// readiness arrive together; receivers spin on their own inbox lines until the flags match,
+// then reduce or copy. No handshake, no barrier: one NVLink hop where a ring takes 2(n-1).
+// Each thread owns lines l = its index + k * grid: the same lines in both phases, so a
+// rank's own input line is read before its output line is written (in place is safe).
+// Reductions combine the n contributions in rank order on every rank, so all ranks get
+// bit-identical results.
+
+__device__ __forceinline__ void ox_ll_store(char* p, uint2 d, u32 flag) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(d.x), "r"(flag), "r"(d.y), "r"(flag) : "memory");
+}
+
+__device__ __forceinline__ uint4 ox_ll_load(const char* p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  return v;
+}
+
+// Line l (8 bytes) of a buffer of `bytes` bytes; bytes past the end read as 0.
+__device__ __forceinline__ uint2 ox_line_get(const char* base, u64 l, u64 bytes) {
+  const char* p = base + l * 8;
+  if (l * 8 + 8 <= bytes && ((u64)p & 7) == 0) return *(const uint2*)p;
+  unsigned char b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (u32 i = 0; i < 8 && l * 8 + i < bytes; ++i) b[i] = p[i];
+  uint2 d;
+  memcpy(&d, b, 8);
+  return d;
+}
+
+// Writes the bytes of line l that lie within `bytes`.
+__device__ __forceinline__ void ox_line_put(char* base, u64 l, u64 bytes, uint2 d) {
+  char* p = base + l * 8;
+  if (l * 8 + 8 <= bytes && ((u64)p & 7) == 0) {
+    *(uint2*)p = d;
+    return;
+  }
+  unsigned char b[8];
+  memcpy(b, &d, 8);
+  for (u32 i = 0; i < 8 && l * 8 + i < bytes; ++i) p[i] = b[i];
+}
+
+#define OX_LINE_EACH (8 / sizeof(T))
+
+__device__ __forceinline__ uint2 ox_scale_line(uint2 v, double s) {
+  T e[OX_LINE_EACH];
+  memcpy(e, &v, 8);
+#pragma unroll
+  for (int i = 0; i < (int)OX_LINE_EACH; ++i) e[i] = ox_scale(e[i], s);
+  memcpy(&v, e, 8);
+  return v;
+}
+
+__device__ __forceinline__ uint2 ox_combine_line(uint2 x, uint2 y) {
+  T a[OX_LINE_EACH], b[OX_LINE_EACH];
+  memcpy(a, &x, 8);
+  memcpy(b, &y, 8);
+#pragma unroll
+  for (int i = 0; i < (int)OX_LINE_EACH; ++i) a[i] = ox_combine(a[i], b[i]);
+  memcpy(&x, a, 8);
+  return x;
+}
+
+// Waits until the inbox line at p carries `flag`: 0 and its data in *out, or OX_ABORTED /
+// OX_TIMED_OUT.
+__device__ int ox_ll_wait(const char* p, u32 flag, const OxDirect& a, uint2* out) {
+  uint4 v = ox_ll_load(p);
+  if (v.y != flag || v.w != flag) {
+    const u64 start = ox_now();
+    u32 spins = 0;
+    do {
+      if (++spins % 256 == 0) {
+        if (*a.abort) return OX_ABORTED;
+        if (ox_now() - start > a.timeout_ns) return OX_TIMED_OUT;
+      }
+      v = ox_ll_load(p);
+    } while (v.y != flag || v.w != flag);
+  }
+  *out = make_uint2(v.x, v.z);
+  return 0;
+}
+
+extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirect a) {
+  const u64 lines = (a.bytes + 7) / 8;
+  const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  const u64 stride = (u64)gridDim.x * blockDim.x;
+  const u32 flag = a.epoch;
+  // This launch's half of every inbox: row (half * nranks + sender).
+  const u64 half = (a.launch & 1) * a.nranks;
+  const bool blocks = a.mode == OX_DIRECT_REDUCE_SCATTER;
+  const bool only_root_sends = a.mode == OX_DIRECT_BROADCAST;
+  const bool only_root_receives = a.mode == OX_DIRECT_REDUCE;
+  const bool reduce = a.mode == OX_DIRECT_ALL_REDUCE || a.mode == OX_DIRECT_REDUCE || blocks;
+  // A rank's own contribution, read where it lies (block `rank` when scattering).
+  const char* own = a.send + (blocks ? (u64)a.rank * a.bytes : 0);
+  // acks[p]: the last launch rank p is known to have finished.
+  volatile u64* acks = (volatile u64*)(a.inbox + a.ack_offset);
+  int why = 0;
+  u32 at = 0;
+
+  // This launch running means the one before it ended here: say so to every peer first
+  // (early, so the stores are long done when the kernel ends).
+  for (u32 d = threadIdx.x; blockIdx.x == 0 && d < a.nranks; d += blockDim.x) {
+    if (d != a.rank) *(volatile u64*)(a.peers[d] + a.ack_offset + (u64)a.rank * 8) = a.launch - 1;
+  }
+
+  if (!only_root_sends || a.rank == a.root) {
+    for (u32 d = 0; d < a.nranks && !why; ++d) {
+      if (d == a.rank || (only_root_receives && d != a.root)) continue;
+      at = d;
+      const char* src = a.send + (blocks ? (u64)d * a.bytes : 0);
+      char* dst = a.peers[d] + (half + a.rank) * a.cap_lines * 16;
+      u64 l = first;
+      // The first line's load is issued before the acknowledgement is checked: both wait
+      // for memory at once.
+      uint2 v = l < lines ? ox_line_get(src, l, a.bytes) : make_uint2(0, 0);
+      // d's half is free once d finished the launch two before (the last to use it).
+      if (a.launch > 2 && l < lines) why = ox_wait_for(acks + d, a.launch - 2, a.abort, a.timeout_ns);
+      for (; l < lines && !why; l += stride) {
+        if (l != first) v = ox_line_get(src, l, a.bytes);
+        if (a.scaled) v = ox_scale_line(v, a.scale);
+        ox_ll_store(dst + l * 16, v, flag);
+      }
+    }
+  }
+
+  const bool receives = !why && (!only_root_receives || a.rank == a.root);
+  for (u64 l = first; receives && l < lines && !why; l += stride) {
+    uint2 acc = make_uint2(0, 0);
+    for (u32 p = 0; p < a.nranks; ++p) {
+      if (only_root_sends && p != a.root) continue;
+      uint2 v;
+      if (p == a.rank) {
+        if (only_root_sends && a.send == a.recv) break;  // broadcast in place: nothing to do
+        v = ox_line_get(own, l, a.bytes);
+        if (a.scaled) v = ox_scale_line(v, a.scale);
+      } else {
+        why = ox_ll_wait(a.inbox + ((half + p) * a.cap_lines + l) * 16, flag, a, &v);
+        if (why) {
+          at = p;
+          break;
+        }
+      }
+      if (reduce) {
+        acc = p == 0 ? v : ox_combine_line(acc, v);
+      } else {
+        // Gather: block p goes to p; broadcast: the root's data to the output.
+        ox_line_put(a.recv + (a.mode == OX_DIRECT_ALL_GATHER ? (u64)p * a.bytes : 0), l, a.bytes, v);
+      }
+    }
+    if (reduce && !why) ox_line_put(a.recv, l, a.bytes, acc);
+  }
+
+  if (why) ox_fail(a.status, why, blockIdx.x, at);
 }
 
 // buf[i] /= divisor, truncating toward zero: integer Avg, after the sum.

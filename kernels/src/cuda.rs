@@ -85,6 +85,9 @@ impl Specialization {
 pub const COMBINE_INTO: &str = "ox_combine_into";
 /// The executor kernel: `(OxArgs)`, one block of [`THREADS`] threads per lane.
 pub const RUN: &str = "ox_run";
+/// The direct (LL, one hop) kernel for small collectives: `(OxDirect)`, blocks of
+/// [`THREADS`] threads.
+pub const DIRECT: &str = "ox_direct";
 /// Integer Avg's last step: `(T* buf, u64 n, u64 divisor)`.
 pub const DIVIDE: &str = "ox_divide";
 /// Threads per block of [`RUN`].

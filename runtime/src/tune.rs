@@ -89,6 +89,11 @@ impl Tuner {
         })
     }
 
+    /// Whether `NCCL_PROTO` allows `protocol` ("simple", "ll", "ll128") for `collective`.
+    pub fn allows_protocol(&self, collective: Collective, protocol: &str) -> bool {
+        self.proto.allows(collective, protocol)
+    }
+
     /// The algorithm for `collective` on the host executor.
     pub fn choose(&self, collective: Collective, cost: &CostInput) -> Result<Algorithm> {
         if !self.proto.allows(collective, "simple") {

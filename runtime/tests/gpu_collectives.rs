@@ -82,18 +82,40 @@ fn run_cases(comm: &DeviceComm, cases: &[Case]) -> Vec<String> {
     failures
 }
 
-/// The matrix: small sizes of everything, then 8 MiB blocks of every collective (several
-/// channels, many slots each) and odd datatypes at that size.
+/// The matrix: small sizes of everything (the direct LL path, by default), both sides of
+/// the direct path's limit (OXCCL_GPU_DIRECT_BYTES, 256 KiB from all peers together) in
+/// every datatype, then 8 MiB blocks of every collective (the ring: several channels, many
+/// slots each) and odd datatypes at that size.
 fn cases(n: usize) -> Vec<Case> {
     let mut cases = check::full_matrix(n, &check::SMALL_COUNTS);
+    for dtype in DataType::ALL {
+        let at_limit = (256 << 10) / (n - 1) / dtype.size();
+        let edge = check::full_matrix(n, &[at_limit, at_limit + 1]);
+        cases.extend(edge.into_iter().filter(|c| c.dtype == dtype && matches!(c.op, ReduceOp::Sum | ReduceOp::PreMulSum(_))));
+    }
     cases.extend(check::large_cases(n, 8 << 20));
     cases
 }
 
+/// The small sizes again with LL excluded (NCCL_PROTO=simple): the ring at every size.
+fn simple_cases(n: usize) -> Vec<Case> {
+    check::full_matrix(n, &check::SMALL_COUNTS)
+}
+
+fn simple_config() -> Config {
+    let mut c = config();
+    c.set("NCCL_PROTO", "simple").unwrap();
+    c
+}
+
 fn threads(n: usize, gpus: usize, which: fn(usize) -> Vec<Case>) {
+    threads_with(n, gpus, which, &config());
+}
+
+fn threads_with(n: usize, gpus: usize, which: fn(usize) -> Vec<Case>, config: &Config) {
     let start = Instant::now();
     let devices: Vec<usize> = (0..n).map(|r| r % gpus).collect();
-    let comms = DeviceComm::init_all(&devices, &config()).unwrap();
+    let comms = DeviceComm::init_all(&devices, config).unwrap();
     let failures: Vec<String> = std::thread::scope(|s| {
         let handles: Vec<_> = comms.iter().map(|c| s.spawn(move || run_cases(c, &which(c.nranks())))).collect();
         handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
@@ -116,6 +138,8 @@ fn ranks_as_threads() {
     if g > 2 {
         threads(g, g, cases);
     }
+    threads_with(2, g, simple_cases, &simple_config());
+    threads_with(3, g, simple_cases, &simple_config());
 }
 
 /// One rank of a process job (does nothing when run as an ordinary test).
@@ -161,8 +185,14 @@ fn ranks_as_processes() {
 #[test]
 fn abort_stops_a_kernel_waiting_on_a_silent_peer() {
     let Some(g) = gpus() else { return };
+    // The ring (4 MiB) and the direct LL path (4 KiB).
+    for count in [1 << 20, 1 << 10] {
+        abort_stops_a_waiting_kernel(g, count);
+    }
+}
+
+fn abort_stops_a_waiting_kernel(g: usize, count: usize) {
     let comms = DeviceComm::init_all(&[0, 1 % g], &config()).unwrap();
-    let count = 1 << 20;
     // Both ranks run one all_reduce: the connections exist, so the next call needs no
     // setup from the peer.
     std::thread::scope(|s| {
@@ -196,7 +226,7 @@ fn abort_stops_a_kernel_waiting_on_a_silent_peer() {
     assert!(matches!(e, oxccl_runtime::Error::Aborted { .. }), "{e}");
     assert!(c.async_error().is_some());
     let latency = returned.saturating_duration_since(aborted_at);
-    eprintln!("synchronize returned {latency:.2?} after abort: {e}");
+    eprintln!("{count} floats: synchronize returned {latency:.2?} after abort: {e}");
     assert!(latency < Duration::from_secs(1), "abort took {latency:.2?} to stop the kernel");
     let start = Instant::now();
     drop(buf);

@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 /// Bootstrap tags of the announcements (per channel), apart from the host transports'.
 const FIFO_TAG: u64 = 1 << 61;
 const HEAD_TAG: u64 = (1 << 61) | (1 << 40);
+const INBOX_TAG: u64 = (1 << 61) | (1 << 41);
 /// Bytes before the slots of a FIFO (tail, counter; the slots start 128-byte aligned).
 const HEADER: usize = 128;
 
@@ -105,6 +106,8 @@ struct Opened {
 #[derive(Default)]
 pub(crate) struct Connections {
     ends: FxHashMap<End, Opened>,
+    /// The direct kernel's inboxes: the peers' as opened here, then this rank's.
+    inboxes: Option<(Vec<Remote>, DeviceMemory)>,
     /// GPUs of this process that peers live on (kept retained for peer access).
     peers: Vec<Device>,
 }
@@ -158,6 +161,36 @@ impl Connections {
         Ok(())
     }
 
+    /// Allocates this rank's inbox for the direct kernel (`bytes`, zeroed, then a table of
+    /// every rank's inbox address as this GPU reaches it), announces it to every peer and
+    /// opens theirs (collective). The addresses of this rank's inbox and of the table.
+    pub fn inboxes(&mut self, bytes: usize, cx: &Setup) -> Result<(u64, u64)> {
+        if self.inboxes.is_some() {
+            return Err(Error::Internal("the direct inboxes are set up once".into()));
+        }
+        let (n, rank) = (cx.boot.nranks() as usize, cx.boot.rank() as usize);
+        cx.device.bind()?;
+        let table_at = bytes.next_multiple_of(16);
+        let memory = DeviceMemory::zeroed(table_at + n * 8)?;
+        let record = Record { origin: cx.origin, ordinal: cx.device.ordinal, ptr: memory.ptr, ipc: memory.ipc_handle()? }.to_bytes();
+        let peers = || (0..n).filter(move |&p| p != rank);
+        for peer in peers() {
+            cx.boot.send(peer as u32, INBOX_TAG, &record)?;
+        }
+        let mut table = vec![memory.ptr; n];
+        let mut remotes = Vec::with_capacity(n - 1);
+        for peer in peers() {
+            let record = Record::from_bytes(&cx.boot.recv(peer as u32, INBOX_TAG)?, peer)?;
+            let remote = self.open(&record, peer, cx)?;
+            table[peer] = remote.ptr();
+            remotes.push(remote);
+        }
+        memory.upload_at(table_at, bytemuck::cast_slice(&table))?;
+        let addresses = (memory.ptr, memory.ptr + table_at as u64);
+        self.inboxes = Some((remotes, memory));
+        Ok(addresses)
+    }
+
     fn open(&mut self, record: &Record, peer: usize, cx: &Setup) -> Result<Remote> {
         if record.origin.host != cx.origin.host {
             return Err(Error::invalid(format!("rank {peer} is on another host: the GPU backend connects the ranks of one node only (use the host backend across nodes)")));
@@ -197,6 +230,6 @@ mod tests {
         // Channels (up to the point-to-point channel 2^16) never carry one kind of tag into
         // the other's range, nor into the host transports' (2^62) or the bootstrap's (2^63).
         let top = 1u64 << 17;
-        assert!(FIFO_TAG + top < HEAD_TAG && HEAD_TAG + top < (1 << 62));
+        assert!(FIFO_TAG + top < HEAD_TAG && HEAD_TAG + top < INBOX_TAG && INBOX_TAG < (1 << 62));
     }
 }

@@ -22,15 +22,15 @@ mod encode;
 mod p2p;
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
-use oxccl_kernels::cuda::{Specialization, Toolchain, DIVIDE, RUN, THREADS};
-use oxccl_kernels::device::{status, DevArgs, DevConn, DevStep};
+use oxccl_kernels::cuda::{Specialization, Toolchain, DIRECT, DIVIDE, RUN, THREADS};
+use oxccl_kernels::device::{direct, status, DevArgs, DevConn, DevDirect, DevStep, LL_LINE_BYTES, LL_LINE_DATA};
 
 use crate::algo::{self, Algorithm, Collective, Shape};
 use crate::error::{Error, Result};
@@ -50,6 +50,9 @@ const SLOTS: usize = 8;
 /// Data per channel before another channel pays for itself: one block moves some tens of
 /// GB/s, so all but the smallest messages want several.
 const BYTES_PER_CHANNEL: usize = 64 << 10;
+
+/// Most blocks of a direct launch.
+const DIRECT_BLOCKS: usize = 16;
 
 /// Mapped host ints: [0] the abort flag; [4..8] the kernels' status (code, lane, step).
 const ABORT_WORD: usize = 0;
@@ -72,11 +75,44 @@ struct Inner {
     max_channels: usize,
     min_channels: usize,
     timeout: Duration,
+    /// The direct (LL, one hop) path for small collectives, when enabled.
+    direct: std::sync::OnceLock<Direct>,
+    /// NCCL_PROTO, for the protocol each launch uses.
+    tuner: crate::tune::Tuner,
     state: Mutex<State>,
     flags: MappedHost,
     stop: AtomicBool,
     /// The first failure seen (kernel status, failed peer, abort).
     failure: Mutex<Option<Error>>,
+}
+
+/// The direct kernel's inboxes (set up at init, see `DevDirect`).
+struct Direct {
+    /// The most bytes a rank receives in one direct launch (all peers together).
+    limit: usize,
+    inbox: u64,
+    /// Every rank's inbox address, as this GPU reaches it (device memory).
+    table: u64,
+    cap_lines: u32,
+    ack_offset: u64,
+    /// Launches so far (the same on every rank: all call the same collectives in the same
+    /// order).
+    launches: AtomicU64,
+}
+
+impl Direct {
+    /// Whether a collective with `bytes` per rank goes direct among `nranks`.
+    fn carries(&self, bytes: usize, nranks: usize) -> bool {
+        bytes * (nranks - 1) <= self.limit && bytes.div_ceil(LL_LINE_DATA) <= self.cap_lines as usize
+    }
+
+    /// The next launch's number and flag: flags run 1..=u32::MAX and around, never 0
+    /// (inboxes start zeroed), so a line of an earlier launch of the same half never
+    /// carries this launch's flag (until 2^32 launches later).
+    fn next_launch(&self) -> (u64, u32) {
+        let launch = self.launches.fetch_add(1, Ordering::Relaxed) + 1;
+        (launch, ((launch - 1) % u32::MAX as u64 + 1) as u32)
+    }
 }
 
 #[derive(Default)]
@@ -96,6 +132,7 @@ struct State {
 
 struct Loaded {
     run: Function,
+    direct: Function,
     divide: Function,
     _module: Module,
     /// Keeps the primary context (and so the module) alive after the communicators go.
@@ -158,6 +195,7 @@ impl DeviceComm {
         let slot_bytes = config.gpu_slot_bytes.next_multiple_of(128);
         let max_channels = config.max_channels.clamp(1, 64);
         let min_channels = config.min_channels.clamp(1, max_channels);
+        let tuner = crate::tune::Tuner::new(None, config.proto.as_deref())?;
         let inner = Arc::new(Inner {
             arch,
             toolchain,
@@ -166,6 +204,8 @@ impl DeviceComm {
             max_channels,
             min_channels,
             timeout: config.coll_timeout,
+            direct: std::sync::OnceLock::new(),
+            tuner,
             state: Mutex::new(State::default()),
             flags: MappedHost::zeroed(8)?,
             stop: AtomicBool::new(false),
@@ -190,6 +230,18 @@ impl DeviceComm {
             .map_err(|e| Error::Internal(format!("starting the GPU watcher thread: {e}")))?;
         let dev = DeviceComm { inner, watcher: Some(watcher), comm: std::mem::ManuallyDrop::new(comm) };
         dev.connect_all()?;
+        let (limit, n) = (dev.comm.config().gpu_direct_bytes, dev.nranks());
+        if limit > 0 && n > 1 {
+            // A row per sender holds the largest per-rank message; two halves of rows.
+            let cap_lines = (limit / (n - 1)).div_ceil(LL_LINE_DATA).max(1);
+            let ack_offset = 2 * n * cap_lines * LL_LINE_BYTES;
+            let inner = &dev.inner;
+            let setup = Setup { boot: dev.comm.bootstrap(), device: &inner.device, origin: inner.origin, geometry: inner.geometry };
+            // Rows, then one acknowledgement per rank.
+            let (inbox, table) = inner.state.lock().conns.inboxes(ack_offset + n * 8, &setup)?;
+            let direct = Direct { limit, inbox, table, cap_lines: cap_lines as u32, ack_offset: ack_offset as u64, launches: AtomicU64::new(0) };
+            let _ = inner.direct.set(direct);
+        }
         tracing::info!(target: crate::log_target::INIT, "rank {}: GPU {} ({arch}), slots of {} KiB, up to {max_channels} channels", dev.rank(), dev.inner.device.ordinal, slot_bytes >> 10);
         Ok(dev)
     }
@@ -283,15 +335,28 @@ impl DeviceComm {
         let reduces = collective.reduces();
         let spec = if reduces { Specialization { dtype, op: op.combine() } } else { Specialization { dtype: DataType::Uint8, op: oxccl_kernels::Combine::Sum } };
         let loaded = inner.loaded(spec)?;
-        let plan = self.plan(PlanKey { collective, count, esize, root })?;
-        let mut send = send;
-        if collective == Collective::AllToAll && send == recv {
-            // In place, every block is read and overwritten: run from a copy of the input
-            // (the schedule itself needs separate buffers).
-            send = inner.scratch_copy(send, send_count * esize, stream)?;
-        }
         let scale = if reduces { op.input_scale(dtype, n) } else { None };
-        inner.launch(&loaded, &plan, send, recv, scale, stream)?;
+        if let Some(mode) = inner.direct_mode(collective, count * esize, n) {
+            inner.launch_direct(&loaded, mode, send, recv, count * esize, root, rank, n, scale, stream)?;
+        } else {
+            if !inner.tuner.allows_protocol(collective, "simple") {
+                return Err(Error::invalid(format!(
+                    "NCCL_PROTO excludes Simple for {}, and {} bytes from each of {} peers is more than LL's one-hop path carries (OXCCL_GPU_DIRECT_BYTES={})",
+                    collective.name(),
+                    count * esize,
+                    n - 1,
+                    inner.direct.get().map_or(0, |d| d.limit)
+                )));
+            }
+            let plan = self.plan(PlanKey { collective, count, esize, root })?;
+            let mut send = send;
+            if collective == Collective::AllToAll && send == recv {
+                // In place, every block is read and overwritten: run from a copy of the
+                // input (the schedule itself needs separate buffers).
+                send = inner.scratch_copy(send, send_count * esize, stream)?;
+            }
+            inner.launch(&loaded, &plan, send, recv, scale, stream)?;
+        }
         if reduces && op.needs_final_division(dtype) && recv_count > 0 {
             let (mut buf, mut elements, mut divisor) = (recv, recv_count as u64, n as u64);
             let blocks = elements.div_ceil(256).clamp(1, 4096) as u32;
@@ -476,6 +541,56 @@ impl Inner {
         loaded.run.launch(plan.lanes, THREADS, stream, &mut [(&mut args as *mut DevArgs).cast::<c_void>()])
     }
 
+    /// The direct kernel's mode for `collective` with `bytes` per rank, when it takes it:
+    /// the collective has one, what a rank receives is within OXCCL_GPU_DIRECT_BYTES, and
+    /// NCCL_PROTO allows LL.
+    fn direct_mode(&self, collective: Collective, bytes: usize, nranks: usize) -> Option<u32> {
+        let mode = match collective {
+            Collective::AllReduce => direct::ALL_REDUCE,
+            Collective::Reduce => direct::REDUCE,
+            Collective::AllGather => direct::ALL_GATHER,
+            Collective::ReduceScatter => direct::REDUCE_SCATTER,
+            Collective::Broadcast => direct::BROADCAST,
+            _ => return None,
+        };
+        let fits = self.direct.get().is_some_and(|d| d.carries(bytes, nranks));
+        (fits && self.tuner.allows_protocol(collective, "ll")).then_some(mode)
+    }
+
+    /// Launches the direct kernel: `bytes` per rank, one thread per LL line (up to
+    /// [`DIRECT_BLOCKS`] blocks, then several lines per thread).
+    ///
+    /// # Safety
+    /// As [`DeviceComm::enqueue`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn launch_direct(&self, loaded: &Loaded, mode: u32, send: u64, recv: u64, bytes: usize, root: usize, rank: usize, nranks: usize, scale: Option<f64>, stream: CUstream) -> Result<()> {
+        let d = self.direct.get().ok_or_else(|| Error::Internal("no direct inboxes".into()))?;
+        let (launch, epoch) = d.next_launch();
+        let mut args = DevDirect {
+            send,
+            recv,
+            inbox: d.inbox,
+            peers: d.table,
+            abort: self.flags.device + (ABORT_WORD * 4) as u64,
+            status: self.flags.device + (STATUS_WORD * 4) as u64,
+            timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
+            scale: scale.unwrap_or(1.0),
+            bytes: bytes as u64,
+            launch,
+            ack_offset: d.ack_offset,
+            cap_lines: d.cap_lines,
+            epoch,
+            rank: rank as u32,
+            nranks: nranks as u32,
+            root: root as u32,
+            mode,
+            scaled: scale.is_some() as u32,
+            _pad: 0,
+        };
+        let blocks = bytes.div_ceil(LL_LINE_DATA).div_ceil(THREADS as usize).clamp(1, DIRECT_BLOCKS) as u32;
+        loaded.direct.launch(blocks, THREADS, stream, &mut [(&mut args as *mut DevDirect).cast::<c_void>()])
+    }
+
     /// Copies `bytes` from `src` into this rank's scratch buffer on `stream`; its address.
     /// The buffer grows (never shrinks) and is freed with the communicator.
     fn scratch_copy(&self, src: u64, bytes: usize, stream: CUstream) -> Result<u64> {
@@ -525,7 +640,7 @@ impl Inner {
         let compiled = self.toolchain.compile(spec, self.arch).map_err(|e| Error::Cuda(e.to_string()))?;
         self.device.bind()?;
         let module = Module::load(&compiled.ptx)?;
-        let kernels = Arc::new(Loaded { run: module.function(RUN)?, divide: module.function(DIVIDE)?, _module: module, _device: Device::open(self.device.ordinal as usize)? });
+        let kernels = Arc::new(Loaded { run: module.function(RUN)?, direct: module.function(DIRECT)?, divide: module.function(DIVIDE)?, _module: module, _device: Device::open(self.device.ordinal as usize)? });
         loaded.insert((self.device.ordinal, spec), kernels.clone());
         Ok(kernels)
     }
