@@ -192,13 +192,13 @@ pub static KNOBS: &[Knob] = &[
     },
     Knob {
         name: "OXCCL_GPU_SLOT_BYTES",
-        default: "524288",
-        doc: "bytes per slot of the GPU backend's FIFOs (8 slots per connection; NCCL's Simple protocol steps 512 KiB)",
+        default: "262144",
+        doc: "bytes per slot of the GPU backend's FIFOs (8 slots per connection; with 64 channels 256 KiB measured best on 2xH200, docs/PERFORMANCE.md)",
         set: |c, v| Ok(c.gpu_slot_bytes = parse_bytes(v, 4096)?),
     },
     Knob {
         name: "OXCCL_GPU_DIRECT_BYTES",
-        default: "262144",
+        default: "524288",
         doc: "a GPU all_reduce, all_gather, reduce_scatter, reduce or broadcast goes in one hop over the LL protocol instead of the ring when a rank receives at most this many bytes from all its peers together ((nranks - 1) x the per-rank message; 0: never; NCCL_PROTO without LL also turns it off)",
         set: |c, v| Ok(c.gpu_direct_bytes = parse_bytes(v, 0)?),
     },
@@ -213,7 +213,7 @@ pub static KNOBS: &[Knob] = &[
     },
     Knob {
         name: "NCCL_MAX_NCHANNELS",
-        default: "32",
+        default: "64",
         doc: "most channels (GPU thread blocks) a GPU collective uses (at most 64)",
         set: |c, v| {
             c.max_channels = v.trim().parse().map_err(|_| "expected a number of channels".to_string())?;
@@ -385,10 +385,10 @@ impl Config {
             proto: None,
             shm_disable: false,
             backend: Backend::Auto,
-            gpu_slot_bytes: 512 << 10,
-            gpu_direct_bytes: 256 << 10,
+            gpu_slot_bytes: 256 << 10,
+            gpu_direct_bytes: 512 << 10,
             min_channels: 1,
-            max_channels: 32,
+            max_channels: 64,
             coll_timeout: Duration::from_secs(600),
             socket_max_recvs: 1,
             blocking: true,

@@ -83,13 +83,13 @@ fn run_cases(comm: &DeviceComm, cases: &[Case]) -> Vec<String> {
 }
 
 /// The matrix: small sizes of everything (the direct LL path, by default), both sides of
-/// the direct path's limit (OXCCL_GPU_DIRECT_BYTES, 256 KiB from all peers together) in
+/// the direct path's limit (OXCCL_GPU_DIRECT_BYTES, 512 KiB from all peers together) in
 /// every datatype, then 8 MiB blocks of every collective (the ring: several channels, many
 /// slots each) and odd datatypes at that size.
 fn cases(n: usize) -> Vec<Case> {
     let mut cases = check::full_matrix(n, &check::SMALL_COUNTS);
     for dtype in DataType::ALL {
-        let at_limit = (256 << 10) / (n - 1) / dtype.size();
+        let at_limit = (512 << 10) / (n - 1) / dtype.size();
         let edge = check::full_matrix(n, &[at_limit, at_limit + 1]);
         cases.extend(edge.into_iter().filter(|c| c.dtype == dtype && matches!(c.op, ReduceOp::Sum | ReduceOp::PreMulSum(_))));
     }

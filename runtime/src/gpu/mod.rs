@@ -52,7 +52,7 @@ const SLOTS: usize = 8;
 const BYTES_PER_CHANNEL: usize = 64 << 10;
 
 /// Most blocks of a direct launch.
-const DIRECT_BLOCKS: usize = 16;
+const DIRECT_BLOCKS: usize = 32;
 
 /// Mapped host ints: [0] the abort flag; [4..8] the kernels' status (code, lane, step).
 const ABORT_WORD: usize = 0;
