@@ -198,7 +198,7 @@ pub static KNOBS: &[Knob] = &[
     },
     Knob {
         name: "OXCCL_GPU_DIRECT_BYTES",
-        default: "524288",
+        default: "1048576",
         doc: "a GPU all_reduce, all_gather, reduce_scatter, reduce or broadcast goes in one hop over the LL protocol instead of the ring when a rank receives at most this many bytes from all its peers together ((nranks - 1) x the per-rank message; 0: never; NCCL_PROTO without LL also turns it off)",
         set: |c, v| Ok(c.gpu_direct_bytes = parse_bytes(v, 0)?),
     },
@@ -386,7 +386,7 @@ impl Config {
             shm_disable: false,
             backend: Backend::Auto,
             gpu_slot_bytes: 256 << 10,
-            gpu_direct_bytes: 512 << 10,
+            gpu_direct_bytes: 1 << 20,
             min_channels: 1,
             max_channels: 64,
             coll_timeout: Duration::from_secs(600),

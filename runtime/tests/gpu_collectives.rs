@@ -83,13 +83,13 @@ fn run_cases(comm: &DeviceComm, cases: &[Case]) -> Vec<String> {
 }
 
 /// The matrix: small sizes of everything (the direct LL path, by default), both sides of
-/// the direct path's limit (OXCCL_GPU_DIRECT_BYTES, 512 KiB from all peers together) in
+/// the direct path's limit (OXCCL_GPU_DIRECT_BYTES, 1 MiB from all peers together) in
 /// every datatype, then 8 MiB blocks of every collective (the ring: several channels, many
 /// slots each) and odd datatypes at that size.
 fn cases(n: usize) -> Vec<Case> {
     let mut cases = check::full_matrix(n, &check::SMALL_COUNTS);
     for dtype in DataType::ALL {
-        let at_limit = (512 << 10) / (n - 1) / dtype.size();
+        let at_limit = (1 << 20) / (n - 1) / dtype.size();
         let edge = check::full_matrix(n, &[at_limit, at_limit + 1]);
         cases.extend(edge.into_iter().filter(|c| c.dtype == dtype && matches!(c.op, ReduceOp::Sum | ReduceOp::PreMulSum(_))));
     }
@@ -140,6 +140,21 @@ fn ranks_as_threads() {
     }
     threads_with(2, g, simple_cases, &simple_config());
     threads_with(3, g, simple_cases, &simple_config());
+}
+
+/// Every collective at 256 MiB + 3 elements per rank (in and out of place), and all_reduce
+/// at 1 GiB + 12 bytes: 2 ranks on 2 GPUs, checked like the matrix.
+fn large(n: usize) -> Vec<Case> {
+    let mut cases: Vec<Case> = check::large_cases(n, 256 << 20).into_iter().filter(|c| c.dtype == DataType::Float32).collect();
+    cases.push(Case { collective: Collective::AllReduce, dtype: DataType::Float32, op: ReduceOp::Sum, count: (1 << 28) + 3, root: 0, in_place: false });
+    cases
+}
+
+#[test]
+fn large_messages() {
+    let Some(g) = gpus() else { return };
+    warm_kernel_cache();
+    threads(2, g, large);
 }
 
 /// One rank of a process job (does nothing when run as an ordinary test).

@@ -51,9 +51,6 @@ const SLOTS: usize = 8;
 /// GB/s, so all but the smallest messages want several.
 const BYTES_PER_CHANNEL: usize = 64 << 10;
 
-/// Most blocks of a direct launch.
-const DIRECT_BLOCKS: usize = 32;
-
 /// Mapped host ints: [0] the abort flag; [4..8] the kernels' status (code, lane, step).
 const ABORT_WORD: usize = 0;
 const STATUS_WORD: usize = 4;
@@ -558,7 +555,7 @@ impl Inner {
     }
 
     /// Launches the direct kernel: `bytes` per rank, one thread per LL line (up to
-    /// [`DIRECT_BLOCKS`] blocks, then several lines per thread).
+    /// NCCL_MAX_NCHANNELS blocks, then several lines per thread).
     ///
     /// # Safety
     /// As [`DeviceComm::enqueue`].
@@ -587,7 +584,7 @@ impl Inner {
             scaled: scale.is_some() as u32,
             _pad: 0,
         };
-        let blocks = bytes.div_ceil(LL_LINE_DATA).div_ceil(THREADS as usize).clamp(1, DIRECT_BLOCKS) as u32;
+        let blocks = bytes.div_ceil(LL_LINE_DATA).div_ceil(THREADS as usize).clamp(1, self.max_channels) as u32;
         loaded.direct.launch(blocks, THREADS, stream, &mut [(&mut args as *mut DevDirect).cast::<c_void>()])
     }
 
