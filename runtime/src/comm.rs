@@ -88,7 +88,7 @@ const PLAN_CACHE: usize = 256;
 impl Communicator {
     /// Joins the job named by `id` as `rank` of `nranks`.
     pub fn init(id: &UniqueId, rank: u32, nranks: u32, config: &Config) -> Result<Communicator> {
-        Communicator::from_bootstrap(Bootstrap::init(id, rank, nranks, config)?, config)
+        join(id, rank, nranks, config, Arc::new(AtomicBool::new(false)))
     }
 
     /// Joins the job the environment describes (launcher, NCCL_COMM_ID, MPI; see
@@ -117,11 +117,17 @@ impl Communicator {
 
     /// Builds a communicator over a joined bootstrap.
     pub fn from_bootstrap(boot: Bootstrap, config: &Config) -> Result<Communicator> {
+        let same_host = host_peers(&boot, config)?;
+        Communicator::with_host_peers(boot, same_host, config)
+    }
+
+    /// The rest of [`Communicator::from_bootstrap`] once the ranks know who shares their
+    /// host: nothing here waits on a peer.
+    fn with_host_peers(boot: Bootstrap, same_host: Vec<bool>, config: &Config) -> Result<Communicator> {
         let (rank, nranks) = (boot.rank() as usize, boot.nranks() as usize);
         let span = tracing::info_span!(target: log_target::INIT, "comm_init", rank, nranks);
         let _enter = span.enter();
         let tuner = Tuner::new(config.algo.as_deref(), config.proto.as_deref())?;
-        let same_host = host_peers(&boot, config)?;
         static CLEANED: std::sync::Once = std::sync::Once::new();
         CLEANED.call_once(|| {
             let removed = fifo::cleanup_stale();
@@ -240,15 +246,19 @@ impl Communicator {
 
     /// A new unique id for [`Communicator::grow`], its root served by this process
     /// (ncclCommGetUniqueId): one existing rank makes it and hands it to the others and to
-    /// the new processes out of band (a broadcast on this communicator, a file, ...).
+    /// the new processes out of band (a broadcast on this communicator, a file, ...). The id
+    /// is marked for confirmation ([`UniqueId::with_confirmation`]): a grow through it
+    /// succeeds on every surviving rank or on none.
     pub fn grow_id(&self) -> Result<UniqueId> {
-        Ok(Bootstrap::create_id(&self.exec.config)?)
+        Ok(Bootstrap::create_id(&self.exec.config)?.with_confirmation())
     }
 
     /// A communicator of `nranks` ranks made of this one's ranks, which keep their ranks,
     /// and new processes, which call [`Communicator::init`] with the same `id` and ranks
     /// from `self.nranks()` up (ncclCommGrow). Collective over the existing and the new
     /// ranks, through a new rendezvous at `id`'s root; bounded by the bootstrap timeouts.
+    /// With an id from [`Communicator::grow_id`], a rank dying during the grow makes it
+    /// fail on every survivor (an error naming a failed rank), never on some only.
     pub fn grow(&self, nranks: usize, id: &UniqueId) -> Result<Communicator> {
         let n = self.check_grow(nranks)?;
         Communicator::init(id, self.rank() as u32, n, &self.exec.config)
@@ -806,6 +816,26 @@ impl Exec {
         let net_expected = self.net_expected(&lanes);
         self.execute(&lanes, &net_expected, &buffers, DataType::Uint8, ReduceOp::Sum, true, false, connections)
     }
+}
+
+/// Joins the job of `id` as `rank` of `nranks`, every wait ending when `abort` is set.
+/// With a confirmed id ([`UniqueId::confirmed`]: grows) the ranks then agree on the failed
+/// ones over the new bootstrap, and only if none failed is the communicator built (the
+/// steps after the agreement wait on no peer), so that the join succeeds on every
+/// surviving rank or on none.
+pub(crate) fn join(id: &UniqueId, rank: u32, nranks: u32, config: &Config, abort: Arc<AtomicBool>) -> Result<Communicator> {
+    let boot = Bootstrap::init_abortable(id, rank, nranks, config, abort.clone())?;
+    if !id.confirmed() {
+        return Communicator::from_bootstrap(boot, config);
+    }
+    // A failure here (a rank died during the exchange) is decided on by the agreement.
+    let same_host = host_peers(&boot, config);
+    let failed = boot.agree_failed_abortable(&abort)?;
+    if let Some(&first) = failed.first() {
+        let cause = same_host.err().map_or(String::new(), |e| format!("; here: {e}"));
+        return Err(Error::PeerFailed { rank: first, reason: format!("ranks {failed:?} of {nranks} failed while joining; the join is given up on every rank{cause}") });
+    }
+    Communicator::with_host_peers(boot, same_host?, config)
 }
 
 /// [`Communicator::shrink_failed`] over `boot`, every wait ending when `abort` is set.

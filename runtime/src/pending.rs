@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use oxccl_bootstrap::{Bootstrap, Config, UniqueId, NOCOLOR};
+use oxccl_bootstrap::{Config, UniqueId, NOCOLOR};
 use parking_lot::{Condvar, Mutex};
 
 use crate::comm::Communicator;
@@ -215,9 +215,7 @@ impl Communicator {
     pub fn init_nonblocking(id: &UniqueId, rank: u32, nranks: u32, config: &Config) -> PendingCommunicator {
         let (id, config) = (*id, config.clone());
         let abort = Arc::new(AtomicBool::new(false));
-        PendingCommunicator::spawn("init", rank as usize, nranks as usize, None, abort, move |abort| {
-            Ok((Communicator::from_bootstrap(Bootstrap::init_abortable(&id, rank, nranks, &config, abort)?, &config)?, Vec::new()))
-        })
+        PendingCommunicator::spawn("init", rank as usize, nranks as usize, None, abort, move |abort| Ok((crate::comm::join(&id, rank, nranks, &config, abort)?, Vec::new())))
     }
 
     /// [`Communicator::split`] on a background thread: returns at once. `Ok(None)` for
@@ -290,8 +288,6 @@ impl Communicator {
         let abort = Arc::new(AtomicBool::new(false));
         let busy = Busy::new(self.parent(), abort.clone());
         let (id, rank, config) = (*id, self.rank() as u32, self.config().clone());
-        Ok(PendingCommunicator::spawn("grow", self.rank(), nranks, Some(busy), abort, move |abort| {
-            Ok((Communicator::from_bootstrap(Bootstrap::init_abortable(&id, rank, n, &config, abort)?, &config)?, Vec::new()))
-        }))
+        Ok(PendingCommunicator::spawn("grow", self.rank(), nranks, Some(busy), abort, move |abort| Ok((crate::comm::join(&id, rank, n, &config, abort)?, Vec::new()))))
     }
 }
