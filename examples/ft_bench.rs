@@ -74,8 +74,11 @@ fn now_ns() -> i64 {
 /// printing what the bench reads.
 fn rank(mode: &str) -> Result<()> {
     let config = Config::from_env()?;
-    // NCCL_DEBUG (with NCCL_DEBUG_FILE=...%p) shows where a rank's time goes.
-    oxccl::bootstrap::log::init(&config);
+    // NCCL_DEBUG (with NCCL_DEBUG_FILE=...%p) shows where a rank's time goes; without it
+    // the ranks stay quiet (their warnings would fill the table).
+    if std::env::var_os("NCCL_DEBUG").is_some() {
+        oxccl::bootstrap::log::init(&config);
+    }
     let comm = Communicator::from_env(&config)?;
     let (me, n) = (comm.rank(), comm.nranks());
     let send = vec![1.0f32; COUNT];

@@ -216,7 +216,7 @@ impl Communicator {
         }
         let exclude: Vec<u32> = exclude.iter().map(|&r| u32::try_from(r).unwrap_or(u32::MAX)).collect();
         let boot = self.exec.boot.shrink(&exclude)?;
-        Communicator::from_bootstrap(boot, &self.exec.config)
+        self.exec.shrunk(boot, &exclude)
     }
 
     /// Agrees with the other live ranks on which ranks of this communicator failed
@@ -241,7 +241,7 @@ impl Communicator {
         if abort_first {
             self.abort();
         }
-        shrink_agreed(&self.exec.boot, &self.exec.config, &Arc::new(AtomicBool::new(false)))
+        shrink_agreed(&self.exec, &Arc::new(AtomicBool::new(false)))
     }
 
     /// A new unique id for [`Communicator::grow`], its root served by this process
@@ -338,6 +338,12 @@ impl Communicator {
         }
         self.synchronize()?;
         self.exec.flush()
+    }
+
+    /// The ranks that share this rank's host (NCCL_HOSTID, else host name and boot id),
+    /// this one included, in rank order.
+    pub fn local_ranks(&self) -> Vec<usize> {
+        self.exec.transports.same_host.iter().enumerate().filter(|(_, &same)| same).map(|(r, _)| r).collect()
     }
 
     /// Counts of the socket net's receive calls: (calls, calls carrying several buffers).
@@ -627,6 +633,14 @@ impl Exec {
     pub(crate) fn bootstrap(&self) -> &Bootstrap {
         &self.boot
     }
+
+    /// The communicator on `boot`, a shrink of this one without `exclude` (checked by the
+    /// shrink): who shares this rank's host is known here, so no exchange is needed — the
+    /// survivors' view is this one's without the excluded ranks.
+    pub(crate) fn shrunk(&self, boot: Bootstrap, exclude: &[u32]) -> Result<Communicator> {
+        let same_host = self.transports.same_host.iter().enumerate().filter(|(r, _)| !exclude.contains(&(*r as u32))).map(|(_, &same)| same).collect();
+        Communicator::with_host_peers(boot, same_host, &self.config)
+    }
 }
 
 impl crate::pending::Parent for Exec {
@@ -838,12 +852,13 @@ pub(crate) fn join(id: &UniqueId, rank: u32, nranks: u32, config: &Config, abort
     Communicator::with_host_peers(boot, same_host?, config)
 }
 
-/// [`Communicator::shrink_failed`] over `boot`, every wait ending when `abort` is set.
-pub(crate) fn shrink_agreed(boot: &Bootstrap, config: &Config, abort: &Arc<AtomicBool>) -> Result<(Communicator, Vec<usize>)> {
+/// [`Communicator::shrink_failed`] of `parent`, every wait ending when `abort` is set.
+pub(crate) fn shrink_agreed(parent: &Exec, abort: &Arc<AtomicBool>) -> Result<(Communicator, Vec<usize>)> {
+    let boot = &parent.boot;
     let mut failed = boot.agree_failed_abortable(abort)?;
     // Each retry excludes at least one more rank.
     for _ in 0..boot.nranks() {
-        let built = boot.shrink_abortable(&failed, abort.clone()).map_err(Error::from).and_then(|b| Communicator::from_bootstrap(b, config));
+        let built = boot.shrink_abortable(&failed, abort.clone()).map_err(Error::from).and_then(|b| parent.shrunk(b, &failed));
         let confirmed = boot.agree_failed_abortable(abort)?;
         if confirmed == failed {
             return built.map(|c| (c, failed.into_iter().map(|r| r as usize).collect()));

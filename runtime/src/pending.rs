@@ -262,8 +262,8 @@ impl Communicator {
         let boot = self.bootstrap().shrink_abortable(&exclude, abort.clone())?;
         let (rank, nranks) = (boot.rank() as usize, boot.nranks() as usize);
         let busy = Busy::new(self.parent(), abort.clone());
-        let config = self.config().clone();
-        Ok(PendingCommunicator::spawn("shrink", rank, nranks, Some(busy), abort, move |_| Ok((Communicator::from_bootstrap(boot, &config)?, Vec::new()))))
+        let parent = self.parent();
+        Ok(PendingCommunicator::spawn("shrink", rank, nranks, Some(busy), abort, move |_| Ok((parent.shrunk(boot, &exclude)?, Vec::new()))))
     }
 
     /// [`Communicator::shrink_failed`] on a background thread: returns at once; the
@@ -277,8 +277,7 @@ impl Communicator {
         let abort = Arc::new(AtomicBool::new(false));
         let busy = Busy::new(self.parent(), abort.clone());
         let parent = self.parent();
-        let config = self.config().clone();
-        PendingCommunicator::spawn("shrink", self.rank(), self.nranks(), Some(busy), abort, move |abort| crate::comm::shrink_agreed(parent.bootstrap(), &config, &abort))
+        PendingCommunicator::spawn("shrink", self.rank(), self.nranks(), Some(busy), abort, move |abort| crate::comm::shrink_agreed(&parent, &abort))
     }
 
     /// [`Communicator::grow`] on a background thread: returns at once. Arguments are

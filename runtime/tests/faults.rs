@@ -311,6 +311,61 @@ fn survivors_shrink_without_a_list() {
     }
 }
 
+/// A shrink knows who shares each rank's host from its parent (no exchange): with ranks 0
+/// and 1 on "host a" and 2, 3 and 4 on "host b" (NCCL_HOSTID), shrinking out rank 1 (by
+/// list; then by agreement, once rank 1 has left) leaves each survivor the right local
+/// ranks, and a checked all_reduce runs on each result.
+#[test]
+fn a_shrink_keeps_who_shares_a_host() {
+    let id = oxccl_runtime::bootstrap::Bootstrap::create_local_id(&Config::defaults()).unwrap();
+    let hosts = ["a", "a", "b", "b", "b"];
+    let comms: Vec<Communicator> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..5u32)
+            .map(|rank| {
+                s.spawn(move || {
+                    let mut config = Config::defaults();
+                    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+                    config.set("NCCL_HOSTID", hosts[rank as usize]).unwrap();
+                    Communicator::init(&id, rank, 5, &config).unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(comms[0].local_ranks(), vec![0, 1]);
+    assert_eq!(comms[3].local_ranks(), vec![2, 3, 4]);
+    let shrunk: Vec<Communicator> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms.iter().filter(|c| c.rank() != 1).map(|c| s.spawn(move || c.shrink(&[1], false).unwrap())).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    // Old ranks 0, 2, 3, 4 are now 0, 1, 2, 3.
+    let expected: [&[usize]; 4] = [&[0], &[1, 2, 3], &[1, 2, 3], &[1, 2, 3]];
+    for (c, want) in shrunk.iter().zip(expected) {
+        assert_eq!(c.local_ranks(), want, "rank {} of the shrunk communicator", c.rank());
+    }
+    std::thread::scope(|s| {
+        for c in &shrunk {
+            s.spawn(move || checked_all_reduce(c));
+        }
+    });
+    // By agreement: rank 1 leaves (its communicator destroyed); the others agree it is gone.
+    let mut comms = comms;
+    drop(comms.remove(1));
+    let agreed: Vec<(Communicator, Vec<usize>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms.iter().map(|c| s.spawn(move || c.shrink_failed(false).unwrap())).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for ((c, excluded), want) in agreed.iter().zip(expected) {
+        assert_eq!(excluded, &vec![1]);
+        assert_eq!(c.local_ranks(), want, "rank {} of the agreed shrink", c.rank());
+    }
+    std::thread::scope(|s| {
+        for (c, _) in &agreed {
+            s.spawn(move || checked_all_reduce(c));
+        }
+    });
+}
+
 /// Rank 3 revokes the communicator while ranks 0-2 wait in an all_reduce for it: their
 /// calls end promptly with an error naming the revocation; the communicator then refuses
 /// collectives and finalize, and split still makes a working one of all four.
