@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use rustc_hash::FxHashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -28,6 +28,9 @@ use crate::proxy::NetLinks;
 use crate::stream::{HostStream, Work};
 use crate::task::{CollectiveTask, PointToPoint, Task};
 use crate::tune::{CostInput, Tuner};
+
+mod suspend;
+pub use suspend::MemoryStats;
 
 /// Slots per connection (NCCL's NCCL_STEPS).
 pub const SLOTS: usize = 8;
@@ -57,6 +60,14 @@ pub(crate) struct Exec {
     /// Where Avg and PreMulSum put each rank's scaled input (reused: no allocation per call
     /// once it has grown to the largest input).
     scratch: Mutex<Vec<u8>>,
+    /// The scratch buffer's size, readable while a task holds it.
+    scratch_bytes: AtomicU64,
+    /// Bytes of FIFO slots this rank holds for its connections (see [`MemoryStats`]).
+    fifo_bytes: AtomicU64,
+    /// Set by [`Communicator::suspend`]: tasks are refused until [`Communicator::resume`].
+    suspended: AtomicBool,
+    /// The scratch size a suspension released, allocated again on resumption.
+    released_scratch: Mutex<usize>,
     /// Abort flags of the non-blocking splits, shrinks and grows running from this
     /// communicator: it reports `InProgress` while there are any, and aborts them when
     /// aborted.
@@ -80,6 +91,14 @@ struct Prepared {
     lanes: Vec<Lane>,
     /// Messages each network receive link carries per run.
     net_expected: Vec<(algo::Link, u64)>,
+}
+
+impl Prepared {
+    /// Heap bytes the plan holds.
+    fn bytes(&self) -> u64 {
+        let steps: usize = self.lanes.iter().map(|l| l.steps.capacity() * std::mem::size_of::<(Step, usize)>()).sum();
+        (steps + self.lanes.capacity() * std::mem::size_of::<Lane>() + self.net_expected.capacity() * std::mem::size_of::<(algo::Link, u64)>()) as u64
+    }
 }
 
 /// Cached plans per communicator; the cache starts over when full.
@@ -152,6 +171,10 @@ impl Communicator {
             connections: Mutex::new(Connections::default()),
             plans: Mutex::new(FxHashMap::default()),
             scratch: Mutex::new(Vec::new()),
+            scratch_bytes: AtomicU64::new(0),
+            fifo_bytes: AtomicU64::new(0),
+            suspended: AtomicBool::new(false),
+            released_scratch: Mutex::new(0),
             creating: Mutex::new(Vec::new()),
             background_error: Mutex::new(None),
         });
@@ -353,6 +376,9 @@ impl Communicator {
     }
 
     pub(crate) fn check_usable(&self) -> Result<()> {
+        if self.suspended() {
+            return Err(self.exec.suspended_error());
+        }
         if let Some(reason) = self.revoked() {
             return Err(Error::InvalidUsage { what: format!("the communicator is revoked ({reason}): only destroy, split or shrink remain") });
         }
@@ -713,6 +739,17 @@ impl Exec {
         Ok(())
     }
 
+    /// Connects every link `lanes` use, and counts the FIFO bytes this rank then holds:
+    /// every receiving end, and the sending ends over the network (a shared-memory sending
+    /// end maps its peer's FIFO).
+    fn connect(&self, lanes: &[Lane], connections: &mut Connections) -> Result<()> {
+        let result = conn::ensure(lanes, connections, &self.boot, &self.transports, &self.net);
+        let geometry = self.transports.geometry;
+        let fifos = connections.receivers.len() + connections.senders.keys().filter(|l| !self.transports.shared_memory(l.peer)).count();
+        self.fifo_bytes.store((fifos * geometry.slots * geometry.slot_bytes) as u64, Ordering::Release);
+        result
+    }
+
     /// Messages each network receive link of `lanes` carries.
     fn net_expected(&self, lanes: &[Lane]) -> Vec<(algo::Link, u64)> {
         let mut expected: FxHashMap<algo::Link, u64> = FxHashMap::default();
@@ -752,7 +789,7 @@ impl Exec {
         };
         let lanes = algo::plan_rank(shape, key.algorithm, self.rank).map_err(|e| Error::invalid(e.to_string()))?;
         let lanes: Vec<Lane> = lanes.into_iter().map(|steps| Lane { steps: steps.into_iter().map(|s| (s, 0)).collect() }).collect();
-        conn::ensure(&lanes, connections, &self.boot, &self.transports, &self.net)?;
+        self.connect(&lanes, connections)?;
         let (send_count, recv_count) = key.collective.buffer_counts(key.count, self.nranks, self.rank, key.root);
         let sizes = Buffers { send: std::ptr::null(), send_bytes: send_count * key.esize, recv: std::ptr::null_mut(), recv_bytes: recv_count * key.esize };
         exec::check_bounds(&lanes, &[sizes], connections, key.esize)?;
@@ -779,6 +816,7 @@ impl Exec {
         if let Some(factor) = task.collective.reduces().then(|| task.op.input_scale(task.dtype, self.nranks)).flatten() {
             if scratch.len() < buffers.send_bytes {
                 scratch.resize(buffers.send_bytes, 0);
+                self.scratch_bytes.store(scratch.len() as u64, Ordering::Release);
             }
             // SAFETY: the send buffer is valid for send_bytes (enqueue's contract).
             let input = unsafe { std::slice::from_raw_parts(buffers.send, buffers.send_bytes) };
@@ -826,7 +864,7 @@ impl Exec {
             }
         }
         let lanes: Vec<Lane> = lanes.into_values().filter(|l| !l.steps.is_empty()).collect();
-        conn::ensure(&lanes, connections, &self.boot, &self.transports, &self.net)?;
+        self.connect(&lanes, connections)?;
         let net_expected = self.net_expected(&lanes);
         self.execute(&lanes, &net_expected, &buffers, DataType::Uint8, ReduceOp::Sum, true, false, connections)
     }
