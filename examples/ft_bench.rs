@@ -8,7 +8,14 @@
 //!   the last of them returns;
 //! - **shrink**: after the detection, the slowest survivor's time to make the communicator
 //!   of the survivors without naming the dead (oxccl `shrink_failed`: agreement, build,
-//!   confirming agreement; ULFM `MPIX_Comm_shrink`), checked by an all_reduce on it.
+//!   confirming agreement; ULFM `MPIX_Comm_shrink`), checked by an all_reduce on it;
+//! - **abort** (oxccl only): rank n/2 stops (SIGSTOP) or dies (SIGKILL) at an instant
+//!   every rank knows, while the others' main threads are in a loop of all_reduces; a
+//!   second thread of each survivor calls `Communicator::abort` 50 ms after the stop (the
+//!   collective is then blocked on the stopped rank for good), or at the very instant of
+//!   the kill (racing the detection); the time from the abort call until both abort and
+//!   the blocked collective returned. ULFM has no counterpart: it has no abort that leaves
+//!   the process alive (`MPI_Abort` ends the job), so these columns are oxccl's alone.
 //!
 //! Times come from CLOCK_MONOTONIC, comparable across the processes of one machine. Each
 //! figure is the median over `--trials` jobs of the slowest rank of the job.
@@ -31,6 +38,8 @@ use oxccl::runtime::{Communicator, ReduceOp};
 
 /// The step at which the victim kills itself.
 const KILL_STEP: u64 = 20;
+/// How long after a stop the survivors abort (their collectives are blocked by then).
+const ABORT_AFTER_STOP_NS: i64 = 50_000_000;
 /// Elements of each all_reduce (64 KiB of f32).
 const COUNT: usize = 16 * 1024;
 
@@ -61,9 +70,15 @@ fn now_ns() -> i64 {
     t.tv_sec * 1_000_000_000 + t.tv_nsec
 }
 
-/// One rank of an oxccl job (`--rank kill` or `--rank revoke`), printing what the bench reads.
+/// One rank of an oxccl job (`--rank kill`, `revoke`, `abort-stop` or `abort-kill`),
+/// printing what the bench reads.
 fn rank(mode: &str) -> Result<()> {
     let config = Config::from_env()?;
+    // NCCL_DEBUG (with NCCL_DEBUG_FILE=...%p) shows where a rank's time goes; without it
+    // the ranks stay quiet (their warnings would fill the table).
+    if std::env::var_os("NCCL_DEBUG").is_some() {
+        oxccl::bootstrap::log::init(&config);
+    }
     let comm = Communicator::from_env(&config)?;
     let (me, n) = (comm.rank(), comm.nranks());
     let send = vec![1.0f32; COUNT];
@@ -111,16 +126,65 @@ fn rank(mode: &str) -> Result<()> {
             }
             Ok(())
         }
-        other => Err(format!("--rank {other:?}: kill or revoke").into()),
+        "abort-stop" | "abort-kill" => abort_rank(&comm, mode == "abort-stop"),
+        other => Err(format!("--rank {other:?}: kill, revoke, abort-stop or abort-kill").into()),
     }
 }
 
-/// One job's figures, in ms: detection, shrink, revoke (each the slowest rank's).
+/// The abort scenario on one rank: rank 0 names an instant 100 ms ahead; then rank n/2
+/// stops or dies, and each other rank's second thread aborts the communicator while its
+/// main thread is in an all_reduce (50 ms after a stop; at the instant of a kill).
+fn abort_rank(comm: &Communicator, stop: bool) -> Result<()> {
+    let (me, n) = (comm.rank(), comm.nranks());
+    let send = vec![1.0f32; COUNT];
+    let mut recv = vec![0.0f32; COUNT];
+    comm.all_reduce(&send, &mut recv, ReduceOp::Sum)?;
+    let mut at = [if me == 0 { now_ns() + 100_000_000 } else { 0i64 }];
+    comm.broadcast(&mut at, 0)?;
+    let fault_at = at[0];
+    if me == n / 2 {
+        sleep_until(fault_at);
+        // SAFETY: stops or kills this process; a stopped one is killed by the bench.
+        unsafe { libc::kill(libc::getpid(), if stop { libc::SIGSTOP } else { libc::SIGKILL }) };
+        return Ok(());
+    }
+    let abort_at = fault_at + if stop { ABORT_AFTER_STOP_NS } else { 0 };
+    let (called, abort_returned, blocked_returned) = std::thread::scope(|s| {
+        let aborter = s.spawn(|| {
+            sleep_until(abort_at);
+            let called = now_ns();
+            comm.abort();
+            (called, now_ns())
+        });
+        let blocked_returned = loop {
+            if comm.all_reduce(&send, &mut recv, ReduceOp::Sum).is_err() {
+                break now_ns();
+            }
+        };
+        let (called, returned) = aborter.join().expect("the abort thread does not panic");
+        (called, returned, blocked_returned)
+    });
+    println!("abort_ns {} blocked_ns {}", abort_returned - called, blocked_returned - called);
+    Ok(())
+}
+
+/// Sleeps until CLOCK_MONOTONIC reads `at_ns`.
+fn sleep_until(at_ns: i64) {
+    let left = at_ns - now_ns();
+    if left > 0 {
+        std::thread::sleep(Duration::from_nanos(left as u64));
+    }
+}
+
+/// One job's figures, in ms: detection, shrink, revoke, abort with a stopped and with a
+/// dead peer (each the slowest rank's; no abort figures for ULFM).
 #[derive(Default, Clone, Copy)]
 struct Figures {
     detect: f64,
     shrink: f64,
     revoke: f64,
+    abort_stopped: Option<f64>,
+    abort_dead: Option<f64>,
 }
 
 fn bench(args: &[String]) -> Result<()> {
@@ -145,28 +209,32 @@ fn bench(args: &[String]) -> Result<()> {
         None => None,
     };
     println!("{} trials per figure; times in ms, each the slowest rank's, median over trials", trials);
-    println!("| ranks | detection oxccl | detection ULFM | revoke oxccl | revoke ULFM | shrink oxccl | shrink ULFM |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| ranks | detection oxccl | detection ULFM | revoke oxccl | revoke ULFM | shrink oxccl | shrink ULFM | abort oxccl, stopped peer | abort oxccl, dead peer |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let mut failures = Vec::new();
     for &n in &ranks {
         let ours = trials_of("oxccl", n, trials, oxccl_job, &mut failures);
         let theirs = ulfm.as_ref().map(|u| trials_of("ULFM", n, trials, |n| u.job(n), &mut failures));
-        let cell = |f: Option<&Trials>, get: fn(&Figures) -> f64| match f {
+        let cell = |f: Option<&Trials>, get: fn(&Figures) -> Option<f64>| match f {
             None => "unavailable".to_string(),
-            Some(t) => match t.median {
+            Some(t) => match t.median.map(|m| get(&m)) {
+                None if t.median.is_some() => "no counterpart".to_string(),
                 None => format!("failed {} of {trials}", t.failed),
-                Some(m) if t.failed > 0 => format!("{:.2} ({} of {} failed)", get(&m), t.failed, trials),
-                Some(m) => format!("{:.2}", get(&m)),
+                Some(Some(v)) if t.failed > 0 => format!("{v:.2} ({} of {} failed)", t.failed, trials),
+                Some(Some(v)) => format!("{v:.2}"),
+                Some(None) => "no counterpart".to_string(),
             },
         };
         println!(
-            "| {n} | {} | {} | {} | {} | {} | {} |",
-            cell(Some(&ours), |f| f.detect),
-            cell(theirs.as_ref(), |f| f.detect),
-            cell(Some(&ours), |f| f.revoke),
-            cell(theirs.as_ref(), |f| f.revoke),
-            cell(Some(&ours), |f| f.shrink),
-            cell(theirs.as_ref(), |f| f.shrink)
+            "| {n} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            cell(Some(&ours), |f| Some(f.detect)),
+            cell(theirs.as_ref(), |f| Some(f.detect)),
+            cell(Some(&ours), |f| Some(f.revoke)),
+            cell(theirs.as_ref(), |f| Some(f.revoke)),
+            cell(Some(&ours), |f| Some(f.shrink)),
+            cell(theirs.as_ref(), |f| Some(f.shrink)),
+            cell(Some(&ours), |f| f.abort_stopped),
+            cell(Some(&ours), |f| f.abort_dead)
         );
     }
     for failure in &failures {
@@ -202,12 +270,20 @@ fn trials_of(system: &str, n: u32, trials: usize, job: impl Fn(u32) -> Result<Fi
     Trials { median: (!done.is_empty()).then(|| median(done)), failed }
 }
 
-fn median(mut all: Vec<Figures>) -> Figures {
-    let mut pick = |get: fn(&Figures) -> f64| {
-        all.sort_by(|a, b| get(a).total_cmp(&get(b)));
-        get(&all[all.len() / 2])
+fn median(all: Vec<Figures>) -> Figures {
+    let pick = |get: fn(&Figures) -> Option<f64>| {
+        let mut values: Vec<f64> = all.iter().filter_map(get).collect();
+        values.sort_by(f64::total_cmp);
+        values.get(values.len() / 2).copied()
     };
-    Figures { detect: pick(|f| f.detect), shrink: pick(|f| f.shrink), revoke: pick(|f| f.revoke) }
+    let must = |get: fn(&Figures) -> Option<f64>| pick(get).expect("every job has the figure");
+    Figures {
+        detect: must(|f| Some(f.detect)),
+        shrink: must(|f| Some(f.shrink)),
+        revoke: must(|f| Some(f.revoke)),
+        abort_stopped: pick(|f| f.abort_stopped),
+        abort_dead: pick(|f| f.abort_dead),
+    }
 }
 
 /// Runs the two oxccl jobs of `n` ranks.
@@ -226,12 +302,53 @@ fn oxccl_job(n: u32) -> Result<Figures> {
             }
             cmd
         })?;
+        // A stopped rank never exits: it is killed once the others have.
+        let reaper = (mode == "abort-stop").then(|| kill_when_others_exit(job.pids(), n as usize / 2));
         let outputs = job.wait_with_output(Duration::from_secs(30))?;
+        if let Some(reaper) = reaper {
+            let _ = reaper.join();
+        }
         Ok(outputs.into_iter().map(|(_, out)| out).collect::<Vec<_>>().join(""))
     };
     let kill = run("kill")?;
     let revoke = run("revoke")?;
-    figures(n, &kill, &revoke)
+    let mut f = figures(n, &kill, &revoke)?;
+    f.abort_stopped = Some(abort_figure(n, &run("abort-stop")?)?);
+    f.abort_dead = Some(abort_figure(n, &run("abort-kill")?)?);
+    Ok(f)
+}
+
+/// The slowest survivor's time from its abort call until both abort and its blocked
+/// collective returned, in ms.
+fn abort_figure(n: u32, text: &str) -> Result<f64> {
+    let returns: Vec<i64> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("abort_ns "))
+        .filter_map(|rest| {
+            let mut words = rest.split_whitespace();
+            let abort: i64 = words.next()?.parse().ok()?;
+            let blocked: i64 = words.nth(1)?.parse().ok()?;
+            Some(abort.max(blocked))
+        })
+        .collect();
+    if returns.len() != n as usize - 1 {
+        return Err(format!("{n} ranks: {} of {} survivors reported their abort:\n{text}", returns.len(), n - 1).into());
+    }
+    Ok(*returns.iter().max().expect("at least one survivor") as f64 / 1e6)
+}
+
+/// Kills `victim` (stopped: it never exits) once every other process of `pids` has exited.
+fn kill_when_others_exit(pids: Vec<u32>, victim: usize) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        // Gone, or a zombie waiting to be reaped.
+        let exited = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')));
+        let deadline = std::time::Instant::now() + Duration::from_secs(25);
+        while std::time::Instant::now() < deadline && !pids.iter().enumerate().all(|(r, &p)| r == victim || exited(p)) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // SAFETY: kill has no memory preconditions; the pid is this job's child, not yet reaped.
+        unsafe { libc::kill(pids[victim] as i32, libc::SIGKILL) };
+    })
 }
 
 /// The figures of a job from its ranks' output (the same lines for oxccl and ULFM).
@@ -256,6 +373,8 @@ fn figures(n: u32, kill: &str, revoke: &str) -> Result<Figures> {
         detect: ms(detected.iter().max().unwrap() - kill_at),
         shrink: ms(*shrinks.iter().max().unwrap()),
         revoke: ms(returned.iter().max().unwrap() - revoke_at),
+        abort_stopped: None,
+        abort_dead: None,
     })
 }
 

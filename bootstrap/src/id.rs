@@ -7,7 +7,7 @@
 //! | 0..4    | magic `OXID`                                           |
 //! | 4..6    | protocol version ([`PROTOCOL_VERSION`])                |
 //! | 6       | address family: 4 or 6                                 |
-//! | 7       | reserved, 0                                            |
+//! | 7       | flags: bit 0 [`UniqueId::confirmed`], other bits 0       |
 //! | 8..10   | root port, network byte order                          |
 //! | 10..26  | root IP address (IPv4 in the first 4 bytes, rest 0)    |
 //! | 26..32  | reserved, 0                                            |
@@ -39,20 +39,38 @@ pub type Secret = [u8; SECRET_BYTES];
 pub struct UniqueId {
     root: SocketAddr,
     secret: Secret,
+    confirmed: bool,
 }
+
+/// Bit of byte 7: [`UniqueId::confirmed`].
+const FLAG_CONFIRMED: u8 = 1;
 
 impl UniqueId {
     /// An id for a root at `root` with the given secret. The root is not started here: see
     /// [`crate::Bootstrap::create_id`] for an id whose root this process serves.
     pub fn new(root: SocketAddr, secret: Secret) -> UniqueId {
-        UniqueId { root, secret }
+        UniqueId { root, secret, confirmed: false }
     }
 
     /// An id with a fresh random secret.
     pub fn with_random_secret(root: SocketAddr) -> Result<UniqueId> {
         let mut secret = [0u8; SECRET_BYTES];
         getrandom::fill(&mut secret).map_err(|e| Error::io("reading random bytes for the secret", std::io::Error::other(e.to_string())))?;
-        Ok(UniqueId { root, secret })
+        Ok(UniqueId::new(root, secret))
+    }
+
+    /// The same id, marked so that every rank joining through it confirms the new
+    /// communicator with an agreement before using it: the join then succeeds on every
+    /// surviving rank or on none, also when a rank dies during it (grow ids, from
+    /// `Communicator::grow_id`). Every rank reads the mark from the id, so all do the same.
+    pub fn with_confirmation(self) -> UniqueId {
+        UniqueId { confirmed: true, ..self }
+    }
+
+    /// Whether the join through this id ends with a confirming agreement
+    /// ([`UniqueId::with_confirmation`]).
+    pub fn confirmed(&self) -> bool {
+        self.confirmed
     }
 
     /// An id whose secret is derived from strings every rank of a job knows (the launcher's
@@ -68,7 +86,7 @@ impl UniqueId {
             }
             chunk.copy_from_slice(&h.to_le_bytes());
         }
-        UniqueId { root, secret }
+        UniqueId::new(root, secret)
     }
 
     /// Where the root listens.
@@ -97,6 +115,7 @@ impl UniqueId {
                 b[10..26].copy_from_slice(&v6.octets());
             }
         }
+        b[7] = if self.confirmed { FLAG_CONFIRMED } else { 0 };
         b[32..64].copy_from_slice(&self.secret);
         b
     }
@@ -114,7 +133,10 @@ impl UniqueId {
         if version != PROTOCOL_VERSION {
             return Err(bad(format!("protocol version {version}, this build speaks {PROTOCOL_VERSION}")));
         }
-        let reserved_ok = b[7] == 0 && b[26..32].iter().all(|&x| x == 0) && b[64..].iter().all(|&x| x == 0);
+        if b[7] & !FLAG_CONFIRMED != 0 {
+            return Err(bad(format!("flags byte {:#04x} has unknown bits", b[7])));
+        }
+        let reserved_ok = b[26..32].iter().all(|&x| x == 0) && b[64..].iter().all(|&x| x == 0);
         if !reserved_ok {
             return Err(bad("reserved bytes are not zero".into()));
         }
@@ -133,7 +155,7 @@ impl UniqueId {
         }
         let mut secret = [0u8; SECRET_BYTES];
         secret.copy_from_slice(&b[32..64]);
-        Ok(UniqueId { root: SocketAddr::new(ip, port), secret })
+        Ok(UniqueId { root: SocketAddr::new(ip, port), secret, confirmed: b[7] & FLAG_CONFIRMED != 0 })
     }
 
     /// 256 lowercase hex digits, for environment variables and files.
@@ -159,7 +181,7 @@ impl UniqueId {
 impl fmt::Debug for UniqueId {
     // The secret stays out of logs.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("UniqueId").field("root", &self.root).finish_non_exhaustive()
+        f.debug_struct("UniqueId").field("root", &self.root).field("confirmed", &self.confirmed).finish_non_exhaustive()
     }
 }
 
@@ -209,7 +231,23 @@ mod tests {
             assert!(err.contains(word), "{err}");
         }
         assert!(UniqueId::from_bytes(&good[..64]).is_err());
+        let mut b = good;
+        b[7] = 2;
+        assert!(UniqueId::from_bytes(&b).unwrap_err().to_string().contains("flags byte 0x02"));
         assert!(UniqueId::from_hex("zz").is_err());
+    }
+
+    #[test]
+    fn the_confirmation_mark_round_trips() {
+        let id = UniqueId::new("127.0.0.1:5000".parse().unwrap(), [1; 32]);
+        assert!(!id.confirmed());
+        let marked = id.with_confirmation();
+        assert_eq!(marked.to_bytes()[7], 1);
+        assert_eq!(id.to_bytes()[7], 0);
+        let decoded = UniqueId::from_hex(&marked.to_hex()).unwrap();
+        assert!(decoded.confirmed());
+        assert_eq!(decoded, marked);
+        assert_ne!(decoded, id);
     }
 
     #[test]

@@ -26,6 +26,9 @@ module nccl
   integer(c_int), parameter :: ncclScalarDevice = 0, ncclScalarHostImmediate = 1
 
   integer(c_int), parameter :: NCCL_SPLIT_NOCOLOR = -1
+  integer(c_int), parameter :: NCCL_SUSPEND_MEM = 1
+  integer(c_int), parameter :: ncclStatGpuMemSuspend = 0, ncclStatGpuMemSuspended = 1, &
+    ncclStatGpuMemPersist = 2, ncclStatGpuMemTotal = 3
 
   type, bind(c) :: ncclUniqueId
     character(kind=c_char) :: internal(128)
@@ -178,6 +181,14 @@ module nccl
       integer(c_int) :: ncclCommResume
       type(c_ptr), value :: comm
     end function ncclCommResume
+
+    function ncclCommMemStats(comm, stat, value) bind(c, name="ncclCommMemStats")
+      import
+      integer(c_int) :: ncclCommMemStats
+      type(c_ptr), value :: comm
+      integer(c_int), value :: stat
+      integer(c_int64_t), intent(out) :: value
+    end function ncclCommMemStats
 
     function ncclCommCount(comm, count) bind(c, name="ncclCommCount")
       import

@@ -41,6 +41,8 @@ typedef struct CUstream_st* cudaStream_t;
 #define NCCL_SHRINK_DEFAULT 0x00
 #define NCCL_SHRINK_ABORT 0x01
 #define NCCL_REVOKE_DEFAULT 0x00
+/* ncclCommSuspend: also release the memory the communicator re-creates on demand. */
+#define NCCL_SUSPEND_MEM 0x01
 /* oxccl extension (not in NCCL): with excludeRanksCount == 0, ncclCommShrink first makes
    the live ranks agree on the failed ones and excludes those (docs/CAPI.md). */
 #define OXCCL_SHRINK_AGREE 0x100
@@ -164,8 +166,21 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclCommAbort(ncclComm_t comm);
 ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags);
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError);
+/* Suspend refuses collectives and point-to-point calls (ncclInvalidUsage) until Resume;
+   with NCCL_SUSPEND_MEM it releases the scratch buffer and the plan cache, and Resume
+   allocates the scratch again. Host backend only for now: on the GPU backend both return
+   ncclInvalidUsage (docs/CAPI.md). */
 ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags);
 ncclResult_t ncclCommResume(ncclComm_t comm);
+
+/* Memory statistics (on the host backend the bytes are host memory). */
+typedef enum {
+  ncclStatGpuMemSuspend = 0,   /* bytes held now that Suspend(NCCL_SUSPEND_MEM) releases */
+  ncclStatGpuMemSuspended = 1, /* 1 while suspended, else 0 */
+  ncclStatGpuMemPersist = 2,   /* bytes held for the communicator's life (connection FIFOs) */
+  ncclStatGpuMemTotal = 3      /* the sum of both */
+} ncclCommMemStat_t;
+ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value);
 
 /* Queries. */
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count);
@@ -221,6 +236,7 @@ ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags);
 ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError);
 ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags);
 ncclResult_t pncclCommResume(ncclComm_t comm);
+ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value);
 ncclResult_t pncclCommCount(const ncclComm_t comm, int* count);
 ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int* device);
 ncclResult_t pncclCommUserRank(const ncclComm_t comm, int* rank);

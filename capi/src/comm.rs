@@ -118,6 +118,15 @@ impl NcclComm {
         self.backend().map(Backend::host)
     }
 
+    /// The host communicator for `call`, which the GPU backend does not serve yet
+    /// (`ncclInvalidUsage` naming the call there).
+    pub fn host_only(&self, call: &str) -> Result<&Communicator, Failure> {
+        match self.backend()? {
+            Backend::Host(c) => Ok(c),
+            Backend::Gpu(_) => Err(Failure::usage(format!("{call}: not supported on the GPU backend yet (host-backend communicators, OXCCL_BACKEND=host, support it)"))),
+        }
+    }
+
     /// The GPU communicator, if this one runs on the GPU backend.
     pub fn gpu(&self) -> Result<Option<&DeviceComm>, Failure> {
         Ok(match self.backend()? {

@@ -28,6 +28,8 @@ type Stream = *mut c_void;
 
 /// `NCCL_SHRINK_ABORT`.
 const SHRINK_ABORT: c_int = 0x01;
+/// `NCCL_SUSPEND_MEM`.
+const SUSPEND_MEM: c_int = 0x01;
 /// `OXCCL_SHRINK_AGREE` (an oxccl extension): agree on the failed ranks and exclude them.
 const SHRINK_AGREE: c_int = 0x100;
 
@@ -346,12 +348,38 @@ exports! {
         })
     }
 
-    fn ncclCommSuspend / pncclCommSuspend(_comm: Comm, _flags: c_int) -> NcclResult {
-        guard("ncclCommSuspend", || Err(Failure::unimplemented("ncclCommSuspend")))
+    fn ncclCommSuspend / pncclCommSuspend(comm: Comm, flags: c_int) -> NcclResult {
+        guard("ncclCommSuspend", || {
+            if flags & !SUSPEND_MEM != 0 {
+                return Err(Failure::argument(format!("flags {flags:#x}: only NCCL_SUSPEND_MEM (0x1) is defined")));
+            }
+            // SAFETY: the caller's handle.
+            let c = unsafe { NcclComm::from_handle(comm)? }.host_only("ncclCommSuspend")?;
+            Ok(c.suspend(flags & SUSPEND_MEM != 0)?)
+        })
     }
 
-    fn ncclCommResume / pncclCommResume(_comm: Comm) -> NcclResult {
-        guard("ncclCommResume", || Err(Failure::unimplemented("ncclCommResume")))
+    fn ncclCommResume / pncclCommResume(comm: Comm) -> NcclResult {
+        // SAFETY: the caller's handle.
+        guard("ncclCommResume", || Ok(unsafe { NcclComm::from_handle(comm)? }.host_only("ncclCommResume")?.resume()?))
+    }
+
+    fn ncclCommMemStats / pncclCommMemStats(comm: Comm, stat: c_int, value: *mut u64) -> NcclResult {
+        guard("ncclCommMemStats", || {
+            let out = out(value, "value")?;
+            // SAFETY: the caller's handle.
+            let stats = unsafe { NcclComm::from_handle(comm)? }.host_only("ncclCommMemStats")?.memory_stats();
+            let v = match stat {
+                0 => stats.releasable,
+                1 => u64::from(stats.suspended),
+                2 => stats.persistent,
+                3 => stats.total(),
+                other => return Err(Failure::argument(format!("stat {other}: ncclCommMemStat_t goes from ncclStatGpuMemSuspend (0) to ncclStatGpuMemTotal (3)"))),
+            };
+            // SAFETY: checked non-NULL.
+            unsafe { *out = v };
+            Ok(())
+        })
     }
 
     fn ncclCommCount / pncclCommCount(comm: Comm, count: *mut c_int) -> NcclResult {
@@ -548,10 +576,6 @@ exports! {
 
     // Newer NCCL calls that programs built against a newer header reference: exported so
     // that such programs load, and refused with a message until oxccl serves them.
-
-    fn ncclCommMemStats / pncclCommMemStats(_comm: Comm, _stat: c_int, _value: *mut u64) -> NcclResult {
-        guard("ncclCommMemStats", || Err(Failure::unimplemented("ncclCommMemStats")))
-    }
 
     fn ncclCommWindowRegister / pncclCommWindowRegister(_comm: Comm, _buff: *mut c_void, _size: usize, _win: *mut *mut c_void, _flags: c_int) -> NcclResult {
         guard("ncclCommWindowRegister", || Err(Failure::unimplemented("ncclCommWindowRegister")))

@@ -524,3 +524,83 @@ fn a_nonblocking_split_is_aborted_from_c() {
         assert_eq!(unsafe { ncclCommDestroy(c.cast()) }, SUCCESS, "{}", last_error());
     }
 }
+
+/// ncclCommSuspend, ncclCommResume and ncclCommMemStats from C on the host backend: an Avg
+/// all_reduce leaves a scratch buffer and a cached plan (releasable bytes) and FIFOs
+/// (persistent bytes); Suspend(NCCL_SUSPEND_MEM) releases the former and refuses
+/// collectives naming the suspension; a second Suspend, or a Resume without one, is
+/// refused; Resume allocates the scratch again and collectives work; Suspend(0) keeps the
+/// memory; bad flags, stats and pointers are refused by name.
+#[test]
+fn suspend_releases_memory_and_resume_restores_it() {
+    const AVG: i32 = 4;
+    const SUSPEND_MEM: i32 = 1;
+    const COUNT: usize = 4096;
+    let comms = init_all(2);
+    let stat = |c: *mut c_void, which: i32| -> u64 {
+        let mut v = u64::MAX;
+        // SAFETY: a live handle and a u64 to fill.
+        assert_eq!(unsafe { ncclCommMemStats(c.cast(), which, &mut v) }, SUCCESS, "{}", last_error());
+        v
+    };
+    // Ranks give 0 and 2: the average is 1 everywhere.
+    let average = |comms: &[*mut c_void]| {
+        on_threads(comms, |rank, c| {
+            let send = vec![rank as f32 * 2.0; COUNT];
+            let mut recv = vec![0f32; COUNT];
+            // SAFETY: a live handle and buffers of COUNT floats.
+            let rc = unsafe { ncclAllReduce(send.as_ptr().cast(), recv.as_mut_ptr().cast(), COUNT, FLOAT, AVG, c.cast(), null_mut()) };
+            assert_eq!(rc, SUCCESS, "{}", last_error());
+            assert!(recv.iter().all(|&x| x == 1.0), "{}", recv[0]);
+        })
+    };
+    average(&comms);
+    let c = comms[0];
+    let releasable = stat(c, 0);
+    let persistent = stat(c, 2);
+    assert!(releasable >= (COUNT * 4) as u64, "releasable {releasable}: the scratch of the Avg is missing");
+    assert!(persistent > 0, "no FIFO counted");
+    assert_eq!((stat(c, 1), stat(c, 3)), (0, releasable + persistent));
+    // SAFETY: live handles, and buffers or the NULL/garbage each call tests.
+    unsafe {
+        for &comm in &comms {
+            assert_eq!(ncclCommSuspend(comm.cast(), SUSPEND_MEM), SUCCESS, "{}", last_error());
+        }
+        assert_eq!((stat(c, 0), stat(c, 1), stat(c, 2)), (0, 1, persistent));
+        let mut buf = [1f32; 8];
+        let p = buf.as_mut_ptr().cast::<c_void>();
+        assert_eq!(ncclAllReduce(p, p, 8, FLOAT, SUM, c.cast(), null_mut()), INVALID_USAGE);
+        assert!(last_error().contains("communicator rank 0 of 2 is suspended"), "{}", last_error());
+        assert_eq!(ncclCommSuspend(c.cast(), SUSPEND_MEM), INVALID_USAGE);
+        assert!(last_error().contains("already suspended"), "{}", last_error());
+        for &comm in &comms {
+            assert_eq!(ncclCommResume(comm.cast()), SUCCESS, "{}", last_error());
+        }
+        assert_eq!(stat(c, 1), 0);
+        assert!(stat(c, 0) >= (COUNT * 4) as u64, "the scratch was not allocated again: {}", stat(c, 0));
+        assert_eq!(ncclCommResume(c.cast()), INVALID_USAGE);
+        assert!(last_error().contains("resume without a suspension"), "{}", last_error());
+    }
+    average(&comms);
+    checked_all_reduce(&comms);
+    // SAFETY: as above.
+    unsafe {
+        // Without NCCL_SUSPEND_MEM the memory stays.
+        let before = stat(c, 0);
+        assert_eq!(ncclCommSuspend(c.cast(), 0), SUCCESS, "{}", last_error());
+        assert_eq!((stat(c, 0), stat(c, 1)), (before, 1));
+        assert_eq!(ncclCommResume(c.cast()), SUCCESS, "{}", last_error());
+        assert_eq!(ncclCommSuspend(c.cast(), 0x4), INVALID_ARGUMENT);
+        assert!(last_error().contains("flags 0x4"), "{}", last_error());
+        let mut v = 0u64;
+        assert_eq!(ncclCommMemStats(c.cast(), 7, &mut v), INVALID_ARGUMENT);
+        assert!(last_error().contains("stat 7"), "{}", last_error());
+        assert_eq!(ncclCommMemStats(c.cast(), 0, null_mut()), INVALID_ARGUMENT);
+        assert!(last_error().contains("value is NULL"), "{}", last_error());
+        assert_eq!(ncclCommSuspend(null_mut(), SUSPEND_MEM), INVALID_ARGUMENT);
+        assert_eq!(ncclCommResume(null_mut()), INVALID_ARGUMENT);
+        for comm in comms {
+            assert_eq!(ncclCommDestroy(comm.cast()), SUCCESS);
+        }
+    }
+}

@@ -109,6 +109,8 @@ int main(void) {
   P(ncclSum); P(ncclProd); P(ncclMax); P(ncclMin); P(ncclAvg); P(ncclNumOps); P(ncclMaxRedOp);
   P(ncclScalarDevice); P(ncclScalarHostImmediate);
   P(NCCL_SPLIT_NOCOLOR); P(NCCL_CONFIG_UNDEF_INT); P(NCCL_SHRINK_DEFAULT); P(NCCL_SHRINK_ABORT); P(NCCL_REVOKE_DEFAULT);
+  P(NCCL_SUSPEND_MEM); P(sizeof(ncclCommMemStat_t)); P(ncclStatGpuMemSuspend); P(ncclStatGpuMemSuspended);
+  P(ncclStatGpuMemPersist); P(ncclStatGpuMemTotal);
   P(NCCL_VERSION(2, 28, 3)); P(NCCL_VERSION(2, 8, 4));
   return 0;
 }

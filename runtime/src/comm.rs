@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use rustc_hash::FxHashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -28,6 +28,9 @@ use crate::proxy::NetLinks;
 use crate::stream::{HostStream, Work};
 use crate::task::{CollectiveTask, PointToPoint, Task};
 use crate::tune::{CostInput, Tuner};
+
+mod suspend;
+pub use suspend::MemoryStats;
 
 /// Slots per connection (NCCL's NCCL_STEPS).
 pub const SLOTS: usize = 8;
@@ -57,6 +60,14 @@ pub(crate) struct Exec {
     /// Where Avg and PreMulSum put each rank's scaled input (reused: no allocation per call
     /// once it has grown to the largest input).
     scratch: Mutex<Vec<u8>>,
+    /// The scratch buffer's size, readable while a task holds it.
+    scratch_bytes: AtomicU64,
+    /// Bytes of FIFO slots this rank holds for its connections (see [`MemoryStats`]).
+    fifo_bytes: AtomicU64,
+    /// Set by [`Communicator::suspend`]: tasks are refused until [`Communicator::resume`].
+    suspended: AtomicBool,
+    /// The scratch size a suspension released, allocated again on resumption.
+    released_scratch: Mutex<usize>,
     /// Abort flags of the non-blocking splits, shrinks and grows running from this
     /// communicator: it reports `InProgress` while there are any, and aborts them when
     /// aborted.
@@ -82,13 +93,21 @@ struct Prepared {
     net_expected: Vec<(algo::Link, u64)>,
 }
 
+impl Prepared {
+    /// Heap bytes the plan holds.
+    fn bytes(&self) -> u64 {
+        let steps: usize = self.lanes.iter().map(|l| l.steps.capacity() * std::mem::size_of::<(Step, usize)>()).sum();
+        (steps + self.lanes.capacity() * std::mem::size_of::<Lane>() + self.net_expected.capacity() * std::mem::size_of::<(algo::Link, u64)>()) as u64
+    }
+}
+
 /// Cached plans per communicator; the cache starts over when full.
 const PLAN_CACHE: usize = 256;
 
 impl Communicator {
     /// Joins the job named by `id` as `rank` of `nranks`.
     pub fn init(id: &UniqueId, rank: u32, nranks: u32, config: &Config) -> Result<Communicator> {
-        Communicator::from_bootstrap(Bootstrap::init(id, rank, nranks, config)?, config)
+        join(id, rank, nranks, config, Arc::new(AtomicBool::new(false)))
     }
 
     /// Joins the job the environment describes (launcher, NCCL_COMM_ID, MPI; see
@@ -117,11 +136,17 @@ impl Communicator {
 
     /// Builds a communicator over a joined bootstrap.
     pub fn from_bootstrap(boot: Bootstrap, config: &Config) -> Result<Communicator> {
+        let same_host = host_peers(&boot, config)?;
+        Communicator::with_host_peers(boot, same_host, config)
+    }
+
+    /// The rest of [`Communicator::from_bootstrap`] once the ranks know who shares their
+    /// host: nothing here waits on a peer.
+    fn with_host_peers(boot: Bootstrap, same_host: Vec<bool>, config: &Config) -> Result<Communicator> {
         let (rank, nranks) = (boot.rank() as usize, boot.nranks() as usize);
         let span = tracing::info_span!(target: log_target::INIT, "comm_init", rank, nranks);
         let _enter = span.enter();
         let tuner = Tuner::new(config.algo.as_deref(), config.proto.as_deref())?;
-        let same_host = host_peers(&boot, config)?;
         static CLEANED: std::sync::Once = std::sync::Once::new();
         CLEANED.call_once(|| {
             let removed = fifo::cleanup_stale();
@@ -146,6 +171,10 @@ impl Communicator {
             connections: Mutex::new(Connections::default()),
             plans: Mutex::new(FxHashMap::default()),
             scratch: Mutex::new(Vec::new()),
+            scratch_bytes: AtomicU64::new(0),
+            fifo_bytes: AtomicU64::new(0),
+            suspended: AtomicBool::new(false),
+            released_scratch: Mutex::new(0),
             creating: Mutex::new(Vec::new()),
             background_error: Mutex::new(None),
         });
@@ -210,7 +239,7 @@ impl Communicator {
         }
         let exclude: Vec<u32> = exclude.iter().map(|&r| u32::try_from(r).unwrap_or(u32::MAX)).collect();
         let boot = self.exec.boot.shrink(&exclude)?;
-        Communicator::from_bootstrap(boot, &self.exec.config)
+        self.exec.shrunk(boot, &exclude)
     }
 
     /// Agrees with the other live ranks on which ranks of this communicator failed
@@ -235,20 +264,24 @@ impl Communicator {
         if abort_first {
             self.abort();
         }
-        shrink_agreed(&self.exec.boot, &self.exec.config, &Arc::new(AtomicBool::new(false)))
+        shrink_agreed(&self.exec, &Arc::new(AtomicBool::new(false)))
     }
 
     /// A new unique id for [`Communicator::grow`], its root served by this process
     /// (ncclCommGetUniqueId): one existing rank makes it and hands it to the others and to
-    /// the new processes out of band (a broadcast on this communicator, a file, ...).
+    /// the new processes out of band (a broadcast on this communicator, a file, ...). The id
+    /// is marked for confirmation ([`UniqueId::with_confirmation`]): a grow through it
+    /// succeeds on every surviving rank or on none.
     pub fn grow_id(&self) -> Result<UniqueId> {
-        Ok(Bootstrap::create_id(&self.exec.config)?)
+        Ok(Bootstrap::create_id(&self.exec.config)?.with_confirmation())
     }
 
     /// A communicator of `nranks` ranks made of this one's ranks, which keep their ranks,
     /// and new processes, which call [`Communicator::init`] with the same `id` and ranks
     /// from `self.nranks()` up (ncclCommGrow). Collective over the existing and the new
     /// ranks, through a new rendezvous at `id`'s root; bounded by the bootstrap timeouts.
+    /// With an id from [`Communicator::grow_id`], a rank dying during the grow makes it
+    /// fail on every survivor (an error naming a failed rank), never on some only.
     pub fn grow(&self, nranks: usize, id: &UniqueId) -> Result<Communicator> {
         let n = self.check_grow(nranks)?;
         Communicator::init(id, self.rank() as u32, n, &self.exec.config)
@@ -330,6 +363,12 @@ impl Communicator {
         self.exec.flush()
     }
 
+    /// The ranks that share this rank's host (NCCL_HOSTID, else host name and boot id),
+    /// this one included, in rank order.
+    pub fn local_ranks(&self) -> Vec<usize> {
+        self.exec.transports.same_host.iter().enumerate().filter(|(_, &same)| same).map(|(r, _)| r).collect()
+    }
+
     /// Counts of the socket net's receive calls: (calls, calls carrying several buffers).
     pub fn net_receive_stats(&self) -> (u64, u64) {
         let s = self.exec.socket.stats();
@@ -337,6 +376,9 @@ impl Communicator {
     }
 
     pub(crate) fn check_usable(&self) -> Result<()> {
+        if self.suspended() {
+            return Err(self.exec.suspended_error());
+        }
         if let Some(reason) = self.revoked() {
             return Err(Error::InvalidUsage { what: format!("the communicator is revoked ({reason}): only destroy, split or shrink remain") });
         }
@@ -617,6 +659,14 @@ impl Exec {
     pub(crate) fn bootstrap(&self) -> &Bootstrap {
         &self.boot
     }
+
+    /// The communicator on `boot`, a shrink of this one without `exclude` (checked by the
+    /// shrink): who shares this rank's host is known here, so no exchange is needed — the
+    /// survivors' view is this one's without the excluded ranks.
+    pub(crate) fn shrunk(&self, boot: Bootstrap, exclude: &[u32]) -> Result<Communicator> {
+        let same_host = self.transports.same_host.iter().enumerate().filter(|(r, _)| !exclude.contains(&(*r as u32))).map(|(_, &same)| same).collect();
+        Communicator::with_host_peers(boot, same_host, &self.config)
+    }
 }
 
 impl crate::pending::Parent for Exec {
@@ -689,6 +739,17 @@ impl Exec {
         Ok(())
     }
 
+    /// Connects every link `lanes` use, and counts the FIFO bytes this rank then holds:
+    /// every receiving end, and the sending ends over the network (a shared-memory sending
+    /// end maps its peer's FIFO).
+    fn connect(&self, lanes: &[Lane], connections: &mut Connections) -> Result<()> {
+        let result = conn::ensure(lanes, connections, &self.boot, &self.transports, &self.net);
+        let geometry = self.transports.geometry;
+        let fifos = connections.receivers.len() + connections.senders.keys().filter(|l| !self.transports.shared_memory(l.peer)).count();
+        self.fifo_bytes.store((fifos * geometry.slots * geometry.slot_bytes) as u64, Ordering::Release);
+        result
+    }
+
     /// Messages each network receive link of `lanes` carries.
     fn net_expected(&self, lanes: &[Lane]) -> Vec<(algo::Link, u64)> {
         let mut expected: FxHashMap<algo::Link, u64> = FxHashMap::default();
@@ -728,7 +789,7 @@ impl Exec {
         };
         let lanes = algo::plan_rank(shape, key.algorithm, self.rank).map_err(|e| Error::invalid(e.to_string()))?;
         let lanes: Vec<Lane> = lanes.into_iter().map(|steps| Lane { steps: steps.into_iter().map(|s| (s, 0)).collect() }).collect();
-        conn::ensure(&lanes, connections, &self.boot, &self.transports, &self.net)?;
+        self.connect(&lanes, connections)?;
         let (send_count, recv_count) = key.collective.buffer_counts(key.count, self.nranks, self.rank, key.root);
         let sizes = Buffers { send: std::ptr::null(), send_bytes: send_count * key.esize, recv: std::ptr::null_mut(), recv_bytes: recv_count * key.esize };
         exec::check_bounds(&lanes, &[sizes], connections, key.esize)?;
@@ -755,6 +816,7 @@ impl Exec {
         if let Some(factor) = task.collective.reduces().then(|| task.op.input_scale(task.dtype, self.nranks)).flatten() {
             if scratch.len() < buffers.send_bytes {
                 scratch.resize(buffers.send_bytes, 0);
+                self.scratch_bytes.store(scratch.len() as u64, Ordering::Release);
             }
             // SAFETY: the send buffer is valid for send_bytes (enqueue's contract).
             let input = unsafe { std::slice::from_raw_parts(buffers.send, buffers.send_bytes) };
@@ -802,18 +864,39 @@ impl Exec {
             }
         }
         let lanes: Vec<Lane> = lanes.into_values().filter(|l| !l.steps.is_empty()).collect();
-        conn::ensure(&lanes, connections, &self.boot, &self.transports, &self.net)?;
+        self.connect(&lanes, connections)?;
         let net_expected = self.net_expected(&lanes);
         self.execute(&lanes, &net_expected, &buffers, DataType::Uint8, ReduceOp::Sum, true, false, connections)
     }
 }
 
-/// [`Communicator::shrink_failed`] over `boot`, every wait ending when `abort` is set.
-pub(crate) fn shrink_agreed(boot: &Bootstrap, config: &Config, abort: &Arc<AtomicBool>) -> Result<(Communicator, Vec<usize>)> {
+/// Joins the job of `id` as `rank` of `nranks`, every wait ending when `abort` is set.
+/// With a confirmed id ([`UniqueId::confirmed`]: grows) the ranks then agree on the failed
+/// ones over the new bootstrap, and only if none failed is the communicator built (the
+/// steps after the agreement wait on no peer), so that the join succeeds on every
+/// surviving rank or on none.
+pub(crate) fn join(id: &UniqueId, rank: u32, nranks: u32, config: &Config, abort: Arc<AtomicBool>) -> Result<Communicator> {
+    let boot = Bootstrap::init_abortable(id, rank, nranks, config, abort.clone())?;
+    if !id.confirmed() {
+        return Communicator::from_bootstrap(boot, config);
+    }
+    // A failure here (a rank died during the exchange) is decided on by the agreement.
+    let same_host = host_peers(&boot, config);
+    let failed = boot.agree_failed_abortable(&abort)?;
+    if let Some(&first) = failed.first() {
+        let cause = same_host.err().map_or(String::new(), |e| format!("; here: {e}"));
+        return Err(Error::PeerFailed { rank: first, reason: format!("ranks {failed:?} of {nranks} failed while joining; the join is given up on every rank{cause}") });
+    }
+    Communicator::with_host_peers(boot, same_host?, config)
+}
+
+/// [`Communicator::shrink_failed`] of `parent`, every wait ending when `abort` is set.
+pub(crate) fn shrink_agreed(parent: &Exec, abort: &Arc<AtomicBool>) -> Result<(Communicator, Vec<usize>)> {
+    let boot = &parent.boot;
     let mut failed = boot.agree_failed_abortable(abort)?;
     // Each retry excludes at least one more rank.
     for _ in 0..boot.nranks() {
-        let built = boot.shrink_abortable(&failed, abort.clone()).map_err(Error::from).and_then(|b| Communicator::from_bootstrap(b, config));
+        let built = boot.shrink_abortable(&failed, abort.clone()).map_err(Error::from).and_then(|b| parent.shrunk(b, &failed));
         let confirmed = boot.agree_failed_abortable(abort)?;
         if confirmed == failed {
             return built.map(|c| (c, failed.into_iter().map(|r| r as usize).collect()));

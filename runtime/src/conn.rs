@@ -45,7 +45,7 @@ impl Transports {
         Transports { same_host, oversubscribed, shm_allowed, geometry }
     }
 
-    fn shared_memory(&self, peer: usize) -> bool {
+    pub(crate) fn shared_memory(&self, peer: usize) -> bool {
         self.shm_allowed && self.same_host[peer]
     }
 

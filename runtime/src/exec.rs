@@ -1,11 +1,11 @@
 //! The host executor: walks a rank's lanes of schedule steps over FIFO connections with CPU
 //! copies and reductions. Lanes progress round-robin and never block on one connection, so
 //! exchanges with many peers (all_to_all, grouped send/recv) cannot wait on each other.
-//! Idle passes spin, then yield; every wait watches the deadline, the abort flag and the
+//! Idle passes spin, then yield, then sleep; every wait watches the deadline, the abort flag and the
 //! bootstrap's failure notices.
 
 use rustc_hash::FxHashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use oxccl_kernels::{combine, combine_into, Combine, DataType};
 use oxccl_transports::fifo;
@@ -66,7 +66,7 @@ pub(crate) fn run(lanes: &[Lane], buffers: &[Buffers], connections: &mut Connect
         many.resize(lanes.len(), 0);
         &mut many
     };
-    let mut idle: u32 = 0;
+    let mut idle = Idle::default();
     loop {
         let mut progressed = false;
         let mut pending = false;
@@ -85,22 +85,71 @@ pub(crate) fn run(lanes: &[Lane], buffers: &[Buffers], connections: &mut Connect
             return Ok(());
         }
         if progressed {
-            idle = 0;
+            idle = Idle::default();
             continue;
         }
-        idle = idle.saturating_add(1);
-        if idle < 64 {
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
-        }
-        if idle % 256 == 0 {
+        if idle.pause() {
             (cx.health)()?;
             if Instant::now() >= cx.deadline {
                 let stuck: Vec<String> = lanes.iter().zip(cursor.iter()).filter_map(|(l, &c)| l.steps.get(c).map(|(s, _)| format!("{s:?}"))).collect();
                 return Err(Error::Timeout { phase: format!("collective, waiting at {}", stuck.join("; ")), waited: Default::default() });
             }
         }
+    }
+}
+
+/// Idle passes that spin before the executor yields: a running peer answers within
+/// microseconds.
+const SPIN_PASSES: u32 = 64;
+/// How long an idle executor yields before it sleeps between passes: a step of a healthy
+/// collective rarely waits this long, so its latency is untouched.
+const YIELD_FOR: Duration = Duration::from_millis(1);
+/// How often a yielding executor looks at its health at the least: with more processes
+/// than cores, 256 yields can take many time slices.
+const CHECK_EVERY: Duration = Duration::from_micros(100);
+/// Sleeps between idle passes start here and double up to [`LONGEST_SLEEP`].
+const FIRST_SLEEP: Duration = Duration::from_micros(10);
+/// The longest sleep, which bounds the latency a wait already past [`YIELD_FOR`] gains
+/// (at most a tenth).
+const LONGEST_SLEEP: Duration = Duration::from_micros(100);
+
+/// The executor's pauses between passes that moved nothing: spin, then yield, then sleep in
+/// growing steps. Yielding is timed, not counted: with more spinning processes than cores
+/// (16 ranks on 2 cores) each yield can last a time slice, and a rank that yields forever
+/// keeps the cores from the ranks that have work — the reader of a revocation notice, the
+/// thread that calls abort, the rank the others wait for. Sleeping leaves them the cores.
+#[derive(Default)]
+struct Idle {
+    passes: u32,
+    since: Option<Instant>,
+    checked: Option<Instant>,
+    sleep: Option<Duration>,
+}
+
+impl Idle {
+    /// Pauses once; true when the wait should look at its health and deadline now (every
+    /// 256 passes while spinning, every 256 passes or [`CHECK_EVERY`] while yielding,
+    /// every pass once sleeping).
+    fn pause(&mut self) -> bool {
+        self.passes = self.passes.saturating_add(1);
+        if self.passes < SPIN_PASSES {
+            std::hint::spin_loop();
+            return false;
+        }
+        let now = Instant::now();
+        let since = *self.since.get_or_insert(now);
+        if now - since < YIELD_FOR {
+            std::thread::yield_now();
+            let due = self.passes % 256 == 0 || now - *self.checked.get_or_insert(since) >= CHECK_EVERY;
+            if due {
+                self.checked = Some(now);
+            }
+            return due;
+        }
+        let sleep = self.sleep.map_or(FIRST_SLEEP, |s| (s * 2).min(LONGEST_SLEEP));
+        self.sleep = Some(sleep);
+        std::thread::sleep(sleep);
+        true
     }
 }
 
@@ -257,4 +306,32 @@ unsafe fn try_step(step: &Step, b: &Buffers, conns: &mut Connections, esize: usi
 
 fn rx_ptr(slot: &[u8]) -> *const u8 {
     slot.as_ptr()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_waits_spin_then_yield_for_a_while_then_sleep_in_growing_steps() {
+        let mut idle = Idle::default();
+        // Spinning: no health check (it would cost more than the wait).
+        for _ in 1..SPIN_PASSES {
+            assert!(!idle.pause());
+        }
+        let start = Instant::now();
+        while idle.sleep.is_none() {
+            idle.pause();
+            assert!(start.elapsed() < Duration::from_secs(5), "never started sleeping");
+        }
+        assert!(start.elapsed() >= YIELD_FOR, "slept after {:?} of yielding", start.elapsed());
+        // Sleeping: every pass looks at the health, and sleeps at least the first step.
+        let before = Instant::now();
+        assert!(idle.pause());
+        assert!(before.elapsed() >= FIRST_SLEEP * 2);
+        for _ in 0..10 {
+            idle.pause();
+        }
+        assert_eq!(idle.sleep, Some(LONGEST_SLEEP));
+    }
 }

@@ -27,7 +27,7 @@ mod tune;
 mod types;
 
 pub use algo::Collective;
-pub use comm::{Communicator, Group, SLOTS};
+pub use comm::{Communicator, Group, MemoryStats, SLOTS};
 pub use pending::PendingCommunicator;
 pub use error::{Error, Result};
 pub use stream::Work;

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use oxccl_bootstrap::{Bootstrap, Config, UniqueId, NOCOLOR};
+use oxccl_bootstrap::{Config, UniqueId, NOCOLOR};
 use parking_lot::{Condvar, Mutex};
 
 use crate::comm::Communicator;
@@ -215,9 +215,7 @@ impl Communicator {
     pub fn init_nonblocking(id: &UniqueId, rank: u32, nranks: u32, config: &Config) -> PendingCommunicator {
         let (id, config) = (*id, config.clone());
         let abort = Arc::new(AtomicBool::new(false));
-        PendingCommunicator::spawn("init", rank as usize, nranks as usize, None, abort, move |abort| {
-            Ok((Communicator::from_bootstrap(Bootstrap::init_abortable(&id, rank, nranks, &config, abort)?, &config)?, Vec::new()))
-        })
+        PendingCommunicator::spawn("init", rank as usize, nranks as usize, None, abort, move |abort| Ok((crate::comm::join(&id, rank, nranks, &config, abort)?, Vec::new())))
     }
 
     /// [`Communicator::split`] on a background thread: returns at once. `Ok(None)` for
@@ -264,8 +262,8 @@ impl Communicator {
         let boot = self.bootstrap().shrink_abortable(&exclude, abort.clone())?;
         let (rank, nranks) = (boot.rank() as usize, boot.nranks() as usize);
         let busy = Busy::new(self.parent(), abort.clone());
-        let config = self.config().clone();
-        Ok(PendingCommunicator::spawn("shrink", rank, nranks, Some(busy), abort, move |_| Ok((Communicator::from_bootstrap(boot, &config)?, Vec::new()))))
+        let parent = self.parent();
+        Ok(PendingCommunicator::spawn("shrink", rank, nranks, Some(busy), abort, move |_| Ok((parent.shrunk(boot, &exclude)?, Vec::new()))))
     }
 
     /// [`Communicator::shrink_failed`] on a background thread: returns at once; the
@@ -279,8 +277,7 @@ impl Communicator {
         let abort = Arc::new(AtomicBool::new(false));
         let busy = Busy::new(self.parent(), abort.clone());
         let parent = self.parent();
-        let config = self.config().clone();
-        PendingCommunicator::spawn("shrink", self.rank(), self.nranks(), Some(busy), abort, move |abort| crate::comm::shrink_agreed(parent.bootstrap(), &config, &abort))
+        PendingCommunicator::spawn("shrink", self.rank(), self.nranks(), Some(busy), abort, move |abort| crate::comm::shrink_agreed(&parent, &abort))
     }
 
     /// [`Communicator::grow`] on a background thread: returns at once. Arguments are
@@ -290,8 +287,6 @@ impl Communicator {
         let abort = Arc::new(AtomicBool::new(false));
         let busy = Busy::new(self.parent(), abort.clone());
         let (id, rank, config) = (*id, self.rank() as u32, self.config().clone());
-        Ok(PendingCommunicator::spawn("grow", self.rank(), nranks, Some(busy), abort, move |abort| {
-            Ok((Communicator::from_bootstrap(Bootstrap::init_abortable(&id, rank, n, &config, abort)?, &config)?, Vec::new()))
-        }))
+        Ok(PendingCommunicator::spawn("grow", self.rank(), nranks, Some(busy), abort, move |abort| Ok((crate::comm::join(&id, rank, n, &config, abort)?, Vec::new()))))
     }
 }

@@ -16,6 +16,9 @@ fn child() {
     let Ok(victim) = std::env::var("OXCCL_TEST_FAULT_VICTIM") else { return };
     let victim: usize = victim.parse().unwrap();
     if let Ok(phase) = std::env::var("OXCCL_TEST_FAULT_PHASE") {
+        if std::env::var_os("OXCCL_TEST_GROW_NEWCOMER").is_some() {
+            return grow_trial_newcomer(victim);
+        }
         return phase_trial(&phase, victim);
     }
     let config = Config::from_env().unwrap();
@@ -248,6 +251,20 @@ fn start_job(n: u32, victim: usize, env: &[(&str, &str)]) -> oxccl_runtime::boot
     .unwrap()
 }
 
+/// Starts the new rank of a grow trial (rank `n` of `n + 1`) with the job's `env`, under a
+/// hard timeout (the thread panics if it hangs).
+fn start_newcomer(n: u32, victim: usize, env: &[(&str, &str)]) -> std::thread::JoinHandle<std::process::Output> {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["child", "--exact", "--nocapture", "--test-threads", "1"])
+        .env("OXCCL_TEST_GROW_NEWCOMER", "1")
+        .env("OXCCL_NRANKS", n.to_string())
+        .env("OXCCL_TEST_FAULT_VICTIM", victim.to_string())
+        .env("NCCL_SOCKET_IFNAME", "lo")
+        .env("OXCCL_COLL_TIMEOUT_MS", "20000")
+        .envs(env.iter().copied());
+    std::thread::spawn(move || oxccl_testkit::run(cmd, Duration::from_secs(25)))
+}
+
 /// Kills `victim` (stopped, it never exits) once every other rank has exited.
 fn reap_when_survivors_exit(pids: Vec<u32>, victim: usize) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
@@ -292,6 +309,61 @@ fn survivors_shrink_without_a_list() {
         let reports: Vec<&str> = outputs.iter().flat_map(|(_, out)| out.lines()).filter(|l| l.contains("shrunk")).collect();
         eprintln!("{n} ranks, rank {victim} killed, agreed shrink {env:?}:\n{}", reports.join("\n"));
     }
+}
+
+/// A shrink knows who shares each rank's host from its parent (no exchange): with ranks 0
+/// and 1 on "host a" and 2, 3 and 4 on "host b" (NCCL_HOSTID), shrinking out rank 1 (by
+/// list; then by agreement, once rank 1 has left) leaves each survivor the right local
+/// ranks, and a checked all_reduce runs on each result.
+#[test]
+fn a_shrink_keeps_who_shares_a_host() {
+    let id = oxccl_runtime::bootstrap::Bootstrap::create_local_id(&Config::defaults()).unwrap();
+    let hosts = ["a", "a", "b", "b", "b"];
+    let comms: Vec<Communicator> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..5u32)
+            .map(|rank| {
+                s.spawn(move || {
+                    let mut config = Config::defaults();
+                    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+                    config.set("NCCL_HOSTID", hosts[rank as usize]).unwrap();
+                    Communicator::init(&id, rank, 5, &config).unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(comms[0].local_ranks(), vec![0, 1]);
+    assert_eq!(comms[3].local_ranks(), vec![2, 3, 4]);
+    let shrunk: Vec<Communicator> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms.iter().filter(|c| c.rank() != 1).map(|c| s.spawn(move || c.shrink(&[1], false).unwrap())).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    // Old ranks 0, 2, 3, 4 are now 0, 1, 2, 3.
+    let expected: [&[usize]; 4] = [&[0], &[1, 2, 3], &[1, 2, 3], &[1, 2, 3]];
+    for (c, want) in shrunk.iter().zip(expected) {
+        assert_eq!(c.local_ranks(), want, "rank {} of the shrunk communicator", c.rank());
+    }
+    std::thread::scope(|s| {
+        for c in &shrunk {
+            s.spawn(move || checked_all_reduce(c));
+        }
+    });
+    // By agreement: rank 1 leaves (its communicator destroyed); the others agree it is gone.
+    let mut comms = comms;
+    drop(comms.remove(1));
+    let agreed: Vec<(Communicator, Vec<usize>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms.iter().map(|c| s.spawn(move || c.shrink_failed(false).unwrap())).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for ((c, excluded), want) in agreed.iter().zip(expected) {
+        assert_eq!(excluded, &vec![1]);
+        assert_eq!(c.local_ranks(), want, "rank {} of the agreed shrink", c.rank());
+    }
+    std::thread::scope(|s| {
+        for (c, _) in &agreed {
+            s.spawn(move || checked_all_reduce(c));
+        }
+    });
 }
 
 /// Rank 3 revokes the communicator while ranks 0-2 wait in an all_reduce for it: their
@@ -565,10 +637,24 @@ fn phase_trial(phase: &str, victim: usize) {
             std::process::exit(7);
         }
     };
-    let n = comm.nranks();
+    let mut n = comm.nranks();
+    let mut comm = comm;
     let mut data = vec![1.0f32; 1 << 14];
     for round in 0u64.. {
         let start = Instant::now();
+        if phase == "grow" && round == step {
+            match grow_round(&comm, victim, delay) {
+                Ok(grown) => {
+                    // The old communicator is done with (left with a goodbye).
+                    drop(std::mem::replace(&mut comm, grown));
+                    n += 1;
+                }
+                Err(e) => {
+                    println!("rank {rank}: grow failed after {} ms: {e}", start.elapsed().as_millis());
+                    recover(comm, n);
+                }
+            }
+        }
         let result = if phase == "split" {
             if rank == victim && round == step {
                 kill_self_after(delay);
@@ -579,7 +665,7 @@ fn phase_trial(phase: &str, victim: usize) {
             }
             Ok(())
         } else {
-            if rank == victim && round == step {
+            if rank == victim && round == step && phase != "grow" {
                 unsafe { libc::kill(libc::getpid(), if phase == "stop" { libc::SIGSTOP } else { libc::SIGKILL }) };
             }
             comm.all_reduce_in_place(&mut data, ReduceOp::Sum)
@@ -596,6 +682,67 @@ fn phase_trial(phase: &str, victim: usize) {
                 std::process::exit(9);
             }
             recover(comm, n);
+        }
+    }
+}
+
+/// The grow of a grow trial, on an old rank: rank 0 makes the id, broadcasts it and
+/// hands it to the new process (through the file OXCCL_TEST_GROW_ID_FILE, which the new
+/// process polls); all grow by one, the victim (if it is this rank) dying `delay` after its
+/// grow started. A grown communicator is checked by an all_reduce of `rank + 1`.
+fn grow_round(comm: &Communicator, victim: usize, delay: Duration) -> oxccl_runtime::Result<Communicator> {
+    let n = comm.nranks();
+    let mut id = if comm.rank() == 0 { comm.grow_id().unwrap().to_bytes().to_vec() } else { vec![0u8; 128] };
+    comm.broadcast(&mut id, 0).unwrap();
+    let id = oxccl_runtime::bootstrap::UniqueId::from_bytes(&id).unwrap();
+    if comm.rank() == 0 {
+        let path = std::env::var("OXCCL_TEST_GROW_ID_FILE").unwrap();
+        std::fs::write(format!("{path}.tmp"), id.to_hex()).unwrap();
+        std::fs::rename(format!("{path}.tmp"), &path).unwrap();
+    }
+    if comm.rank() == victim {
+        kill_self_after(delay);
+    }
+    let grown = comm.grow(n + 1, &id)?;
+    assert_eq!((grown.rank(), grown.nranks()), (comm.rank(), n + 1));
+    println!("rank {}: grown to {}", comm.rank(), n + 1);
+    Ok(grown)
+}
+
+/// The new process of a grow trial (rank n of n + 1, n = OXCCL_NRANKS): waits for the id
+/// file, joins (dying `delay` after it started if it is the victim), then all-reduces
+/// until a failure, and recovers as the old ranks do; exits 7 if its join failed.
+fn grow_trial_newcomer(victim: usize) {
+    let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    let n = var("OXCCL_NRANKS") as usize;
+    let path = std::env::var("OXCCL_TEST_GROW_ID_FILE").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let id = loop {
+        if let Ok(hex) = std::fs::read_to_string(&path) {
+            break oxccl_runtime::bootstrap::UniqueId::from_hex(&hex).unwrap();
+        }
+        assert!(Instant::now() < deadline, "no grow id in {path}");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    if victim == n {
+        kill_self_after(Duration::from_micros(var("OXCCL_TEST_FAULT_DELAY_US")));
+    }
+    let config = Config::from_env().unwrap();
+    let start = Instant::now();
+    let comm = match Communicator::init(&id, n as u32, n as u32 + 1, &config) {
+        Ok(comm) => comm,
+        Err(e) => {
+            println!("rank {n}: grow failed after {} ms: {e}", start.elapsed().as_millis());
+            std::process::exit(7);
+        }
+    };
+    println!("rank {n}: grown to {}", n + 1);
+    let mut data = vec![1.0f32; 1 << 14];
+    loop {
+        let start = Instant::now();
+        if let Err(e) = comm.all_reduce_in_place(&mut data, ReduceOp::Sum) {
+            println!("rank {n}: round failed after {} ms: {e}", start.elapsed().as_millis());
+            recover(comm, n + 1);
         }
     }
 }
@@ -699,17 +846,25 @@ fn seeded_phase_trials() {
     let per_phase = env_number("OXCCL_TEST_TRIALS").unwrap_or(10);
     let start = Instant::now();
     let mut summary = Vec::new();
-    for phase in ["init", "split", "shrink", "stop"] {
+    // OXCCL_TEST_PHASES (comma-separated) runs some phases only.
+    let only = std::env::var("OXCCL_TEST_PHASES").ok();
+    for phase in ["init", "split", "shrink", "stop", "grow"] {
+        if only.as_deref().is_some_and(|only| !only.split(',').any(|p| p == phase)) {
+            continue;
+        }
         let phase_start = Instant::now();
-        let (mut init_failures, mut worst_ms) = (0, 0u64);
+        let (mut init_failures, mut grows, mut worst_ms) = (0, 0, 0u64);
         for trial in 0..per_phase {
             let n: u32 = if trial % 5 == 4 { 6 } else { 4 };
-            let victim = random(n as u64) as usize;
+            // A grow trial's victim may also be the new rank, n.
+            let victim = random(n as u64 + u64::from(phase == "grow")) as usize;
             let second = (victim + 1 + random(n as u64 - 1) as usize) % n as usize;
             // From round 1: everyone finished its init (round 0 needed every rank).
             let step = 1 + random(5);
             let delay_us = match phase {
                 "init" => random(30_000),
+                // A grow takes a few ms here: kills before, during and after its rendezvous.
+                "grow" => random(6_000),
                 _ => random(3_000),
             };
             let net = trial % 2 == 1;
@@ -724,27 +879,47 @@ fn seeded_phase_trials() {
                 // are found by the heartbeats.
                 ("OXCCL_HEARTBEAT_TIMEOUT_MS", if phase == "stop" { "300" } else { "500" }.into()),
             ];
-            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let grow_id_file = std::env::temp_dir().join(format!("oxccl-grow-trial-{}-{trial}", std::process::id()));
+            let grow_id_file = grow_id_file.to_str().unwrap().to_string();
+            let mut env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            env.push(("OXCCL_TEST_GROW_ID_FILE", &grow_id_file));
             let what = format!("{phase} trial {trial}: {n} ranks, victim {victim} (second {second}), step {step}, delay {delay_us} us, net {net}");
             let job = start_job(n, victim, &env);
             let reaper = (phase == "stop").then(|| reap_when_survivors_exit(job.pids(), victim));
-            let outputs = job.wait_with_output(Duration::from_secs(20)).unwrap();
+            // A grow trial's new rank is started at once and waits for the id file.
+            let newcomer = (phase == "grow").then(|| start_newcomer(n, victim, &env));
+            let mut outputs = job.wait_with_output(Duration::from_secs(20)).unwrap();
             if let Some(reaper) = reaper {
                 reaper.join().unwrap();
             }
+            if let Some(newcomer) = newcomer {
+                let output = newcomer.join().unwrap_or_else(|_| panic!("{what}: the new rank hung"));
+                outputs.push((output.status, String::from_utf8_lossy(&output.stdout).into_owned()));
+                let _ = std::fs::remove_file(&grow_id_file);
+            }
             let dead: Vec<usize> = if phase == "shrink" { vec![victim, second] } else { vec![victim] };
+            // Grow trials: the grow must have succeeded on every survivor or on none.
+            let grew: Vec<bool> = outputs.iter().enumerate().filter(|(r, _)| !dead.contains(r)).map(|(_, (_, out))| out.contains("grown to")).collect();
+            assert!(grew.iter().all(|&g| g == grew[0]), "{what}: the grow succeeded on some survivors only:\n{}", all_outputs(&outputs));
+            let grew = phase == "grow" && grew[0];
+            grows += u32::from(grew);
             let mut sizes = Vec::new();
             for (rank, (status, stdout)) in outputs.iter().enumerate().filter(|(r, _)| !dead.contains(r)) {
                 let ms: u64 = stdout.split("failed after ").nth(1).and_then(|s| s.split(' ').next()).and_then(|s| s.parse().ok()).unwrap_or(u64::MAX);
-                let bound = if phase == "init" { 5_000 } else { 3_000 };
+                let bound = if phase == "init" || phase == "grow" { 5_000 } else { 3_000 };
                 assert!(ms < bound, "{what}: rank {rank} failed after {ms} ms (bound {bound}), {status:?}:\n{stdout}");
                 worst_ms = worst_ms.max(ms);
                 if phase == "init" && status.code() == Some(7) {
                     init_failures += 1;
                     continue;
                 }
+                if phase == "grow" && rank == n as usize && !grew {
+                    // The new rank of a failed grow has nothing to recover.
+                    assert_eq!(status.code(), Some(7), "{what}: new rank {status:?}\n{}", all_outputs(&outputs));
+                    continue;
+                }
                 assert_eq!(status.code(), Some(5), "{what}: rank {rank} {status:?}\n{}", all_outputs(&outputs));
-                if phase != "init" {
+                if phase != "init" && phase != "grow" {
                     // (In shrink trials the second victim may die before a survivor noticed the first.)
                     assert!(dead.iter().any(|d| stdout.contains(&format!("rank {d} "))), "{what}: rank {rank}'s error names none of {dead:?}:\n{stdout}");
                 }
@@ -755,16 +930,27 @@ fn seeded_phase_trials() {
             // excludes the dead (ranks that left after a failed init are excluded too).
             assert!(sizes.windows(2).all(|w| w[0] == w[1]), "{what}: sizes {sizes:?}");
             if let Some(&size) = sizes.first() {
-                assert!(size <= n as usize - dead.len(), "{what}: a communicator of {size} after {dead:?} died");
+                // A grown job has one rank more; a victim that was to be the new rank was
+                // never one of the old communicator's.
+                let expected = match phase {
+                    "grow" if grew => n as usize,
+                    "grow" => n as usize - usize::from(victim < n as usize),
+                    _ => n as usize - dead.len(),
+                };
+                assert!(size <= expected, "{what}: a communicator of {size} after {dead:?} died");
                 if phase != "init" {
-                    assert_eq!(size, n as usize - dead.len(), "{what}");
+                    assert_eq!(size, expected, "{what}: sizes {sizes:?}");
                 }
             }
         }
         summary.push(format!(
             "{phase}: {per_phase} trials in {:.1} s, slowest survivor error {worst_ms} ms{}",
             phase_start.elapsed().as_secs_f64(),
-            if phase == "init" { format!(", {init_failures} survivors failed their init (the rest recovered after it)") } else { String::new() }
+            match phase {
+                "init" => format!(", {init_failures} survivors failed their init (the rest recovered after it)"),
+                "grow" => format!(", the grow succeeded on every survivor in {grows} trials and failed on every survivor in the rest"),
+                _ => String::new(),
+            }
         ));
     }
     eprintln!("{}\nall phase trials in {:.1} s", summary.join("\n"), start.elapsed().as_secs_f64());
