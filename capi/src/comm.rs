@@ -53,6 +53,30 @@ impl Backend {
             Backend::Gpu(d) => d.host(),
         }
     }
+
+    /// ncclCommSuspend on either backend.
+    pub fn suspend(&self, release_memory: bool) -> oxccl_runtime::Result<()> {
+        match self {
+            Backend::Host(c) => c.suspend(release_memory),
+            Backend::Gpu(d) => d.suspend(release_memory),
+        }
+    }
+
+    /// ncclCommResume on either backend.
+    pub fn resume(&self) -> oxccl_runtime::Result<()> {
+        match self {
+            Backend::Host(c) => c.resume(),
+            Backend::Gpu(d) => d.resume(),
+        }
+    }
+
+    /// ncclCommMemStats' figures: host memory on the host backend, GPU memory on the GPU one.
+    pub fn memory_stats(&self) -> oxccl_runtime::MemoryStats {
+        match self {
+            Backend::Host(c) => c.memory_stats(),
+            Backend::Gpu(d) => d.memory_stats(),
+        }
+    }
 }
 
 /// The object behind `ncclComm_t`.
@@ -116,15 +140,6 @@ impl NcclComm {
     /// it failed.
     pub fn comm(&self) -> Result<&Communicator, Failure> {
         self.backend().map(Backend::host)
-    }
-
-    /// The host communicator for `call`, which the GPU backend does not serve yet
-    /// (`ncclInvalidUsage` naming the call there).
-    pub fn host_only(&self, call: &str) -> Result<&Communicator, Failure> {
-        match self.backend()? {
-            Backend::Host(c) => Ok(c),
-            Backend::Gpu(_) => Err(Failure::usage(format!("{call}: not supported on the GPU backend yet (host-backend communicators, OXCCL_BACKEND=host, support it)"))),
-        }
     }
 
     /// The GPU communicator, if this one runs on the GPU backend.

@@ -354,21 +354,21 @@ exports! {
                 return Err(Failure::argument(format!("flags {flags:#x}: only NCCL_SUSPEND_MEM (0x1) is defined")));
             }
             // SAFETY: the caller's handle.
-            let c = unsafe { NcclComm::from_handle(comm)? }.host_only("ncclCommSuspend")?;
+            let c = unsafe { NcclComm::from_handle(comm)? }.backend()?;
             Ok(c.suspend(flags & SUSPEND_MEM != 0)?)
         })
     }
 
     fn ncclCommResume / pncclCommResume(comm: Comm) -> NcclResult {
         // SAFETY: the caller's handle.
-        guard("ncclCommResume", || Ok(unsafe { NcclComm::from_handle(comm)? }.host_only("ncclCommResume")?.resume()?))
+        guard("ncclCommResume", || Ok(unsafe { NcclComm::from_handle(comm)? }.backend()?.resume()?))
     }
 
     fn ncclCommMemStats / pncclCommMemStats(comm: Comm, stat: c_int, value: *mut u64) -> NcclResult {
         guard("ncclCommMemStats", || {
             let out = out(value, "value")?;
             // SAFETY: the caller's handle.
-            let stats = unsafe { NcclComm::from_handle(comm)? }.host_only("ncclCommMemStats")?.memory_stats();
+            let stats = unsafe { NcclComm::from_handle(comm)? }.backend()?.memory_stats();
             let v = match stat {
                 0 => stats.releasable,
                 1 => u64::from(stats.suspended),

@@ -376,9 +376,7 @@ impl Communicator {
     }
 
     pub(crate) fn check_usable(&self) -> Result<()> {
-        if self.suspended() {
-            return Err(self.exec.suspended_error());
-        }
+        self.refuse_if_suspended()?;
         if let Some(reason) = self.revoked() {
             return Err(Error::InvalidUsage { what: format!("the communicator is revoked ({reason}): only destroy, split or shrink remain") });
         }

@@ -354,3 +354,43 @@ fn a_dead_peer_stops_the_kernel_waiting_for_it() {
     assert!(status.success(), "rank 0 failed: {out}");
     assert!(out.contains("stopped after"), "{out}");
 }
+
+/// ncclCommSuspend/Resume on the GPU backend: a suspension with NCCL_SUSPEND_MEM frees the
+/// plans and refuses collectives and send/recv (InvalidUsage naming it) until resumed;
+/// after resume both paths (the ring, the direct LL one) give checked results again.
+#[test]
+fn suspend_releases_plans_and_resume_restores_service() {
+    let Some(g) = gpus() else { return };
+    let comms = DeviceComm::init_all(&[0, 1 % g], &config()).unwrap();
+    let cases = [
+        Case { collective: Collective::AllReduce, dtype: DataType::Float32, op: ReduceOp::Sum, count: 1 << 20, root: 0, in_place: false },
+        Case { collective: Collective::AllReduce, dtype: DataType::Float32, op: ReduceOp::Sum, count: 999, root: 0, in_place: true },
+    ];
+    std::thread::scope(|s| {
+        for c in &comms {
+            s.spawn(move || {
+                let stream = c.stream().unwrap();
+                let buffers = Buffers::for_cases(c, &cases);
+                let run = |case: &Case| check::run_case_on_gpu(c, &stream, &buffers.send, &buffers.recv, case).unwrap();
+                cases.iter().for_each(|case| assert!(run(case).is_none(), "rank {}: {case} before suspending", c.rank()));
+                let before = c.memory_stats();
+                assert!(before.releasable > 0 && before.persistent > 0 && !before.suspended, "{before:?}");
+                c.suspend(true).unwrap();
+                let during = c.memory_stats();
+                assert!(during.suspended && during.releasable == 0 && during.persistent == before.persistent, "{during:?}");
+                // SAFETY: refused before anything is launched.
+                let e = unsafe { c.enqueue(Collective::AllReduce, buffers.send.ptr(), buffers.recv.ptr(), 8, DataType::Float32, ReduceOp::Sum, 0, stream.raw()) }.unwrap_err();
+                assert!(e.to_string().contains("suspended"), "{e}");
+                let p2p = [gpu::P2p { send: true, peer: 1 - c.rank(), addr: buffers.send.ptr(), bytes: 64 }];
+                // SAFETY: as above.
+                let e = unsafe { c.enqueue_p2p(&p2p, stream.raw()) }.unwrap_err();
+                assert!(e.to_string().contains("suspended"), "{e}");
+                assert!(c.suspend(false).is_err(), "a second suspension is refused");
+                c.resume().unwrap();
+                assert!(c.resume().is_err(), "resuming twice is refused");
+                assert!(c.memory_stats().releasable > 0);
+                cases.iter().for_each(|case| assert!(run(case).is_none(), "rank {}: {case} after resuming", c.rank()));
+            });
+        }
+    });
+}

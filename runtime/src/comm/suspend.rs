@@ -75,6 +75,14 @@ impl Communicator {
         Ok(())
     }
 
+    /// `InvalidUsage` naming the suspension, while suspended.
+    pub(crate) fn refuse_if_suspended(&self) -> Result<()> {
+        if self.suspended() {
+            return Err(self.exec.suspended_error());
+        }
+        Ok(())
+    }
+
     /// Whether the communicator is suspended.
     pub fn suspended(&self) -> bool {
         self.exec.suspended.load(Ordering::Acquire)

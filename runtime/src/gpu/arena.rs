@@ -23,6 +23,11 @@ impl Arena {
         Ok(())
     }
 
+    /// Bytes allocated.
+    pub fn bytes(&self) -> usize {
+        self.blocks.iter().map(|b| b.bytes).sum()
+    }
+
     /// Copies `image` into the arena; its device address.
     pub fn place(&mut self, image: &[u8]) -> Result<u64> {
         let bytes = image.len().next_multiple_of(16);

@@ -206,6 +206,11 @@ impl Connections {
         Ok(Remote::Direct(record.ptr))
     }
 
+    /// Bytes of GPU memory this rank allocated for its connection ends and inbox.
+    pub fn bytes(&self) -> usize {
+        self.ends.values().map(|o| o._local.bytes).sum::<usize>() + self.inboxes.as_ref().map_or(0, |(_, m)| m.bytes)
+    }
+
     /// The table a launch indexes: the ends in `ends`' order (all connected).
     pub fn table(&self, ends: &[End]) -> Result<Vec<DevConn>> {
         ends.iter().map(|e| self.ends.get(e).map(|o| o.conn).ok_or_else(|| Error::Internal(format!("{e:?} is not connected")))).collect()

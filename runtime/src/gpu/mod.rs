@@ -321,6 +321,7 @@ impl DeviceComm {
             }
         }
         count.checked_mul(n * esize).ok_or_else(|| Error::invalid(format!("count {count} overflows")))?;
+        self.comm.refuse_if_suspended()?;
         if let Some(e) = self.async_error() {
             return Err(e);
         }
@@ -428,6 +429,48 @@ impl DeviceComm {
     pub fn abort(&self) {
         self.inner.fail(Error::Aborted { reason: String::new() });
         self.comm.abort();
+    }
+
+    /// Suspends the communicator (ncclCommSuspend): waits until every stream's launches
+    /// of this communicator have run, then refuses collectives and send/recv with
+    /// `InvalidUsage` until [`DeviceComm::resume`]. With `release_memory`
+    /// (`NCCL_SUSPEND_MEM`) it also frees what is made again on demand: the uploaded plans
+    /// (their arena) and the in-place alltoall scratch copy. The FIFOs and the direct
+    /// inboxes stay: each is connected with a peer. Freeing GPU memory waits for the whole
+    /// GPU, as cudaFree does: do not suspend while a rank sharing this GPU waits in a
+    /// collective for a launch of this one.
+    pub fn suspend(&self, release_memory: bool) -> Result<()> {
+        self.comm.suspend(false)?;
+        if !self.inner.drain(self.inner.timeout) {
+            let e = Error::Timeout { phase: "suspending: waiting for the GPU's launches".into(), waited: self.inner.timeout };
+            self.inner.fail(e.clone());
+            return Err(e);
+        }
+        if release_memory {
+            let inner = &self.inner;
+            inner.device.bind()?;
+            let mut state = inner.state.lock();
+            state.plans.clear();
+            let freed = (std::mem::take(&mut state.arena), state.scratch.take(), std::mem::take(&mut state.retired));
+            drop(freed);
+        }
+        Ok(())
+    }
+
+    /// Resumes a suspended communicator (ncclCommResume); the plans' first block of GPU
+    /// memory is allocated again here, not in the next collective.
+    pub fn resume(&self) -> Result<()> {
+        self.comm.resume()?;
+        self.inner.device.bind()?;
+        self.inner.state.lock().arena.reserve()
+    }
+
+    /// What this communicator's GPU memory holds now (ncclCommMemStats): releasable (plans,
+    /// scratch) and persistent (connections, inboxes) bytes.
+    pub fn memory_stats(&self) -> crate::MemoryStats {
+        let state = self.inner.state.lock();
+        let scratch: usize = state.scratch.iter().chain(&state.retired).map(|m| m.bytes).sum();
+        crate::MemoryStats { releasable: (state.arena.bytes() + scratch) as u64, persistent: state.conns.bytes() as u64, suspended: self.comm.suspended() }
     }
 
     /// Device memory for tests and benchmarks, freed on drop.

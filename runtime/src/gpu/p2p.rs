@@ -38,6 +38,7 @@ impl DeviceComm {
                 return Err(Error::invalid(format!("{} buffer is null with {} bytes", if op.send { "send" } else { "recv" }, op.bytes)));
             }
         }
+        self.comm.refuse_if_suspended()?;
         if let Some(e) = self.async_error() {
             return Err(e);
         }
