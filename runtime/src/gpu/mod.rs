@@ -20,6 +20,8 @@ mod conns;
 mod driver;
 mod encode;
 mod p2p;
+#[cfg(test)]
+mod direct_model;
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
