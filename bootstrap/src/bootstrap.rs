@@ -326,10 +326,15 @@ impl Bootstrap {
         let never = AtomicBool::new(false);
         let start = Instant::now();
         let deadline = start + self.endpoint.timeout();
+        // For the log: messages sent and received, and the time spent sending.
+        let (mut sent, mut received, mut sending) = (0u32, 0u32, Duration::ZERO);
         loop {
             while let Some((to, message)) = agreement.poll_transmit() {
+                let send_start = Instant::now();
                 // A failed send announces the peer's failure, which comes back below.
                 let _ = self.endpoint.send(self.members[to as usize], namespace, 0, &message.encode(), &never);
+                sending += send_start.elapsed();
+                sent += 1;
             }
             let adopted: Vec<u32> = agreement.suspected().difference(&announced).copied().collect();
             for r in adopted {
@@ -341,7 +346,18 @@ impl Bootstrap {
             }
             match agreement.outcome() {
                 Some(Outcome::Decided(failed)) => {
-                    tracing::info!(target: target::BOOTSTRAP, "rank {}: agreed on failed ranks {failed:?} in {:?}", self.rank, start.elapsed());
+                    // Ranks still gathering echoes may ask this one after it returned.
+                    let members = self.members.clone();
+                    let mut finished = agreement;
+                    self.endpoint.keep_answering(
+                        namespace,
+                        Box::new(move |from, payload| {
+                            let (Some(from), Some(message)) = (members.iter().position(|&m| m == from), AgreeMessage::decode(payload)) else { return Vec::new() };
+                            finished.handle_message(from as u32, message);
+                            std::iter::from_fn(|| finished.poll_transmit()).map(|(to, m)| (members[to as usize], m.encode())).collect()
+                        }),
+                    );
+                    tracing::info!(target: target::BOOTSTRAP, "rank {}: agreed on failed ranks {failed:?} in {:?} ({sent} messages sent, taking {sending:?}; {received} received)", self.rank, start.elapsed());
                     return Ok(failed.into_iter().collect());
                 }
                 Some(Outcome::Excluded { by }) => return Err(Error::Excluded { rank: self.rank, by: format!("rank {by}") }),
@@ -356,6 +372,7 @@ impl Bootstrap {
             }
             if let Some((from, payload)) = self.endpoint.recv_any(namespace, 0, &self.members, deadline.min(now + Duration::from_millis(100))) {
                 let from = self.members.iter().position(|&m| m == from).expect("recv_any takes from members") as u32;
+                received += 1;
                 match AgreeMessage::decode(&payload) {
                     Some(message) => agreement.handle_message(from, message),
                     None => tracing::warn!(target: target::BOOTSTRAP, "rank {}: dropping a malformed agreement message from rank {from}", self.rank),
