@@ -7,8 +7,8 @@
 //!   all_reduce (oxccl `Communicator::revoke`, ULFM `MPIX_Comm_revoke`); the time until
 //!   the last of them returns;
 //! - **shrink**: after the detection, the slowest survivor's time to make the communicator
-//!   of the survivors without naming the dead (oxccl `shrink_failed`: agreement, build,
-//!   confirming agreement; ULFM `MPIX_Comm_shrink`), checked by an all_reduce on it;
+//!   of the survivors without naming the dead (oxccl `shrink_failed`: agreement, then a
+//!   local build; ULFM `MPIX_Comm_shrink`), checked by an all_reduce on it;
 //! - **abort** (oxccl only): rank n/2 stops (SIGSTOP) or dies (SIGKILL) at an instant
 //!   every rank knows, while the others' main threads are in a loop of all_reduces; a
 //!   second thread of each survivor calls `Communicator::abort` 50 ms after the stop (the

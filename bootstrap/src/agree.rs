@@ -16,9 +16,19 @@
 //! then counts those ranks as failed too. Otherwise it answers `Nack` with its promise and
 //! suspicions, and the coordinator proposes the union under a higher ballot. A coordinator
 //! that gets acks from every rank outside its proposal decides it and sends `Decide` to
-//! them. Every rank that decides sends `Decide` to every rank outside the decided set, and
-//! returns once it has heard `Decide` from each of them (or suspects it): nobody can be left
-//! waiting for a rank that already returned. A rank that has decided answers a proposal
+//! them. A rank returns once it knows that every rank outside the decided set has decided
+//! (or suspects it), so that nobody can be left waiting for a rank that already returned.
+//! It learns so by gathering: the deciding coordinator (a *gatherer*) sends `Decide` to
+//! every rank outside the set, each answers with its own `Decide` (an echo) to it alone,
+//! and once it has heard from all (or suspects them) it sends `Done` to them — 3(n−1)
+//! messages instead of every rank telling every other (n²). A rank that adopted a decision
+//! from a gatherer waits for its `Done`; if it comes to suspect that gatherer first, or
+//! adopted the decision from a rank that is not gathering (one answering its proposal),
+//! it gathers itself: sends `Decide` to every rank outside the set it has not told, waits
+//! for their echoes, then sends `Done`. A decided rank answers every `Decide` of the same
+//! set from a rank it has not told with its own, and keeps answering after it returned (the
+//! driver hands the finished agreement to the endpoint's readers), so a gatherer never
+//! waits for a rank that returned. A rank that has decided answers a proposal
 //! with its decision; a coordinator adopts it. A `Decide` under a ballot older than the
 //! receiver's promise is answered `Stale` (the coordinator it promised may decide without
 //! that rank's decision in view) and sent again under the promised ballot by its sender. A
@@ -59,8 +69,12 @@ pub enum AgreeMessage {
     /// The sender refuses the proposal of `ballot`: it promised `promised`, or suspects
     /// ranks the proposal leaves out.
     Nack { ballot: Ballot, promised: Ballot, suspected: RankSet },
-    /// `failed` is decided (sent by every rank that decides, and in answer to a proposal).
-    Decide { ballot: Ballot, failed: RankSet },
+    /// `failed` is decided: to the ranks outside it by a gatherer, as an echo to a rank
+    /// that told this one, and in answer to a proposal. `gathering`: the sender collects the
+    /// echoes and will send `Done` (a rank adopting the decision from it waits for that).
+    Decide { ballot: Ballot, failed: RankSet, gathering: bool },
+    /// Every rank outside `failed` decided it, or the sender suspects it: those in `unheard`.
+    Done { ballot: Ballot, failed: RankSet, unheard: RankSet },
     /// The sender promised `promised`, newer than the `Decide` it got: send it again under
     /// that ballot.
     Stale { promised: Ballot },
@@ -93,6 +107,14 @@ pub struct Agreement {
     decision: Option<(Ballot, RankSet)>,
     /// Ranks whose `Decide` of this rank's decision arrived.
     echoed: RankSet,
+    /// Ranks this rank sent its decision to.
+    told: RankSet,
+    /// The rank whose `Decide` (from a gatherer) this rank adopted; `None` for a gatherer.
+    source: Option<u32>,
+    /// This rank gathers the echoes and sends `Done` once complete.
+    gathering: bool,
+    /// This gatherer sent its `Done`.
+    done_sent: bool,
     /// Decisions heard before this rank decided (kept even when refused as stale: they
     /// still show what their senders decided).
     heard_decisions: Vec<(u32, RankSet)>,
@@ -122,6 +144,10 @@ impl Agreement {
             coordinating: None,
             decision: None,
             echoed: RankSet::new(),
+            told: RankSet::new(),
+            source: None,
+            gathering: false,
+            done_sent: false,
             heard_decisions: Vec::new(),
             excluded_by: None,
             outbox: VecDeque::new(),
@@ -159,7 +185,15 @@ impl Agreement {
 
     /// `rank` is counted as failed from now on (detector, closed connection, notice).
     pub fn handle_suspect(&mut self, rank: u32) {
-        if rank >= self.n || rank == self.me || !self.suspected.insert(rank) || self.excluded_by.is_some() || self.decision.is_some() {
+        if rank >= self.n || rank == self.me || !self.suspected.insert(rank) || self.excluded_by.is_some() {
+            return;
+        }
+        if self.decision.is_some() {
+            // The gatherer this rank waits for failed: gather in its place.
+            if !self.gathering && self.source == Some(rank) && self.outcome().is_none() {
+                self.gather();
+            }
+            self.finish_gathering_if_done();
             return;
         }
         match &self.coordinating {
@@ -186,11 +220,14 @@ impl Agreement {
             AgreeMessage::Propose { ballot, failed } => self.on_propose(from, ballot, failed),
             AgreeMessage::Ack { ballot } => self.on_ack(from, ballot),
             AgreeMessage::Nack { ballot, promised, suspected } => self.on_nack(from, ballot, promised, suspected),
-            AgreeMessage::Decide { ballot, failed } => self.on_decide(from, ballot, failed),
+            AgreeMessage::Decide { ballot, failed, gathering } => self.on_decide(from, ballot, failed, gathering),
+            AgreeMessage::Done { ballot, failed, unheard } => self.on_done(from, ballot, failed, unheard),
             AgreeMessage::Stale { promised } => {
                 self.see(promised);
                 if let Some((_, failed)) = &self.decision {
-                    self.outbox.push_back((from, AgreeMessage::Decide { ballot: promised, failed: failed.clone() }));
+                    let (failed, gathering) = (failed.clone(), self.gathering);
+                    self.told.insert(from);
+                    self.outbox.push_back((from, AgreeMessage::Decide { ballot: promised, failed, gathering }));
                 }
             }
             AgreeMessage::Excluded => {
@@ -200,6 +237,7 @@ impl Agreement {
             }
             AgreeMessage::Left => self.handle_suspect(from),
         }
+        self.finish_gathering_if_done();
     }
 
     fn see(&mut self, ballot: Ballot) {
@@ -230,14 +268,16 @@ impl Agreement {
 
     fn finish_round_if_done(&mut self) {
         if let Some(round) = self.coordinating.take_if(|r| r.waiting.is_empty()) {
-            self.decide(round.ballot, round.failed);
+            self.decide(round.ballot, round.failed, None);
         }
     }
 
     fn on_propose(&mut self, from: u32, ballot: Ballot, failed: RankSet) {
         self.see(ballot);
         if let Some((decided_ballot, decided)) = &self.decision {
-            self.outbox.push_back((from, AgreeMessage::Decide { ballot: *decided_ballot, failed: decided.clone() }));
+            let message = AgreeMessage::Decide { ballot: *decided_ballot, failed: decided.clone(), gathering: self.gathering };
+            self.told.insert(from);
+            self.outbox.push_back((from, message));
             return;
         }
         if failed.contains(&self.me) {
@@ -275,11 +315,16 @@ impl Agreement {
         self.start_round();
     }
 
-    fn on_decide(&mut self, from: u32, ballot: Ballot, failed: RankSet) {
+    fn on_decide(&mut self, from: u32, ballot: Ballot, failed: RankSet, gathering: bool) {
         self.see(ballot);
-        if let Some((_, decided)) = &self.decision {
+        if let Some((decided_ballot, decided)) = &self.decision {
             if *decided == failed {
                 self.echoed.insert(from);
+                // The sender may be gathering: echo, once.
+                if self.told.insert(from) {
+                    let message = AgreeMessage::Decide { ballot: *decided_ballot, failed: decided.clone(), gathering: self.gathering };
+                    self.outbox.push_back((from, message));
+                }
             }
             return;
         }
@@ -292,9 +337,57 @@ impl Agreement {
         match self.promised {
             // A coordinator adopts a decision under its own ballot: none of the ranks it
             // asked can then see another decided under it.
-            Some(promised) if ballot < promised && coordinating_at_promise => self.decide(promised, failed),
+            Some(promised) if ballot < promised && coordinating_at_promise => self.decide(promised, failed, None),
             Some(promised) if ballot < promised => self.outbox.push_back((from, AgreeMessage::Stale { promised })),
-            _ => self.decide(ballot, failed),
+            // Wait for the gatherer's `Done`, or gather if the sender does not.
+            _ => self.decide(ballot, failed, gathering.then_some(from)),
+        }
+    }
+
+    fn on_done(&mut self, from: u32, ballot: Ballot, failed: RankSet, unheard: RankSet) {
+        if self.decision.is_none() {
+            // Its `Decide` may come later (reordered): the `Done` implies it.
+            self.on_decide(from, ballot, failed.clone(), true);
+        }
+        let Some((_, decided)) = &self.decision else { return };
+        if *decided != failed || self.excluded_by.is_some() {
+            return;
+        }
+        // The sender heard every rank outside the set, or suspects it.
+        let others: Vec<u32> = (0..self.n).filter(|r| *r != self.me && !failed.contains(r)).collect();
+        for r in others {
+            if unheard.contains(&r) {
+                self.suspected.insert(r);
+            } else {
+                self.echoed.insert(r);
+            }
+        }
+    }
+
+    /// Sends this rank's decision to every rank outside it not yet told, and gathers their
+    /// echoes.
+    fn gather(&mut self) {
+        let Some((ballot, failed)) = self.decision.clone() else { return };
+        self.gathering = true;
+        for r in (0..self.n).filter(|r| *r != self.me && !failed.contains(r)) {
+            if self.told.insert(r) {
+                self.outbox.push_back((r, AgreeMessage::Decide { ballot, failed: failed.clone(), gathering: true }));
+            }
+        }
+    }
+
+    /// A gatherer that heard from every rank outside its decision (or suspects it) tells
+    /// them all so.
+    fn finish_gathering_if_done(&mut self) {
+        if !self.gathering || self.done_sent || self.outcome().is_none() {
+            return;
+        }
+        let Some((ballot, failed)) = self.decision.clone() else { return };
+        self.done_sent = true;
+        let others: Vec<u32> = (0..self.n).filter(|r| *r != self.me && !failed.contains(r)).collect();
+        let unheard: RankSet = others.iter().copied().filter(|r| !self.echoed.contains(r)).collect();
+        for &r in &others {
+            self.outbox.push_back((r, AgreeMessage::Done { ballot, failed: failed.clone(), unheard: unheard.clone() }));
         }
     }
 
@@ -308,16 +401,28 @@ impl Agreement {
         }
     }
 
-    fn decide(&mut self, ballot: Ballot, failed: RankSet) {
+    /// Decides `failed`, adopted from the gatherer `source` (echoing to it and waiting for
+    /// its `Done`), or else as a gatherer.
+    fn decide(&mut self, ballot: Ballot, failed: RankSet, source: Option<u32>) {
         self.coordinating = None;
         self.promised = Some(self.promised.map_or(ballot, |p| p.max(ballot)));
         self.suspected.extend(failed.iter().copied());
-        for r in (0..self.n).filter(|r| *r != self.me && !failed.contains(r)) {
-            self.outbox.push_back((r, AgreeMessage::Decide { ballot, failed: failed.clone() }));
-        }
-        self.echoed.extend(self.heard_decisions.iter().filter(|(_, v)| *v == failed).map(|(r, _)| *r));
+        let heard: Vec<u32> = self.heard_decisions.iter().filter(|(_, v)| *v == failed).map(|(r, _)| *r).collect();
         self.heard_decisions.clear();
-        self.decision = Some((ballot, failed));
+        self.decision = Some((ballot, failed.clone()));
+        self.source = source;
+        // Echo to the source and to every rank whose decision came earlier (a gatherer may
+        // be waiting for it).
+        for r in source.into_iter().chain(heard) {
+            self.echoed.insert(r);
+            if self.told.insert(r) {
+                self.outbox.push_back((r, AgreeMessage::Decide { ballot, failed: failed.clone(), gathering: false }));
+            }
+        }
+        if source.is_none() {
+            self.gather();
+        }
+        self.finish_gathering_if_done();
     }
 }
 
@@ -349,10 +454,17 @@ impl AgreeMessage {
                 ballot(&mut out, promised);
                 set(&mut out, suspected);
             }
-            AgreeMessage::Decide { ballot: b, failed } => {
+            AgreeMessage::Decide { ballot: b, failed, gathering } => {
                 out.push(4);
                 ballot(&mut out, b);
                 set(&mut out, failed);
+                out.push(*gathering as u8);
+            }
+            AgreeMessage::Done { ballot: b, failed, unheard } => {
+                out.push(8);
+                ballot(&mut out, b);
+                set(&mut out, failed);
+                set(&mut out, unheard);
             }
             AgreeMessage::Stale { promised } => {
                 out.push(5);
@@ -371,10 +483,11 @@ impl AgreeMessage {
             1 => AgreeMessage::Propose { ballot: r.ballot()?, failed: r.set()? },
             2 => AgreeMessage::Ack { ballot: r.ballot()? },
             3 => AgreeMessage::Nack { ballot: r.ballot()?, promised: r.ballot()?, suspected: r.set()? },
-            4 => AgreeMessage::Decide { ballot: r.ballot()?, failed: r.set()? },
+            4 => AgreeMessage::Decide { ballot: r.ballot()?, failed: r.set()?, gathering: r.flag()? },
             5 => AgreeMessage::Stale { promised: r.ballot()? },
             6 => AgreeMessage::Excluded,
             7 => AgreeMessage::Left,
+            8 => AgreeMessage::Done { ballot: r.ballot()?, failed: r.set()?, unheard: r.set()? },
             _ => return None,
         };
         r.bytes.is_empty().then_some(message)
@@ -390,6 +503,14 @@ impl Cursor<'_> {
         let (&first, rest) = self.bytes.split_first()?;
         self.bytes = rest;
         Some(first)
+    }
+
+    fn flag(&mut self) -> Option<bool> {
+        match self.u8()? {
+            0 => Some(false),
+            1 => Some(true),
+            _ => None,
+        }
     }
 
     fn u32(&mut self) -> Option<u32> {
@@ -460,6 +581,64 @@ mod tests {
     }
 
     #[test]
+    fn without_new_failures_the_decision_costs_a_linear_number_of_messages() {
+        // 16 ranks, rank 8 dead and known to all: propose, ack, decide, echo and done, one
+        // each per survivor other than the coordinator (every rank telling every other
+        // would take 14 × 14 for the last round alone).
+        let dead: RankSet = [8].into();
+        let mut ranks: Vec<Agreement> = (0..16).map(|r| Agreement::new(r, 16, [8])).collect();
+        let mut sent = 0;
+        loop {
+            let mut moved = false;
+            for from in 0..16u32 {
+                while let Some((to, m)) = ranks[from as usize].poll_transmit() {
+                    moved = true;
+                    sent += 1;
+                    if !dead.contains(&to) && !dead.contains(&from) {
+                        ranks[to as usize].handle_message(from, m);
+                    }
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
+        for r in (0..16).filter(|r| *r != 8) {
+            assert_eq!(ranks[r].outcome(), Some(Outcome::Decided(dead.clone())), "rank {r}");
+        }
+        assert_eq!(sent, 5 * 14);
+    }
+
+    #[test]
+    fn a_rank_gathers_in_place_of_a_gatherer_that_died() {
+        let mut ranks: Vec<Agreement> = (0..4).map(|r| Agreement::new(r, 4, [])).collect();
+        // Rank 0 proposes, everyone acks, and rank 0 decides.
+        let proposals: Vec<(u32, AgreeMessage)> = std::iter::from_fn(|| ranks[0].poll_transmit()).collect();
+        for (to, m) in proposals {
+            ranks[to as usize].handle_message(0, m);
+            let ack = ranks[to as usize].poll_transmit().expect("an ack");
+            ranks[0].handle_message(to, ack.1);
+        }
+        assert_eq!(ranks[0].decision(), Some(&RankSet::new()));
+        // Its decision reaches rank 1 only, then it dies.
+        let decides: Vec<(u32, AgreeMessage)> = std::iter::from_fn(|| ranks[0].poll_transmit()).collect();
+        assert!(decides.iter().all(|(_, m)| matches!(m, AgreeMessage::Decide { gathering: true, .. })), "{decides:?}");
+        let (to, m) = decides.into_iter().find(|(to, _)| *to == 1).unwrap();
+        ranks[to as usize].handle_message(0, m);
+        let dead: RankSet = [0].into();
+        run(&mut ranks, &dead);
+        // Rank 1 waits for rank 0's `Done`; the others for a proposal.
+        assert!((1..4).all(|r| ranks[r].outcome().is_none()));
+        for r in 1..4 {
+            ranks[r].handle_suspect(0);
+        }
+        run(&mut ranks, &dead);
+        for r in 1..4 {
+            assert_eq!(ranks[r].outcome(), Some(Outcome::Decided(RankSet::new())), "rank {r}");
+        }
+    }
+
+    #[test]
     fn a_rank_counted_as_failed_is_excluded_when_it_speaks() {
         let mut a = Agreement::new(1, 3, [0]);
         a.handle_message(0, AgreeMessage::Propose { ballot: Ballot { round: 1, coordinator: 0 }, failed: RankSet::new() });
@@ -478,7 +657,9 @@ mod tests {
             AgreeMessage::Propose { ballot, failed: set.clone() },
             AgreeMessage::Ack { ballot },
             AgreeMessage::Nack { ballot, promised: ballot, suspected: set.clone() },
-            AgreeMessage::Decide { ballot, failed: RankSet::new() },
+            AgreeMessage::Decide { ballot, failed: RankSet::new(), gathering: true },
+            AgreeMessage::Decide { ballot, failed: set.clone(), gathering: false },
+            AgreeMessage::Done { ballot, failed: set.clone(), unheard: [3].into() },
             AgreeMessage::Stale { promised: ballot },
             AgreeMessage::Excluded,
             AgreeMessage::Left,

@@ -326,10 +326,15 @@ impl Bootstrap {
         let never = AtomicBool::new(false);
         let start = Instant::now();
         let deadline = start + self.endpoint.timeout();
+        // For the log: messages sent and received, and the time spent sending.
+        let (mut sent, mut received, mut sending) = (0u32, 0u32, Duration::ZERO);
         loop {
             while let Some((to, message)) = agreement.poll_transmit() {
+                let send_start = Instant::now();
                 // A failed send announces the peer's failure, which comes back below.
                 let _ = self.endpoint.send(self.members[to as usize], namespace, 0, &message.encode(), &never);
+                sending += send_start.elapsed();
+                sent += 1;
             }
             let adopted: Vec<u32> = agreement.suspected().difference(&announced).copied().collect();
             for r in adopted {
@@ -341,7 +346,18 @@ impl Bootstrap {
             }
             match agreement.outcome() {
                 Some(Outcome::Decided(failed)) => {
-                    tracing::info!(target: target::BOOTSTRAP, "rank {}: agreed on failed ranks {failed:?} in {:?}", self.rank, start.elapsed());
+                    // Ranks still gathering echoes may ask this one after it returned.
+                    let members = self.members.clone();
+                    let mut finished = agreement;
+                    self.endpoint.keep_answering(
+                        namespace,
+                        Box::new(move |from, payload| {
+                            let (Some(from), Some(message)) = (members.iter().position(|&m| m == from), AgreeMessage::decode(payload)) else { return Vec::new() };
+                            finished.handle_message(from as u32, message);
+                            std::iter::from_fn(|| finished.poll_transmit()).map(|(to, m)| (members[to as usize], m.encode())).collect()
+                        }),
+                    );
+                    tracing::info!(target: target::BOOTSTRAP, "rank {}: agreed on failed ranks {failed:?} in {:?} ({sent} messages sent, taking {sending:?}; {received} received)", self.rank, start.elapsed());
                     return Ok(failed.into_iter().collect());
                 }
                 Some(Outcome::Excluded { by }) => return Err(Error::Excluded { rank: self.rank, by: format!("rank {by}") }),
@@ -356,6 +372,7 @@ impl Bootstrap {
             }
             if let Some((from, payload)) = self.endpoint.recv_any(namespace, 0, &self.members, deadline.min(now + Duration::from_millis(100))) {
                 let from = self.members.iter().position(|&m| m == from).expect("recv_any takes from members") as u32;
+                received += 1;
                 match AgreeMessage::decode(&payload) {
                     Some(message) => agreement.handle_message(from, message),
                     None => tracing::warn!(target: target::BOOTSTRAP, "rank {}: dropping a malformed agreement message from rank {from}", self.rank),
@@ -569,4 +586,72 @@ fn mix(words: &[u64]) -> u64 {
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agree::{Ballot, RankSet};
+
+    /// A rank that returned from an agreement still answers it: ranks 0 and 1 agree that
+    /// rank 2 failed and return; rank 2 (alive) then proposes on that agreement to rank 0,
+    /// which answers through its endpoint (a queued message would go unanswered).
+    #[test]
+    fn a_finished_agreement_still_answers() {
+        let mut config = Config::defaults();
+        config.set("OXCCL_BOOTSTRAP_TIMEOUT_MS", "20000").unwrap();
+        let id = Bootstrap::create_local_id(&config).unwrap();
+        // Passed once ranks 0 and 1 returned, and once rank 2 is done (they stay in the job);
+        // bounded, so that a rank that failed early makes the test fail, not hang.
+        let returned = Arc::new(AtomicU64::new(0));
+        let asked = Arc::new(AtomicU64::new(0));
+        let meet = |count: &AtomicU64| -> std::result::Result<(), String> {
+            count.fetch_add(1, Ordering::AcqRel);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while count.load(Ordering::Acquire) < 3 {
+                if Instant::now() > deadline {
+                    return Err("a rank never came".into());
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Ok(())
+        };
+        let ranks: Vec<_> = (0..3u32)
+            .map(|rank| {
+                let (config, returned, asked) = (config.clone(), returned.clone(), asked.clone());
+                std::thread::spawn(move || -> std::result::Result<Option<AgreeMessage>, String> {
+                    let b = Bootstrap::init(&id, rank, 3, &config).map_err(|e| e.to_string())?;
+                    b.barrier().map_err(|e| e.to_string())?;
+                    if rank == 0 {
+                        b.announce_failure("test: rank 2 is declared failed", &[2]);
+                    }
+                    if rank < 2 {
+                        let agreed = b.agree_failed().map_err(|e| e.to_string());
+                        meet(&returned)?;
+                        meet(&asked)?;
+                        let agreed = agreed?;
+                        return if agreed == [2] { Ok(None) } else { Err(format!("rank {rank} agreed on {agreed:?}")) };
+                    }
+                    meet(&returned)?;
+                    let namespace = mix(&[b.comm, 0, AGREEMENT]);
+                    let propose = AgreeMessage::Propose { ballot: Ballot { round: 9, coordinator: 2 }, failed: RankSet::new() };
+                    let sent = b.endpoint.send(b.members[0], namespace, 0, &propose.encode(), &AtomicBool::new(false));
+                    // (recv_any also returns when a failure becomes known: wait on.)
+                    let deadline = Instant::now() + Duration::from_secs(5);
+                    let mut answer = None;
+                    while answer.is_none() && Instant::now() < deadline {
+                        answer = b.endpoint.recv_any(namespace, 0, &[b.members[0]], deadline).map(|(_, bytes)| AgreeMessage::decode(&bytes));
+                    }
+                    meet(&asked)?;
+                    sent.map_err(|e| e.to_string())?;
+                    Ok(answer.flatten())
+                })
+            })
+            .collect();
+        let results: Vec<_> = ranks.into_iter().map(|h| h.join().unwrap()).collect();
+        assert_eq!(results[0], Ok(None));
+        assert_eq!(results[1], Ok(None));
+        // Rank 0 counts rank 2 as failed: it tells it so.
+        assert_eq!(results[2], Ok(Some(AgreeMessage::Excluded)));
+    }
 }

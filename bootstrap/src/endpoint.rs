@@ -74,7 +74,16 @@ struct Inbox {
     dead: HashMap<u32, String>,
     /// Revoked communicators, with the reason.
     revoked: HashMap<u64, String>,
+    /// Finished exchanges that still answer what comes for them (tag 0 of their
+    /// namespace), newest last: [`Endpoint::keep_answering`].
+    responders: VecDeque<(u64, Responder)>,
 }
+
+/// Answers a message (from a job rank) with messages to send (to job ranks).
+pub type Responder = Box<dyn FnMut(u32, &[u8]) -> Vec<(u32, Vec<u8>)> + Send>;
+
+/// How many finished exchanges [`Endpoint::keep_answering`] keeps (the oldest goes).
+const RESPONDERS: usize = 64;
 
 impl Inbox {
     /// The failure that breaks a communicator of `members` (job ranks), if any.
@@ -289,6 +298,29 @@ impl Endpoint {
         }
     }
 
+    /// From now on, messages on (`comm`, tag 0) — those already waiting here and those to
+    /// come — go to `responder`, on the connection's reader thread, and what it returns is
+    /// sent: a finished agreement keeps answering its late peers for as long as this
+    /// process is in the job (the newest [`RESPONDERS`] finished ones).
+    pub fn keep_answering(&self, comm: u64, mut responder: Responder) {
+        let replies = {
+            let mut inbox = self.shared.inbox.lock();
+            let waiting: Vec<(u32, u64, u64)> = inbox.queues.keys().filter(|(_, c, t)| *c == comm && *t == 0).copied().collect();
+            let mut replies = Vec::new();
+            for key in waiting {
+                for payload in inbox.queues.remove(&key).unwrap_or_default() {
+                    replies.extend(responder(key.0, &payload));
+                }
+            }
+            if inbox.responders.len() >= RESPONDERS {
+                inbox.responders.pop_front();
+            }
+            inbox.responders.push_back((comm, responder));
+            replies
+        };
+        self.shared.send_replies(comm, replies);
+    }
+
     /// Revokes communicator `comm` here and tells its other live `members` (job ranks), so
     /// that their waits on it end too. Best effort: a member that cannot be reached is
     /// announced as failed.
@@ -393,6 +425,16 @@ impl Shared {
         result
     }
 
+    /// Sends a responder's replies on (`comm`, tag 0); a peer found dead is announced.
+    fn send_replies(&self, comm: u64, replies: Vec<(u32, Vec<u8>)>) {
+        let quiet = AtomicBool::new(false);
+        for (to, payload) in replies {
+            if let Err(e) = self.send(to, &Message::Data { comm, tag: 0, payload }, &quiet) {
+                tracing::debug!(target: target::BOOTSTRAP, "rank {}: could not answer rank {to}: {e}", self.rank);
+            }
+        }
+    }
+
     /// Sends without announcing a failure (the announcement itself goes this way).
     fn send_quietly(&self, peer: u32, message: &Message, abort: &AtomicBool) -> Result<()> {
         let mut slot = self.connected(peer, abort)?;
@@ -467,8 +509,14 @@ impl Shared {
                 }
                 Ok(Message::Data { comm, tag, payload }) => {
                     let mut inbox = self.inbox.lock();
-                    inbox.queues.entry((from, comm, tag)).or_default().push_back(payload);
-                    self.arrived.notify_all();
+                    if let Some((_, responder)) = inbox.responders.iter_mut().find(|(c, _)| *c == comm && tag == 0) {
+                        let replies = responder(from, &payload);
+                        drop(inbox);
+                        self.send_replies(comm, replies);
+                    } else {
+                        inbox.queues.entry((from, comm, tag)).or_default().push_back(payload);
+                        self.arrived.notify_all();
+                    }
                 }
                 Ok(Message::Abort { reason, failed }) => {
                     // A rank already counted as failed (stopped, then resumed) is not

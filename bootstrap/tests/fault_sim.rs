@@ -11,7 +11,9 @@
 //! connections end (EOF) at every peer, a stopped rank's mail waits for it (TCP buffers),
 //! and a partition holds the messages that cross it until it heals (TCP retransmits).
 //! Each rank enters the agreement at its own time; messages that come earlier wait in its
-//! inbox, and once it has an outcome it stops listening, as the real call returns.
+//! inbox, and once it has an outcome the call has returned: the rank takes no more
+//! suspicions and adopts none, but its agreement still answers messages, as the endpoint's
+//! readers do for a finished agreement (`Endpoint::keep_answering`), while it runs.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -264,9 +266,6 @@ impl Sim {
             }
             Wire::Agree(m) => {
                 let node = &mut self.nodes[to as usize];
-                if node.outcome.is_some() {
-                    return; // the call returned: nobody listens any more
-                }
                 if node.agreement.is_none() {
                     node.early.push((from, m));
                     return;
@@ -295,7 +294,8 @@ impl Sim {
                 self.send(rank, next, Wire::Notice(failed));
             }
         }
-        if self.nodes[rank as usize].agreement.is_some() {
+        // A returned call takes no more suspicions.
+        if self.nodes[rank as usize].agreement.is_some() && self.nodes[rank as usize].outcome.is_none() {
             self.agree(rank, |a| a.handle_suspect(dead));
         }
     }
@@ -304,16 +304,15 @@ impl Sim {
     /// sends its messages, records its outcome.
     fn agree(&mut self, rank: u32, input: impl FnOnce(&mut Agreement)) {
         let node = &mut self.nodes[rank as usize];
-        if node.outcome.is_some() {
-            return;
-        }
+        let returned = node.outcome.is_some();
         let Some(agreement) = node.agreement.as_mut() else { return };
         input(agreement);
         let mut out = Vec::new();
         while let Some(m) = agreement.poll_transmit() {
             out.push(m);
         }
-        let adopted: Vec<u32> = agreement.suspected().difference(&node.dead).copied().collect();
+        // After the call returned, nobody adopts its agreement's suspicions.
+        let adopted: Vec<u32> = if returned { Vec::new() } else { agreement.suspected().difference(&node.dead).copied().collect() };
         let outcome = agreement.outcome();
         for (to, m) in out {
             self.send(rank, to, Wire::Agree(m));

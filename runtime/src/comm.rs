@@ -254,10 +254,11 @@ impl Communicator {
 
     /// [`Communicator::shrink`] without a list: the live ranks first agree on the failed
     /// ones ([`Communicator::agree_failed`]), then each builds the communicator of the
-    /// rest, so that all of them get the same one without anyone naming the dead; a
-    /// second agreement confirms that nobody failed meanwhile (else they build again
-    /// without the new failures: a rank dying while the others build would leave some with
-    /// a communicator and some with an error). Collective over the live ranks. Returns the
+    /// rest, so that all of them get the same one without anyone naming the dead. The
+    /// build is local (no rank waits for another), so every survivor that returns `Ok`
+    /// returns the same communicator; a rank failing after the agreement is found by the
+    /// new communicator's first collective, on every member. Collective over the live
+    /// ranks. Returns the
     /// new communicator and the excluded ranks (ranks of this communicator). `abort_first`
     /// as in [`Communicator::shrink`].
     pub fn shrink_failed(&self, abort_first: bool) -> Result<(Communicator, Vec<usize>)> {
@@ -889,20 +890,21 @@ pub(crate) fn join(id: &UniqueId, rank: u32, nranks: u32, config: &Config, abort
 }
 
 /// [`Communicator::shrink_failed`] of `parent`, every wait ending when `abort` is set.
+///
+/// One agreement, then a build that is local: the new communicator's members, ranks and
+/// who shares whose host all come from the parent and the agreed set, its namespace from
+/// the parent's shrink count, and nothing in the build waits for or talks to another rank
+/// (its connections are made by its first collective). So a rank that fails after the
+/// agreement cannot make the build fail on some survivors and succeed on others: every
+/// survivor that returns `Ok` returns the same communicator, as after any failure just
+/// after a shrink, and the next collective on it reports the failure to all. (A
+/// confirming second agreement was needed while the build exchanged host ids; it cost a
+/// whole agreement, 8–15 ms at 16 ranks on 2 cores, docs/PERFORMANCE.md.)
 pub(crate) fn shrink_agreed(parent: &Exec, abort: &Arc<AtomicBool>) -> Result<(Communicator, Vec<usize>)> {
     let boot = &parent.boot;
-    let mut failed = boot.agree_failed_abortable(abort)?;
-    // Each retry excludes at least one more rank.
-    for _ in 0..boot.nranks() {
-        let built = boot.shrink_abortable(&failed, abort.clone()).map_err(Error::from).and_then(|b| parent.shrunk(b, &failed));
-        let confirmed = boot.agree_failed_abortable(abort)?;
-        if confirmed == failed {
-            return built.map(|c| (c, failed.into_iter().map(|r| r as usize).collect()));
-        }
-        tracing::info!(target: log_target::INIT, "rank {}: ranks {confirmed:?} failed while shrinking out {failed:?}: shrinking again", boot.rank());
-        failed = confirmed;
-    }
-    Err(Error::Internal(format!("shrinking by agreement: no stable set of failed ranks after {} rounds", boot.nranks())))
+    let failed = boot.agree_failed_abortable(abort)?;
+    let built = parent.shrunk(boot.shrink_abortable(&failed, abort.clone())?, &failed)?;
+    Ok((built, failed.into_iter().map(|r| r as usize).collect()))
 }
 
 /// This host's identity: NCCL_HOSTID, else host name and boot id.
