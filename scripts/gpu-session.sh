@@ -3,8 +3,8 @@
 # packed into $OUT/results.tgz): runs the stages named as arguments, in order, from the
 # repository root with gpu-bin/ (scripts/gpu-build.sh) carried along.
 #   tests         gpu-bin's GPU test binaries (GPU_TESTS, default gpu_collectives)
-#   bench         oxccl-perf against NCCL: all_reduce 8 B-1 GiB, the other collectives
-#                 8 B-16 MiB (GPU_BENCH_COLLECTIVES narrows them)
+#   bench         gpu-bench.sh: oxccl-perf against NCCL for every collective
+#                 (GPU_BENCH_COLLECTIVES narrows them)
 #   pytorch       examples/pytorch/check_collectives.py with oxccl's libnccl.so.2 preloaded
 #   nccl-tests    builds .nccl-tests/ (NVIDIA/nccl-tests, copied there, git-ignored) with and
 #                 without MPI and runs every test with oxccl and with NCCL: -g 2 in one
@@ -17,7 +17,6 @@ res=$(mktemp -d)
 export NCCL_NVLS_ENABLE=0 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 export LD_LIBRARY_PATH="$CUDA_HOME/lib64:${LD_LIBRARY_PATH:-}" XDG_CACHE_HOME="${XDG_CACHE_HOME:-/tmp/oxccl-cache}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-gpus=$(nvidia-smi -L | wc -l)
 note() { echo "$*" | tee -a "$res/summary.txt"; }
 for stage in "$@"; do
   start=$SECONDS
@@ -26,11 +25,7 @@ for stage in "$@"; do
       OUT=$res GPU_TESTS="${GPU_TESTS:-gpu_collectives}" GPU_TEST_TIMEOUT="${GPU_TEST_TIMEOUT:-300}" bash "$bin/gpu-run.sh" > /dev/null
       ;;
     bench)
-      for c in ${GPU_BENCH_COLLECTIVES:-all_reduce all_gather reduce_scatter broadcast reduce}; do
-        if [[ $c == all_reduce ]]; then range=(-b 8 -e 1G -f 2); else range=(-b 8 -e 16M -f 4); fi
-        timeout 120 "$bin/oxccl-perf" "$c" "${range[@]}" -n 20 -w 5 -c 1 --gpus "$gpus" --baseline nccl > "$res/perf-$c-${gpus}gpu.txt" 2>&1
-        note "bench $c: exit $?"
-      done
+      OUT=$res bash "$bin/gpu-bench.sh" > /dev/null
       ;;
     pytorch)
       LD_PRELOAD="$bin/lib/libnccl.so.2" timeout 180 python3 "$root/examples/pytorch/check_collectives.py" > "$res/pytorch-oxccl.txt" 2>&1

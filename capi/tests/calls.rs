@@ -250,23 +250,14 @@ fn grow_two_ranks_to_three() {
 /// ncclSuccess; calls on it before that return ncclInProgress.
 #[test]
 fn nonblocking_init_from_c() {
-    const IN_PROGRESS: i32 = 7;
     std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
     let mut id = NcclUniqueId { internal: [0; 128] };
     // SAFETY: a valid out pointer.
     assert_eq!(unsafe { ncclGetUniqueId(&mut id) }, SUCCESS);
-    // NCCL_CONFIG_INITIALIZER's prefix: size, magic, version, blocking = 0.
-    #[repr(C)]
-    struct ConfigPrefix {
-        size: usize,
-        magic: u32,
-        version: u32,
-        blocking: i32,
-    }
     let handles: Vec<_> = (0..2)
         .map(|rank| {
             std::thread::spawn(move || {
-                let mut cfg = ConfigPrefix { size: std::mem::size_of::<ConfigPrefix>(), magic: 0xcafe_beef, version: 22803, blocking: 0 };
+                let mut cfg = nonblocking_config();
                 let mut comm: *mut c_void = null_mut();
                 // SAFETY: valid out pointer and config.
                 let rc = unsafe { ncclCommInitRankConfig((&mut comm as *mut *mut c_void).cast(), 2, id, rank, (&mut cfg as *mut ConfigPrefix).cast()) };

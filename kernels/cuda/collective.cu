@@ -27,18 +27,25 @@ __device__ __forceinline__ u64 ox_now() {
   return t;
 }
 
-// Waits until *word >= target: 0, or OX_ABORTED (*abort raised) / OX_TIMED_OUT.
-__device__ int ox_wait_for(volatile u64* word, u64 target, volatile int* abort, u64 timeout_ns) {
-  if (*word >= target) return 0;
+// Spins until ready() holds: 0, or OX_ABORTED (*abort raised) / OX_TIMED_OUT. Every wait
+// of the kernels goes through here.
+template <typename Ready>
+__device__ __forceinline__ int ox_spin(Ready ready, volatile int* abort, u64 timeout_ns) {
+  if (ready()) return 0;
   const u64 start = ox_now();
   u32 spins = 0;
-  while (*word < target) {
+  while (!ready()) {
     if (++spins % 512 == 0) {
       if (*abort) return OX_ABORTED;
       if (ox_now() - start > timeout_ns) return OX_TIMED_OUT;
     }
   }
   return 0;
+}
+
+// Waits until *word >= target.
+__device__ int ox_wait_for(volatile u64* word, u64 target, volatile int* abort, u64 timeout_ns) {
+  return ox_spin([&] { return *word >= target; }, abort, timeout_ns);
 }
 
 __device__ __forceinline__ int ox_wait(volatile u64* word, u64 target, const OxArgs& a) {
@@ -77,24 +84,28 @@ __device__ __forceinline__ T ox_scale(T x, double s) {
 #endif
 }
 
-#define OX_EACH (16 / sizeof(T))
-
-__device__ __forceinline__ uint4 ox_scale_pack(uint4 v, double s) {
-  T e[OX_EACH];
-  memcpy(e, &v, 16);
+// A vector of elements (uint4: 16 bytes, uint2: an LL line's 8), scaled or combined
+// element by element.
+template <typename V>
+__device__ __forceinline__ V ox_scale_vec(V v, double s) {
+  constexpr int each = sizeof(V) / sizeof(T);
+  T e[each];
+  memcpy(e, &v, sizeof(V));
 #pragma unroll
-  for (int i = 0; i < (int)OX_EACH; ++i) e[i] = ox_scale(e[i], s);
-  memcpy(&v, e, 16);
+  for (int i = 0; i < each; ++i) e[i] = ox_scale(e[i], s);
+  memcpy(&v, e, sizeof(V));
   return v;
 }
 
-__device__ __forceinline__ uint4 ox_combine_pack(uint4 x, uint4 y) {
-  T a[OX_EACH], b[OX_EACH];
-  memcpy(a, &x, 16);
-  memcpy(b, &y, 16);
+template <typename V>
+__device__ __forceinline__ V ox_combine_vec(V x, V y) {
+  constexpr int each = sizeof(V) / sizeof(T);
+  T a[each], b[each];
+  memcpy(a, &x, sizeof(V));
+  memcpy(b, &y, sizeof(V));
 #pragma unroll
-  for (int i = 0; i < (int)OX_EACH; ++i) a[i] = ox_combine(a[i], b[i]);
-  memcpy(&x, a, 16);
+  for (int i = 0; i < each; ++i) a[i] = ox_combine(a[i], b[i]);
+  memcpy(&x, a, sizeof(V));
   return x;
 }
 
@@ -127,8 +138,8 @@ __device__ void ox_move(char* d0, char* d1, const char* in, const char* local, u
 #pragma unroll
       for (int u = 0; u < OX_UNROLL; ++u) {
         if (b) {
-          if (scale) w[u] = ox_scale_pack(w[u], s);
-          v[u] = a ? ox_combine_pack(v[u], w[u]) : w[u];
+          if (scale) w[u] = ox_scale_vec(w[u], s);
+          v[u] = a ? ox_combine_vec(v[u], w[u]) : w[u];
         }
         x[i + u * OX_THREADS] = v[u];
         if (y) y[i + u * OX_THREADS] = v[u];
@@ -139,8 +150,8 @@ __device__ void ox_move(char* d0, char* d1, const char* in, const char* local, u
       if (a) v = __ldcg(a + i);
       if (b) {
         uint4 w = __ldcg(b + i);
-        if (scale) w = ox_scale_pack(w, s);
-        v = a ? ox_combine_pack(v, w) : w;
+        if (scale) w = ox_scale_vec(w, s);
+        v = a ? ox_combine_vec(v, w) : w;
       }
       x[i] = v;
       if (y) y[i] = v;
@@ -291,44 +302,13 @@ __device__ __forceinline__ void ox_line_put(char* base, u64 l, u64 bytes, uint2 
   for (u32 i = 0; i < 8 && l * 8 + i < bytes; ++i) p[i] = b[i];
 }
 
-#define OX_LINE_EACH (8 / sizeof(T))
-
-__device__ __forceinline__ uint2 ox_scale_line(uint2 v, double s) {
-  T e[OX_LINE_EACH];
-  memcpy(e, &v, 8);
-#pragma unroll
-  for (int i = 0; i < (int)OX_LINE_EACH; ++i) e[i] = ox_scale(e[i], s);
-  memcpy(&v, e, 8);
-  return v;
-}
-
-__device__ __forceinline__ uint2 ox_combine_line(uint2 x, uint2 y) {
-  T a[OX_LINE_EACH], b[OX_LINE_EACH];
-  memcpy(a, &x, 8);
-  memcpy(b, &y, 8);
-#pragma unroll
-  for (int i = 0; i < (int)OX_LINE_EACH; ++i) a[i] = ox_combine(a[i], b[i]);
-  memcpy(&x, a, 8);
-  return x;
-}
-
 // Waits until the inbox line at p carries `flag`: 0 and its data in *out, or OX_ABORTED /
 // OX_TIMED_OUT.
 __device__ int ox_ll_wait(const char* p, u32 flag, const OxDirect& a, uint2* out) {
-  uint4 v = ox_ll_load(p);
-  if (v.y != flag || v.w != flag) {
-    const u64 start = ox_now();
-    u32 spins = 0;
-    do {
-      if (++spins % 256 == 0) {
-        if (*a.abort) return OX_ABORTED;
-        if (ox_now() - start > a.timeout_ns) return OX_TIMED_OUT;
-      }
-      v = ox_ll_load(p);
-    } while (v.y != flag || v.w != flag);
-  }
+  uint4 v;
+  const int why = ox_spin([&] { v = ox_ll_load(p); return v.y == flag && v.w == flag; }, a.abort, a.timeout_ns);
   *out = make_uint2(v.x, v.z);
-  return 0;
+  return why;
 }
 
 extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirect a) {
@@ -369,7 +349,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirec
       if (a.launch > 2 && l < lines) why = ox_wait_for(acks + d, a.launch - 2, a.abort, a.timeout_ns);
       for (; l < lines && !why; l += stride) {
         if (l != first) v = ox_line_get(src, l, a.bytes);
-        if (a.scaled) v = ox_scale_line(v, a.scale);
+        if (a.scaled) v = ox_scale_vec(v, a.scale);
         ox_ll_store(dst + l * 16, v, flag);
       }
     }
@@ -384,7 +364,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirec
       if (p == a.rank) {
         if (only_root_sends && a.send == a.recv) break;  // broadcast in place: nothing to do
         v = ox_line_get(own, l, a.bytes);
-        if (a.scaled) v = ox_scale_line(v, a.scale);
+        if (a.scaled) v = ox_scale_vec(v, a.scale);
       } else {
         why = ox_ll_wait(a.inbox + ((half + p) * a.cap_lines + l) * 16, flag, a, &v);
         if (why) {
@@ -393,7 +373,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirec
         }
       }
       if (reduce) {
-        acc = p == 0 ? v : ox_combine_line(acc, v);
+        acc = p == 0 ? v : ox_combine_vec(acc, v);
       } else {
         // Gather: block p goes to p; broadcast: the root's data to the output.
         ox_line_put(a.recv + (a.mode == OX_DIRECT_ALL_GATHER ? (u64)p * a.bytes : 0), l, a.bytes, v);

@@ -76,13 +76,35 @@ struct Inner {
     timeout: Duration,
     /// The direct (LL, one hop) path for small collectives, when enabled.
     direct: std::sync::OnceLock<Direct>,
-    /// NCCL_PROTO, for the protocol each launch uses.
-    tuner: crate::tune::Tuner,
+    /// What NCCL_PROTO allows, per collective (read once: launches only look it up).
+    protocols: Protocols,
     state: Mutex<State>,
     flags: MappedHost,
     stop: AtomicBool,
     /// The first failure seen (kernel status, failed peer, abort).
     failure: Mutex<Option<Error>>,
+}
+
+/// The protocols NCCL_PROTO allows each collective, as bits per `Collective::ALL` index.
+struct Protocols {
+    per_collective: [u8; Collective::ALL.len()],
+}
+
+impl Protocols {
+    const SIMPLE: u8 = 1;
+    const LL: u8 = 2;
+
+    fn new(tuner: &crate::tune::Tuner) -> Protocols {
+        let per_collective = Collective::ALL.map(|c| {
+            (if tuner.allows_protocol(c, "simple") { Self::SIMPLE } else { 0 }) | (if tuner.allows_protocol(c, "ll") { Self::LL } else { 0 })
+        });
+        Protocols { per_collective }
+    }
+
+    fn allows(&self, collective: Collective, protocol: u8) -> bool {
+        let i = Collective::ALL.iter().position(|&c| c == collective).expect("every collective is in Collective::ALL");
+        self.per_collective[i] & protocol != 0
+    }
 }
 
 /// The direct kernel's inboxes (set up at init, see `DevDirect`).
@@ -102,7 +124,10 @@ struct Direct {
 impl Direct {
     /// Whether a collective with `bytes` per rank goes direct among `nranks`.
     fn carries(&self, bytes: usize, nranks: usize) -> bool {
-        bytes * (nranks - 1) <= self.limit && bytes.div_ceil(LL_LINE_DATA) <= self.cap_lines as usize
+        let fits = bytes * (nranks - 1) <= self.limit;
+        // A row holds limit / (nranks - 1) bytes, rounded up to lines.
+        debug_assert!(!fits || bytes.div_ceil(LL_LINE_DATA) <= self.cap_lines as usize);
+        fits
     }
 
     /// The next launch's number and flag: flags run 1..=u32::MAX and around, never 0
@@ -194,7 +219,7 @@ impl DeviceComm {
         let slot_bytes = config.gpu_slot_bytes.next_multiple_of(128);
         let max_channels = config.max_channels.clamp(1, 64);
         let min_channels = config.min_channels.clamp(1, max_channels);
-        let tuner = crate::tune::Tuner::new(None, config.proto.as_deref())?;
+        let protocols = Protocols::new(&crate::tune::Tuner::new(None, config.proto.as_deref())?);
         let inner = Arc::new(Inner {
             arch,
             toolchain,
@@ -204,7 +229,7 @@ impl DeviceComm {
             min_channels,
             timeout: config.coll_timeout,
             direct: std::sync::OnceLock::new(),
-            tuner,
+            protocols,
             state: Mutex::new(State::default()),
             flags: MappedHost::zeroed(8)?,
             stop: AtomicBool::new(false),
@@ -339,7 +364,7 @@ impl DeviceComm {
         if let Some(mode) = inner.direct_mode(collective, count * esize, n) {
             inner.launch_direct(&loaded, mode, send, recv, count * esize, root, rank, n, scale, stream)?;
         } else {
-            if !inner.tuner.allows_protocol(collective, "simple") {
+            if !inner.protocols.allows(collective, Protocols::SIMPLE) {
                 return Err(Error::invalid(format!(
                     "NCCL_PROTO excludes Simple for {}, and {} bytes from each of {} peers is more than LL's one-hop path carries (OXCCL_GPU_DIRECT_BYTES={})",
                     collective.name(),
@@ -573,9 +598,9 @@ impl Inner {
             conns: plan.conns,
             send,
             recv,
-            abort: self.flags.device + (ABORT_WORD * 4) as u64,
-            status: self.flags.device + (STATUS_WORD * 4) as u64,
-            timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
+            abort: self.abort_word(),
+            status: self.status_word(),
+            timeout_ns: self.timeout_ns(),
             scale: scale.unwrap_or(1.0),
             scaled: scale.is_some() as u32,
             _pad: 0,
@@ -596,7 +621,7 @@ impl Inner {
             _ => return None,
         };
         let fits = self.direct.get().is_some_and(|d| d.carries(bytes, nranks));
-        (fits && self.tuner.allows_protocol(collective, "ll")).then_some(mode)
+        (fits && self.protocols.allows(collective, Protocols::LL)).then_some(mode)
     }
 
     /// Launches the direct kernel: `bytes` per rank, one thread per LL line (up to
@@ -613,9 +638,9 @@ impl Inner {
             recv,
             inbox: d.inbox,
             peers: d.table,
-            abort: self.flags.device + (ABORT_WORD * 4) as u64,
-            status: self.flags.device + (STATUS_WORD * 4) as u64,
-            timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
+            abort: self.abort_word(),
+            status: self.status_word(),
+            timeout_ns: self.timeout_ns(),
             scale: scale.unwrap_or(1.0),
             bytes: bytes as u64,
             launch,
@@ -649,6 +674,20 @@ impl Inner {
         // SAFETY: both ranges hold `bytes` bytes (the caller's input; the scratch buffer).
         driver::check(unsafe { cudarc::driver::sys::cuMemcpyDtoDAsync_v2(scratch, src, bytes, stream) }, || "copying an in-place alltoall's input aside".into())?;
         Ok(scratch)
+    }
+
+    /// Device addresses of the abort flag and the status word, and the wait limit, as
+    /// every launch passes them.
+    fn abort_word(&self) -> u64 {
+        self.flags.device + (ABORT_WORD * 4) as u64
+    }
+
+    fn status_word(&self) -> u64 {
+        self.flags.device + (STATUS_WORD * 4) as u64
+    }
+
+    fn timeout_ns(&self) -> u64 {
+        self.timeout.as_nanos().min(u64::MAX as u128) as u64
     }
 
     fn fail(&self, e: Error) {
