@@ -100,6 +100,27 @@ impl Bootstrap {
     /// [`Error::Aborted`] within about 100 ms. The bootstrap keeps `abort` as its abort
     /// flag ([`Bootstrap::abort`] sets it).
     pub fn init_abortable(id: &UniqueId, rank: u32, nranks: u32, config: &Config, abort: Arc<AtomicBool>) -> Result<Bootstrap> {
+        Bootstrap::join(id, rank, nranks, config, abort, None)
+    }
+
+    /// Joins `id` as this rank of a job of `nranks` that grows this communicator
+    /// (ncclCommGrow: its members keep their ranks, new processes join with
+    /// [`Bootstrap::init`] as the ranks above). Abortable as [`Bootstrap::init_abortable`];
+    /// besides, while this rank waits at the rendezvous, a failure of a member of this
+    /// communicator (or its abort or revocation) ends the join at once with that error,
+    /// and the root is told, so that it gives up the rendezvous for every rank that came or
+    /// comes: a member dying before it reaches the rendezvous costs the others the time
+    /// its death takes to be noticed here, not the bootstrap timeout.
+    pub fn grow_abortable(&self, id: &UniqueId, nranks: u32, config: &Config, abort: Arc<AtomicBool>) -> Result<Bootstrap> {
+        if nranks <= self.nranks() {
+            return Err(Error::invalid(format!("grow to {nranks} ranks: the communicator already has {}", self.nranks())));
+        }
+        Bootstrap::join(id, self.rank, nranks, config, abort, Some(self))
+    }
+
+    /// [`Bootstrap::init_abortable`], watching `parent` while at the rendezvous when it is
+    /// a grow.
+    fn join(id: &UniqueId, rank: u32, nranks: u32, config: &Config, abort: Arc<AtomicBool>, parent: Option<&Bootstrap>) -> Result<Bootstrap> {
         if nranks == 0 || rank >= nranks {
             return Err(Error::invalid(format!("rank {rank} of {nranks} ranks")));
         }
@@ -112,7 +133,13 @@ impl Bootstrap {
         let ip = select_ip(config, Some(id.root().ip()), false)?;
         let listener = sock::listen(ip, 0).map_err(|e| Error::io(format!("listening on {ip}"), e))?;
         let endpoint = Endpoint::listen(listener, rank, nranks, *id.secret(), limits)?;
-        let table = join_root(id, &endpoint, config, &abort)?;
+        let stop = || {
+            if abort.load(Ordering::Acquire) {
+                return Some(Error::Aborted { reason: "abort requested while joining".into() });
+            }
+            parent.and_then(|p| p.check("grow").err())
+        };
+        let table = join_root(id, &endpoint, config, &stop)?;
         endpoint.set_table(table);
         let bootstrap = Bootstrap::new(Arc::new(endpoint), 0, (0..nranks).collect(), rank, abort);
         // Connect the ring eagerly: a successor learns of its predecessor's death from the
@@ -525,19 +552,36 @@ fn serve_root_if_here(id: &UniqueId, config: &Config) -> Result<()> {
 }
 
 /// Introduces this rank to the root and waits for the address table.
-fn join_root(id: &UniqueId, endpoint: &Endpoint, config: &Config, abort: &AtomicBool) -> Result<Vec<std::net::SocketAddr>> {
+/// Sends this rank's hello to the root and waits for the table. `stop` is asked every
+/// 25 ms: the error it gives ends the join, and the root is told (so that the other
+/// ranks do not wait for this one).
+fn join_root(id: &UniqueId, endpoint: &Endpoint, config: &Config, stop: &dyn Fn() -> Option<Error>) -> Result<Vec<std::net::SocketAddr>> {
     let deadline = endpoint.deadline();
-    let mut stream: TcpStream = sock::connect(id.root(), "bootstrap root", deadline, Refused::Retry, abort)?;
+    let connected = sock::connect(id.root(), "bootstrap root", deadline, Refused::Retry, &|| stop().is_some());
+    let mut stream: TcpStream = match (connected, stop()) {
+        (Ok(stream), _) => stream,
+        (Err(_), Some(cause)) => return Err(cause),
+        (Err(e), None) => return Err(e),
+    };
     wire::write_message(&mut stream, &Message::Hello(endpoint.hello()))
         .map_err(|e| Error::io(format!("sending the hello to the bootstrap root {}", id.root()), e))?;
     // The root answers once every rank joined, or aborts the job after its own timeout.
     let wait = config.bootstrap_timeout + config.handshake_timeout + Duration::from_secs(1);
     let started = Instant::now();
     let (root, rank) = (id.root(), endpoint.rank());
-    wait_readable(&stream, started + wait, abort).map_err(|e| match e {
-        Error::Timeout { .. } => Error::Timeout { phase: format!("waiting for the bootstrap root {root}"), waited: started.elapsed() },
-        other => other,
-    })?;
+    match wait_readable(&stream, started + wait, stop) {
+        Ok(()) => {}
+        Err(Error::Timeout { .. }) => return Err(Error::Timeout { phase: format!("waiting for the bootstrap root {root}"), waited: started.elapsed() }),
+        Err(cause) => {
+            let failed = match &cause {
+                Error::PeerFailed { rank, .. } => vec![*rank],
+                _ => Vec::new(),
+            };
+            let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+            let _ = wire::write_message(&mut stream, &Message::Abort { reason: cause.to_string(), failed });
+            return Err(cause);
+        }
+    }
     // The answer has started to arrive: read it whole, within what is left of the wait.
     sock::set_read_timeout(&stream, Some(wait.saturating_sub(started.elapsed()).max(Duration::from_millis(100))))?;
     match wire::read_message(&mut stream, config.max_frame_bytes) {
@@ -555,19 +599,19 @@ fn join_root(id: &UniqueId, endpoint: &Endpoint, config: &Config, abort: &Atomic
     }
 }
 
-/// Waits until `stream` has data (or was closed) without reading it, looking at `abort`
-/// every 100 ms; `Timeout` at `deadline`.
-fn wait_readable(stream: &TcpStream, deadline: Instant, abort: &AtomicBool) -> Result<()> {
+/// Waits until `stream` has data (or was closed) without reading it, asking `stop` every
+/// 25 ms (its error ends the wait); `Timeout` at `deadline`.
+fn wait_readable(stream: &TcpStream, deadline: Instant, stop: &dyn Fn() -> Option<Error>) -> Result<()> {
     use std::os::fd::AsFd;
     loop {
-        if abort.load(Ordering::Acquire) {
-            return Err(Error::Aborted { reason: "abort requested while waiting for the bootstrap root".into() });
+        if let Some(cause) = stop() {
+            return Err(cause);
         }
         let now = Instant::now();
         if now >= deadline {
             return Err(Error::Timeout { phase: "waiting for the bootstrap root".into(), waited: Duration::ZERO });
         }
-        let slice = (deadline - now).min(Duration::from_millis(100));
+        let slice = (deadline - now).min(Duration::from_millis(25));
         let mut fds = [nix::poll::PollFd::new(stream.as_fd(), nix::poll::PollFlags::POLLIN)];
         match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(slice.as_millis().max(1) as u16)) {
             Ok(0) | Err(nix::errno::Errno::EINTR) => continue,

@@ -454,7 +454,7 @@ impl Shared {
         if slot.is_none() {
             let failed = |reason: String| Error::PeerFailed { rank: peer, phase: "bootstrap connect".into(), reason };
             let deadline = Instant::now() + self.limits.timeout;
-            let mut stream = sock::connect(addr, "bootstrap peer", deadline, Refused::Fatal, abort)
+            let mut stream = sock::connect(addr, "bootstrap peer", deadline, Refused::Fatal, &|| abort.load(Ordering::Acquire))
                 .map_err(|e| failed(format!("cannot connect to {addr}: {e}")))?;
             let hello = Message::Hello(Hello {
                 magic: HELLO_MAGIC,

@@ -39,17 +39,26 @@ pub fn check_position(rank: u32, nranks: u32, expected_nranks: Option<u32>) -> R
     Ok(())
 }
 
+/// Why a rendezvous was given up, and the ranks to blame: every rank that joined, or
+/// comes later, is told (a [`crate::wire::Message::Abort`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    pub reason: String,
+    pub failed: Vec<u32>,
+}
+
 /// The rendezvous of one job at its root.
 #[derive(Debug)]
 pub struct Rendezvous {
     secret: Secret,
     nranks: Option<u32>,
     listen: Vec<Option<SocketAddr>>,
+    failure: Option<Failure>,
 }
 
 impl Rendezvous {
     pub fn new(secret: Secret) -> Rendezvous {
-        Rendezvous { secret, nranks: None, listen: Vec::new() }
+        Rendezvous { secret, nranks: None, listen: Vec::new(), failure: None }
     }
 
     /// Handles one rank's hello: accepted (recorded) or refused with the reason. A refused
@@ -69,16 +78,32 @@ impl Rendezvous {
         Ok(())
     }
 
-    /// Forgets a joined rank whose connection closed before the table went out.
+    /// A joined rank's connection closed before the table went out: it died (a rank that
+    /// gives up says so first, [`Rendezvous::handle_given_up`]). The job cannot complete
+    /// without it, so the rendezvous fails at once, naming it, rather than leaving the
+    /// others to wait out the timeout.
     pub fn handle_departure(&mut self, rank: u32) {
-        if let Some(slot) = self.listen.get_mut(rank as usize) {
-            *slot = None;
+        if self.failure.is_none() && self.table().is_none() {
+            self.failure = Some(Failure { reason: format!("rank {rank} left before every rank had joined (its connection to the root closed)"), failed: vec![rank] });
         }
     }
 
-    /// Every rank's listen address, once all have joined.
+    /// A joined rank gave up joining (aborted, or saw `failed` die — for a grow, members
+    /// of the communicator being grown): the rendezvous fails with its reason.
+    pub fn handle_given_up(&mut self, rank: u32, reason: &str, failed: Vec<u32>) {
+        if self.failure.is_none() && self.table().is_none() {
+            self.failure = Some(Failure { reason: format!("rank {rank} gave up joining: {reason}"), failed });
+        }
+    }
+
+    /// Why the rendezvous failed, if it did.
+    pub fn failure(&self) -> Option<&Failure> {
+        self.failure.as_ref()
+    }
+
+    /// Every rank's listen address, once all have joined (never after a failure).
     pub fn table(&self) -> Option<Vec<SocketAddr>> {
-        if self.listen.is_empty() {
+        if self.listen.is_empty() || self.failure.is_some() {
             return None;
         }
         self.listen.iter().copied().collect()
@@ -142,11 +167,36 @@ mod tests {
     }
 
     #[test]
-    fn a_departed_rank_may_rejoin() {
+    fn a_departure_before_the_table_fails_the_rendezvous_naming_the_rank() {
         let mut r = Rendezvous::new([1; 32]);
-        r.handle_hello(&hello(0, 2, 1)).unwrap();
+        r.handle_hello(&hello(0, 3, 1)).unwrap();
+        r.handle_hello(&hello(2, 3, 1)).unwrap();
+        r.handle_departure(2);
+        assert_eq!(r.failure().unwrap().failed, vec![2]);
+        assert!(r.failure().unwrap().reason.contains("rank 2 left"), "{:?}", r.failure());
+        // The last rank coming does not complete a failed rendezvous; the first reason stays.
+        r.handle_hello(&hello(1, 3, 1)).unwrap();
+        r.handle_given_up(0, "abort requested", vec![]);
+        assert!(r.table().is_none());
+        assert_eq!(r.failure().unwrap().failed, vec![2]);
+    }
+
+    #[test]
+    fn a_rank_giving_up_fails_the_rendezvous_with_its_reason() {
+        let mut r = Rendezvous::new([1; 32]);
+        r.handle_hello(&hello(1, 3, 1)).unwrap();
+        r.handle_given_up(1, "rank 0 failed during grow", vec![0]);
+        let failure = r.failure().unwrap();
+        assert_eq!(failure.failed, vec![0]);
+        assert!(failure.reason.contains("rank 1 gave up joining: rank 0 failed"), "{failure:?}");
+    }
+
+    #[test]
+    fn a_complete_rendezvous_ignores_later_departures() {
+        let mut r = Rendezvous::new([1; 32]);
+        r.handle_hello(&hello(0, 1, 1)).unwrap();
         r.handle_departure(0);
-        assert_eq!(r.missing(), vec![0, 1]);
-        r.handle_hello(&hello(0, 2, 1)).unwrap();
+        assert!(r.failure().is_none());
+        assert!(r.table().is_some());
     }
 }

@@ -90,48 +90,36 @@ pub fn serve(listener: TcpListener, id: UniqueId, timeouts: RootTimeouts) -> Res
     Ok(())
 }
 
+/// How often the root looks at the connections of the ranks that joined, for one that
+/// closed (died) or sent word that it gave up.
+const WATCH: Duration = Duration::from_millis(20);
+
 fn run(addr: SocketAddr, id: UniqueId, timeouts: RootTimeouts, arrivals: mpsc::Receiver<(TcpStream, Hello)>) {
     let mut state = Rendezvous::new(*id.secret());
     let mut streams: Vec<Option<TcpStream>> = Vec::new();
     let mut deadline = Instant::now() + timeouts.join;
     loop {
-        let (stream, hello) = match arrivals.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(arrival) => arrival,
-            Err(_) => break,
-        };
-        let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-        if !state.joined_any() {
-            deadline = Instant::now() + timeouts.join;
+        let now = Instant::now();
+        if now >= deadline {
+            break;
         }
-        // A joined rank whose connection has since closed (it died before the table went
-        // out) is forgotten so that its replacement, or a timeout naming it, follows.
-        for (rank, slot) in streams.iter_mut().enumerate() {
-            if slot.as_ref().is_some_and(|s| !is_open(s)) {
-                tracing::warn!(target: target::BOOTSTRAP, "bootstrap root {addr}: rank {rank} left before the job was complete");
-                *slot = None;
-                state.handle_departure(rank as u32);
-            }
-        }
-        if let Err(reason) = state.handle_hello(&hello) {
-            refuse(stream, &peer, &reason);
-            continue;
-        }
-        tracing::debug!(target: target::BOOTSTRAP, "bootstrap root {addr}: rank {}/{} joined from {peer}", hello.rank, hello.nranks);
-        if streams.is_empty() {
-            streams.resize_with(hello.nranks as usize, || None);
-        }
-        let _ = stream.set_read_timeout(None);
-        streams[hello.rank as usize] = Some(stream);
-        if let Some(table) = state.table() {
-            let message = Message::Table(table);
-            for (rank, stream) in streams.iter_mut().enumerate() {
-                if let Some(Err(e)) = stream.as_mut().map(|s| wire::write_message(s, &message)) {
-                    tracing::warn!(target: target::BOOTSTRAP, "bootstrap root {addr}: cannot send the table to rank {rank}: {e}");
+        match arrivals.recv_timeout((deadline - now).min(WATCH)) {
+            Ok((stream, hello)) => {
+                if !state.joined_any() {
+                    deadline = Instant::now() + timeouts.join;
+                }
+                if arrive(addr, &mut state, &mut streams, stream, &hello) {
+                    return;
                 }
             }
-            tracing::info!(target: target::BOOTSTRAP, "bootstrap root {addr}: all {} ranks joined", streams.len());
-            return;
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
+        watch_joined(addr, &mut state, &mut streams);
+    }
+    if state.failure().is_some() {
+        // Everyone who came was told; later comers were told until now.
+        return;
     }
     let missing = state.missing();
     let reason = if missing.is_empty() {
@@ -143,6 +131,75 @@ fn run(addr: SocketAddr, id: UniqueId, timeouts: RootTimeouts, arrivals: mpsc::R
     let notice = Message::Abort { reason, failed: missing };
     for stream in streams.iter_mut().flatten() {
         let _ = wire::write_message(stream, &notice);
+    }
+}
+
+/// Handles one rank's hello; true once the table went out (the root's work is done).
+fn arrive(addr: SocketAddr, state: &mut Rendezvous, streams: &mut Vec<Option<TcpStream>>, mut stream: TcpStream, hello: &Hello) -> bool {
+    let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    if let Some(failure) = state.failure() {
+        // A rank coming after the rendezvous failed learns why at once.
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+        let _ = wire::write_message(&mut stream, &Message::Abort { reason: failure.reason.clone(), failed: failure.failed.clone() });
+        return false;
+    }
+    if let Err(reason) = state.handle_hello(hello) {
+        refuse(stream, &peer, &reason);
+        return false;
+    }
+    tracing::debug!(target: target::BOOTSTRAP, "bootstrap root {addr}: rank {}/{} joined from {peer}", hello.rank, hello.nranks);
+    if streams.is_empty() {
+        streams.resize_with(hello.nranks as usize, || None);
+    }
+    let _ = stream.set_read_timeout(None);
+    streams[hello.rank as usize] = Some(stream);
+    let Some(table) = state.table() else { return false };
+    let message = Message::Table(table);
+    for (rank, stream) in streams.iter_mut().enumerate() {
+        if let Some(Err(e)) = stream.as_mut().map(|s| wire::write_message(s, &message)) {
+            tracing::warn!(target: target::BOOTSTRAP, "bootstrap root {addr}: cannot send the table to rank {rank}: {e}");
+        }
+    }
+    tracing::info!(target: target::BOOTSTRAP, "bootstrap root {addr}: all {} ranks joined", streams.len());
+    true
+}
+
+/// Looks at the joined ranks' connections: one that closed (the rank died) or that says
+/// its rank gave up fails the rendezvous, and every joined rank is told at once, so that
+/// none waits out the join timeout for a rank that will not come.
+fn watch_joined(addr: SocketAddr, state: &mut Rendezvous, streams: &mut [Option<TcpStream>]) {
+    for (rank, slot) in streams.iter_mut().enumerate() {
+        let Some(stream) = slot.as_mut() else { continue };
+        match pending(stream) {
+            Pending::Nothing => {}
+            Pending::Closed => {
+                tracing::warn!(target: target::BOOTSTRAP, "bootstrap root {addr}: rank {rank} left before the job was complete");
+                state.handle_departure(rank as u32);
+                *slot = None;
+            }
+            Pending::Data => {
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+                match wire::read_message(stream, MAX_HANDSHAKE_FRAME) {
+                    Ok(Message::Abort { reason, failed }) => {
+                        tracing::warn!(target: target::BOOTSTRAP, "bootstrap root {addr}: rank {rank} gave up joining: {reason}");
+                        state.handle_given_up(rank as u32, &reason, failed);
+                    }
+                    other => {
+                        let what = other.map_or_else(|e| e.to_string(), |m| format!("an unexpected {}", kind_name(&m)));
+                        tracing::warn!(target: target::BOOTSTRAP, "bootstrap root {addr}: rank {rank} sent {what}; counted as gone");
+                        state.handle_departure(rank as u32);
+                    }
+                }
+                *slot = None;
+            }
+        }
+    }
+    let Some(failure) = state.failure() else { return };
+    tracing::warn!(target: target::BOOTSTRAP, "bootstrap root {addr}: {}; aborting the job", failure.reason);
+    let notice = Message::Abort { reason: failure.reason.clone(), failed: failure.failed.clone() };
+    for mut stream in streams.iter_mut().filter_map(Option::take) {
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+        let _ = wire::write_message(&mut stream, &notice);
     }
 }
 
@@ -176,15 +233,23 @@ pub fn kind_name(message: &Message) -> &'static str {
     }
 }
 
-/// Whether the peer still holds the connection open (no EOF or error pending).
-fn is_open(stream: &TcpStream) -> bool {
+/// What a joined rank's connection has for the root.
+enum Pending {
+    Nothing,
+    Data,
+    /// End of stream or an error: the rank is gone.
+    Closed,
+}
+
+fn pending(stream: &TcpStream) -> Pending {
     let mut byte = [0u8; 1];
     let _ = stream.set_nonblocking(true);
-    let open = match stream.peek(&mut byte) {
-        Ok(0) => false,
-        Ok(_) => true,
-        Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+    let pending = match stream.peek(&mut byte) {
+        Ok(0) => Pending::Closed,
+        Ok(_) => Pending::Data,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Pending::Nothing,
+        Err(_) => Pending::Closed,
     };
     let _ = stream.set_nonblocking(false);
-    open
+    pending
 }

@@ -93,8 +93,9 @@ pub enum Refused {
     Fatal,
 }
 
-/// Connects to `addr` until `deadline`, backing off from 10 ms to 1 s between attempts.
-pub fn connect(addr: SocketAddr, what: &'static str, deadline: Instant, refused: Refused, abort: &AtomicBool) -> Result<TcpStream> {
+/// Connects to `addr` until `deadline`, backing off from 10 ms to 1 s between attempts;
+/// gives up (with the last attempt's error) as soon as `stop` says so.
+pub fn connect(addr: SocketAddr, what: &'static str, deadline: Instant, refused: Refused, stop: &dyn Fn() -> bool) -> Result<TcpStream> {
     let start = Instant::now();
     let mut backoff = Duration::from_millis(10);
     loop {
@@ -113,11 +114,17 @@ pub fn connect(addr: SocketAddr, what: &'static str, deadline: Instant, refused:
             _ => matches!(error.raw_os_error(), Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EAGAIN)),
         };
         let now = Instant::now();
-        if !retryable || now + backoff >= deadline || abort.load(Ordering::Acquire) {
+        if !retryable || now + backoff >= deadline || stop() {
             return Err(Error::Connect { addr, what, waited: now - start, source: error });
         }
         tracing::trace!(target: target::BOOTSTRAP, "connecting to {what} {addr}: {error}; retrying in {backoff:?}");
-        std::thread::sleep(backoff);
+        let retry = now + backoff;
+        while Instant::now() < retry {
+            if stop() {
+                return Err(Error::Connect { addr, what, waited: start.elapsed(), source: error });
+            }
+            std::thread::sleep(retry.saturating_duration_since(Instant::now()).min(STOP_POLL));
+        }
         backoff = (backoff * 2).min(Duration::from_secs(1));
     }
 }

@@ -172,8 +172,13 @@ fn peers_refuse_strangers_too() {
     let config = config();
     let id = Bootstrap::create_local_id(&config).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
+    // The ranks stay up until the strangers are done (a rank that had finished and closed
+    // its endpoint would answer the last of them with a closed connection, not a refusal):
+    // each waits for its sender to go, which it does also when an assertion fails.
+    let (mut strangers_done, waits): (Vec<_>, Vec<_>) = (0..3).map(|_| std::sync::mpsc::channel::<()>()).unzip();
     let ranks: Vec<_> = (0..3u32)
-        .map(|rank| {
+        .zip(waits)
+        .map(|(rank, strangers_done)| {
             let (config, tx) = (config.clone(), tx.clone());
             thread::spawn(move || {
                 let b = Bootstrap::init(&id, rank, 3, &config).unwrap();
@@ -185,6 +190,7 @@ fn peers_refuse_strangers_too() {
                     b.send(next, 1, &round.to_le_bytes()).unwrap();
                     assert_eq!(b.recv((rank + 2) % 3, 1).unwrap(), round.to_le_bytes());
                 }
+                let _ = strangers_done.recv();
                 b.barrier().unwrap();
             })
         })
@@ -198,6 +204,7 @@ fn peers_refuse_strangers_too() {
     let reply = play(target, &frame(&Message::Hello(hello(&id, 0, 4))), true);
     assert!(reply.contains("4 ranks"), "{reply}");
     assert!(play(target, b"\x05\x00\x00\x00garbage", true).starts_with("closed"));
+    strangers_done.clear();
     for r in ranks {
         r.join().expect("legitimate rank failed");
     }

@@ -308,6 +308,66 @@ fn abort_flag_ends_a_join_waiting_for_the_root() {
     assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(2), "{took:?}");
 }
 
+/// A rank that gives up joining (its abort flag) tells the root, which fails the
+/// rendezvous for the others at once, naming it — they do not wait for the timeout (20 s);
+/// a rank coming afterwards is told too.
+#[test]
+fn a_rank_giving_up_its_join_fails_the_others_at_once() {
+    let config = config(20_000);
+    let id = Bootstrap::create_local_id(&config).unwrap();
+    let abort = Arc::new(AtomicBool::new(false));
+    set_later(&abort, Duration::from_millis(200));
+    let start = Instant::now();
+    let waiting: Vec<_> = (0..2)
+        .map(|rank| {
+            let config = config.clone();
+            thread::spawn(move || (Bootstrap::init(&id, rank, 4, &config).err().expect("rank 3 never comes"), start.elapsed()))
+        })
+        .collect();
+    let err = Bootstrap::init_abortable(&id, 2, 4, &config, abort).err().expect("aborted");
+    assert!(matches!(err, Error::Aborted { .. }), "{err}");
+    for h in waiting {
+        let (err, took) = h.join().unwrap();
+        assert!(matches!(err, Error::Aborted { .. }) && err.to_string().contains("rank 2 gave up joining"), "{err}");
+        assert!(took < Duration::from_secs(2), "{took:?}");
+    }
+    let late = Bootstrap::init(&id, 3, 4, &config).err().expect("the rendezvous failed");
+    assert!(late.to_string().contains("rank 2 gave up joining"), "{late}");
+}
+
+/// A grow whose old member fails before reaching the rendezvous: the members waiting there
+/// give up as soon as the failure is known (here announced, as a dead rank's neighbour
+/// does), naming it, and the new rank learns it from the root — nobody waits for the
+/// bootstrap timeout (20 s).
+#[test]
+fn a_member_failing_before_the_grow_rendezvous_fails_the_grow_at_once() {
+    let grow_config = config(20_000);
+    let grow_id = Bootstrap::create_local_id(&grow_config).unwrap();
+    let start = Instant::now();
+    let results = job(3, move |b| {
+        if b.rank() == 2 {
+            // Never comes to the grow; "dies" 200 ms in.
+            thread::sleep(Duration::from_millis(200));
+            b.announce_failure("test: rank 2 is declared failed", &[2]);
+            return None;
+        }
+        let err = b.grow_abortable(&grow_id, 4, &config(20_000), Arc::new(AtomicBool::new(false))).err().expect("rank 2 never comes");
+        Some((err, start.elapsed()))
+    });
+    let newcomer = Bootstrap::init(&grow_id, 3, 4, &grow_config).err().expect("rank 2 never comes");
+    let newcomer_took = start.elapsed();
+    for (rank, (err, took)) in results.into_iter().flatten().enumerate() {
+        assert!(matches!(err, Error::PeerFailed { rank: 2, .. }), "rank {rank}: {err}");
+        assert!(took < Duration::from_secs(2), "rank {rank}: {took:?}");
+    }
+    assert!(matches!(newcomer, Error::PeerFailed { rank: 2, .. }), "{newcomer}");
+    assert!(newcomer.to_string().contains("gave up joining"), "{newcomer}");
+    assert!(newcomer_took < Duration::from_secs(2), "{newcomer_took:?}");
+    // Growing to no more ranks is refused by name.
+    let e = job(1, |b| b.grow_abortable(&UniqueId::with_random_secret("127.0.0.1:1".parse().unwrap()).unwrap(), 1, &config(1000), Arc::new(AtomicBool::new(false))).err().unwrap().to_string());
+    assert!(e[0].contains("grow to 1 ranks"), "{e:?}");
+}
+
 #[test]
 fn abort_flag_ends_a_split_and_an_agreement_waiting_for_a_peer() {
     // Rank 1 enters neither the split nor the agreement; rank 0's waits end on its flag.

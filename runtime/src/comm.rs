@@ -107,7 +107,7 @@ const PLAN_CACHE: usize = 256;
 impl Communicator {
     /// Joins the job named by `id` as `rank` of `nranks`.
     pub fn init(id: &UniqueId, rank: u32, nranks: u32, config: &Config) -> Result<Communicator> {
-        join(id, rank, nranks, config, Arc::new(AtomicBool::new(false)))
+        join(id, rank, nranks, config, Arc::new(AtomicBool::new(false)), None)
     }
 
     /// Joins the job the environment describes (launcher, NCCL_COMM_ID, MPI; see
@@ -281,11 +281,13 @@ impl Communicator {
     /// and new processes, which call [`Communicator::init`] with the same `id` and ranks
     /// from `self.nranks()` up (ncclCommGrow). Collective over the existing and the new
     /// ranks, through a new rendezvous at `id`'s root; bounded by the bootstrap timeouts.
-    /// With an id from [`Communicator::grow_id`], a rank dying during the grow makes it
+    /// A member of this communicator failing before the rendezvous is complete ends the
+    /// grow on every rank as soon as it is noticed (OXCCL_HEARTBEAT_TIMEOUT_MS at most; a
+    /// killed process at once), not at the timeout. With an id from [`Communicator::grow_id`], a rank dying during the grow makes it
     /// fail on every survivor (an error naming a failed rank), never on some only.
     pub fn grow(&self, nranks: usize, id: &UniqueId) -> Result<Communicator> {
         let n = self.check_grow(nranks)?;
-        Communicator::init(id, self.rank() as u32, n, &self.exec.config)
+        join(id, self.rank() as u32, n, &self.exec.config, Arc::new(AtomicBool::new(false)), Some(&self.exec.boot))
     }
 
     /// The new size of a grow to `nranks`, if it is one.
@@ -874,8 +876,14 @@ impl Exec {
 /// ones over the new bootstrap, and only if none failed is the communicator built (the
 /// steps after the agreement wait on no peer), so that the join succeeds on every
 /// surviving rank or on none.
-pub(crate) fn join(id: &UniqueId, rank: u32, nranks: u32, config: &Config, abort: Arc<AtomicBool>) -> Result<Communicator> {
-    let boot = Bootstrap::init_abortable(id, rank, nranks, config, abort.clone())?;
+/// Joins `id` as `rank` of `nranks`; with `growing`, as a member of that communicator
+/// growing to `nranks` (its failures end the wait at the rendezvous:
+/// [`Bootstrap::grow_abortable`]).
+pub(crate) fn join(id: &UniqueId, rank: u32, nranks: u32, config: &Config, abort: Arc<AtomicBool>, growing: Option<&Bootstrap>) -> Result<Communicator> {
+    let boot = match growing {
+        Some(parent) => parent.grow_abortable(id, nranks, config, abort.clone())?,
+        None => Bootstrap::init_abortable(id, rank, nranks, config, abort.clone())?,
+    };
     if !id.confirmed() {
         return Communicator::from_bootstrap(boot, config);
     }

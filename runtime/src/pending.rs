@@ -215,7 +215,7 @@ impl Communicator {
     pub fn init_nonblocking(id: &UniqueId, rank: u32, nranks: u32, config: &Config) -> PendingCommunicator {
         let (id, config) = (*id, config.clone());
         let abort = Arc::new(AtomicBool::new(false));
-        PendingCommunicator::spawn("init", rank as usize, nranks as usize, None, abort, move |abort| Ok((crate::comm::join(&id, rank, nranks, &config, abort)?, Vec::new())))
+        PendingCommunicator::spawn("init", rank as usize, nranks as usize, None, abort, move |abort| Ok((crate::comm::join(&id, rank, nranks, &config, abort, None)?, Vec::new())))
     }
 
     /// [`Communicator::split`] on a background thread: returns at once. `Ok(None)` for
@@ -286,7 +286,9 @@ impl Communicator {
         let n = self.check_grow(nranks)?;
         let abort = Arc::new(AtomicBool::new(false));
         let busy = Busy::new(self.parent(), abort.clone());
-        let (id, rank, config) = (*id, self.rank() as u32, self.config().clone());
-        Ok(PendingCommunicator::spawn("grow", self.rank(), nranks, Some(busy), abort, move |abort| Ok((crate::comm::join(&id, rank, n, &config, abort)?, Vec::new()))))
+        let (id, rank, config, parent) = (*id, self.rank() as u32, self.config().clone(), self.parent());
+        Ok(PendingCommunicator::spawn("grow", self.rank(), nranks, Some(busy), abort, move |abort| {
+            Ok((crate::comm::join(&id, rank, n, &config, abort, Some(parent.bootstrap()))?, Vec::new()))
+        }))
     }
 }
