@@ -59,7 +59,15 @@ struct Shared {
     /// The heartbeat detector, once started; fed with every message heard (ms since `epoch`).
     detector: Mutex<Option<RingDetector>>,
     epoch: Instant,
+    /// Replies of finished exchanges ([`Endpoint::keep_answering`]) on their way to the
+    /// replier thread (started on first use), so that neither a connection's reader
+    /// (whose peer's heartbeats would go unread) nor an exchange's caller waits on a slow
+    /// or unreachable peer.
+    replies: Mutex<Option<std::sync::mpsc::Sender<(u64, Replies)>>>,
 }
+
+/// Messages to send (to job ranks) on a finished exchange's namespace.
+type Replies = Vec<(u32, Vec<u8>)>;
 
 #[derive(Default)]
 struct Inbox {
@@ -80,7 +88,7 @@ struct Inbox {
 }
 
 /// Answers a message (from a job rank) with messages to send (to job ranks).
-pub type Responder = Box<dyn FnMut(u32, &[u8]) -> Vec<(u32, Vec<u8>)> + Send>;
+pub type Responder = Box<dyn FnMut(u32, &[u8]) -> Replies + Send>;
 
 /// How many finished exchanges [`Endpoint::keep_answering`] keeps (the oldest goes).
 const RESPONDERS: usize = 64;
@@ -121,6 +129,7 @@ impl Endpoint {
             incoming: Mutex::new(Vec::new()),
             detector: Mutex::new(None),
             epoch: Instant::now(),
+            replies: Mutex::new(None),
         });
         let weak = Arc::downgrade(&shared);
         sock::accept_loop(listener, shared.stop.clone(), "bootstrap-peer", move |stream, peer| {
@@ -318,7 +327,7 @@ impl Endpoint {
             inbox.responders.push_back((comm, responder));
             replies
         };
-        self.shared.send_replies(comm, replies);
+        self.shared.queue_replies(comm, replies);
     }
 
     /// Revokes communicator `comm` here and tells its other live `members` (job ranks), so
@@ -425,8 +434,37 @@ impl Shared {
         result
     }
 
+    /// Hands a responder's replies to the replier thread, starting it on first use (or
+    /// sends them here if no thread can be started).
+    fn queue_replies(self: &Arc<Self>, comm: u64, replies: Replies) {
+        if replies.is_empty() {
+            return;
+        }
+        let mut sender = self.replies.lock();
+        if sender.is_none() {
+            let (tx, rx) = std::sync::mpsc::channel::<(u64, Replies)>();
+            let weak = Arc::downgrade(self);
+            // The thread ends once the endpoint is gone (its sender with it).
+            let spawned = std::thread::Builder::new().name("oxccl-replies".into()).spawn(move || {
+                while let Ok((comm, replies)) = rx.recv() {
+                    let Some(shared) = weak.upgrade() else { return };
+                    shared.send_replies(comm, replies);
+                }
+            });
+            match spawned {
+                Ok(_) => *sender = Some(tx),
+                Err(e) => {
+                    drop(sender);
+                    tracing::warn!(target: target::BOOTSTRAP, "rank {}: no replier thread ({e}): answering inline", self.rank);
+                    return self.send_replies(comm, replies);
+                }
+            }
+        }
+        let _ = sender.as_ref().expect("started above").send((comm, replies));
+    }
+
     /// Sends a responder's replies on (`comm`, tag 0); a peer found dead is announced.
-    fn send_replies(&self, comm: u64, replies: Vec<(u32, Vec<u8>)>) {
+    fn send_replies(&self, comm: u64, replies: Replies) {
         let quiet = AtomicBool::new(false);
         for (to, payload) in replies {
             if let Err(e) = self.send(to, &Message::Data { comm, tag: 0, payload }, &quiet) {
@@ -512,7 +550,7 @@ impl Shared {
                     if let Some((_, responder)) = inbox.responders.iter_mut().find(|(c, _)| *c == comm && tag == 0) {
                         let replies = responder(from, &payload);
                         drop(inbox);
-                        self.send_replies(comm, replies);
+                        self.queue_replies(comm, replies);
                     } else {
                         inbox.queues.entry((from, comm, tag)).or_default().push_back(payload);
                         self.arrived.notify_all();
