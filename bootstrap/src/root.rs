@@ -108,6 +108,9 @@ fn run(addr: SocketAddr, id: UniqueId, timeouts: RootTimeouts, arrivals: mpsc::R
                 if !state.joined_any() {
                     deadline = Instant::now() + timeouts.join;
                 }
+                // What the joined ranks said before this hello counts first: the last
+                // rank must not complete a rendezvous that one of them already gave up.
+                watch_joined(addr, &mut state, &mut streams);
                 if arrive(addr, &mut state, &mut streams, stream, &hello) {
                     return;
                 }

@@ -1,6 +1,6 @@
 //! What an `ncclComm_t` points to, and turning C arguments into runtime values.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use oxccl_runtime::bootstrap::config::Backend as Choice;
 use oxccl_kernels::{DataType, ReduceOp, Scalar};
@@ -108,8 +108,9 @@ pub const NUM_OPS: i32 = 5;
 
 enum Pending {
     Running(PendingCommunicator),
-    /// A non-blocking creation that also connects a GPU (on its own thread).
-    Connecting(std::thread::JoinHandle<Result<Backend, Failure>>),
+    /// A creation whose result is then connected to a GPU (or made a host backend) on a
+    /// thread of its own; `creation` is kept here so that an abort reaches its waits.
+    Connecting { thread: std::thread::JoinHandle<Result<Backend, Failure>>, creation: Arc<PendingCommunicator> },
     Failed(Error),
     FailedCall(Failure),
 }
@@ -126,9 +127,21 @@ impl NcclComm {
         Box::into_raw(Box::new(NcclComm { magic: MAGIC, ready, pending: Mutex::new(None), ops: Mutex::new(Vec::new()) }))
     }
 
-    /// A handle for a communicator being created and connected on another thread.
-    pub fn boxed_connecting(connecting: std::thread::JoinHandle<Result<Backend, Failure>>) -> *mut NcclComm {
-        Box::into_raw(Box::new(NcclComm { magic: MAGIC, ready: OnceLock::new(), pending: Mutex::new(Some(Pending::Connecting(connecting))), ops: Mutex::new(Vec::new()) }))
+    /// A handle for a communicator being created (`creation`) and then given a backend on
+    /// `device` ([`Backend::choose`]) on a thread of its own. Aborting the handle aborts
+    /// the creation (its waits end within about 100 ms); the backend's connection that
+    /// follows is bounded by the bootstrap timeouts.
+    pub fn boxed_connecting(creation: PendingCommunicator, device: Option<usize>) -> Result<*mut NcclComm, Failure> {
+        let creation = Arc::new(creation);
+        let waited = creation.clone();
+        // The creation is bounded by the bootstrap timeouts; this bound only backs them up.
+        let bound = std::time::Duration::from_secs(24 * 3600);
+        let thread = std::thread::Builder::new()
+            .name("oxccl-connect".into())
+            .spawn(move || Backend::choose(waited.wait(bound)?, device))
+            .map_err(|e| Failure { code: crate::result::SYSTEM_ERROR, message: format!("cannot start the thread creating the communicator: {e}") })?;
+        let pending = Pending::Connecting { thread, creation };
+        Ok(Box::into_raw(Box::new(NcclComm { magic: MAGIC, ready: OnceLock::new(), pending: Mutex::new(Some(pending)), ops: Mutex::new(Vec::new()) })))
     }
 
     /// A handle for a communicator still being created (non-blocking init).
@@ -170,11 +183,13 @@ impl NcclComm {
                     return Err(e.into());
                 }
             },
-            Some(Pending::Connecting(h)) if !h.is_finished() => {
-                *pending = Some(Pending::Connecting(h));
+            Some(Pending::Connecting { thread, creation }) if !thread.is_finished() => {
+                *pending = Some(Pending::Connecting { thread, creation });
                 return Err(in_progress());
             }
-            Some(Pending::Connecting(h)) => h.join().unwrap_or_else(|_| Err(Failure { code: crate::result::INTERNAL_ERROR, message: "the thread creating the communicator panicked".into() })),
+            Some(Pending::Connecting { thread, .. }) => {
+                thread.join().unwrap_or_else(|_| Err(Failure { code: crate::result::INTERNAL_ERROR, message: "the thread creating the communicator panicked".into() }))
+            }
             Some(Pending::Failed(e)) => {
                 *pending = Some(Pending::Failed(e.clone()));
                 return Err(e.into());
@@ -206,12 +221,26 @@ impl NcclComm {
         }
     }
 
-    /// Stops everything the communicator runs (abort).
+    /// Stops everything the communicator runs (abort), its creation included: a creation
+    /// still running is given up (its waits end within about 100 ms; this waits for that,
+    /// one second at most), so that its peers have been told when this returns. For
+    /// ncclCommAbort, which then frees the handle.
     pub fn abort(&self) {
         match self.backend() {
             Ok(Backend::Gpu(d)) => d.abort(),
             Ok(Backend::Host(c)) => c.abort(),
-            Err(_) => {}
+            Err(_) => {
+                let pending = self.pending.lock();
+                let creation = match &*pending {
+                    Some(Pending::Running(p)) => p,
+                    Some(Pending::Connecting { creation, .. }) => &**creation,
+                    _ => return,
+                };
+                creation.abort();
+                // Ends with the creation's Aborted (or takes out a communicator finished
+                // meanwhile, aborted above, to be dropped).
+                let _ = creation.wait(std::time::Duration::from_secs(1));
+            }
         }
     }
 
@@ -242,6 +271,12 @@ impl NcclComm {
         // SAFETY: a Box of ours, per the contract.
         let mut boxed = unsafe { Box::from_raw(comm) };
         boxed.magic = 0;
+        // A creation still running is abandoned: nobody will take its result, so it stops
+        // waiting for peers (a Running one does so when dropped; a Connecting one's
+        // thread holds the creation too).
+        if let Some(Pending::Connecting { creation, .. }) = &*boxed.pending.lock() {
+            creation.abort();
+        }
         drop(boxed);
         Ok(())
     }

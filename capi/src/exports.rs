@@ -316,9 +316,9 @@ exports! {
 
     fn ncclCommAbort / pncclCommAbort(comm: Comm) -> NcclResult {
         guard("ncclCommAbort", || {
-            // SAFETY: the caller's handle, not used after this call. A host communicator
-            // still being created is aborted by destroying its handle (its creation's waits
-            // end within about 100 ms); a GPU one's creation ends by the bootstrap timeouts.
+            // SAFETY: the caller's handle, not used after this call. A communicator still
+            // being created has its creation given up first (NcclComm::abort); a GPU
+            // connection already under way after it ends by the bootstrap timeouts.
             unsafe { NcclComm::from_handle(comm)? }.abort();
             // SAFETY: as above; after abort, dropping waits on no peer.
             unsafe { NcclComm::destroy(comm) }
@@ -697,10 +697,7 @@ fn in_progress() -> Failure {
 /// current here.
 fn hand_out_pending(newcomm: *mut Comm, pending: oxccl_runtime::PendingCommunicator) -> Result<(), Failure> {
     let handle = if gpu_memory()? {
-        let device = oxccl_runtime::gpu::current_device()?;
-        // The creation is bounded by the bootstrap timeouts; this bound only backs them up.
-        let bound = std::time::Duration::from_secs(24 * 3600);
-        NcclComm::boxed_connecting(std::thread::spawn(move || Backend::choose(pending.wait(bound)?, Some(device))))
+        NcclComm::boxed_connecting(pending, Some(oxccl_runtime::gpu::current_device()?))?
     } else {
         NcclComm::boxed_pending(pending)
     };
@@ -721,14 +718,7 @@ fn init_rank(comm: *mut Comm, nranks: c_int, id: &NcclUniqueId, rank: c_int, con
         // ncclGroupEnd waits for the blocking ones.
         let device = if gpu { Some(oxccl_runtime::gpu::current_device()?) } else { None };
         let blocking = config.blocking;
-        let connecting = std::thread::spawn(move || {
-            let c = Communicator::init(&id, rank, n, &config)?;
-            match device {
-                Some(d) => Backend::choose(c, Some(d)),
-                None => Ok(Backend::Host(c)),
-            }
-        });
-        let handle = NcclComm::boxed_connecting(connecting);
+        let handle = NcclComm::boxed_connecting(Communicator::init_nonblocking(&id, rank, n, &config), device)?;
         // SAFETY: checked non-NULL.
         unsafe { *comm = handle };
         if group::active() {

@@ -332,6 +332,44 @@ fn one_thread_creates_three_ranks_inside_a_group() {
     }
 }
 
+/// ncclCommAbort on a communicator whose creation still waits for a peer — created
+/// non-blocking inside a group, the path a non-blocking init on a GPU takes (its creation
+/// and the GPU's connection run on a thread of their own) — ends the creation: the root
+/// hears that the rank gave up, so the peer coming later fails at once, naming it, instead
+/// of waiting out the bootstrap timeout.
+#[test]
+fn abort_ends_a_creation_still_waiting_for_its_peers() {
+    std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
+    let mut id = NcclUniqueId { internal: [0; 128] };
+    let mut comm: *mut c_void = null_mut();
+    let mut cfg = nonblocking_config();
+    // SAFETY: valid out pointers and config.
+    unsafe {
+        assert_eq!(ncclGetUniqueId(&mut id), SUCCESS, "{}", last_error());
+        assert_eq!(ncclGroupStart(), SUCCESS);
+        let rc = ncclCommInitRankConfig((&mut comm as *mut *mut c_void).cast(), 2, NcclUniqueId { internal: id.internal }, 0, (&mut cfg as *mut ConfigPrefix).cast());
+        assert!(rc == SUCCESS || rc == IN_PROGRESS, "{rc}: {}", last_error());
+        let rc = ncclGroupEnd();
+        assert!(rc == SUCCESS || rc == IN_PROGRESS, "{rc}: {}", last_error());
+    }
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    let mut state = SUCCESS;
+    // SAFETY: a live handle and an out pointer.
+    assert_eq!(unsafe { ncclCommGetAsyncError(comm.cast(), &mut state) }, SUCCESS);
+    assert_eq!(state, IN_PROGRESS, "rank 1 never came, yet {state}");
+    let start = std::time::Instant::now();
+    // SAFETY: a live handle, not used afterwards.
+    assert_eq!(unsafe { ncclCommAbort(comm.cast()) }, SUCCESS, "{}", last_error());
+    assert!(start.elapsed() < std::time::Duration::from_millis(500), "abort took {:?}", start.elapsed());
+    let mut late: *mut c_void = null_mut();
+    // SAFETY: a valid out pointer.
+    let rc = unsafe { ncclCommInitRank((&mut late as *mut *mut c_void).cast(), 2, NcclUniqueId { internal: id.internal }, 1) };
+    let (message, took) = (last_error(), start.elapsed());
+    assert_ne!(rc, SUCCESS);
+    assert!(message.contains("rank 0 gave up joining"), "{message}");
+    assert!(took < std::time::Duration::from_secs(5), "the late rank failed after {took:?}");
+}
+
 const IN_PROGRESS: i32 = 7;
 const NOCOLOR: i32 = -1;
 const SHRINK_AGREE: i32 = 0x100;
