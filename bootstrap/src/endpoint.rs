@@ -22,7 +22,7 @@ use crate::log::target;
 use crate::rendezvous::{check_credentials, check_position};
 use crate::root::{kind_name, read_hello, refuse};
 use crate::sock::{self, Refused};
-use crate::wire::{self, Hello, Message, HELLO_MAGIC};
+use crate::wire::{self, Hello, Message, HELLO_MAGIC, MAX_HANDSHAKE_FRAME};
 
 /// A rank's endpoint. Dropping it closes every connection and stops its threads.
 pub(crate) struct Endpoint {
@@ -64,6 +64,10 @@ struct Shared {
     /// (whose peer's heartbeats would go unread) nor an exchange's caller waits on a slow
     /// or unreachable peer.
     replies: Mutex<Option<std::sync::mpsc::Sender<(u64, Replies)>>>,
+    /// This rank's connections to peers (their read side, which peers never write to but
+    /// for a goodbye), watched by one thread for a peer that dies: see
+    /// [`Shared::watch_outgoing`].
+    watched: Mutex<Vec<(u32, Arc<TcpStream>)>>,
 }
 
 /// Messages to send (to job ranks) on a finished exchange's namespace.
@@ -130,6 +134,7 @@ impl Endpoint {
             detector: Mutex::new(None),
             epoch: Instant::now(),
             replies: Mutex::new(None),
+            watched: Mutex::new(Vec::new()),
         });
         let weak = Arc::downgrade(&shared);
         sock::accept_loop(listener, shared.stop.clone(), "bootstrap-peer", move |stream, peer| {
@@ -138,6 +143,12 @@ impl Endpoint {
             }
         })
         .map_err(|e| Error::io("starting the bootstrap listener", e))?;
+        let weak = Arc::downgrade(&shared);
+        let stop = shared.stop.clone();
+        std::thread::Builder::new()
+            .name("oxccl-watch-out".into())
+            .spawn(move || Shared::watch_outgoing(&weak, &stop))
+            .map_err(|e| Error::io("starting the bootstrap's connection watcher", e))?;
         Ok(Endpoint { shared })
     }
 
@@ -387,7 +398,11 @@ impl Endpoint {
 impl Drop for Endpoint {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
-        for stream in self.shared.incoming.lock().drain(..) {
+        // The goodbye goes both ways: a peer whose connection to this rank ends without
+        // one counts this rank as dead (`Shared::watch_outgoing`).
+        for mut stream in self.shared.incoming.lock().drain(..) {
+            let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+            let _ = wire::write_message(&mut stream, &Message::Bye);
             let _ = stream.shutdown(std::net::Shutdown::Both);
         }
         for slot in &self.shared.outgoing {
@@ -504,6 +519,14 @@ impl Shared {
             });
             wire::write_message(&mut stream, &hello).map_err(|e| failed(format!("hello to {addr}: {e}")))?;
             let _ = stream.set_write_timeout(Some(self.limits.timeout));
+            match stream.try_clone() {
+                Ok(read_side) => {
+                    let mut watched = self.watched.lock();
+                    watched.retain(|(p, _)| *p != peer);
+                    watched.push((peer, Arc::new(read_side)));
+                }
+                Err(e) => tracing::debug!(target: target::BOOTSTRAP, "rank {}: connection to rank {peer} not watched: {e}", self.rank),
+            }
             *slot = Some(stream);
         }
         Ok(slot)
@@ -585,6 +608,75 @@ impl Shared {
         self.arrived.notify_all();
     }
 
+    /// Watches this rank's connections to its peers (the thread started with the
+    /// endpoint, until it stops). A peer never writes on a connection this rank opened,
+    /// but for a goodbye when it leaves; so the connection ending without one means the
+    /// peer's process died. That is announced at once, as the end of a connection from the
+    /// peer is: without this, a peer that died before it connected to anyone (just after
+    /// a rendezvous, say) was found only by a failed write or the heartbeat timeout.
+    fn watch_outgoing(weak: &std::sync::Weak<Shared>, stop: &AtomicBool) {
+        use std::os::fd::AsFd;
+        const SLICE: Duration = Duration::from_millis(50);
+        while !stop.load(Ordering::Acquire) {
+            let Some(shared) = weak.upgrade() else { return };
+            let watched: Vec<(u32, Arc<TcpStream>)> = shared.watched.lock().clone();
+            drop(shared);
+            if watched.is_empty() {
+                std::thread::sleep(SLICE);
+                continue;
+            }
+            let ready: Vec<bool> = {
+                let flags = nix::poll::PollFlags::POLLIN;
+                let mut fds: Vec<nix::poll::PollFd> = watched.iter().map(|(_, s)| nix::poll::PollFd::new(s.as_fd(), flags)).collect();
+                match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(SLICE.as_millis() as u16)) {
+                    Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+                    Ok(_) => fds.iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect(),
+                    Err(e) => {
+                        tracing::warn!(target: target::BOOTSTRAP, "connection watcher: poll failed: {e}; stopped");
+                        return;
+                    }
+                }
+            };
+            let Some(shared) = weak.upgrade() else { return };
+            for ((peer, stream), _) in watched.iter().zip(ready).filter(|(_, r)| *r) {
+                let ended = shared.outgoing_ended(*peer, stream);
+                if let Some(end) = ended {
+                    shared.watched.lock().retain(|(p, s)| !(*p == *peer && Arc::ptr_eq(s, stream)));
+                    if let Some(reason) = end.filter(|_| !stop.load(Ordering::Acquire)) {
+                        shared.fail(Failure { reason: format!("rank {peer} disconnected ({reason})"), failed: vec![*peer] });
+                    }
+                }
+            }
+        }
+    }
+
+    /// What a readable connection to `peer` says: `None` if nothing after all, else
+    /// `Some(None)` for a goodbye (or a refusal, logged) and `Some(Some(why))` for an end
+    /// that means the peer died.
+    fn outgoing_ended(&self, peer: u32, stream: &TcpStream) -> Option<Option<String>> {
+        let mut byte = [0u8; 1];
+        let _ = stream.set_nonblocking(true);
+        let peeked = stream.peek(&mut byte);
+        let _ = stream.set_nonblocking(false);
+        match peeked {
+            Ok(0) => return Some(Some("its connection closed without a goodbye: the process exited or was killed".into())),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
+            Err(e) => return Some(Some(format!("its connection failed: {e}"))),
+        }
+        let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
+        match wire::read_message(&mut &*stream, MAX_HANDSHAKE_FRAME) {
+            Ok(Message::Bye) => Some(None),
+            Ok(Message::Refuse { reason }) => {
+                tracing::warn!(target: target::BOOTSTRAP, "rank {}: rank {peer} refused this rank's connection: {reason}", self.rank);
+                Some(None)
+            }
+            Ok(other) => Some(Some(format!("it sent an unexpected {} on this rank's connection", kind_name(&other)))),
+            Err(Error::Timeout { .. }) => None,
+            Err(e) => Some(Some(e.to_string())),
+        }
+    }
+
     /// Sends a failure notice to the first ring successor that has not failed (skipping the
     /// failed keeps the notice going round a ring they broke). When this failure changes
     /// that successor, the new one gets every failure known here: notices sent to the old
@@ -632,5 +724,59 @@ impl Shared {
             inbox.failure = Some(failure);
         }
         self.arrived.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two endpoints of a 2-rank job wired by hand (no heartbeats): rank 0 connects to
+    /// rank 1, which never connects back.
+    fn pair() -> (Endpoint, Endpoint) {
+        let limits = Limits { timeout: Duration::from_secs(20), handshake: Duration::from_secs(1), max_frame: 1 << 20, heartbeat: None };
+        let listen = || sock::listen("127.0.0.1".parse().unwrap(), 0).unwrap();
+        let (a, b) = (Endpoint::listen(listen(), 0, 2, [7; 32], limits).unwrap(), Endpoint::listen(listen(), 1, 2, [7; 32], limits).unwrap());
+        let table = vec![a.listen_addr(), b.listen_addr()];
+        a.set_table(table.clone());
+        b.set_table(table);
+        a.send(1, 5, 1, b"x", &AtomicBool::new(false)).unwrap();
+        assert_eq!(b.recv(0, 5, 1, "test", &AtomicBool::new(false), &[0, 1], false).unwrap(), b"x");
+        (a, b)
+    }
+
+    /// Waits up to 2 s for rank 1 to count as dead at `a`.
+    fn dead_within(a: &Endpoint, bound: Duration) -> Option<Duration> {
+        let start = Instant::now();
+        while start.elapsed() < bound {
+            if a.dead_ranks().contains(&1) {
+                return Some(start.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        None
+    }
+
+    /// A peer whose only connection with this rank is this rank's own (it never wrote to
+    /// this rank) is found dead as soon as that connection ends without a goodbye — not
+    /// only at the next failed write or the heartbeat timeout; a peer that leaves with a
+    /// goodbye is not.
+    #[test]
+    fn a_peer_dying_on_a_connection_it_never_wrote_to_is_found_at_once() {
+        let (a, b) = pair();
+        // Rank 1 "dies": its sockets close with no goodbye (what the kernel does for a
+        // killed process).
+        b.shared.stop.store(true, Ordering::Release);
+        for stream in b.shared.incoming.lock().drain(..) {
+            stream.shutdown(std::net::Shutdown::Both).unwrap();
+        }
+        let took = dead_within(&a, Duration::from_secs(2)).expect("rank 1's death went unnoticed");
+        assert!(took < Duration::from_millis(500), "{took:?}");
+        let error = a.failure("test", &[0, 1]).expect("a failure");
+        assert!(error.to_string().contains("rank 1 disconnected"), "{error}");
+
+        let (a, b) = pair();
+        drop(b);
+        assert_eq!(dead_within(&a, Duration::from_millis(300)), None, "a goodbye was taken for a death");
     }
 }

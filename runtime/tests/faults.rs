@@ -841,8 +841,9 @@ fn recover(comm: Communicator, n: usize) -> ! {
 }
 
 /// Seeded trials of faults at other phases than a collective, 4 ranks (every fifth trial
-/// 6): SIGKILL during the bootstrap, during a split, during the shrink after a first
-/// failure, and SIGSTOP of a rank found by the heartbeats (300 ms timeout). Each trial runs
+/// 8): SIGKILL during the bootstrap, during a split, during the shrink after a first
+/// failure and during a grow, and SIGSTOP of a rank found by the heartbeats (300 ms
+/// timeout). Each trial runs
 /// under a hard timeout (no hang); every survivor's failing call must return within the
 /// bound and every survivor must end on a communicator of the same size whose all_reduce
 /// it checked (init trials: or fail its init within the bound).
@@ -867,7 +868,7 @@ fn seeded_phase_trials() {
         let phase_start = Instant::now();
         let (mut init_failures, mut grows, mut worst_ms, mut worst_member_ms) = (0, 0, 0u64, 0u64);
         for trial in 0..per_phase {
-            let n: u32 = if trial % 5 == 4 { 6 } else { 4 };
+            let n: u32 = if trial % 5 == 4 { 8 } else { 4 };
             // A grow trial's victim may also be the new rank, n.
             let victim = random(n as u64 + u64::from(phase == "grow")) as usize;
             let second = (victim + 1 + random(n as u64 - 1) as usize) % n as usize;
