@@ -1,8 +1,9 @@
 //! A training loop that survives a dead rank: N ranks all-reduce a model-sized gradient
 //! every step; with `--kill-rank R --kill-at-step S`, rank R SIGKILLs itself at step S.
 //! The survivors' all_reduce fails naming it, they shrink it out of the communicator
-//! (abort first, as NCCL_SHRINK_ABORT), redistribute its share of the batch, redo the step
-//! and finish. The final checksum is checked against one computed directly, and the
+//! (abort first, as NCCL_SHRINK_ABORT), agree on the step to go on from (the failed
+//! all_reduce may have finished on some of them: those take that step back), redistribute
+//! the dead rank's share of the batch and finish. The final checksum is checked against one computed directly, and the
 //! detection and shrink times are printed.
 //!
 //! ```text
@@ -101,6 +102,8 @@ fn train(mut comm: Communicator, args: &Args, mut step: u64, mut checksum: u64) 
     let mut grad = vec![0u64; len];
     let mut lost_one = args.join.is_some();
     let mut replacement: Option<std::process::Child> = None;
+    // The checksum before the last step this rank finished, to take that step back.
+    let mut before_last = checksum;
     while step < args.steps {
         if args.kill_rank == Some(me) && step == args.kill_at_step && !lost_one {
             // SAFETY: raising a signal at ourselves has no memory-safety preconditions.
@@ -117,6 +120,7 @@ fn train(mut comm: Communicator, args: &Args, mut step: u64, mut checksum: u64) 
         let started = Instant::now();
         match comm.all_reduce_in_place(&mut grad, ReduceOp::Sum) {
             Ok(()) => {
+                before_last = checksum;
                 checksum = grad.iter().fold(checksum, |a, &g| a.wrapping_add(g));
                 step += 1;
             }
@@ -127,13 +131,23 @@ fn train(mut comm: Communicator, args: &Args, mut step: u64, mut checksum: u64) 
                 // No list: the survivors agree on who failed.
                 let (survivors, excluded) = comm.shrink_failed(true)?;
                 let shrunk = shrink_start.elapsed();
+                comm = survivors;
+                // A collective is not atomic under a failure: the one that failed here
+                // may have finished on other survivors, which are then a step ahead
+                // (their next one failed). All go on from the earliest step; a rank
+                // ahead takes its last step back.
+                let failed_at = step;
+                let mut earliest = [step];
+                comm.all_reduce_in_place(&mut earliest, ReduceOp::Min)?;
+                if earliest[0] < step {
+                    (step, checksum) = (earliest[0], before_last);
+                }
                 println!(
-                    "rank {me}: step {step}: rank {dead} failed ({reason}); noticed in {:.1} ms, agreed on {excluded:?} and shrunk to {} ranks in {:.1} ms; redoing the step",
+                    "rank {me}: step {failed_at}: rank {dead} failed ({reason}); noticed in {:.1} ms, agreed on {excluded:?} and shrunk to {} ranks in {:.1} ms; going on from step {step}",
                     detected.as_secs_f64() * 1e3,
-                    survivors.nranks(),
+                    comm.nranks(),
                     shrunk.as_secs_f64() * 1e3
                 );
-                comm = survivors;
                 if args.grow {
                     let grow_start = Instant::now();
                     let (grown, child) = admit_replacement(&comm, args, step, checksum)?;

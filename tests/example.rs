@@ -65,7 +65,9 @@ fn training_survives_a_killed_rank() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     for rank in [0, 2, 3] {
-        assert!(stdout.contains(&format!("rank {rank}: step 5: rank 1 failed")), "{stdout}");
+        // Step 4's all_reduce may fail on a survivor whose peers finished it (rank 1
+        // finished it too, and died at step 5): all then go on from step 4.
+        assert!(stdout.contains(&format!("rank {rank}: step 5: rank 1 failed")) || stdout.contains(&format!("rank {rank}: step 4: rank 1 failed")), "{stdout}");
         assert!(stdout.contains(&format!("rank {rank} (now ")) && stdout.contains("of 3): 12 steps done"), "{stdout}");
     }
     assert_eq!(stdout.matches("verified").count(), 3, "{stdout}");
@@ -79,7 +81,9 @@ fn training_grows_back_after_a_killed_rank() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     for rank in [0, 2, 3] {
-        assert!(stdout.contains(&format!("rank {rank}: step 5: rank 1 failed")), "{stdout}");
+        // Step 4's all_reduce may fail on a survivor whose peers finished it (rank 1
+        // finished it too, and died at step 5): all then go on from step 4.
+        assert!(stdout.contains(&format!("rank {rank}: step 5: rank 1 failed")) || stdout.contains(&format!("rank {rank}: step 4: rank 1 failed")), "{stdout}");
         assert!(stdout.contains(&format!("rank {rank}: grew back to 4 ranks")), "{stdout}");
     }
     assert_eq!(stdout.matches("of 4): 12 steps done").count(), 4, "{stdout}");
@@ -92,4 +96,63 @@ fn training_without_a_failure_checks_its_checksum() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
     assert_eq!(stdout.matches("of 3): 5 steps done").count(), 3, "{stdout}");
+}
+
+/// A launcher's command for the examples: only what the run needs from this environment
+/// (a test runner's own launcher variables must not leak into the job).
+fn launcher(program: &str) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.env_clear();
+    for keep in ["PATH", "HOME", "LD_LIBRARY_PATH", "TMPDIR"] {
+        if let Ok(v) = std::env::var(keep) {
+            cmd.env(keep, v);
+        }
+    }
+    cmd.env("NCCL_SOCKET_IFNAME", "lo");
+    cmd
+}
+
+/// The training example as one rank per process of `mpirun` (Open MPI; the id travels
+/// over MPI). Without a fault: the system's Open MPI has no ULFM, so its mpirun ends the
+/// whole job when a rank dies (`mpirun --with-ft ulfm` of Open MPI 5 does not; see
+/// examples/ft_bench.rs).
+#[test]
+fn training_under_mpirun() {
+    let mut cmd = launcher("mpirun");
+    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_btl_tcp_if_include", "lo")
+        .env("OMPI_MCA_oob_tcp_if_include", "lo")
+        .args(["-np", "4", "--oversubscribe", "-x", "NCCL_SOCKET_IFNAME"])
+        .arg(example_named("ft_train"))
+        .args(["--steps", "6", "--mib", "1"]);
+    let out = run(cmd, LIMIT);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout.matches("of 4): 6 steps done").count(), 4, "{stdout}");
+    assert_eq!(stdout.matches("verified").count(), 4, "{stdout}");
+}
+
+/// The training example as the tasks of an `srun` step (the single-host Slurm that
+/// scripts/test.sh starts; OXCCL_TEST_SLURM=1): rank 1 SIGKILLs itself at step 5, the
+/// other tasks go on (srun's default: no kill on a bad exit), shrink, admit a replacement
+/// process and finish at 4 ranks with the undisturbed run's checksum. srun itself reports
+/// the killed task.
+#[test]
+fn a_killed_task_under_srun_is_survived_and_replaced() {
+    if std::env::var("OXCCL_TEST_SLURM").as_deref() != Ok("1") {
+        eprintln!("skipped: set OXCCL_TEST_SLURM=1 with a running Slurm (scripts/test.sh starts one)");
+        return;
+    }
+    let mut cmd = launcher("srun");
+    cmd.args(["-n", "4", "-O", "--time=2", "--kill-on-bad-exit=0"])
+        .arg(example_named("ft_train"))
+        .args(["--steps", "12", "--mib", "1", "--kill-rank", "1", "--kill-at-step", "5", "--grow"]);
+    let out = run(cmd, LIMIT);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let all = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout.matches("rank 1 failed").count(), 3, "{all}");
+    assert_eq!(stdout.matches("grew back to 4 ranks").count(), 3, "{all}");
+    assert_eq!(stdout.matches("of 4): 12 steps done").count(), 4, "{all}");
+    assert_eq!(stdout.matches("verified").count(), 4, "{all}");
 }
