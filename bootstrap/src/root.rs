@@ -171,7 +171,19 @@ fn arrive(addr: SocketAddr, state: &mut Rendezvous, streams: &mut Vec<Option<Tcp
 /// its rank gave up fails the rendezvous, and every joined rank is told at once, so that
 /// none waits out the join timeout for a rank that will not come.
 fn watch_joined(addr: SocketAddr, state: &mut Rendezvous, streams: &mut [Option<TcpStream>]) {
-    for (rank, slot) in streams.iter_mut().enumerate() {
+    use std::os::fd::AsFd;
+    // One poll over every joined connection (this runs at each hello: per-connection
+    // checks would cost a large job's root n² system calls), then a look at the ready ones.
+    let ready: Vec<usize> = {
+        let joined: Vec<(usize, &TcpStream)> = streams.iter().enumerate().filter_map(|(r, s)| s.as_ref().map(|s| (r, s))).collect();
+        let mut fds: Vec<nix::poll::PollFd> = joined.iter().map(|(_, s)| nix::poll::PollFd::new(s.as_fd(), nix::poll::PollFlags::POLLIN)).collect();
+        match nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO) {
+            Ok(n) if n > 0 => joined.iter().zip(&fds).filter(|(_, f)| f.revents().is_some_and(|r| !r.is_empty())).map(|((r, _), _)| *r).collect(),
+            _ => Vec::new(),
+        }
+    };
+    for rank in ready {
+        let slot = &mut streams[rank];
         let Some(stream) = slot.as_mut() else { continue };
         match pending(stream) {
             Pending::Nothing => {}
