@@ -22,6 +22,8 @@ mod encode;
 mod p2p;
 #[cfg(test)]
 mod direct_model;
+#[cfg(test)]
+mod p2p_model;
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
