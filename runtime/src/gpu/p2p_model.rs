@@ -183,7 +183,7 @@ fn one_lane_in_call_order_deadlocks_where_per_peer_lanes_do_not() {
     // Ranks 0 and 1 each send three messages to the other before receiving: each one's
     // third send waits for the other's acknowledgement of its first, which never comes.
     let group = vec![vec![Call::Send(1), Call::Send(1), Call::Send(1), Call::Recv(1), Call::Recv(1), Call::Recv(1)], vec![Call::Send(0), Call::Send(0), Call::Send(0), Call::Recv(0), Call::Recv(0), Call::Recv(0)]];
-    let e = run(&[group.clone()], Lanes::InCallOrder, 1).unwrap_err();
+    let e = run(std::slice::from_ref(&group), Lanes::InCallOrder, 1).unwrap_err();
     assert!(e.contains("deadlock"), "{e}");
     assert!(run(&[group], Lanes::PerPeer, 1).is_ok());
 }
@@ -200,9 +200,9 @@ fn one_send_lane_and_one_receive_lane_deadlock_on_a_cycle_of_three() {
         })
         .collect();
     for seed in 0..50 {
-        let e = run(&[group.clone()], Lanes::SendAndReceive, seed).unwrap_err();
+        let e = run(std::slice::from_ref(&group), Lanes::SendAndReceive, seed).unwrap_err();
         assert!(e.contains("deadlock"), "{e}");
-        assert!(run(&[group.clone()], Lanes::PerPeer, seed).is_ok());
+        assert!(run(std::slice::from_ref(&group), Lanes::PerPeer, seed).is_ok());
     }
 }
 
