@@ -12,7 +12,7 @@ export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
 rm -rf gpu-bin
 mkdir -p gpu-bin
 # The test binaries, found through cargo's JSON messages.
-cargo test --release -p oxccl-kernels -p oxccl-runtime --no-run --message-format=json \
+cargo test --release -p oxccl-kernels -p oxccl-runtime -p oxccl-capi --no-run --message-format=json \
   | python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -20,7 +20,7 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         print(m["target"]["name"], m["executable"])
 ' | while read -r name exe; do
-  case $name in gpu|nvrtc|gpu_collectives) strip -o "gpu-bin/$name" "$exe" ;; esac
+  case $name in gpu|nvrtc|gpu_collectives|gpu_calls) strip -o "gpu-bin/$name" "$exe" ;; esac
 done
 cargo build --release -p oxccl-bench --bin oxccl-perf
 strip -o gpu-bin/oxccl-perf target/release/oxccl-perf

@@ -14,7 +14,7 @@ export XDG_CACHE_HOME="${XDG_CACHE_HOME:-$out/cache}"
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || true
 nvidia-smi topo -m > "$out/topo.txt" 2>&1 || true
 status=0
-tests=${GPU_TESTS:-nvrtc gpu gpu_collectives}
+tests=${GPU_TESTS:-nvrtc gpu gpu_collectives gpu_calls}
 for t in $tests; do
   [[ -x $here/$t ]] || continue
   start=$SECONDS

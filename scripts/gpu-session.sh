@@ -2,7 +2,7 @@
 # One call on the GPU machine (the device tool returns at most 8 files, so everything is
 # packed into $OUT/results.tgz): runs the stages named as arguments, in order, from the
 # repository root with gpu-bin/ (scripts/gpu-build.sh) carried along.
-#   tests         gpu-bin's GPU test binaries (GPU_TESTS, default gpu_collectives)
+#   tests         gpu-bin's GPU test binaries (GPU_TESTS, default gpu_collectives gpu_calls)
 #   bench         gpu-bench.sh: oxccl-perf against NCCL for every collective
 #                 (GPU_BENCH_COLLECTIVES narrows them)
 #   pytorch       examples/pytorch/check_collectives.py with oxccl's libnccl.so.2 preloaded
@@ -22,7 +22,7 @@ for stage in "$@"; do
   start=$SECONDS
   case $stage in
     tests)
-      OUT=$res GPU_TESTS="${GPU_TESTS:-gpu_collectives}" GPU_TEST_TIMEOUT="${GPU_TEST_TIMEOUT:-300}" bash "$bin/gpu-run.sh" > /dev/null
+      OUT=$res GPU_TESTS="${GPU_TESTS:-gpu_collectives gpu_calls}" GPU_TEST_TIMEOUT="${GPU_TEST_TIMEOUT:-300}" bash "$bin/gpu-run.sh" > /dev/null
       ;;
     bench)
       OUT=$res bash "$bin/gpu-bench.sh" > /dev/null

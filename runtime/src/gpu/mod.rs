@@ -834,6 +834,39 @@ pub fn current_device() -> Result<usize> {
     Ok(Device::current()?.ordinal as usize)
 }
 
+/// Makes GPU `ordinal`'s primary context current on the calling thread, as `cudaSetDevice`
+/// does, keeping it alive for the rest of the process as the CUDA runtime does (for Rust
+/// callers without the runtime API: tests, tools).
+pub fn set_current_device(ordinal: usize) -> Result<()> {
+    static RETAINED: std::sync::LazyLock<Mutex<FxHashMap<usize, Device>>> = std::sync::LazyLock::new(Default::default);
+    let mut retained = RETAINED.lock();
+    if !retained.contains_key(&ordinal) {
+        retained.insert(ordinal, Device::open(ordinal)?);
+    }
+    retained[&ordinal].bind()
+}
+
+/// Copies `data` to GPU memory at `dst` (`cudaMemcpy` host to device: done when it returns).
+///
+/// # Safety
+/// `dst` is device memory of the current context with room for `data.len()` bytes.
+pub unsafe fn copy_to_device(dst: u64, data: &[u8]) -> Result<()> {
+    // SAFETY: per this function's contract.
+    driver::check(unsafe { cudarc::driver::sys::cuMemcpyHtoD_v2(dst, data.as_ptr().cast(), data.len()) }, || "copying to the GPU".into())?;
+    // SAFETY: the null stream is the current context's legacy default stream.
+    driver::check(unsafe { cudarc::driver::sys::cuStreamSynchronize(std::ptr::null_mut()) }, || "copying to the GPU (waiting for the copy to land)".into())
+}
+
+/// Copies GPU memory at `src` into `out` (`cudaMemcpy` device to host, on the legacy
+/// default stream: after the work queued there).
+///
+/// # Safety
+/// `src` is device memory of the current context holding `out.len()` bytes.
+pub unsafe fn copy_from_device(src: u64, out: &mut [u8]) -> Result<()> {
+    // SAFETY: per this function's contract.
+    driver::check(unsafe { cudarc::driver::sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), src, out.len()) }, || "copying from the GPU".into())
+}
+
 /// Allocations of [`mem_alloc`] still live: `mem_free` knows them from host pointers.
 static ALLOCATIONS: std::sync::LazyLock<Mutex<FxHashMap<u64, DeviceMemory>>> = std::sync::LazyLock::new(Default::default);
 
