@@ -463,6 +463,15 @@ impl Bootstrap {
         }
     }
 
+    /// Members (ranks of this communicator) that left the job: their process closed its
+    /// connections, with a goodbye or not. One that left normally finished everything it
+    /// was going to send (a departing communicator waits for its messages to be taken), so
+    /// a wait on it can only end by its timeout. Never blocks on the network.
+    pub fn departed(&self) -> Vec<u32> {
+        let gone = self.endpoint.gone_ranks();
+        (0..self.nranks()).filter(|&r| gone.contains(&self.members[r as usize])).collect()
+    }
+
     /// Tells every rank that the job failed, naming the failed ranks (best effort), and
     /// makes this rank's waits fail.
     pub fn announce_failure(&self, reason: &str, failed: &[u32]) {

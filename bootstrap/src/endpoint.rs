@@ -68,6 +68,9 @@ struct Shared {
     /// for a goodbye), watched by one thread for a peer that dies: see
     /// [`Shared::watch_outgoing`].
     watched: Mutex<Vec<(u32, Arc<TcpStream>)>>,
+    /// Peers whose connection to this rank has a reader running: their end is reported by
+    /// that reader, after whatever they sent before it (failure notices included).
+    reading: Mutex<HashSet<u32>>,
 }
 
 /// Messages to send (to job ranks) on a finished exchange's namespace.
@@ -135,6 +138,7 @@ impl Endpoint {
             epoch: Instant::now(),
             replies: Mutex::new(None),
             watched: Mutex::new(Vec::new()),
+            reading: Mutex::new(HashSet::new()),
         });
         let weak = Arc::downgrade(&shared);
         sock::accept_loop(listener, shared.stop.clone(), "bootstrap-peer", move |stream, peer| {
@@ -554,6 +558,7 @@ impl Shared {
         if let Ok(clone) = stream.try_clone() {
             self.incoming.lock().push(clone);
         }
+        self.reading.lock().insert(from);
         let end = loop {
             let message = wire::read_message(&mut stream, self.limits.max_frame);
             if message.is_ok() {
@@ -591,6 +596,7 @@ impl Shared {
                 Err(e) => break e.to_string(),
             }
         };
+        self.reading.lock().remove(&from);
         if self.stop.load(Ordering::Acquire) {
             return;
         }
@@ -611,14 +617,29 @@ impl Shared {
     /// Watches this rank's connections to its peers (the thread started with the
     /// endpoint, until it stops). A peer never writes on a connection this rank opened,
     /// but for a goodbye when it leaves; so the connection ending without one means the
-    /// peer's process died. That is announced at once, as the end of a connection from the
-    /// peer is: without this, a peer that died before it connected to anyone (just after
+    /// peer's process died. Unless a reader of the peer's own connection to this rank will
+    /// say so (after what the peer sent before), that is announced within a fifth of a
+    /// second (held that long so that a failure notice on its way is known first): without this, a peer that died before it connected to anyone (just after
     /// a rendezvous, say) was found only by a failed write or the heartbeat timeout.
     fn watch_outgoing(weak: &std::sync::Weak<Shared>, stop: &AtomicBool) {
         use std::os::fd::AsFd;
         const SLICE: Duration = Duration::from_millis(50);
+        // Deaths seen here wait this long before they are announced, so that a failure
+        // notice already travelling the ring (the failure that made the peer exit, say) is
+        // known first and is the one errors name.
+        const HOLD: Duration = Duration::from_millis(200);
+        let mut held: Vec<(u32, String, Instant)> = Vec::new();
         while !stop.load(Ordering::Acquire) {
             let Some(shared) = weak.upgrade() else { return };
+            let due: Vec<(u32, String)> = {
+                let now = Instant::now();
+                let (due, later): (Vec<_>, Vec<_>) = held.drain(..).partition(|(_, _, at)| now.duration_since(*at) >= HOLD);
+                held = later;
+                due.into_iter().map(|(peer, reason, _)| (peer, reason)).collect()
+            };
+            for (peer, reason) in due {
+                shared.fail(Failure { reason: format!("rank {peer} disconnected ({reason})"), failed: vec![peer] });
+            }
             let watched: Vec<(u32, Arc<TcpStream>)> = shared.watched.lock().clone();
             drop(shared);
             if watched.is_empty() {
@@ -642,8 +663,11 @@ impl Shared {
                 let ended = shared.outgoing_ended(*peer, stream);
                 if let Some(end) = ended {
                     shared.watched.lock().retain(|(p, s)| !(*p == *peer && Arc::ptr_eq(s, stream)));
-                    if let Some(reason) = end.filter(|_| !stop.load(Ordering::Acquire)) {
-                        shared.fail(Failure { reason: format!("rank {peer} disconnected ({reason})"), failed: vec![*peer] });
+                    // A peer with a connection to this rank still being read is reported
+                    // by that reader, after the messages it sent before it died.
+                    let reader_will_tell = shared.reading.lock().contains(peer);
+                    if let Some(reason) = end.filter(|_| !reader_will_tell) {
+                        held.push((*peer, reason, Instant::now()));
                     }
                 }
             }

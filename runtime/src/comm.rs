@@ -771,8 +771,17 @@ impl Exec {
             self.net.expect(link, n, independent);
         }
         let health = || self.health();
-        let cx = exec::Context { dtype, combine: op.combine(), deadline: Instant::now() + self.config.coll_timeout, health: &health };
-        exec::run(lanes, buffers, connections, &cx, checked)
+        let departed = || self.boot.departed().into_iter().map(|r| r as usize).filter(|&r| self.transports.shared_memory(r)).collect();
+        let cx = exec::Context { dtype, combine: op.combine(), deadline: Instant::now() + self.config.coll_timeout, health: &health, departed: &departed };
+        let result = exec::run(lanes, buffers, connections, &cx, checked);
+        if let Err(Error::PeerFailed { rank, reason }) = &result {
+            // A peer that left while this rank waited for it: the others waiting (maybe
+            // on this rank) learn it too, as of a death.
+            if self.boot.departed().contains(rank) {
+                self.boot.announce_failure(&format!("rank {rank}: {reason}"), &[*rank]);
+            }
+        }
+        result
     }
 
     /// The plan for `key`, made, connected and checked on first use.

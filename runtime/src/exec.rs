@@ -48,6 +48,10 @@ pub(crate) struct Context<'a> {
     pub deadline: Instant,
     /// Returns an error when the operation must stop (abort, a dead peer).
     pub health: &'a dyn Fn() -> Result<()>,
+    /// Peers (ranks) linked to this rank by shared memory that left the job: a step
+    /// waiting on one never completes. (Over the network, the proxy sees a peer's
+    /// connection end after its last message and reports that itself.)
+    pub departed: &'a dyn Fn() -> Vec<usize>,
 }
 
 /// Runs every lane to completion. `checked`: the lanes already passed [`check_bounds`] with
@@ -66,7 +70,11 @@ pub(crate) fn run(lanes: &[Lane], buffers: &[Buffers], connections: &mut Connect
         many.resize(lanes.len(), 0);
         &mut many
     };
+    let started = Instant::now();
     let mut idle = Idle::default();
+    // A peer this run waits on and that has left the job, and since when: still waited on
+    // after LEFT_GRACE, the run fails rather than wait for the timeout.
+    let mut left_behind: Option<(usize, Instant)> = None;
     loop {
         let mut progressed = false;
         let mut pending = false;
@@ -86,16 +94,54 @@ pub(crate) fn run(lanes: &[Lane], buffers: &[Buffers], connections: &mut Connect
         }
         if progressed {
             idle = Idle::default();
+            left_behind = None;
             continue;
         }
         if idle.pause() {
             (cx.health)()?;
+            let departed = (cx.departed)();
+            let gone = if departed.is_empty() {
+                None
+            } else {
+                let stuck = lanes.iter().zip(cursor.iter()).filter_map(|(l, &c)| l.steps.get(c));
+                stuck.filter_map(|(s, _)| blocked_on(s, connections)).find(|p| departed.contains(p))
+            };
+            left_behind = match (gone, left_behind) {
+                (Some(peer), Some((seen, since))) if peer == seen => {
+                    if since.elapsed() >= LEFT_GRACE {
+                        return Err(Error::PeerFailed {
+                            rank: peer as u32,
+                            reason: format!("rank {peer} left the job (ended normally) while this rank still waited for it in a collective or send/recv: the ranks did not make the same calls"),
+                        });
+                    }
+                    Some((seen, since))
+                }
+                (gone, _) => gone.map(|peer| (peer, Instant::now())),
+            };
             if Instant::now() >= cx.deadline {
                 let stuck: Vec<String> = lanes.iter().zip(cursor.iter()).filter_map(|(l, &c)| l.steps.get(c).map(|(s, _)| format!("{s:?}"))).collect();
-                return Err(Error::Timeout { phase: format!("collective, waiting at {}", stuck.join("; ")), waited: Default::default() });
+                return Err(Error::Timeout { phase: format!("collective, waiting at {}", stuck.join("; ")), waited: started.elapsed() });
             }
         }
     }
+}
+
+/// How long a run may stay blocked on a peer that left the job before it fails. A peer
+/// that left normally had waited until this rank took every message it sent over shared
+/// memory (`Communicator::finalize`), and a slot it freed shows at once, so nothing of it
+/// can still be on its way: the grace only covers the order in which the two news arrive.
+const LEFT_GRACE: Duration = Duration::from_millis(250);
+
+/// The peer a step waits for: the sender of the message it has yet to receive, else the
+/// receiver whose slot it has yet to get (a step waiting on both is blocked by either).
+fn blocked_on(step: &Step, conns: &mut Connections) -> Option<usize> {
+    if let Some(link) = step.receives() {
+        if conns.receivers.get_mut(&link).is_some_and(|rx| rx.try_peek().is_none()) {
+            return Some(link.peer);
+        }
+    }
+    let link = step.sends()?;
+    conns.senders.get_mut(&link).is_some_and(|tx| tx.try_reserve().is_none()).then_some(link.peer)
 }
 
 /// Idle passes that spin before the executor yields: a running peer answers within

@@ -983,3 +983,46 @@ fn seeded_phase_trials() {
     }
     eprintln!("{}\nall phase trials in {:.1} s", summary.join("\n"), start.elapsed().as_secs_f64());
 }
+
+/// A rank that leaves normally while the others still wait for it — its program made one
+/// all_reduce fewer — ends their waits with an error naming it within about a second,
+/// not at OXCCL_COLL_TIMEOUT_MS (60 s here): over shared memory the rank waiting on it
+/// sees it gone from the job (and tells the others), over the network the proxy sees its
+/// connection end.
+#[test]
+fn a_rank_that_left_is_not_waited_for() {
+    use oxccl_runtime::Error;
+    let mut config = Config::defaults();
+    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+    config.set("OXCCL_COLL_TIMEOUT_MS", "60000").unwrap();
+    for net in [false, true] {
+        config.set("NCCL_SHM_DISABLE", if net { "1" } else { "0" }).unwrap();
+        let comms = Communicator::init_all(3, &config).unwrap();
+        let outcomes: Vec<Option<(Error, Duration)>> = std::thread::scope(|s| {
+            let handles: Vec<_> = comms
+                .into_iter()
+                .map(|comm| {
+                    s.spawn(move || {
+                        let mut data = vec![1.0f32; 4096];
+                        comm.all_reduce_in_place(&mut data, ReduceOp::Sum).unwrap();
+                        if comm.rank() == 2 {
+                            return None; // leaves: the communicator is dropped
+                        }
+                        let start = Instant::now();
+                        let e = comm.all_reduce_in_place(&mut data, ReduceOp::Sum).expect_err("rank 2 left");
+                        Some((e, start.elapsed()))
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut said_left = false;
+        for (rank, (e, took)) in outcomes.into_iter().flatten().enumerate() {
+            assert!(matches!(e, Error::PeerFailed { rank: 2, .. }), "net {net}, rank {rank}: {e}");
+            assert!(took < Duration::from_secs(5), "net {net}, rank {rank}: failed after {took:?}");
+            said_left |= e.to_string().contains("left the job");
+            eprintln!("net {net}, rank {rank}: failed after {:.1} ms: {e}", took.as_secs_f64() * 1e3);
+        }
+        assert!(said_left || net, "no rank said that rank 2 left");
+    }
+}
