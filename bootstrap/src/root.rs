@@ -210,6 +210,9 @@ fn watch_joined(addr: SocketAddr, state: &mut Rendezvous, streams: &mut [Option<
         }
     }
     let Some(failure) = state.failure() else { return };
+    if streams.iter().all(Option::is_none) {
+        return; // told already
+    }
     tracing::warn!(target: target::BOOTSTRAP, "bootstrap root {addr}: {}; aborting the job", failure.reason);
     let notice = Message::Abort { reason: failure.reason.clone(), failed: failure.failed.clone() };
     for mut stream in streams.iter_mut().filter_map(Option::take) {

@@ -72,20 +72,26 @@ fn state(comm: *mut c_void) -> i32 {
     state
 }
 
-/// Two ranks as threads, one GPU each (or sharing one), created non-blocking: each polls
-/// until its communicator is ready, then all-reduces on ncclMemAlloc memory with the NULL
-/// stream and checks the result.
+/// Two ranks as threads, one GPU each (one rank where there is one GPU: threads sharing a
+/// context would share its NULL stream, where one rank's kernel would wait behind the
+/// other's, which waits for it), created non-blocking: each polls until its communicator
+/// is ready, then all-reduces on ncclMemAlloc memory with the NULL stream and checks the
+/// result.
 #[test]
 fn nonblocking_gpu_communicators_all_reduce() {
     let Some(n) = gpus() else { return };
     let id = unique_id();
     let count = 4096 + 3;
-    let ranks: Vec<_> = (0..2)
+    let nranks = n.min(2);
+    // Every rank allocates before any launches (an allocation waits for the GPU's kernels).
+    let allocated = std::sync::Arc::new(std::sync::Barrier::new(nranks));
+    let ranks: Vec<_> = (0..nranks)
         .map(|rank| {
             let id = NcclUniqueId { internal: id.internal };
+            let allocated = allocated.clone();
             std::thread::spawn(move || {
-                gpu::set_current_device(rank % n).unwrap();
-                let comm = init_nonblocking(&id, rank as i32, 2);
+                gpu::set_current_device(rank).unwrap();
+                let comm = init_nonblocking(&id, rank as i32, nranks as i32);
                 let start = Instant::now();
                 let mut polls = 0;
                 while state(comm) == IN_PROGRESS {
@@ -103,6 +109,7 @@ fn nonblocking_gpu_communicators_all_reduce() {
                     assert_eq!(ncclMemAlloc(&mut send, input.len()), SUCCESS, "{}", last_error());
                     assert_eq!(ncclMemAlloc(&mut recv, input.len()), SUCCESS, "{}", last_error());
                     gpu::copy_to_device(send as u64, &input).unwrap();
+                    allocated.wait();
                     assert_eq!(ncclAllReduce(send, recv, count, FLOAT, SUM, comm.cast(), null_mut()), SUCCESS, "{}", last_error());
                     // On the legacy default stream: after the all_reduce.
                     gpu::copy_from_device(recv as u64, &mut output).unwrap();
@@ -110,7 +117,9 @@ fn nonblocking_gpu_communicators_all_reduce() {
                     assert_eq!(ncclMemFree(recv), SUCCESS);
                     assert_eq!(ncclCommDestroy(comm.cast()), SUCCESS, "{}", last_error());
                 }
-                let wrong = output.chunks_exact(4).enumerate().filter(|(i, b)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) != 3.0 * (i % 7) as f32).count();
+                // Σ over ranks of (rank + 1) · (i % 7).
+                let factor = (nranks * (nranks + 1) / 2) as f32;
+                let wrong = output.chunks_exact(4).enumerate().filter(|(i, b)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) != factor * (i % 7) as f32).count();
                 assert_eq!(wrong, 0, "rank {rank}: {wrong} wrong elements of {count}");
                 polls
             })

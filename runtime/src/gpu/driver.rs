@@ -122,6 +122,14 @@ impl Device {
         Ok((major, minor))
     }
 
+    /// Streaming multiprocessors.
+    pub fn multiprocessors(&self) -> Result<usize> {
+        let mut count = 0;
+        // SAFETY: writes one int.
+        check(unsafe { sys::cuDeviceGetAttribute(&mut count, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self.device) }, || "asking the multiprocessor count".into())?;
+        Ok(count.max(1) as usize)
+    }
+
     /// Lets this context reach `peer`'s memory (same process, another GPU).
     pub fn enable_peer_access(&self, peer: &Device) -> Result<()> {
         if peer.device == self.device {

@@ -219,7 +219,12 @@ impl DeviceComm {
         let toolchain = Toolchain::find().map_err(|e| Error::Cuda(e.to_string()))?;
         let config = comm.config();
         let slot_bytes = config.gpu_slot_bytes.next_multiple_of(128);
-        let max_channels = config.max_channels.clamp(1, 64);
+        // Ranks sharing this GPU run their kernels side by side, and a kernel whose blocks
+        // wait for a peer's kernel needs all of both resident: each rank gets at most its
+        // share of the multiprocessors, one 512-thread block each (4 ranks on one H200
+        // with 64 channels each deadlocked in an 8 MiB all_reduce).
+        let sharing = ranks_on_this_gpu(&comm, device.ordinal as u32)?;
+        let max_channels = config.max_channels.clamp(1, 64).min((device.multiprocessors()? / sharing).max(1));
         let min_channels = config.min_channels.clamp(1, max_channels);
         let protocols = Protocols::new(&crate::tune::Tuner::new(None, config.proto.as_deref())?);
         let inner = Arc::new(Inner {
@@ -827,6 +832,19 @@ impl DeviceBuffer {
         self.inner.device.bind()?;
         self.memory.download(out)
     }
+}
+
+/// How many ranks of `comm` (this one included) run on GPU `ordinal` of this host
+/// (collective: every rank calls it at init).
+fn ranks_on_this_gpu(comm: &Communicator, ordinal: u32) -> Result<usize> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    crate::comm::host_id(comm.config()).hash(&mut hasher);
+    let mut record = [0u8; 12];
+    record[..8].copy_from_slice(&hasher.finish().to_le_bytes());
+    record[8..].copy_from_slice(&ordinal.to_le_bytes());
+    let all = comm.bootstrap().allgather(&record)?;
+    Ok(all.chunks_exact(12).filter(|r| *r == record).count().max(1))
 }
 
 /// The calling thread's current GPU (what `cudaSetDevice` chose; 0 when none was).
