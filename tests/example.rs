@@ -98,34 +98,14 @@ fn training_without_a_failure_checks_its_checksum() {
     assert_eq!(stdout.matches("of 3): 5 steps done").count(), 3, "{stdout}");
 }
 
-/// A launcher's command for the examples: only what the run needs from this environment
-/// (a test runner's own launcher variables must not leak into the job).
-fn launcher(program: &str) -> Command {
-    let mut cmd = Command::new(program);
-    cmd.env_clear();
-    for keep in ["PATH", "HOME", "LD_LIBRARY_PATH", "TMPDIR"] {
-        if let Ok(v) = std::env::var(keep) {
-            cmd.env(keep, v);
-        }
-    }
-    cmd.env("NCCL_SOCKET_IFNAME", "lo");
-    cmd
-}
-
 /// The training example as one rank per process of `mpirun` (Open MPI; the id travels
 /// over MPI). Without a fault: the system's Open MPI has no ULFM, so its mpirun ends the
 /// whole job when a rank dies (`mpirun --with-ft ulfm` of Open MPI 5 does not; see
 /// examples/ft_bench.rs).
 #[test]
 fn training_under_mpirun() {
-    let mut cmd = launcher("mpirun");
-    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("OMPI_MCA_btl_tcp_if_include", "lo")
-        .env("OMPI_MCA_oob_tcp_if_include", "lo")
-        .args(["-np", "4", "--oversubscribe", "-x", "NCCL_SOCKET_IFNAME"])
-        .arg(example_named("ft_train"))
-        .args(["--steps", "6", "--mib", "1"]);
+    let mut cmd = oxccl_testkit::mpirun(4, &example_named("ft_train"), &[]);
+    cmd.args(["--steps", "6", "--mib", "1"]);
     let out = run(cmd, LIMIT);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
@@ -144,7 +124,8 @@ fn a_killed_task_under_srun_is_survived_and_replaced() {
         eprintln!("skipped: set OXCCL_TEST_SLURM=1 with a running Slurm (scripts/test.sh starts one)");
         return;
     }
-    let mut cmd = launcher("srun");
+    // Nothing of a test runner's own launcher may leak into the step.
+    let mut cmd = oxccl_testkit::clean_command("srun");
     cmd.args(["-n", "4", "-O", "--time=2", "--kill-on-bad-exit=0"])
         .arg(example_named("ft_train"))
         .args(["--steps", "12", "--mib", "1", "--kill-rank", "1", "--kill-at-step", "5", "--grow"]);

@@ -469,6 +469,9 @@ impl Bootstrap {
     /// a wait on it can only end by its timeout. Never blocks on the network.
     pub fn departed(&self) -> Vec<u32> {
         let gone = self.endpoint.gone_ranks();
+        if gone.is_empty() {
+            return gone;
+        }
         (0..self.nranks()).filter(|&r| gone.contains(&self.members[r as usize])).collect()
     }
 
@@ -560,7 +563,6 @@ fn serve_root_if_here(id: &UniqueId, config: &Config) -> Result<()> {
     }
 }
 
-/// Introduces this rank to the root and waits for the address table.
 /// Sends this rank's hello to the root and waits for the table. `stop` is asked every
 /// 25 ms: the error it gives ends the join, and the root is told (so that the other
 /// ranks do not wait for this one).
@@ -611,7 +613,6 @@ fn join_root(id: &UniqueId, endpoint: &Endpoint, config: &Config, stop: &dyn Fn(
 /// Waits until `stream` has data (or was closed) without reading it, asking `stop` every
 /// 25 ms (its error ends the wait); `Timeout` at `deadline`.
 fn wait_readable(stream: &TcpStream, deadline: Instant, stop: &dyn Fn() -> Option<Error>) -> Result<()> {
-    use std::os::fd::AsFd;
     loop {
         if let Some(cause) = stop() {
             return Err(cause);
@@ -620,12 +621,11 @@ fn wait_readable(stream: &TcpStream, deadline: Instant, stop: &dyn Fn() -> Optio
         if now >= deadline {
             return Err(Error::Timeout { phase: "waiting for the bootstrap root".into(), waited: Duration::ZERO });
         }
-        let slice = (deadline - now).min(Duration::from_millis(25));
-        let mut fds = [nix::poll::PollFd::new(stream.as_fd(), nix::poll::PollFlags::POLLIN)];
-        match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(slice.as_millis().max(1) as u16)) {
-            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
-            Ok(_) => return Ok(()),
-            Err(e) => return Err(Error::io("waiting for the bootstrap root's answer", std::io::Error::from(e))),
+        let slice = (deadline - now).clamp(Duration::from_millis(1), Duration::from_millis(25));
+        match sock::readable(&[stream], slice) {
+            Ok(ready) if ready[0] => return Ok(()),
+            Ok(_) => {}
+            Err(e) => return Err(Error::io("waiting for the bootstrap root's answer", e)),
         }
     }
 }

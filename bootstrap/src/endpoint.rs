@@ -71,6 +71,9 @@ struct Shared {
     /// Peers whose connection to this rank has a reader running: their end is reported by
     /// that reader, after whatever they sent before it (failure notices included).
     reading: Mutex<HashSet<u32>>,
+    /// Whether a rank was ever counted dead or gone here (set with `Inbox::dead` and
+    /// `Inbox::closed`), so that asking for them costs a load while nobody is.
+    anyone_gone: AtomicBool,
 }
 
 /// Messages to send (to job ranks) on a finished exchange's namespace.
@@ -139,6 +142,7 @@ impl Endpoint {
             replies: Mutex::new(None),
             watched: Mutex::new(Vec::new()),
             reading: Mutex::new(HashSet::new()),
+            anyone_gone: AtomicBool::new(false),
         });
         let weak = Arc::downgrade(&shared);
         sock::accept_loop(listener, shared.stop.clone(), "bootstrap-peer", move |stream, peer| {
@@ -377,6 +381,9 @@ impl Endpoint {
     /// Every job rank that can no longer take part: failed, or gone (its connection here
     /// ended, with a goodbye or not: a goodbye means its process left the job).
     pub fn gone_ranks(&self) -> Vec<u32> {
+        if !self.shared.anyone_gone.load(Ordering::Acquire) {
+            return Vec::new();
+        }
         let inbox = self.shared.inbox.lock();
         inbox.dead.keys().copied().chain(inbox.closed.iter().copied()).collect()
     }
@@ -611,6 +618,7 @@ impl Shared {
         }
         let mut inbox = self.inbox.lock();
         inbox.closed.insert(from);
+        self.anyone_gone.store(true, Ordering::Release);
         self.arrived.notify_all();
     }
 
@@ -622,7 +630,6 @@ impl Shared {
     /// second (held that long so that a failure notice on its way is known first): without this, a peer that died before it connected to anyone (just after
     /// a rendezvous, say) was found only by a failed write or the heartbeat timeout.
     fn watch_outgoing(weak: &std::sync::Weak<Shared>, stop: &AtomicBool) {
-        use std::os::fd::AsFd;
         const SLICE: Duration = Duration::from_millis(50);
         // Deaths seen here wait this long before they are announced, so that a failure
         // notice already travelling the ring (the failure that made the peer exit, say) is
@@ -646,16 +653,12 @@ impl Shared {
                 std::thread::sleep(SLICE);
                 continue;
             }
-            let ready: Vec<bool> = {
-                let flags = nix::poll::PollFlags::POLLIN;
-                let mut fds: Vec<nix::poll::PollFd> = watched.iter().map(|(_, s)| nix::poll::PollFd::new(s.as_fd(), flags)).collect();
-                match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(SLICE.as_millis() as u16)) {
-                    Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
-                    Ok(_) => fds.iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect(),
-                    Err(e) => {
-                        tracing::warn!(target: target::BOOTSTRAP, "connection watcher: poll failed: {e}; stopped");
-                        return;
-                    }
+            let streams: Vec<&TcpStream> = watched.iter().map(|(_, s)| &**s).collect();
+            let ready = match sock::readable(&streams, SLICE) {
+                Ok(ready) => ready,
+                Err(e) => {
+                    tracing::warn!(target: target::BOOTSTRAP, "connection watcher: poll failed: {e}; stopped");
+                    return;
                 }
             };
             let Some(shared) = weak.upgrade() else { return };
@@ -678,15 +681,10 @@ impl Shared {
     /// `Some(None)` for a goodbye (or a refusal, logged) and `Some(Some(why))` for an end
     /// that means the peer died.
     fn outgoing_ended(&self, peer: u32, stream: &TcpStream) -> Option<Option<String>> {
-        let mut byte = [0u8; 1];
-        let _ = stream.set_nonblocking(true);
-        let peeked = stream.peek(&mut byte);
-        let _ = stream.set_nonblocking(false);
-        match peeked {
-            Ok(0) => return Some(Some("its connection closed without a goodbye: the process exited or was killed".into())),
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
-            Err(e) => return Some(Some(format!("its connection failed: {e}"))),
+        match sock::pending(stream) {
+            sock::Pending::Nothing => return None,
+            sock::Pending::Closed => return Some(Some("its connection closed without a goodbye: the process exited or was killed".into())),
+            sock::Pending::Data => {}
         }
         let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
         match wire::read_message(&mut &*stream, MAX_HANDSHAKE_FRAME) {
@@ -744,6 +742,7 @@ impl Shared {
         for &r in &failure.failed {
             inbox.dead.entry(r).or_insert_with(|| failure.reason.clone());
         }
+        self.anyone_gone.store(true, Ordering::Release);
         if inbox.failure.is_none() {
             inbox.failure = Some(failure);
         }

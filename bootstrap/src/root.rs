@@ -103,22 +103,22 @@ fn run(addr: SocketAddr, id: UniqueId, timeouts: RootTimeouts, arrivals: mpsc::R
         if now >= deadline {
             break;
         }
-        match arrivals.recv_timeout((deadline - now).min(WATCH)) {
-            Ok((stream, hello)) => {
-                if !state.joined_any() {
-                    deadline = Instant::now() + timeouts.join;
-                }
-                // What the joined ranks said before this hello counts first: the last
-                // rank must not complete a rendezvous that one of them already gave up.
-                watch_joined(addr, &mut state, &mut streams);
-                if arrive(addr, &mut state, &mut streams, stream, &hello) {
-                    return;
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        let arrival = match arrivals.recv_timeout((deadline - now).min(WATCH)) {
+            Ok(arrival) => Some(arrival),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
-        }
+        };
+        // What the joined ranks said before a hello counts first: the last rank must not
+        // complete a rendezvous that one of them already gave up.
         watch_joined(addr, &mut state, &mut streams);
+        if let Some((stream, hello)) = arrival {
+            if !state.joined_any() {
+                deadline = Instant::now() + timeouts.join;
+            }
+            if arrive(addr, &mut state, &mut streams, stream, &hello) {
+                return;
+            }
+        }
     }
     if state.failure().is_some() {
         // Everyone who came was told; later comers were told until now.
@@ -171,28 +171,24 @@ fn arrive(addr: SocketAddr, state: &mut Rendezvous, streams: &mut Vec<Option<Tcp
 /// its rank gave up fails the rendezvous, and every joined rank is told at once, so that
 /// none waits out the join timeout for a rank that will not come.
 fn watch_joined(addr: SocketAddr, state: &mut Rendezvous, streams: &mut [Option<TcpStream>]) {
-    use std::os::fd::AsFd;
     // One poll over every joined connection (this runs at each hello: per-connection
     // checks would cost a large job's root n² system calls), then a look at the ready ones.
     let ready: Vec<usize> = {
-        let joined: Vec<(usize, &TcpStream)> = streams.iter().enumerate().filter_map(|(r, s)| s.as_ref().map(|s| (r, s))).collect();
-        let mut fds: Vec<nix::poll::PollFd> = joined.iter().map(|(_, s)| nix::poll::PollFd::new(s.as_fd(), nix::poll::PollFlags::POLLIN)).collect();
-        match nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO) {
-            Ok(n) if n > 0 => joined.iter().zip(&fds).filter(|(_, f)| f.revents().is_some_and(|r| !r.is_empty())).map(|((r, _), _)| *r).collect(),
-            _ => Vec::new(),
-        }
+        let (ranks, joined): (Vec<usize>, Vec<&TcpStream>) = streams.iter().enumerate().filter_map(|(r, s)| s.as_ref().map(|s| (r, s))).unzip();
+        let ready = sock::readable(&joined, Duration::ZERO).unwrap_or_default();
+        ranks.into_iter().zip(ready).filter_map(|(r, ready)| ready.then_some(r)).collect()
     };
     for rank in ready {
         let slot = &mut streams[rank];
         let Some(stream) = slot.as_mut() else { continue };
-        match pending(stream) {
-            Pending::Nothing => {}
-            Pending::Closed => {
+        match sock::pending(stream) {
+            sock::Pending::Nothing => {}
+            sock::Pending::Closed => {
                 tracing::warn!(target: target::BOOTSTRAP, "bootstrap root {addr}: rank {rank} left before the job was complete");
                 state.handle_departure(rank as u32);
                 *slot = None;
             }
-            Pending::Data => {
+            sock::Pending::Data => {
                 let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
                 match wire::read_message(stream, MAX_HANDSHAKE_FRAME) {
                     Ok(Message::Abort { reason, failed }) => {
@@ -249,25 +245,4 @@ pub fn kind_name(message: &Message) -> &'static str {
         Message::Data { .. } => "data",
         Message::Bye => "goodbye",
     }
-}
-
-/// What a joined rank's connection has for the root.
-enum Pending {
-    Nothing,
-    Data,
-    /// End of stream or an error: the rank is gone.
-    Closed,
-}
-
-fn pending(stream: &TcpStream) -> Pending {
-    let mut byte = [0u8; 1];
-    let _ = stream.set_nonblocking(true);
-    let pending = match stream.peek(&mut byte) {
-        Ok(0) => Pending::Closed,
-        Ok(_) => Pending::Data,
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Pending::Nothing,
-        Err(_) => Pending::Closed,
-    };
-    let _ = stream.set_nonblocking(false);
-    pending
 }

@@ -135,3 +135,37 @@ pub fn set_read_timeout(stream: &TcpStream, timeout: Option<Duration>) -> Result
         .set_read_timeout(timeout.map(|t| t.max(Duration::from_millis(1))))
         .map_err(|e| Error::io("setting a socket timeout", e))
 }
+
+/// Which of `streams` have something to read (data, or the end of the stream), waiting at
+/// most `timeout` for one to; interrupted waits count as nothing ready.
+pub fn readable(streams: &[&TcpStream], timeout: Duration) -> io::Result<Vec<bool>> {
+    let mut fds: Vec<nix::poll::PollFd> = streams.iter().map(|s| nix::poll::PollFd::new(s.as_fd(), nix::poll::PollFlags::POLLIN)).collect();
+    let millis = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+    match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(millis)) {
+        Ok(0) | Err(nix::errno::Errno::EINTR) => Ok(vec![false; streams.len()]),
+        Ok(_) => Ok(fds.iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect()),
+        Err(e) => Err(io::Error::from(e)),
+    }
+}
+
+/// What a connection its peer only writes to in the end (a goodbye, a notice) holds.
+pub enum Pending {
+    Nothing,
+    Data,
+    /// End of stream or an error: the peer is gone.
+    Closed,
+}
+
+/// Looks, without waiting or reading, at what `stream` holds.
+pub fn pending(stream: &TcpStream) -> Pending {
+    let mut byte = [0u8; 1];
+    let _ = stream.set_nonblocking(true);
+    let pending = match stream.peek(&mut byte) {
+        Ok(0) => Pending::Closed,
+        Ok(_) => Pending::Data,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Pending::Nothing,
+        Err(_) => Pending::Closed,
+    };
+    let _ = stream.set_nonblocking(false);
+    pending
+}

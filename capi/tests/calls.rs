@@ -4,19 +4,10 @@
 use std::ffi::{c_void, CStr};
 use std::ptr::{null, null_mut};
 
+mod common;
+
+use common::{async_state, last_error, nonblocking_config, poll_async, ConfigPrefix, FLOAT, INVALID_ARGUMENT, INVALID_USAGE, IN_PROGRESS, SUCCESS, SUM};
 use nccl::*;
-
-const SUCCESS: i32 = 0;
-const INVALID_ARGUMENT: i32 = 4;
-const INVALID_USAGE: i32 = 5;
-const FLOAT: i32 = 7;
-const SUM: i32 = 0;
-
-fn last_error() -> String {
-    // SAFETY: ncclGetLastError returns a NUL-terminated string that lives until the next
-    // failing call on this thread.
-    unsafe { CStr::from_ptr(ncclGetLastError(null_mut())) }.to_string_lossy().into_owned()
-}
 
 fn init_all(n: usize) -> Vec<*mut c_void> {
     std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
@@ -263,16 +254,7 @@ fn nonblocking_init_from_c() {
                 let rc = unsafe { ncclCommInitRankConfig((&mut comm as *mut *mut c_void).cast(), 2, id, rank, (&mut cfg as *mut ConfigPrefix).cast()) };
                 assert_eq!(rc, IN_PROGRESS, "{}", last_error());
                 assert!(!comm.is_null());
-                let mut state = IN_PROGRESS;
-                let mut polls = 0;
-                while state == IN_PROGRESS {
-                    // SAFETY: a live handle and an out pointer.
-                    assert_eq!(unsafe { ncclCommGetAsyncError(comm.cast(), &mut state) }, SUCCESS);
-                    polls += 1;
-                    std::thread::sleep(std::time::Duration::from_millis(1));
-                    assert!(polls < 20_000, "still in progress after 20 s");
-                }
-                assert_eq!(state, SUCCESS);
+                assert_eq!(poll_async(comm).0, SUCCESS);
                 comm as usize
             })
         })
@@ -353,9 +335,7 @@ fn abort_ends_a_creation_still_waiting_for_its_peers() {
         assert!(rc == SUCCESS || rc == IN_PROGRESS, "{rc}: {}", last_error());
     }
     std::thread::sleep(std::time::Duration::from_millis(150));
-    let mut state = SUCCESS;
-    // SAFETY: a live handle and an out pointer.
-    assert_eq!(unsafe { ncclCommGetAsyncError(comm.cast(), &mut state) }, SUCCESS);
+    let state = async_state(comm);
     assert_eq!(state, IN_PROGRESS, "rank 1 never came, yet {state}");
     let start = std::time::Instant::now();
     // SAFETY: a live handle, not used afterwards.
@@ -370,39 +350,8 @@ fn abort_ends_a_creation_still_waiting_for_its_peers() {
     assert!(took < std::time::Duration::from_secs(5), "the late rank failed after {took:?}");
 }
 
-const IN_PROGRESS: i32 = 7;
 const NOCOLOR: i32 = -1;
 const SHRINK_AGREE: i32 = 0x100;
-
-/// NCCL_CONFIG_INITIALIZER's prefix: size, magic, version, blocking.
-#[repr(C)]
-struct ConfigPrefix {
-    size: usize,
-    magic: u32,
-    version: u32,
-    blocking: i32,
-}
-
-fn nonblocking_config() -> ConfigPrefix {
-    ConfigPrefix { size: std::mem::size_of::<ConfigPrefix>(), magic: 0xcafe_beef, version: 22803, blocking: 0 }
-}
-
-/// Polls ncclCommGetAsyncError on `comm` until it is no longer ncclInProgress (at most
-/// 20 s); returns the final code and how many InProgress answers came first.
-fn poll_async(comm: *mut c_void) -> (i32, usize) {
-    let mut polls = 0;
-    loop {
-        let mut state = IN_PROGRESS;
-        // SAFETY: a live handle and an out pointer.
-        assert_eq!(unsafe { ncclCommGetAsyncError(comm.cast(), &mut state) }, SUCCESS, "{}", last_error());
-        if state != IN_PROGRESS {
-            return (state, polls);
-        }
-        polls += 1;
-        assert!(polls < 20_000, "still in progress after 20 s");
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-}
 
 /// `n` communicators made with `config.blocking = 0` (one thread each), polled to ready.
 fn init_nonblocking(n: usize) -> Vec<*mut c_void> {
@@ -452,10 +401,7 @@ fn nonblocking_split_shrink_and_grow_from_c() {
             poll_async(c)
         } else {
             // The parent is busy while its split runs.
-            let mut state = 0;
-            // SAFETY: a live handle and an out pointer.
-            assert_eq!(unsafe { ncclCommGetAsyncError(c.cast(), &mut state) }, SUCCESS);
-            assert_eq!(state, IN_PROGRESS);
+            assert_eq!(async_state(c), IN_PROGRESS);
             poll_async(child)
         };
         assert_eq!(code, SUCCESS, "{}", last_error());
@@ -538,10 +484,7 @@ fn a_nonblocking_split_is_aborted_from_c() {
     let rc = unsafe { ncclCommSplit(comms[0].cast(), 0, 0, (&mut child as *mut *mut c_void).cast(), (&mut cfg as *mut ConfigPrefix).cast()) };
     assert_eq!(rc, IN_PROGRESS, "{}", last_error());
     std::thread::sleep(std::time::Duration::from_millis(150));
-    let mut state = SUCCESS;
-    // SAFETY: a live handle and an out pointer.
-    assert_eq!(unsafe { ncclCommGetAsyncError(child.cast(), &mut state) }, SUCCESS);
-    assert_eq!(state, IN_PROGRESS);
+    assert_eq!(async_state(child), IN_PROGRESS);
     let start = std::time::Instant::now();
     // SAFETY: a live handle, not used afterwards.
     assert_eq!(unsafe { ncclCommAbort(child.cast()) }, SUCCESS, "{}", last_error());

@@ -4,30 +4,15 @@
 //! for its peer. Run on the GPU machine (scripts/gpu-build.sh puts it in gpu-bin/);
 //! without a GPU every test says "skipped" and passes, unless OXCCL_TEST_GPU=1.
 
-use std::ffi::{c_void, CStr};
+mod common;
+
+use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 
+use common::{async_state, last_error, nonblocking_config, poll_async, ConfigPrefix, FLOAT, IN_PROGRESS, SUCCESS, SUM};
 use nccl::*;
 use oxccl_runtime::gpu;
-
-const SUCCESS: i32 = 0;
-const IN_PROGRESS: i32 = 7;
-const FLOAT: i32 = 7;
-const SUM: i32 = 0;
-
-/// NCCL_CONFIG_INITIALIZER's prefix: size, magic, version, blocking.
-#[repr(C)]
-struct ConfigPrefix {
-    size: usize,
-    magic: u32,
-    version: u32,
-    blocking: i32,
-}
-
-fn nonblocking_config() -> ConfigPrefix {
-    ConfigPrefix { size: std::mem::size_of::<ConfigPrefix>(), magic: 0xcafe_beef, version: 22803, blocking: 0 }
-}
 
 fn gpus() -> Option<usize> {
     let n = gpu::device_count();
@@ -38,12 +23,6 @@ fn gpus() -> Option<usize> {
     }
     std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
     Some(n)
-}
-
-fn last_error() -> String {
-    // SAFETY: ncclGetLastError returns a NUL-terminated string that lives until the next
-    // failing call on this thread.
-    unsafe { CStr::from_ptr(ncclGetLastError(null_mut())) }.to_string_lossy().into_owned()
 }
 
 fn unique_id() -> NcclUniqueId {
@@ -62,14 +41,6 @@ fn init_nonblocking(id: &NcclUniqueId, rank: i32, nranks: i32) -> *mut c_void {
     assert_eq!(rc, IN_PROGRESS, "rank {rank}: {}", last_error());
     assert!(!comm.is_null());
     comm
-}
-
-/// ncclCommGetAsyncError's answer.
-fn state(comm: *mut c_void) -> i32 {
-    let mut state = IN_PROGRESS;
-    // SAFETY: a live handle and an out pointer.
-    assert_eq!(unsafe { ncclCommGetAsyncError(comm.cast(), &mut state) }, SUCCESS, "{}", last_error());
-    state
 }
 
 /// Two ranks as threads, one GPU each (one rank where there is one GPU: threads sharing a
@@ -92,14 +63,8 @@ fn nonblocking_gpu_communicators_all_reduce() {
             std::thread::spawn(move || {
                 gpu::set_current_device(rank).unwrap();
                 let comm = init_nonblocking(&id, rank as i32, nranks as i32);
-                let start = Instant::now();
-                let mut polls = 0;
-                while state(comm) == IN_PROGRESS {
-                    polls += 1;
-                    assert!(start.elapsed() < Duration::from_secs(60), "rank {rank}: still in progress after 60 s");
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                assert_eq!(state(comm), SUCCESS, "rank {rank}: {}", last_error());
+                let (state, polls) = poll_async(comm);
+                assert_eq!(state, SUCCESS, "rank {rank}: {}", last_error());
                 let (mut send, mut recv): (*mut c_void, *mut c_void) = (null_mut(), null_mut());
                 let input: Vec<u8> = (0..count).flat_map(|i| ((rank + 1) as f32 * (i % 7) as f32).to_le_bytes()).collect();
                 let mut output = vec![0u8; input.len()];
@@ -139,7 +104,7 @@ fn abort_ends_a_gpu_creation_waiting_for_its_peer() {
     gpu::set_current_device(0).unwrap();
     let comm = init_nonblocking(&id, 0, 2);
     std::thread::sleep(Duration::from_millis(150));
-    assert_eq!(state(comm), IN_PROGRESS, "rank 1 never came");
+    assert_eq!(async_state(comm), IN_PROGRESS, "rank 1 never came");
     let start = Instant::now();
     // SAFETY: a live handle, not used afterwards.
     assert_eq!(unsafe { ncclCommAbort(comm.cast()) }, SUCCESS, "{}", last_error());

@@ -191,6 +191,11 @@ impl Communicator {
         &self.exec.boot
     }
 
+    /// Which ranks share this rank's host (this one included).
+    pub(crate) fn same_host(&self) -> &[bool] {
+        &self.exec.transports.same_host
+    }
+
     /// The shared part, for creations running in the background.
     pub(crate) fn parent(&self) -> Arc<Exec> {
         self.exec.clone()
@@ -283,8 +288,9 @@ impl Communicator {
     /// ranks, through a new rendezvous at `id`'s root; bounded by the bootstrap timeouts.
     /// A member of this communicator failing before the rendezvous is complete ends the
     /// grow on every rank as soon as it is noticed (OXCCL_HEARTBEAT_TIMEOUT_MS at most; a
-    /// killed process at once), not at the timeout. With an id from [`Communicator::grow_id`], a rank dying during the grow makes it
-    /// fail on every survivor (an error naming a failed rank), never on some only.
+    /// killed process at once), not at the timeout. With an id from
+    /// [`Communicator::grow_id`], a rank dying during the grow makes it fail on every
+    /// survivor (an error naming a failed rank), never on some only.
     pub fn grow(&self, nranks: usize, id: &UniqueId) -> Result<Communicator> {
         let n = self.check_grow(nranks)?;
         join(id, self.rank() as u32, n, &self.exec.config, Arc::new(AtomicBool::new(false)), Some(&self.exec.boot))

@@ -6,6 +6,21 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// A command with the environment a test job needs and nothing inherited that could
+/// change its behaviour (launcher variables of an outer job, say): PATH, HOME,
+/// LD_LIBRARY_PATH and TMPDIR, and `NCCL_SOCKET_IFNAME=lo`.
+pub fn clean_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = Command::new(program);
+    c.env_clear();
+    for keep in ["PATH", "HOME", "LD_LIBRARY_PATH", "TMPDIR"] {
+        if let Ok(v) = std::env::var(keep) {
+            c.env(keep, v);
+        }
+    }
+    c.env("NCCL_SOCKET_IFNAME", "lo");
+    c
+}
+
 /// Runs `cmd` with stdout and stderr captured; kills it and panics after `timeout`.
 pub fn run(mut cmd: Command, timeout: Duration) -> Output {
     let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"));

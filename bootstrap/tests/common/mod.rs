@@ -84,17 +84,10 @@ pub fn run(command: Command, timeout: Duration) -> Finished {
     run_all(vec![command], timeout).pop().expect("one command")
 }
 
-/// A command with the environment a test rank needs and nothing inherited that could
-/// change its behaviour (launcher variables of an outer job, say).
+/// [`oxccl_testkit::clean_command`] with a 20 s bootstrap timeout.
 pub fn clean_command(program: &str) -> Command {
-    let mut c = Command::new(program);
-    c.env_clear();
-    for keep in ["PATH", "HOME", "LD_LIBRARY_PATH", "TMPDIR"] {
-        if let Ok(v) = std::env::var(keep) {
-            c.env(keep, v);
-        }
-    }
-    c.env("NCCL_SOCKET_IFNAME", "lo").env("OXCCL_BOOTSTRAP_TIMEOUT_MS", "20000");
+    let mut c = oxccl_testkit::clean_command(program);
+    c.env("OXCCL_BOOTSTRAP_TIMEOUT_MS", "20000");
     c
 }
 

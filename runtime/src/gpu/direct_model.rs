@@ -47,13 +47,7 @@ struct Row {
 /// Runs `launches` on `n` ranks under the schedule `seed` picks; an error names the first
 /// broken rule. `wait_for_acks: false` is the protocol without acknowledgements.
 fn run(n: usize, launches: &[Launch], seed: u64, wait_for_acks: bool) -> Result<(), String> {
-    let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut next = move |bound: usize| {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        (rng % bound as u64) as usize
-    };
+    let mut next = scheduler(seed);
     let mut ranks: Vec<Rank> = (0..n).map(|_| Rank { launch: 1, acked: vec![false; n], sent: 0, received: 0 }).collect();
     // inbox[receiver][half][sender]; acks[holder][peer]: the last launch `peer` finished.
     let mut inbox = vec![[vec![Row::default(); n], vec![Row::default(); n]]; n];
@@ -114,6 +108,17 @@ fn run(n: usize, launches: &[Launch], seed: u64, wait_for_acks: bool) -> Result<
         if rank.acked.iter().enumerate().all(|(p, &a)| a || p == r) && rank.sent == dests && rank.received == srcs {
             *rank = Rank { launch: rank.launch + 1, acked: vec![false; n], sent: 0, received: 0 };
         }
+    }
+}
+
+/// The seeded choices of a model's scheduler (xorshift): `next(bound)` is below `bound`.
+pub(super) fn scheduler(seed: u64) -> impl FnMut(usize) -> usize {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    move |bound: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % bound as u64) as usize
     }
 }
 

@@ -185,15 +185,14 @@ impl DeviceMemory {
     pub fn upload_at(&self, offset: usize, data: &[u8]) -> Result<()> {
         assert!(offset + data.len() <= self.bytes);
         // SAFETY: the allocation holds offset + data.len() bytes.
-        check(unsafe { sys::cuMemcpyHtoD_v2(self.ptr + offset as u64, data.as_ptr().cast(), data.len()) }, || "copying to the GPU".into())?;
-        legacy_stream_sync("copying to the GPU")
+        unsafe { copy_to_device(self.ptr + offset as u64, data) }
     }
 
     /// Copies the start of the allocation into `out` (synchronously).
     pub fn download(&self, out: &mut [u8]) -> Result<()> {
         assert!(out.len() <= self.bytes);
         // SAFETY: the allocation holds at least out.len() bytes.
-        check(unsafe { sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), self.ptr, out.len()) }, || "copying from the GPU".into())
+        unsafe { copy_from_device(self.ptr, out) }
     }
 
     /// The allocation's CUDA IPC handle.
@@ -210,6 +209,25 @@ impl Drop for DeviceMemory {
         // SAFETY: frees what cuMemAlloc returned, once.
         unsafe { sys::cuMemFree_v2(self.ptr) };
     }
+}
+
+/// Copies `data` to device memory at `dst`, landed when this returns.
+///
+/// # Safety
+/// `dst` is device memory of the current context with room for `data.len()` bytes.
+pub(crate) unsafe fn copy_to_device(dst: CUdeviceptr, data: &[u8]) -> Result<()> {
+    // SAFETY: per this function's contract.
+    check(unsafe { sys::cuMemcpyHtoD_v2(dst, data.as_ptr().cast(), data.len()) }, || "copying to the GPU".into())?;
+    legacy_stream_sync("copying to the GPU")
+}
+
+/// Copies device memory at `src` into `out`, after the work on the legacy default stream.
+///
+/// # Safety
+/// `src` is device memory of the current context holding `out.len()` bytes.
+pub(crate) unsafe fn copy_from_device(src: CUdeviceptr, out: &mut [u8]) -> Result<()> {
+    // SAFETY: per this function's contract.
+    check(unsafe { sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), src, out.len()) }, || "copying from the GPU".into())
 }
 
 /// Waits for the legacy default stream. A synchronous copy from pageable host memory (and

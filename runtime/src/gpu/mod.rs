@@ -835,16 +835,11 @@ impl DeviceBuffer {
 }
 
 /// How many ranks of `comm` (this one included) run on GPU `ordinal` of this host
-/// (collective: every rank calls it at init).
+/// (collective: every rank calls it at init; who shares the host is known already).
 fn ranks_on_this_gpu(comm: &Communicator, ordinal: u32) -> Result<usize> {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    crate::comm::host_id(comm.config()).hash(&mut hasher);
-    let mut record = [0u8; 12];
-    record[..8].copy_from_slice(&hasher.finish().to_le_bytes());
-    record[8..].copy_from_slice(&ordinal.to_le_bytes());
-    let all = comm.bootstrap().allgather(&record)?;
-    Ok(all.chunks_exact(12).filter(|r| *r == record).count().max(1))
+    let all = comm.bootstrap().allgather(&ordinal.to_le_bytes())?;
+    let same_gpu = all.chunks_exact(4).zip(comm.same_host()).filter(|(o, &host)| host && *o == ordinal.to_le_bytes()).count();
+    Ok(same_gpu.max(1))
 }
 
 /// The calling thread's current GPU (what `cudaSetDevice` chose; 0 when none was).
@@ -858,10 +853,11 @@ pub fn current_device() -> Result<usize> {
 pub fn set_current_device(ordinal: usize) -> Result<()> {
     static RETAINED: std::sync::LazyLock<Mutex<FxHashMap<usize, Device>>> = std::sync::LazyLock::new(Default::default);
     let mut retained = RETAINED.lock();
-    if !retained.contains_key(&ordinal) {
-        retained.insert(ordinal, Device::open(ordinal)?);
-    }
-    retained[&ordinal].bind()
+    let device = match retained.entry(ordinal) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => e.insert(Device::open(ordinal)?),
+    };
+    device.bind()
 }
 
 /// Copies `data` to GPU memory at `dst` (`cudaMemcpy` host to device: done when it returns).
@@ -870,9 +866,7 @@ pub fn set_current_device(ordinal: usize) -> Result<()> {
 /// `dst` is device memory of the current context with room for `data.len()` bytes.
 pub unsafe fn copy_to_device(dst: u64, data: &[u8]) -> Result<()> {
     // SAFETY: per this function's contract.
-    driver::check(unsafe { cudarc::driver::sys::cuMemcpyHtoD_v2(dst, data.as_ptr().cast(), data.len()) }, || "copying to the GPU".into())?;
-    // SAFETY: the null stream is the current context's legacy default stream.
-    driver::check(unsafe { cudarc::driver::sys::cuStreamSynchronize(std::ptr::null_mut()) }, || "copying to the GPU (waiting for the copy to land)".into())
+    unsafe { driver::copy_to_device(dst, data) }
 }
 
 /// Copies GPU memory at `src` into `out` (`cudaMemcpy` device to host, on the legacy
@@ -882,7 +876,7 @@ pub unsafe fn copy_to_device(dst: u64, data: &[u8]) -> Result<()> {
 /// `src` is device memory of the current context holding `out.len()` bytes.
 pub unsafe fn copy_from_device(src: u64, out: &mut [u8]) -> Result<()> {
     // SAFETY: per this function's contract.
-    driver::check(unsafe { cudarc::driver::sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), src, out.len()) }, || "copying from the GPU".into())
+    unsafe { driver::copy_from_device(src, out) }
 }
 
 /// Allocations of [`mem_alloc`] still live: `mem_free` knows them from host pointers.

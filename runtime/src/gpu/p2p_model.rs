@@ -65,13 +65,7 @@ fn groups(n: usize, count: usize, rng: &mut impl FnMut(usize) -> usize) -> Vec<V
 /// protocol: 2, the halves).
 fn run_with(groups: &[Vec<Vec<Call>>], lanes: Lanes, window: usize, seed: u64) -> Result<(), String> {
     let n = groups.first().map_or(0, Vec::len);
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut next = move |bound: usize| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state % bound as u64) as usize
-    };
+    let mut next = super::direct_model::scheduler(seed);
     // Per ordered pair (s, d): messages written, messages read, and d's acknowledgement as
     // s sees it; inbox[d][s][half] holds (message, read).
     let mut written = vec![vec![0usize; n]; n];
@@ -158,18 +152,10 @@ fn run(groups: &[Vec<Vec<Call>>], lanes: Lanes, seed: u64) -> Result<(), String>
     run_with(groups, lanes, 2, seed)
 }
 
-fn random(seed: u64) -> impl FnMut(usize) -> usize {
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    move |bound| {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        ((x >> 33) % bound as u64) as usize
-    }
-}
-
 #[test]
 fn per_peer_lanes_deliver_in_order_and_never_deadlock() {
     for seed in 0..3000u64 {
-        let mut rng = random(seed);
+        let mut rng = super::direct_model::scheduler(!seed);
         let n = 2 + rng(4);
         let sequence = groups(n, 8, &mut rng);
         if let Err(e) = run(&sequence, Lanes::PerPeer, seed) {
@@ -209,7 +195,7 @@ fn one_send_lane_and_one_receive_lane_deadlock_on_a_cycle_of_three() {
 #[test]
 fn a_sender_more_than_two_messages_ahead_overwrites_unread_data() {
     let overwrote = (0..500u64).any(|seed| {
-        let mut rng = random(seed);
+        let mut rng = super::direct_model::scheduler(!seed);
         let n = 2 + rng(3);
         run_with(&groups(n, 8, &mut rng), Lanes::PerPeer, 3, seed).is_err_and(|e| e.contains("overwrote"))
     });
