@@ -658,6 +658,9 @@ mod tests {
         // bounded, so that a rank that failed early makes the test fail, not hang.
         let returned = Arc::new(AtomicU64::new(0));
         let asked = Arc::new(AtomicU64::new(0));
+        // Passed once every rank left the barrier: a rank still in it when rank 2 is
+        // declared failed would fail its barrier instead of reaching the agreement.
+        let past_barrier = Arc::new(AtomicU64::new(0));
         let meet = |count: &AtomicU64| -> std::result::Result<(), String> {
             count.fetch_add(1, Ordering::AcqRel);
             let deadline = Instant::now() + Duration::from_secs(30);
@@ -671,10 +674,11 @@ mod tests {
         };
         let ranks: Vec<_> = (0..3u32)
             .map(|rank| {
-                let (config, returned, asked) = (config.clone(), returned.clone(), asked.clone());
+                let (config, returned, asked, past_barrier) = (config.clone(), returned.clone(), asked.clone(), past_barrier.clone());
                 std::thread::spawn(move || -> std::result::Result<Option<AgreeMessage>, String> {
                     let b = Bootstrap::init(&id, rank, 3, &config).map_err(|e| e.to_string())?;
                     b.barrier().map_err(|e| e.to_string())?;
+                    meet(&past_barrier)?;
                     if rank == 0 {
                         b.announce_failure("test: rank 2 is declared failed", &[2]);
                     }
