@@ -13,9 +13,9 @@ export LD_LIBRARY_PATH="$CUDA_HOME/lib64:${LD_LIBRARY_PATH:-}"
 export XDG_CACHE_HOME="${XDG_CACHE_HOME:-/tmp/oxccl-cache}"
 gpus=${GPU_BENCH_GPUS:-$(nvidia-smi -L | wc -l)}
 status=0
-for c in ${GPU_BENCH_COLLECTIVES:-all_reduce all_gather reduce_scatter broadcast reduce alltoall gather scatter}; do
+for c in ${GPU_BENCH_COLLECTIVES:-all_reduce all_gather reduce_scatter broadcast reduce alltoall gather scatter sendrecv}; do
   case $c in
-    all_reduce) range=(-b 8 -e 1G -f 2) ;;
+    all_reduce | sendrecv) range=(-b 8 -e 1G -f 2) ;;
     *) range=(-b 1K -e 1G -f 4) ;;
   esac
   timeout 300 "$here/oxccl-perf" "$c" "${range[@]}" -n "${GPU_BENCH_ITERS:-20}" -w 5 -c 1 --gpus "$gpus" --baseline nccl > "$out/perf-$c-${gpus}gpu.txt" 2>&1

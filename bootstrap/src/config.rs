@@ -76,6 +76,10 @@ pub struct Config {
     /// OXCCL_GPU_DIRECT_BYTES: the most bytes a rank receives (from all peers together) in
     /// a collective the GPU backend sends in one hop over the LL protocol (0: never).
     pub gpu_direct_bytes: usize,
+    /// NCCL_P2P_LL_THRESHOLD: the largest GPU send/recv message that goes in one hop over
+    /// the LL protocol (straight into the receiver's inbox) instead of the Simple FIFOs
+    /// (0: never).
+    pub p2p_ll_bytes: usize,
     /// NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS: the GPU backend's channels (a thread block
     /// each) per collective.
     pub min_channels: usize,
@@ -201,6 +205,19 @@ pub static KNOBS: &[Knob] = &[
         default: "1048576",
         doc: "a GPU all_reduce, all_gather, reduce_scatter, reduce or broadcast goes in one hop over the LL protocol instead of the ring when a rank receives at most this many bytes from all its peers together ((nranks - 1) x the per-rank message; 0: never; NCCL_PROTO without LL also turns it off)",
         set: |c, v| Ok(c.gpu_direct_bytes = parse_bytes(v, 0)?),
+    },
+    Knob {
+        name: "NCCL_P2P_LL_THRESHOLD",
+        default: "65536",
+        doc: "a GPU send/recv message of at most this many bytes goes in one hop over the LL protocol, straight into the receiver's inbox (4 x this many bytes of inbox per peer; at most 4M; 0: never)",
+        set: |c, v| {
+            let bytes = parse_bytes(v, 0)?;
+            if bytes > 4 << 20 {
+                return Err("at most 4M (each peer's inbox holds 4 x this many bytes)".into());
+            }
+            c.p2p_ll_bytes = bytes;
+            Ok(())
+        },
     },
     Knob {
         name: "NCCL_MIN_NCHANNELS",
@@ -387,6 +404,7 @@ impl Config {
             backend: Backend::Auto,
             gpu_slot_bytes: 256 << 10,
             gpu_direct_bytes: 1 << 20,
+            p2p_ll_bytes: 64 << 10,
             min_channels: 1,
             max_channels: 64,
             coll_timeout: Duration::from_secs(600),

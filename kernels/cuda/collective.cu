@@ -179,12 +179,14 @@ __device__ void ox_move(char* d0, char* d1, const char* in, const char* local, u
   }
 }
 
-// Reports why a lane stopped (plain stores: atomics on mapped host memory are not
+// Reports why a lane stopped, and where: the kernel, its lane (block) and step (or, for
+// ox_direct, the peer it waited for; for ox_p2p, the peer and the message of its lane) (plain stores: atomics on mapped host memory are not
 // available everywhere; lanes racing here all report the same kind of failure).
-__device__ void ox_fail(int* word, int why, u32 lane, u32 step) {
+__device__ void ox_fail(int* word, int why, int kernel, u32 lane, u32 step) {
   volatile int* status = word;
   status[1] = (int)lane;
   status[2] = (int)step;
+  status[3] = kernel;
   __threadfence_system();
   status[0] = why;
 }
@@ -214,7 +216,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
         why = n + 1 > c.slots ? ox_wait(c.head, n + 1 - c.slots, a) : 0;
         out = c.slots_base + (n % c.slots) * c.slot_bytes;
       }
-      if (why) ox_fail(a.status, why, lane, i - first);
+      if (why) ox_fail(a.status, why, OX_KERNEL_RUN, lane, i - first);
       __threadfence();
       s_in = in;
       s_out = out;
@@ -304,9 +306,9 @@ __device__ __forceinline__ void ox_line_put(char* base, u64 l, u64 bytes, uint2 
 
 // Waits until the inbox line at p carries `flag`: 0 and its data in *out, or OX_ABORTED /
 // OX_TIMED_OUT.
-__device__ int ox_ll_wait(const char* p, u32 flag, const OxDirect& a, uint2* out) {
+__device__ int ox_ll_wait(const char* p, u32 flag, volatile int* abort, u64 timeout_ns, uint2* out) {
   uint4 v;
-  const int why = ox_spin([&] { v = ox_ll_load(p); return v.y == flag && v.w == flag; }, a.abort, a.timeout_ns);
+  const int why = ox_spin([&] { v = ox_ll_load(p); return v.y == flag && v.w == flag; }, abort, timeout_ns);
   *out = make_uint2(v.x, v.z);
   return why;
 }
@@ -366,7 +368,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirec
         v = ox_line_get(own, l, a.bytes);
         if (a.scaled) v = ox_scale_vec(v, a.scale);
       } else {
-        why = ox_ll_wait(a.inbox + ((half + p) * a.cap_lines + l) * 16, flag, a, &v);
+        why = ox_ll_wait(a.inbox + ((half + p) * a.cap_lines + l) * 16, flag, a.abort, a.timeout_ns, &v);
         if (why) {
           at = p;
           break;
@@ -382,7 +384,60 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirec
     if (reduce && !why) ox_line_put(a.recv, l, a.bytes, acc);
   }
 
-  if (why) ox_fail(a.status, why, blockIdx.x, at);
+  if (why) ox_fail(a.status, why, OX_KERNEL_DIRECT, blockIdx.x, at);
+}
+
+// ---- Point-to-point over LL: a group's small sends and receives in one hop ----
+//
+// One block per lane: the messages for one peer in one direction, in call order (a lane
+// per peer and direction is what keeps any mix of groups free of deadlock; see
+// runtime/src/gpu/p2p_model.rs). Messages are counted per ordered pair over the
+// communicator's life, in this rank's counters: message k to d goes into half k & 1 of
+// d's row for this rank, flagged k, once d acknowledged message k - 2; a receiver
+// acknowledges each message as soon as every thread of its block has read its lines.
+
+__device__ __forceinline__ u32 ox_ll_flag(u64 k) { return (u32)((k - 1) % 0xffffffffull + 1); }
+
+extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_p2p(const OxP2p a) {
+  const OxP2pLane lane = a.lanes[blockIdx.x];
+  u64* counter = (u64*)(a.inbox + a.count_offset) + (lane.send ? 0 : a.nranks) + lane.peer;
+  const u64 before = *counter;
+  volatile u64* ack = (volatile u64*)(a.inbox + a.ack_offset) + lane.peer;
+  char* peer = a.peers[lane.peer];
+  int why = 0;
+  u32 m = lane.first;
+  for (; m < lane.end; ++m) {
+    const OxP2pMsg msg = a.msgs[m];
+    const u64 k = before + 1 + (m - lane.first);
+    const u32 flag = ox_ll_flag(k);
+    const u64 lines = (msg.bytes + 7) / 8;
+    if (lane.send) {
+      char* row = peer + ((u64)a.rank * 2 + (k & 1)) * a.cap_lines * 16;
+      u64 l = threadIdx.x;
+      uint2 v = l < lines ? ox_line_get(msg.addr, l, msg.bytes) : make_uint2(0, 0);
+      // The half is free once the peer read message k - 2, the last one in it.
+      if (k > 2 && l < lines) why = ox_wait_for(ack, k - 2, a.abort, a.timeout_ns);
+      for (; l < lines && !why; l += blockDim.x) {
+        if (l != threadIdx.x) v = ox_line_get(msg.addr, l, msg.bytes);
+        ox_ll_store(row + l * 16, v, flag);
+      }
+    } else {
+      const char* row = a.inbox + ((u64)lane.peer * 2 + (k & 1)) * a.cap_lines * 16;
+      for (u64 l = threadIdx.x; l < lines && !why; l += blockDim.x) {
+        uint2 v;
+        why = ox_ll_wait(row + l * 16, flag, a.abort, a.timeout_ns, &v);
+        if (!why) ox_line_put(msg.addr, l, msg.bytes, v);
+      }
+    }
+    // Every thread is done with message k (or some thread gave up).
+    if (__syncthreads_or(why)) break;
+    if (!lane.send && threadIdx.x == 0) *(volatile u64*)(peer + a.ack_offset + (u64)a.rank * 8) = k;
+  }
+  if (m < lane.end) {
+    if (why) ox_fail(a.status, why, lane.send ? OX_KERNEL_P2P_SEND : OX_KERNEL_P2P_RECV, lane.peer, m - lane.first);
+    return;
+  }
+  if (threadIdx.x == 0) *counter = before + (lane.end - lane.first);
 }
 
 // buf[i] /= divisor, truncating toward zero: integer Avg, after the sum.

@@ -88,6 +88,9 @@ pub const RUN: &str = "ox_run";
 /// The direct (LL, one hop) kernel for small collectives: `(OxDirect)`, blocks of
 /// [`THREADS`] threads.
 pub const DIRECT: &str = "ox_direct";
+/// The point-to-point LL kernel for a group's small sends and receives: `(OxP2p)`, one
+/// block of [`THREADS`] threads per lane.
+pub const P2P: &str = "ox_p2p";
 /// Integer Avg's last step: `(T* buf, u64 n, u64 divisor)`.
 pub const DIVIDE: &str = "ox_divide";
 /// Threads per block of [`RUN`].

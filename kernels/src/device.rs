@@ -47,6 +47,12 @@ pub mod status {
     pub const ABORTED: i32 = 1;
     /// A wait outlasted the launch's timeout.
     pub const TIMED_OUT: i32 = 2;
+    /// Which kernel stopped, in the status word's fourth int.
+    pub const KERNEL_RUN: i32 = 1;
+    pub const KERNEL_DIRECT: i32 = 2;
+    /// `ox_p2p`, sending to (receiving from) the rank in the lane int.
+    pub const KERNEL_P2P_SEND: i32 = 3;
+    pub const KERNEL_P2P_RECV: i32 = 4;
 }
 
 /// What a direct launch ([`DevDirect`]) does, as `DevDirect::mode` holds it.
@@ -122,7 +128,7 @@ pub struct DevArgs {
     pub recv: u64,
     /// A mapped host `int` the host raises to stop the kernel.
     pub abort: u64,
-    /// A mapped host `int[4]`: status code, lane, step, spare.
+    /// A mapped host `int[4]`: status code, lane, step, kernel (`status::KERNEL_*`).
     pub status: u64,
     /// How long one wait may last (ns of `%globaltimer`).
     pub timeout_ns: u64,
@@ -175,6 +181,61 @@ pub struct DevDirect {
     pub mode: u32,
     pub scaled: u32,
     pub _pad: u32,
+}
+
+/// Arguments of the point-to-point LL kernel (C: `OxP2p`), passed by value: a group's
+/// small sends and receives, each written as LL lines straight into the receiver's inbox.
+/// Every rank owns a second inbox for these, apart from the direct kernel's: for each
+/// sender s, two halves of `cap_lines` lines, row `2 s + half`; at `ack_offset` one u64 per
+/// rank r, the last message from this rank that r has read (r writes it); at
+/// `count_offset` this rank's own counters, u64 `sent[nranks]` then `received[nranks]`.
+/// Messages are counted per ordered pair over the communicator's life: message k (from 1)
+/// from s to d goes into d's row for s, half `k & 1`, every line flagged k (1..=u32::MAX
+/// and around, never 0); s writes it only once d acknowledged message k − 2, the last one
+/// in that half. Lane i (block i) runs `lanes[i]`: the messages for one peer in one
+/// direction, in call order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct DevP2p {
+    /// `DevP2pLane`s, one per block.
+    pub lanes: u64,
+    /// `DevP2pMsg`s, lane after lane.
+    pub msgs: u64,
+    /// This rank's inbox.
+    pub inbox: u64,
+    /// `nranks` device addresses: every rank's inbox as this GPU reaches it.
+    pub peers: u64,
+    /// As in [`DevArgs`].
+    pub abort: u64,
+    pub status: u64,
+    pub timeout_ns: u64,
+    pub ack_offset: u64,
+    pub count_offset: u64,
+    /// Lines per half of a row (each message fits in one half).
+    pub cap_lines: u32,
+    pub rank: u32,
+    pub nranks: u32,
+    pub _pad: u32,
+}
+
+/// One lane of a [`DevP2p`] launch (C: `OxP2pLane`): messages `first..end` of the launch's
+/// list, all sent to (`send` 1) or received from (`send` 0) `peer`, in call order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct DevP2pLane {
+    pub peer: u32,
+    pub send: u32,
+    pub first: u32,
+    pub end: u32,
+}
+
+/// One message of a [`DevP2p`] launch (C: `OxP2pMsg`): `bytes` at device address `addr`
+/// (read when sending, written when receiving).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct DevP2pMsg {
+    pub addr: u64,
+    pub bytes: u64,
 }
 
 struct Field {
@@ -252,6 +313,31 @@ fn structs() -> Vec<(&'static str, usize, Vec<Field>)> {
                 "unsigned int" _pad: u32,
             }),
         ),
+        (
+            "OxP2pLane",
+            size_of::<DevP2pLane>(),
+            fields!(DevP2pLane { "unsigned int" peer: u32, "unsigned int" send: u32, "unsigned int" first: u32, "unsigned int" end: u32 }),
+        ),
+        ("OxP2pMsg", size_of::<DevP2pMsg>(), fields!(DevP2pMsg { "char*" addr: u64, "unsigned long long" bytes: u64 })),
+        (
+            "OxP2p",
+            size_of::<DevP2p>(),
+            fields!(DevP2p {
+                "const OxP2pLane*" lanes: u64,
+                "const OxP2pMsg*" msgs: u64,
+                "char*" inbox: u64,
+                "char* const*" peers: u64,
+                "volatile int*" abort: u64,
+                "int*" status: u64,
+                "unsigned long long" timeout_ns: u64,
+                "unsigned long long" ack_offset: u64,
+                "unsigned long long" count_offset: u64,
+                "unsigned int" cap_lines: u32,
+                "unsigned int" rank: u32,
+                "unsigned int" nranks: u32,
+                "unsigned int" _pad: u32,
+            }),
+        ),
     ]
 }
 
@@ -270,6 +356,10 @@ pub fn header() -> String {
     let _ = writeln!(h, "#define OX_RECV_BUFFER 0x{RECV_BUFFER:x}ull");
     let _ = writeln!(h, "#define OX_ABORTED {}", status::ABORTED);
     let _ = writeln!(h, "#define OX_TIMED_OUT {}", status::TIMED_OUT);
+    let _ = writeln!(h, "#define OX_KERNEL_RUN {}", status::KERNEL_RUN);
+    let _ = writeln!(h, "#define OX_KERNEL_DIRECT {}", status::KERNEL_DIRECT);
+    let _ = writeln!(h, "#define OX_KERNEL_P2P_SEND {}", status::KERNEL_P2P_SEND);
+    let _ = writeln!(h, "#define OX_KERNEL_P2P_RECV {}", status::KERNEL_P2P_RECV);
     for (name, size, fields) in structs() {
         let _ = writeln!(h, "struct {name} {{");
         for f in &fields {
@@ -308,7 +398,7 @@ mod tests {
         for (name, value) in kind::ALL {
             assert!(h.contains(&format!("#define {name} {value}u")), "{name}");
         }
-        for s in ["struct OxStep {", "struct OxConn {", "struct OxArgs {", "sizeof(OxStep) == 32", "sizeof(OxConn) == 48", "sizeof(OxArgs) == 80", "struct OxDirect {", "sizeof(OxDirect) == 120", "#define OX_DIRECT_BROADCAST 4u"] {
+        for s in ["struct OxStep {", "struct OxConn {", "struct OxArgs {", "sizeof(OxStep) == 32", "sizeof(OxConn) == 48", "sizeof(OxArgs) == 80", "struct OxDirect {", "sizeof(OxDirect) == 120", "#define OX_DIRECT_BROADCAST 4u", "struct OxP2p {", "sizeof(OxP2p) == 88", "sizeof(OxP2pLane) == 16", "sizeof(OxP2pMsg) == 16"] {
             assert!(h.contains(s), "{s} missing from:\n{h}");
         }
     }

@@ -106,10 +106,19 @@ struct Opened {
 #[derive(Default)]
 pub(crate) struct Connections {
     ends: FxHashMap<End, Opened>,
-    /// The direct kernel's inboxes: the peers' as opened here, then this rank's.
-    inboxes: Option<(Vec<Remote>, DeviceMemory)>,
+    /// The LL kernels' inboxes, by kind: the peers' as opened here, then this rank's.
+    inboxes: Vec<(Inbox, Vec<Remote>, DeviceMemory)>,
     /// GPUs of this process that peers live on (kept retained for peer access).
     peers: Vec<Device>,
+}
+
+/// Which LL kernel an inbox serves (each kind is set up once, at init).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Inbox {
+    /// The direct kernel's (small collectives).
+    Direct,
+    /// The point-to-point kernel's (small sends and receives).
+    PointToPoint,
 }
 
 /// What setting up connections needs.
@@ -161,13 +170,14 @@ impl Connections {
         Ok(())
     }
 
-    /// Allocates this rank's inbox for the direct kernel (`bytes`, zeroed, then a table of
-    /// every rank's inbox address as this GPU reaches it), announces it to every peer and
-    /// opens theirs (collective). The addresses of this rank's inbox and of the table.
-    pub fn inboxes(&mut self, bytes: usize, cx: &Setup) -> Result<(u64, u64)> {
-        if self.inboxes.is_some() {
-            return Err(Error::Internal("the direct inboxes are set up once".into()));
+    /// Allocates this rank's inbox of `kind` (`bytes`, zeroed, then a table of every
+    /// rank's inbox address as this GPU reaches it), announces it to every peer and opens
+    /// theirs (collective). The addresses of this rank's inbox and of the table.
+    pub fn inboxes(&mut self, kind: Inbox, bytes: usize, cx: &Setup) -> Result<(u64, u64)> {
+        if self.inboxes.iter().any(|(k, ..)| *k == kind) {
+            return Err(Error::Internal(format!("the {kind:?} inboxes are set up once")));
         }
+        let tag = INBOX_TAG + kind as u64;
         let (n, rank) = (cx.boot.nranks() as usize, cx.boot.rank() as usize);
         cx.device.bind()?;
         let table_at = bytes.next_multiple_of(16);
@@ -175,19 +185,19 @@ impl Connections {
         let record = Record { origin: cx.origin, ordinal: cx.device.ordinal, ptr: memory.ptr, ipc: memory.ipc_handle()? }.to_bytes();
         let peers = || (0..n).filter(move |&p| p != rank);
         for peer in peers() {
-            cx.boot.send(peer as u32, INBOX_TAG, &record)?;
+            cx.boot.send(peer as u32, tag, &record)?;
         }
         let mut table = vec![memory.ptr; n];
         let mut remotes = Vec::with_capacity(n - 1);
         for peer in peers() {
-            let record = Record::from_bytes(&cx.boot.recv(peer as u32, INBOX_TAG)?, peer)?;
+            let record = Record::from_bytes(&cx.boot.recv(peer as u32, tag)?, peer)?;
             let remote = self.open(&record, peer, cx)?;
             table[peer] = remote.ptr();
             remotes.push(remote);
         }
         memory.upload_at(table_at, bytemuck::cast_slice(&table))?;
         let addresses = (memory.ptr, memory.ptr + table_at as u64);
-        self.inboxes = Some((remotes, memory));
+        self.inboxes.push((kind, remotes, memory));
         Ok(addresses)
     }
 
@@ -208,7 +218,7 @@ impl Connections {
 
     /// Bytes of GPU memory this rank allocated for its connection ends and inbox.
     pub fn bytes(&self) -> usize {
-        self.ends.values().map(|o| o._local.bytes).sum::<usize>() + self.inboxes.as_ref().map_or(0, |(_, m)| m.bytes)
+        self.ends.values().map(|o| o._local.bytes).sum::<usize>() + self.inboxes.iter().map(|(_, _, m)| m.bytes).sum::<usize>()
     }
 
     /// The table a launch indexes: the ends in `ends`' order (all connected).

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
-use oxccl_kernels::cuda::{Specialization, Toolchain, DIRECT, DIVIDE, RUN, THREADS};
+use oxccl_kernels::cuda::{Specialization, Toolchain, DIRECT, DIVIDE, P2P, RUN, THREADS};
 use oxccl_kernels::device::{direct, status, DevArgs, DevConn, DevDirect, DevStep, LL_LINE_BYTES, LL_LINE_DATA};
 
 use crate::algo::{self, Algorithm, Collective, Shape};
@@ -43,7 +43,7 @@ use crate::{Communicator, DataType, ReduceOp};
 pub use cudarc::driver::sys::CUstream;
 pub use driver::{device_count, Stream};
 
-use conns::{Connections, Geometry, Origin, Setup};
+use conns::{Connections, Geometry, Inbox, Origin, Setup};
 use driver::{Device, DeviceMemory, Event, Function, MappedHost, Module};
 use arena::Arena;
 use encode::End;
@@ -78,6 +78,8 @@ struct Inner {
     timeout: Duration,
     /// The direct (LL, one hop) path for small collectives, when enabled.
     direct: std::sync::OnceLock<Direct>,
+    /// The LL path for small sends and receives, when enabled.
+    p2p_ll: std::sync::OnceLock<P2pLl>,
     /// What NCCL_PROTO allows, per collective (read once: launches only look it up).
     protocols: Protocols,
     state: Mutex<State>,
@@ -141,6 +143,19 @@ impl Direct {
     }
 }
 
+/// The point-to-point LL kernel's inboxes (set up at init, see `DevP2p`).
+struct P2pLl {
+    /// The largest message it carries (NCCL_P2P_LL_THRESHOLD).
+    limit: usize,
+    inbox: u64,
+    table: u64,
+    cap_lines: u32,
+    ack_offset: u64,
+    count_offset: u64,
+    rank: u32,
+    nranks: u32,
+}
+
 #[derive(Default)]
 struct State {
     conns: Connections,
@@ -159,6 +174,7 @@ struct State {
 struct Loaded {
     run: Function,
     direct: Function,
+    p2p: Function,
     divide: Function,
     _module: Module,
     /// Keeps the primary context (and so the module) alive after the communicators go.
@@ -179,14 +195,16 @@ enum CacheKey {
     Collective(PlanKey),
     /// A group of sends and receives (their addresses are part of the steps).
     PointToPoint(Vec<P2p>),
+    /// A group's messages that go over LL (`p2p_ll_bytes` at most each).
+    PointToPointLl(Vec<P2p>),
 }
 
-/// A plan in GPU memory: the connection table, the lanes' bounds, then the steps.
-struct Plan {
-    lanes: u32,
-    conns: u64,
-    bounds: u64,
-    steps: u64,
+/// A plan in GPU memory.
+enum Plan {
+    /// For the executor kernel: the connection table, the lanes' bounds, then the steps.
+    Steps { lanes: u32, conns: u64, bounds: u64, steps: u64 },
+    /// For the point-to-point LL kernel: its lanes (`DevP2pLane`), then their messages.
+    Messages { lanes: u32, at: u64, msgs: u64 },
 }
 
 // SAFETY: Inner's raw CUDA handles are used with its context bound, from any thread.
@@ -236,6 +254,7 @@ impl DeviceComm {
             min_channels,
             timeout: config.coll_timeout,
             direct: std::sync::OnceLock::new(),
+            p2p_ll: std::sync::OnceLock::new(),
             protocols,
             state: Mutex::new(State::default()),
             flags: MappedHost::zeroed(8)?,
@@ -269,9 +288,22 @@ impl DeviceComm {
             let inner = &dev.inner;
             let setup = Setup { boot: dev.comm.bootstrap(), device: &inner.device, origin: inner.origin, geometry: inner.geometry };
             // Rows, then one acknowledgement per rank.
-            let (inbox, table) = inner.state.lock().conns.inboxes(ack_offset + n * 8, &setup)?;
+            let (inbox, table) = inner.state.lock().conns.inboxes(Inbox::Direct, ack_offset + n * 8, &setup)?;
             let direct = Direct { limit, inbox, table, cap_lines: cap_lines as u32, ack_offset: ack_offset as u64, launches: AtomicU64::new(0) };
             let _ = inner.direct.set(direct);
+        }
+        let limit = dev.comm.config().p2p_ll_bytes;
+        if limit > 0 && n > 1 {
+            // Per sender two halves of one message each; acknowledgements (u64 per rank),
+            // then this rank's message counters (u64 sent and received per rank).
+            let cap_lines = limit.div_ceil(LL_LINE_DATA);
+            let ack_offset = 2 * n * cap_lines * LL_LINE_BYTES;
+            let count_offset = ack_offset + n * 8;
+            let inner = &dev.inner;
+            let setup = Setup { boot: dev.comm.bootstrap(), device: &inner.device, origin: inner.origin, geometry: inner.geometry };
+            let (inbox, table) = inner.state.lock().conns.inboxes(Inbox::PointToPoint, count_offset + 2 * n * 8, &setup)?;
+            let p2p = P2pLl { limit, inbox, table, cap_lines: cap_lines as u32, ack_offset: ack_offset as u64, count_offset: count_offset as u64, rank: dev.rank() as u32, nranks: n as u32 };
+            let _ = inner.p2p_ll.set(p2p);
         }
         tracing::info!(target: crate::log_target::INIT, "rank {}: GPU {} ({arch}), slots of {} KiB, up to {max_channels} channels", dev.rank(), dev.inner.device.ordinal, slot_bytes >> 10);
         Ok(dev)
@@ -419,10 +451,12 @@ impl DeviceComm {
                 return Err(e);
             }
             if Instant::now() >= deadline {
-                let e = Error::Timeout { phase: format!("waiting for GPU {}'s stream", self.inner.device.ordinal), waited: self.inner.timeout };
-                self.inner.fail(e.clone());
+                let phase = format!("waiting for GPU {}'s stream", self.inner.device.ordinal);
+                self.inner.fail(Error::Timeout { phase: phase.clone(), waited: self.inner.timeout });
                 self.inner.drain(Duration::from_secs(5));
-                return Err(e);
+                // Where the kernels were waiting, now that the abort stopped them.
+                let place = self.inner.kernel_stop().map(|(_, place)| format!(" ({place})")).unwrap_or_default();
+                return Err(Error::Timeout { phase: phase + &place, waited: self.inner.timeout });
             }
             spins += 1;
             if spins < 1000 {
@@ -446,12 +480,10 @@ impl DeviceComm {
         if let Some(e) = self.inner.failure.lock().clone() {
             return Some(e);
         }
-        let code = self.inner.flags.get(STATUS_WORD);
-        if code != 0 {
-            let (lane, step) = (self.inner.flags.get(STATUS_WORD + 1), self.inner.flags.get(STATUS_WORD + 2));
+        if let Some((code, place)) = self.inner.kernel_stop() {
             let e = match code {
-                status::TIMED_OUT => Error::Timeout { phase: format!("a GPU collective (lane {lane}, step {step})"), waited: self.inner.timeout },
-                _ => self.comm.error().unwrap_or(Error::Aborted { reason: format!("a GPU kernel stopped at lane {lane}, step {step}") }),
+                status::TIMED_OUT => Error::Timeout { phase: format!("a GPU kernel's wait ({place})"), waited: self.inner.timeout },
+                _ => self.comm.error().unwrap_or(Error::Aborted { reason: format!("a GPU kernel stopped ({place})") }),
             };
             self.inner.fail(e.clone());
             return Some(e);
@@ -562,18 +594,8 @@ impl DeviceComm {
         image.extend_from_slice(bytemuck::cast_slice::<u32, u8>(&encoded.bounds));
         image.resize(conn_bytes + bounds_bytes, 0);
         image.extend_from_slice(bytemuck::cast_slice::<DevStep, u8>(&encoded.steps));
-        if state.plans.len() >= 512 {
-            // Plans in flight must outlive their kernels: wait for every stream first.
-            drop(state);
-            inner.drain(inner.timeout);
-            state = inner.state.lock();
-            state.plans.clear();
-            state.arena = Arena::default();
-        }
-        let base = state.arena.place(&image)?;
-        let plan = Arc::new(Plan { lanes: encoded.lanes() as u32, conns: base, bounds: base + conn_bytes as u64, steps: base + (conn_bytes + bounds_bytes) as u64 });
-        state.plans.insert(key, plan.clone());
-        Ok(plan)
+        let lanes = encoded.lanes() as u32;
+        inner.store(state, key, &image, |base| Plan::Steps { lanes, conns: base, bounds: base + conn_bytes as u64, steps: base + (conn_bytes + bounds_bytes) as u64 })
     }
 
     /// Remembers `stream`'s last launch (to wait for before freeing memory).
@@ -593,16 +615,33 @@ impl DeviceComm {
 }
 
 impl Inner {
+    /// Places `image` in the arena and caches the plan `make` describes from its address.
+    /// Past 512 cached plans, first waits for every stream (plans in flight must outlive
+    /// their kernels) and starts the arena over.
+    fn store<'a>(&'a self, mut state: parking_lot::MutexGuard<'a, State>, key: CacheKey, image: &[u8], make: impl FnOnce(u64) -> Plan) -> Result<Arc<Plan>> {
+        if state.plans.len() >= 512 {
+            drop(state);
+            self.drain(self.timeout);
+            state = self.state.lock();
+            state.plans.clear();
+            state.arena = Arena::default();
+        }
+        let plan = Arc::new(make(state.arena.place(image)?));
+        state.plans.insert(key, plan.clone());
+        Ok(plan)
+    }
+
     /// Launches the executor kernel of `plan` on `stream`: one block per lane, over the
     /// buffers at `send` and `recv`, reads of the input scaled by `scale` if given.
     ///
     /// # Safety
     /// As [`DeviceComm::enqueue`]: the buffers and stream are the caller's contract.
     unsafe fn launch(&self, loaded: &Loaded, plan: &Plan, send: u64, recv: u64, scale: Option<f64>, stream: CUstream) -> Result<()> {
+        let &Plan::Steps { lanes, conns, bounds, steps } = plan else { return Err(Error::Internal("the executor kernel launched with a point-to-point LL plan".into())) };
         let mut args = DevArgs {
-            steps: plan.steps,
-            bounds: plan.bounds,
-            conns: plan.conns,
+            steps,
+            bounds,
+            conns,
             send,
             recv,
             abort: self.abort_word(),
@@ -612,7 +651,7 @@ impl Inner {
             scaled: scale.is_some() as u32,
             _pad: 0,
         };
-        loaded.run.launch(plan.lanes, THREADS, stream, &mut [(&mut args as *mut DevArgs).cast::<c_void>()])
+        loaded.run.launch(lanes, THREADS, stream, &mut [(&mut args as *mut DevArgs).cast::<c_void>()])
     }
 
     /// The direct kernel's mode for `collective` with `bytes` per rank, when it takes it:
@@ -697,6 +736,23 @@ impl Inner {
         self.timeout.as_nanos().min(u64::MAX as u128) as u64
     }
 
+    /// Why and where a kernel stopped, if one did: its status code and, in words, the
+    /// kernel with its lane and step.
+    fn kernel_stop(&self) -> Option<(i32, String)> {
+        let code = self.flags.get(STATUS_WORD);
+        if code == 0 {
+            return None;
+        }
+        let (lane, step, kernel) = (self.flags.get(STATUS_WORD + 1), self.flags.get(STATUS_WORD + 2), self.flags.get(STATUS_WORD + 3));
+        let place = match kernel {
+            status::KERNEL_DIRECT => format!("the direct kernel, block {lane}, waiting on rank {step}"),
+            status::KERNEL_P2P_SEND => format!("the send/recv LL kernel, sending to rank {lane}, message {step} of the launch"),
+            status::KERNEL_P2P_RECV => format!("the send/recv LL kernel, receiving from rank {lane}, message {step} of the launch"),
+            _ => format!("the executor kernel, lane {lane}, step {step}"),
+        };
+        Some((code, place))
+    }
+
     fn fail(&self, e: Error) {
         let mut failure = self.failure.lock();
         if failure.is_none() {
@@ -728,7 +784,7 @@ impl Inner {
         let compiled = self.toolchain.compile(spec, self.arch).map_err(|e| Error::Cuda(e.to_string()))?;
         self.device.bind()?;
         let module = Module::load(&compiled.ptx)?;
-        let kernels = Arc::new(Loaded { run: module.function(RUN)?, direct: module.function(DIRECT)?, divide: module.function(DIVIDE)?, _module: module, _device: Device::open(self.device.ordinal as usize)? });
+        let kernels = Arc::new(Loaded { run: module.function(RUN)?, direct: module.function(DIRECT)?, p2p: module.function(P2P)?, divide: module.function(DIVIDE)?, _module: module, _device: Device::open(self.device.ordinal as usize)? });
         loaded.insert((self.device.ordinal, spec), kernels.clone());
         Ok(kernels)
     }

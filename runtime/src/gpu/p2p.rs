@@ -4,7 +4,9 @@
 
 use oxccl_kernels::cuda::Specialization;
 
-use super::{driver, CUstream, CacheKey, DeviceComm};
+use oxccl_kernels::device::{DevP2p, DevP2pLane, DevP2pMsg};
+
+use super::{driver, CUstream, CacheKey, DeviceComm, Inner, Loaded, Plan};
 use crate::algo;
 use crate::error::{Error, Result};
 use crate::DataType;
@@ -56,10 +58,32 @@ impl DeviceComm {
             }
             driver::check(cudarc::driver::sys::cuMemcpyDtoDAsync_v2(r.addr, s.addr, s.bytes, stream), || "copying a send to this rank".into())?;
         }
-        let remote: Vec<P2p> = ops.iter().copied().filter(|o| o.peer != rank && o.bytes > 0).collect();
-        if !remote.is_empty() {
+        // Messages up to the LL limit go over LL (one launch), the rest over the Simple
+        // FIFOs (a second launch): both ends of a message decide by its size alone. The
+        // two launches never wait for each other's messages, so their order is free.
+        let ll_limit = inner.p2p_ll.get().map_or(0, |p| p.limit);
+        let (ll, simple): (Vec<P2p>, Vec<P2p>) = ops.iter().copied().filter(|o| o.peer != rank && o.bytes > 0).partition(|o| o.bytes <= ll_limit);
+        if !ll.is_empty() {
+            let key = CacheKey::PointToPointLl(ll);
+            let cached = inner.state.lock().plans.get(&key).cloned();
+            let plan = match cached {
+                Some(p) => p,
+                None => {
+                    let CacheKey::PointToPointLl(ops) = &key else { unreachable!("made just above") };
+                    let (lanes, msgs) = ll_lanes(ops);
+                    let lanes_bytes = std::mem::size_of_val(&lanes[..]);
+                    let mut image = bytemuck::cast_slice::<DevP2pLane, u8>(&lanes).to_vec();
+                    image.extend_from_slice(bytemuck::cast_slice::<DevP2pMsg, u8>(&msgs));
+                    let count = lanes.len() as u32;
+                    inner.store(inner.state.lock(), key, &image, |at| Plan::Messages { lanes: count, at, msgs: at + lanes_bytes as u64 })?
+                }
+            };
+            let loaded = inner.loaded(Specialization { dtype: DataType::Uint8, op: oxccl_kernels::Combine::Sum })?;
+            inner.launch_p2p_ll(&loaded, &plan, stream)?;
+        }
+        if !simple.is_empty() {
             // The transfers are the key (no copy of them per call).
-            let key = CacheKey::PointToPoint(remote);
+            let key = CacheKey::PointToPoint(simple);
             let cached = inner.state.lock().plans.get(&key).cloned();
             let plan = match cached {
                 Some(p) => p,
@@ -82,6 +106,52 @@ impl DeviceComm {
         let direct = inner.direct_channels(self.nranks());
         lanes(ops, |bytes| inner.channels(bytes).min(direct), inner.geometry.slot_bytes)
     }
+}
+
+impl Inner {
+    /// Launches the point-to-point LL kernel on `plan` (one block per lane).
+    ///
+    /// # Safety
+    /// As [`DeviceComm::enqueue_p2p`].
+    unsafe fn launch_p2p_ll(&self, loaded: &Loaded, plan: &Plan, stream: CUstream) -> Result<()> {
+        let &Plan::Messages { lanes, at, msgs } = plan else { return Err(Error::Internal("the LL send/recv kernel launched with an executor plan".into())) };
+        let p = self.p2p_ll.get().ok_or_else(|| Error::Internal("no send/recv inboxes".into()))?;
+        let mut args = DevP2p {
+            lanes: at,
+            msgs,
+            inbox: p.inbox,
+            peers: p.table,
+            abort: self.abort_word(),
+            status: self.status_word(),
+            timeout_ns: self.timeout_ns(),
+            ack_offset: p.ack_offset,
+            count_offset: p.count_offset,
+            cap_lines: p.cap_lines,
+            rank: p.rank,
+            nranks: p.nranks,
+            _pad: 0,
+        };
+        // SAFETY: the plan's lanes and messages are in the arena; the buffers are the
+        // caller's contract.
+        unsafe { loaded.p2p.launch(lanes, oxccl_kernels::cuda::THREADS, stream, &mut [(&mut args as *mut DevP2p).cast()]) }
+    }
+}
+
+/// The LL launch of `ops` (every one to or from another rank, within the LL limit): a lane
+/// per peer and direction, each with its messages in call order — the order that pairs
+/// them with the peer's.
+fn ll_lanes(ops: &[P2p]) -> (Vec<DevP2pLane>, Vec<DevP2pMsg>) {
+    let mut by_lane: std::collections::BTreeMap<(usize, bool), Vec<DevP2pMsg>> = Default::default();
+    for op in ops {
+        by_lane.entry((op.peer, op.send)).or_default().push(DevP2pMsg { addr: op.addr, bytes: op.bytes as u64 });
+    }
+    let (mut lanes, mut msgs) = (Vec::with_capacity(by_lane.len()), Vec::with_capacity(ops.len()));
+    for ((peer, send), m) in by_lane {
+        let first = msgs.len() as u32;
+        msgs.extend(m);
+        lanes.push(DevP2pLane { peer: peer as u32, send: send as u32, first, end: msgs.len() as u32 });
+    }
+    (lanes, msgs)
 }
 
 /// A lane per peer, direction and channel; each transfer split over `channels(bytes)`
@@ -109,6 +179,27 @@ mod tests {
 
     fn channels(bytes: usize) -> usize {
         bytes.div_ceil(64 << 10).clamp(1, 8)
+    }
+
+    /// The LL launch has one lane per peer and direction, each holding exactly that
+    /// lane's messages in call order (the order that pairs them with the peer's), every
+    /// message in exactly one lane.
+    #[test]
+    fn ll_lanes_keep_each_peers_messages_in_call_order() {
+        let op = |send: bool, peer: usize, addr: u64| P2p { send, peer, addr, bytes: addr as usize % 97 + 1 };
+        let ops = [op(true, 2, 10), op(false, 1, 20), op(true, 1, 30), op(true, 2, 40), op(false, 1, 50), op(false, 2, 60), op(true, 2, 70)];
+        let (lanes, msgs) = ll_lanes(&ops);
+        assert_eq!(msgs.len(), ops.len());
+        let mut seen = std::collections::HashSet::new();
+        for lane in &lanes {
+            assert!(seen.insert((lane.peer, lane.send)), "two lanes for {lane:?}");
+            assert!(lane.first < lane.end && lane.end as usize <= msgs.len());
+            let expected: Vec<(u64, u64)> = ops.iter().filter(|o| o.peer == lane.peer as usize && o.send == (lane.send == 1)).map(|o| (o.addr, o.bytes as u64)).collect();
+            let got: Vec<(u64, u64)> = msgs[lane.first as usize..lane.end as usize].iter().map(|m| (m.addr, m.bytes)).collect();
+            assert_eq!(got, expected, "lane {lane:?}");
+        }
+        assert_eq!(lanes.iter().map(|l| (l.end - l.first) as usize).sum::<usize>(), ops.len());
+        assert_eq!(lanes.len(), 4);
     }
 
     /// Every byte of every transfer is moved exactly once, in messages of at most a slot;

@@ -1,5 +1,8 @@
 //! `--gpus N`: the table on GPU buffers, one rank per GPU as threads of this process (like
-//! nccl-tests' `-g N`), each rank launching on its own stream. With `--baseline nccl` the
+//! nccl-tests' `-g N`), each rank launching on its own stream. sendrecv is nccl-tests':
+//! each rank sends to the next and receives from the one before, in one group. Without a
+//! baseline, more ranks than GPUs share them (rank r on GPU r mod GPUs; the header says
+//! so: those times are not NVLink's). With `--baseline nccl` the
 //! machine's libnccl.so.2 (dlopen) runs the same collective on the same buffers and
 //! streams in the same run, through communicators from ncclCommInitAll.
 //!
@@ -21,16 +24,13 @@ const CHECK_LIMIT: usize = 16 << 20;
 pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error>> {
     let n = plan.args.gpus;
     let visible = gpu::device_count();
-    if n > visible {
-        return Err(format!("--gpus {n}: this machine shows {visible} GPU(s)").into());
+    if visible == 0 || (n > visible && plan.args.baseline.is_some()) {
+        return Err(format!("--gpus {n}: this machine shows {visible} GPU(s) (ranks may share GPUs only without a baseline: NCCL refuses it)").into());
     }
-    let Kind::Collective(collective) = plan.kind else {
-        return Err("sendrecv on GPUs is not implemented yet (the GPU backend runs collectives)".into());
-    };
-    if collective.rooted() && plan.args.root >= n {
+    if plan.kind.rooted() && plan.args.root >= n {
         return Err(format!("root {} out of range for {n} ranks", plan.args.root).into());
     }
-    let devices: Vec<usize> = (0..n).collect();
+    let devices: Vec<usize> = (0..n).map(|r| r % visible).collect();
     let comms = DeviceComm::init_all(&devices, config)?;
     let nccl = match plan.args.baseline.as_deref() {
         Some(_) => Some(nccl::Nccl::open(&devices)?),
@@ -52,7 +52,7 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
     }
     println!(
         "# oxccl-perf {} on GPUs: nranks {n} minBytes {} maxBytes {} step: {}(factor) warmup iters: {} iters: {} validation: {} baseline: {}",
-        collective.name(),
+        plan.kind_name(),
         plan.args.min_bytes,
         plan.args.max_bytes,
         plan.args.factor,
@@ -65,6 +65,9 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
     for r in &ranks {
         println!("#  rank {} on GPU {}", r.comm.rank(), r.comm.device());
     }
+    if n > visible {
+        println!("#  {n} ranks share {visible} GPU(s): these times are not NVLink's");
+    }
     println!("#");
     print_columns(nccl.is_some().then_some(["  NCCL baseline", "    nccl   nccl  ratio", "    time  busbw   x"]));
     let factor = plan.kind.busbw_factor(n);
@@ -72,17 +75,22 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
     let mut bytes = plan.args.min_bytes;
     loop {
         let count = plan.kind.count(bytes, es, n);
-        let (s, r) = collective.buffer_counts(count, n, plan.args.root, plan.args.root);
-        let size = s.max(r) * es;
+        let (size, has_in_place) = match plan.kind {
+            Kind::Collective(c) => {
+                let (s, r) = c.buffer_counts(count, n, plan.args.root, plan.args.root);
+                (s.max(r) * es, c.has_in_place())
+            }
+            Kind::SendRecv => (count * es, false),
+        };
         let out_of_place = time(plan, &ranks, count, false, Launcher::Oxccl)?;
-        let in_place = if collective.has_in_place() { Some(time(plan, &ranks, count, true, Launcher::Oxccl)?) } else { None };
+        let in_place = if has_in_place { Some(time(plan, &ranks, count, true, Launcher::Oxccl)?) } else { None };
         let baseline = match &nccl {
             Some(b) => Some(time(plan, &ranks, count, false, Launcher::Nccl(b))?),
             None => None,
         };
         let checked = plan.args.check == 1 && size <= CHECK_LIMIT;
-        let wrong_out = if checked { check_row(plan, &ranks, collective, count, false)? } else { 0 };
-        let wrong_in = if checked && in_place.is_some() { check_row(plan, &ranks, collective, count, true)? } else { 0 };
+        let wrong_out = if checked { check_row(plan, &ranks, count, false)? } else { 0 };
+        let wrong_in = if checked && in_place.is_some() { check_row(plan, &ranks, count, true)? } else { 0 };
         let wrong_text = |w: usize| if checked { w.to_string() } else { "-".into() };
         let cols = |t: Option<f64>, w: usize| columns(size, factor, t.map(|t| (t, wrong_text(w))));
         let base = baseline
@@ -92,8 +100,8 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
                 format!(" {:>8} {:>6.2} {:>5.2}", format_time(t), theirs, ours / theirs)
             })
             .unwrap_or_default();
-        let root = if collective.rooted() { plan.args.root as i64 } else { -1 };
-        let op = if collective.reduces() { plan.op.name() } else { "none" };
+        let root = if plan.kind.rooted() { plan.args.root as i64 } else { -1 };
+        let op = if plan.kind.reduces() { plan.op.name() } else { "none" };
         println!("{size:>12} {:>13} {:>9} {op:>7} {root:>7} {} {}{base}", count * if size > count * es { n } else { 1 }, plan.dtype.name(), cols(Some(out_of_place), wrong_out), cols(in_place, wrong_in));
         wrong_total += wrong_out + wrong_in;
         busbw_sum += size as f64 / out_of_place / 1e9 * factor;
@@ -135,7 +143,6 @@ enum Launcher<'a> {
 
 /// The slowest rank's mean seconds per call.
 fn time(plan: &Plan, ranks: &[Rank], count: usize, in_place: bool, launcher: Launcher) -> Result<f64, String> {
-    let Kind::Collective(collective) = plan.kind else { unreachable!("checked in run") };
     let n = ranks.len();
     let root = plan.args.root;
     let es = plan.dtype.size() as u64;
@@ -148,19 +155,24 @@ fn time(plan: &Plan, ranks: &[Rank], count: usize, in_place: bool, launcher: Lau
                 let barrier = &barrier;
                 s.spawn(move || -> Result<f64, String> {
                     r.comm.bind().map_err(|e| e.to_string())?;
-                    let (send, recv) = if in_place {
-                        let base = r.recv.ptr();
-                        (base + collective.in_place_send_offset(count, rank, root).unwrap_or(0) as u64 * es, base + collective.in_place_recv_offset(count, rank, root).unwrap_or(0) as u64 * es)
-                    } else {
-                        (r.send.ptr(), r.recv.ptr())
+                    let (send, recv) = match plan.kind {
+                        Kind::Collective(c) if in_place => {
+                            let base = r.recv.ptr();
+                            (base + c.in_place_send_offset(count, rank, root).unwrap_or(0) as u64 * es, base + c.in_place_recv_offset(count, rank, root).unwrap_or(0) as u64 * es)
+                        }
+                        _ => (r.send.ptr(), r.recv.ptr()),
                     };
                     let launch = || -> Result<(), String> {
-                        match launcher {
-                            // SAFETY: the buffers hold the largest row; nothing else uses them
-                            // until the stream is synchronized.
-                            Launcher::Oxccl => unsafe { r.comm.enqueue(collective, send, recv, count, plan.dtype, plan.op, root, r.stream.raw()) }.map_err(|e| e.to_string()),
-                            // SAFETY: as above, on NCCL's communicator of the same GPU.
-                            Launcher::Nccl(b) => unsafe { b.launch(rank, collective, send, recv, count, plan.dtype, plan.op, root, r.stream.raw().cast()) },
+                        // SAFETY: the buffers hold the largest row; nothing else uses them
+                        // until the stream is synchronized (NCCL: on its communicator of the
+                        // same GPU).
+                        unsafe {
+                            match (launcher, plan.kind) {
+                                (Launcher::Oxccl, Kind::Collective(c)) => r.comm.enqueue(c, send, recv, count, plan.dtype, plan.op, root, r.stream.raw()).map_err(|e| e.to_string()),
+                                (Launcher::Oxccl, Kind::SendRecv) => r.comm.enqueue_p2p(&ring_exchange(rank, n, send, recv, count * es as usize), r.stream.raw()).map_err(|e| e.to_string()),
+                                (Launcher::Nccl(b), Kind::Collective(c)) => b.launch(rank, c, send, recv, count, plan.dtype, plan.op, root, r.stream.raw().cast()),
+                                (Launcher::Nccl(b), Kind::SendRecv) => b.send_recv(rank, (rank + 1) % n, (rank + n - 1) % n, send, recv, count, plan.dtype, r.stream.raw().cast()),
+                            }
                         }
                     };
                     for _ in 0..plan.args.warmup {
@@ -182,8 +194,50 @@ fn time(plan: &Plan, ranks: &[Rank], count: usize, in_place: bool, launcher: Lau
     times.into_iter().try_fold(0.0f64, |max, t| Ok(max.max(t?)))
 }
 
+/// nccl-tests' sendrecv for `rank`: `bytes` from `send` to the next rank, into `recv` from
+/// the one before.
+fn ring_exchange(rank: usize, n: usize, send: u64, recv: u64, bytes: usize) -> [gpu::P2p; 2] {
+    [gpu::P2p { send: true, peer: (rank + 1) % n, addr: send, bytes }, gpu::P2p { send: false, peer: (rank + n - 1) % n, addr: recv, bytes }]
+}
+
+/// Wrong elements of one checked sendrecv per rank: a pattern per rank, the output poisoned.
+fn check_sendrecv(ranks: &[Rank], bytes: usize, es: usize) -> Result<usize, String> {
+    let n = ranks.len();
+    let pattern = |r: usize| -> Vec<u8> { (0..bytes).map(|i| ((r * 131 + i * 7 + i / 251 + 13) % 251) as u8).collect() };
+    let wrong: Vec<Result<usize, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = ranks
+            .iter()
+            .enumerate()
+            .map(|(rank, r)| {
+                s.spawn(move || -> Result<usize, String> {
+                    let fail = |e: oxccl_runtime::Error| format!("rank {rank}: sendrecv of {bytes} bytes: {e}");
+                    r.send.upload(&pattern(rank)).map_err(fail)?;
+                    r.recv.upload(&vec![0xA5; bytes]).map_err(fail)?;
+                    // SAFETY: both buffers hold `bytes`; synchronized before they are read.
+                    unsafe { r.comm.enqueue_p2p(&ring_exchange(rank, n, r.send.ptr(), r.recv.ptr(), bytes), r.stream.raw()) }.map_err(fail)?;
+                    r.comm.wait(&r.stream).map_err(fail)?;
+                    let mut got = vec![0u8; bytes];
+                    r.recv.download(&mut got).map_err(fail)?;
+                    let expected = pattern((rank + n - 1) % n);
+                    let wrong = got.chunks(es).zip(expected.chunks(es)).filter(|(a, b)| a != b).count();
+                    if wrong > 0 {
+                        eprintln!("rank {rank}: sendrecv of {bytes} bytes: {wrong} wrong elements");
+                    }
+                    Ok(wrong)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a rank thread panicked".into()))).collect()
+    });
+    wrong.into_iter().sum()
+}
+
 /// Wrong elements of one checked call per rank.
-fn check_row(plan: &Plan, ranks: &[Rank], collective: Collective, count: usize, in_place: bool) -> Result<usize, String> {
+fn check_row(plan: &Plan, ranks: &[Rank], count: usize, in_place: bool) -> Result<usize, String> {
+    let collective = match plan.kind {
+        Kind::Collective(c) => c,
+        Kind::SendRecv => return check_sendrecv(ranks, count * plan.dtype.size(), plan.dtype.size()),
+    };
     let case = Case { collective, dtype: plan.dtype, op: plan.op, count, root: plan.args.root, in_place };
     let wrong: Vec<Result<usize, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = ranks
@@ -297,6 +351,25 @@ mod nccl {
                 Collective::AllToAll => self.symbol::<Plain>("ncclAlltoAll")?(s, r, count, t, comm, stream),
             };
             self.status(status, collective.name())
+        }
+
+        /// Enqueues nccl-tests' sendrecv on `stream`: `count` elements from `send` to rank
+        /// `to`, into `recv` from rank `from`, in one group.
+        ///
+        /// # Safety
+        /// As for [`Nccl::launch`].
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe fn send_recv(&self, rank: usize, to: usize, from: usize, send: u64, recv: u64, count: usize, dtype: DataType, stream: *mut c_void) -> Result<(), String> {
+            type Group = unsafe extern "C" fn() -> Status;
+            type P2p = unsafe extern "C" fn(*const c_void, usize, i32, i32, Comm, *mut c_void) -> Status;
+            let comm = self.comms[rank];
+            self.status(self.symbol::<Group>("ncclGroupStart")?(), "ncclGroupStart")?;
+            let sent = self.symbol::<P2p>("ncclSend")?(send as *const c_void, count, dtype.to_nccl(), to as i32, comm, stream);
+            let received = self.symbol::<P2p>("ncclRecv")?(recv as *const c_void, count, dtype.to_nccl(), from as i32, comm, stream);
+            let ended = self.symbol::<Group>("ncclGroupEnd")?();
+            self.status(sent, "ncclSend")?;
+            self.status(received, "ncclRecv")?;
+            self.status(ended, "ncclGroupEnd")
         }
     }
 
