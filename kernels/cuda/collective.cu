@@ -400,7 +400,17 @@ __device__ __forceinline__ u32 ox_ll_flag(u64 k) { return (u32)((k - 1) % 0xffff
 
 extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_p2p(const OxP2p a) {
   const OxP2pLane lane = a.lanes[blockIdx.x];
-  u64* counter = (u64*)(a.inbox + a.count_offset) + (lane.send ? 0 : a.nranks) + lane.peer;
+  if (lane.kind == OX_LANE_COPY) {
+    // This rank's sends to itself: plain copies, beside the other lanes.
+    for (u32 m = lane.first; m < lane.end; ++m) {
+      const OxP2pMsg msg = a.msgs[m];
+      const u64 lines = (msg.bytes + 7) / 8;
+      for (u64 l = threadIdx.x; l < lines; l += blockDim.x) ox_line_put(msg.addr, l, msg.bytes, ox_line_get(msg.src, l, msg.bytes));
+    }
+    return;
+  }
+  const bool sends = lane.kind == OX_LANE_SEND;
+  u64* counter = (u64*)(a.inbox + a.count_offset) + (sends ? 0 : a.nranks) + lane.peer;
   const u64 before = *counter;
   volatile u64* ack = (volatile u64*)(a.inbox + a.ack_offset) + lane.peer;
   char* peer = a.peers[lane.peer];
@@ -411,7 +421,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_p2p(const OxP2p a) {
     const u64 k = before + 1 + (m - lane.first);
     const u32 flag = ox_ll_flag(k);
     const u64 lines = (msg.bytes + 7) / 8;
-    if (lane.send) {
+    if (sends) {
       char* row = peer + ((u64)a.rank * 2 + (k & 1)) * a.cap_lines * 16;
       u64 l = threadIdx.x;
       uint2 v = l < lines ? ox_line_get(msg.addr, l, msg.bytes) : make_uint2(0, 0);
@@ -431,10 +441,10 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_p2p(const OxP2p a) {
     }
     // Every thread is done with message k (or some thread gave up).
     if (__syncthreads_or(why)) break;
-    if (!lane.send && threadIdx.x == 0) *(volatile u64*)(peer + a.ack_offset + (u64)a.rank * 8) = k;
+    if (!sends && threadIdx.x == 0) *(volatile u64*)(peer + a.ack_offset + (u64)a.rank * 8) = k;
   }
   if (m < lane.end) {
-    if (why) ox_fail(a.status, why, lane.send ? OX_KERNEL_P2P_SEND : OX_KERNEL_P2P_RECV, lane.peer, m - lane.first);
+    if (why) ox_fail(a.status, why, sends ? OX_KERNEL_P2P_SEND : OX_KERNEL_P2P_RECV, lane.peer, m - lane.first);
     return;
   }
   if (threadIdx.x == 0) *counter = before + (lane.end - lane.first);

@@ -218,24 +218,37 @@ pub struct DevP2p {
     pub _pad: u32,
 }
 
+/// What a lane of a [`DevP2p`] launch does, as `DevP2pLane::kind` holds it.
+pub mod lane {
+    /// Receives its messages from `peer`, in order.
+    pub const RECV: u32 = 0;
+    /// Sends its messages to `peer`, in order.
+    pub const SEND: u32 = 1;
+    /// Copies each message's `src` to its `addr` (this rank's sends to itself; no peer).
+    pub const COPY: u32 = 2;
+    /// Every kind with its C name.
+    pub const ALL: [(&str, u32); 3] = [("OX_LANE_RECV", RECV), ("OX_LANE_SEND", SEND), ("OX_LANE_COPY", COPY)];
+}
+
 /// One lane of a [`DevP2p`] launch (C: `OxP2pLane`): messages `first..end` of the launch's
-/// list, all sent to (`send` 1) or received from (`send` 0) `peer`, in call order.
+/// list, all sent to or received from `peer` (by [`lane`] `kind`), in call order.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct DevP2pLane {
     pub peer: u32,
-    pub send: u32,
+    pub kind: u32,
     pub first: u32,
     pub end: u32,
 }
 
 /// One message of a [`DevP2p`] launch (C: `OxP2pMsg`): `bytes` at device address `addr`
-/// (read when sending, written when receiving).
+/// (read when sending, written when receiving or copying), and a copy's source `src`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct DevP2pMsg {
     pub addr: u64,
     pub bytes: u64,
+    pub src: u64,
 }
 
 struct Field {
@@ -316,9 +329,9 @@ fn structs() -> Vec<(&'static str, usize, Vec<Field>)> {
         (
             "OxP2pLane",
             size_of::<DevP2pLane>(),
-            fields!(DevP2pLane { "unsigned int" peer: u32, "unsigned int" send: u32, "unsigned int" first: u32, "unsigned int" end: u32 }),
+            fields!(DevP2pLane { "unsigned int" peer: u32, "unsigned int" kind: u32, "unsigned int" first: u32, "unsigned int" end: u32 }),
         ),
-        ("OxP2pMsg", size_of::<DevP2pMsg>(), fields!(DevP2pMsg { "char*" addr: u64, "unsigned long long" bytes: u64 })),
+        ("OxP2pMsg", size_of::<DevP2pMsg>(), fields!(DevP2pMsg { "char*" addr: u64, "unsigned long long" bytes: u64, "const char*" src: u64 })),
         (
             "OxP2p",
             size_of::<DevP2p>(),
@@ -349,7 +362,7 @@ pub fn header() -> String {
     for (name, value) in kind::ALL {
         let _ = writeln!(h, "#define {name} {value}u");
     }
-    for (name, value) in direct::ALL {
+    for (name, value) in direct::ALL.into_iter().chain(lane::ALL) {
         let _ = writeln!(h, "#define {name} {value}u");
     }
     let _ = writeln!(h, "#define OX_NO_CONN ({NO_CONN})");
@@ -398,7 +411,7 @@ mod tests {
         for (name, value) in kind::ALL {
             assert!(h.contains(&format!("#define {name} {value}u")), "{name}");
         }
-        for s in ["struct OxStep {", "struct OxConn {", "struct OxArgs {", "sizeof(OxStep) == 32", "sizeof(OxConn) == 48", "sizeof(OxArgs) == 80", "struct OxDirect {", "sizeof(OxDirect) == 120", "#define OX_DIRECT_BROADCAST 4u", "struct OxP2p {", "sizeof(OxP2p) == 88", "sizeof(OxP2pLane) == 16", "sizeof(OxP2pMsg) == 16"] {
+        for s in ["struct OxStep {", "struct OxConn {", "struct OxArgs {", "sizeof(OxStep) == 32", "sizeof(OxConn) == 48", "sizeof(OxArgs) == 80", "struct OxDirect {", "sizeof(OxDirect) == 120", "#define OX_DIRECT_BROADCAST 4u", "struct OxP2p {", "sizeof(OxP2p) == 88", "sizeof(OxP2pLane) == 16", "sizeof(OxP2pMsg) == 24", "#define OX_LANE_COPY 2u"] {
             assert!(h.contains(s), "{s} missing from:\n{h}");
         }
     }

@@ -82,9 +82,10 @@ fn run_cases(comm: &DeviceComm, cases: &[Case]) -> Vec<String> {
     failures
 }
 
-/// The matrix: small sizes of everything (the direct LL path, by default), both sides of
-/// the direct path's limit (OXCCL_GPU_DIRECT_BYTES, 1 MiB from all peers together) in
-/// every datatype, then 8 MiB blocks of every collective (the ring: several channels, many
+/// The matrix: small sizes of everything (the direct LL path, by default, and the LL
+/// send/recv path for alltoall, gather and scatter), both sides of the direct path's limit
+/// (OXCCL_GPU_DIRECT_BYTES, 1 MiB from all peers together) and of the LL send/recv limit
+/// (64 KiB blocks) in every datatype, then 8 MiB blocks of every collective (the ring: several channels, many
 /// slots each) and odd datatypes at that size.
 fn cases(n: usize) -> Vec<Case> {
     let mut cases = check::full_matrix(n, &check::SMALL_COUNTS);
@@ -92,6 +93,13 @@ fn cases(n: usize) -> Vec<Case> {
         let at_limit = (1 << 20) / (n - 1) / dtype.size();
         let edge = check::full_matrix(n, &[at_limit, at_limit + 1]);
         cases.extend(edge.into_iter().filter(|c| c.dtype == dtype && matches!(c.op, ReduceOp::Sum | ReduceOp::PreMulSum(_))));
+    }
+    // alltoall, gather and scatter on both sides of the LL send/recv limit
+    // (NCCL_P2P_LL_THRESHOLD, 64 KiB blocks): up to it they run as one LL group.
+    for dtype in DataType::ALL {
+        let at_limit = (64 << 10) / dtype.size();
+        let edge = check::full_matrix(n, &[at_limit, at_limit + 1]);
+        cases.extend(edge.into_iter().filter(|c| c.dtype == dtype && matches!(c.collective, Collective::AllToAll | Collective::Gather | Collective::Scatter)));
     }
     cases.extend(check::large_cases(n, 8 << 20));
     cases

@@ -402,6 +402,15 @@ impl DeviceComm {
         let scale = if reduces { op.input_scale(dtype, n) } else { None };
         if let Some(mode) = inner.direct_mode(collective, count * esize, n) {
             inner.launch_direct(&loaded, mode, send, recv, count * esize, root, rank, n, scale, stream)?;
+        } else if let Some(ops) = self.exchange_over_ll(collective, send, recv, count * esize, root) {
+            // In place, alltoall reads every block it overwrites: send from a copy.
+            let ops = if collective == Collective::AllToAll && send == recv {
+                let copy = inner.scratch_copy(send, send_count * esize, stream)?;
+                ops.into_iter().map(|o| if o.send { P2p { addr: o.addr - send + copy, ..o } } else { o }).collect()
+            } else {
+                ops
+            };
+            self.launch_group(&ops, stream)?;
         } else {
             if !inner.protocols.allows(collective, Protocols::SIMPLE) {
                 return Err(Error::invalid(format!(

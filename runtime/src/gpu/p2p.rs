@@ -4,10 +4,10 @@
 
 use oxccl_kernels::cuda::Specialization;
 
-use oxccl_kernels::device::{DevP2p, DevP2pLane, DevP2pMsg};
+use oxccl_kernels::device::{lane, DevP2p, DevP2pLane, DevP2pMsg};
 
 use super::{driver, CUstream, CacheKey, DeviceComm, Inner, Loaded, Plan};
-use crate::algo;
+use crate::algo::{self, Collective};
 use crate::error::{Error, Result};
 use crate::DataType;
 
@@ -31,7 +31,7 @@ impl DeviceComm {
     /// Every address must be device memory this GPU can access, holding `bytes`, untouched
     /// until the stream passes this point; `stream` as for [`DeviceComm::enqueue`].
     pub unsafe fn enqueue_p2p(&self, ops: &[P2p], stream: CUstream) -> Result<()> {
-        let (n, rank) = (self.nranks(), self.rank());
+        let n = self.nranks();
         for op in ops {
             if op.peer >= n {
                 return Err(Error::invalid(format!("peer {} is not a rank of this communicator of {n}", op.peer)));
@@ -44,25 +44,46 @@ impl DeviceComm {
         if let Some(e) = self.async_error() {
             return Err(e);
         }
-        let inner = &self.inner;
-        inner.device.bind()?;
+        self.inner.device.bind()?;
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_group(ops, stream)? };
+        self.mark(stream)
+    }
+
+    /// Enqueues the group `ops`, whose peers and buffers the caller checked.
+    ///
+    /// # Safety
+    /// As [`DeviceComm::enqueue_p2p`].
+    pub(super) unsafe fn launch_group(&self, ops: &[P2p], stream: CUstream) -> Result<()> {
+        let (inner, rank) = (&self.inner, self.rank());
         // Transfers with oneself: copies, the k-th send with the k-th receive.
         let own_sends: Vec<&P2p> = ops.iter().filter(|o| o.send && o.peer == rank && o.bytes > 0).collect();
         let own_recvs: Vec<&P2p> = ops.iter().filter(|o| !o.send && o.peer == rank && o.bytes > 0).collect();
         if own_sends.len() != own_recvs.len() {
             return Err(Error::invalid(format!("{} sends to this rank but {} receives from it in one group", own_sends.len(), own_recvs.len())));
         }
+        let ll_limit = inner.p2p_ll.get().map_or(0, |p| p.limit);
+        // Copies up to the LL limit run in the LL launch (a lane of their own: no copy
+        // launch of its own, a few µs less); larger ones as driver copies.
+        let mut ll = Vec::new();
         for (s, r) in own_sends.iter().zip(&own_recvs) {
             if s.bytes != r.bytes {
                 return Err(Error::invalid(format!("a send of {} bytes to this rank meets a receive of {} bytes", s.bytes, r.bytes)));
             }
-            driver::check(cudarc::driver::sys::cuMemcpyDtoDAsync_v2(r.addr, s.addr, s.bytes, stream), || "copying a send to this rank".into())?;
+            if s.addr == r.addr {
+                continue;
+            }
+            if s.bytes <= ll_limit {
+                ll.extend([**s, **r]);
+            } else {
+                driver::check(cudarc::driver::sys::cuMemcpyDtoDAsync_v2(r.addr, s.addr, s.bytes, stream), || "copying a send to this rank".into())?;
+            }
         }
         // Messages up to the LL limit go over LL (one launch), the rest over the Simple
         // FIFOs (a second launch): both ends of a message decide by its size alone. The
         // two launches never wait for each other's messages, so their order is free.
-        let ll_limit = inner.p2p_ll.get().map_or(0, |p| p.limit);
-        let (ll, simple): (Vec<P2p>, Vec<P2p>) = ops.iter().copied().filter(|o| o.peer != rank && o.bytes > 0).partition(|o| o.bytes <= ll_limit);
+        let (small, simple): (Vec<P2p>, Vec<P2p>) = ops.iter().copied().filter(|o| o.peer != rank && o.bytes > 0).partition(|o| o.bytes <= ll_limit);
+        ll.extend(small);
         if !ll.is_empty() {
             let key = CacheKey::PointToPointLl(ll);
             let cached = inner.state.lock().plans.get(&key).cloned();
@@ -70,7 +91,7 @@ impl DeviceComm {
                 Some(p) => p,
                 None => {
                     let CacheKey::PointToPointLl(ops) = &key else { unreachable!("made just above") };
-                    let (lanes, msgs) = ll_lanes(ops);
+                    let (lanes, msgs) = ll_lanes(ops, rank);
                     let lanes_bytes = std::mem::size_of_val(&lanes[..]);
                     let mut image = bytemuck::cast_slice::<DevP2pLane, u8>(&lanes).to_vec();
                     image.extend_from_slice(bytemuck::cast_slice::<DevP2pMsg, u8>(&msgs));
@@ -97,8 +118,23 @@ impl DeviceComm {
             // Slices hold absolute addresses: both buffer bases are 0.
             inner.launch(&loaded, &plan, 0, 0, None, stream)?;
         }
-        self.mark(stream)
+        Ok(())
     }
+
+    /// alltoall, gather and scatter of blocks up to the LL send/recv limit, as the group of
+    /// sends and receives they are (every rank makes the same choice: it depends on the
+    /// block size alone): one LL launch instead of the Simple exchange's FIFO steps.
+    /// `None` when the collective is none of these, the blocks are larger, or NCCL_PROTO
+    /// excludes LL for it.
+    pub(super) fn exchange_over_ll(&self, collective: Collective, send: u64, recv: u64, bytes: usize, root: usize) -> Option<Vec<P2p>> {
+        let limit = self.inner.p2p_ll.get().map_or(0, |p| p.limit);
+        let exchanges = matches!(collective, Collective::AllToAll | Collective::Gather | Collective::Scatter);
+        if !exchanges || bytes > limit || !self.inner.protocols.allows(collective, super::Protocols::LL) {
+            return None;
+        }
+        Some(exchange_ops(collective, send, recv, bytes, root, self.rank(), self.nranks()))
+    }
+
 
     /// A lane per peer, direction and channel (see [`lanes`]).
     fn p2p_lanes(&self, ops: &[P2p]) -> Vec<Vec<algo::Step>> {
@@ -106,6 +142,37 @@ impl DeviceComm {
         let direct = inner.direct_channels(self.nranks());
         lanes(ops, |bytes| inner.channels(bytes).min(direct), inner.geometry.slot_bytes)
     }
+}
+
+/// The sends and receives of an alltoall, gather or scatter with blocks of `bytes` on
+/// `rank` (this rank's own block a send to itself, paired with its receive; none where
+/// in place leaves it where it is).
+fn exchange_ops(collective: Collective, send: u64, recv: u64, bytes: usize, root: usize, rank: usize, n: usize) -> Vec<P2p> {
+    let block = |base: u64, i: usize| base + (i * bytes) as u64;
+    let op = |send: bool, peer: usize, addr: u64| P2p { send, peer, addr, bytes };
+    let mut ops = Vec::new();
+    match collective {
+        Collective::AllToAll => {
+            for p in 0..n {
+                ops.push(op(true, p, block(send, p)));
+                ops.push(op(false, p, block(recv, p)));
+            }
+        }
+        Collective::Gather => {
+            ops.push(op(true, root, send));
+            if rank == root {
+                ops.extend((0..n).map(|p| op(false, p, block(recv, p))));
+            }
+        }
+        Collective::Scatter => {
+            if rank == root {
+                ops.extend((0..n).map(|p| op(true, p, block(send, p))));
+            }
+            ops.push(op(false, root, recv));
+        }
+        _ => unreachable!("only the exchanges come here"),
+    }
+    ops
 }
 
 impl Inner {
@@ -137,19 +204,26 @@ impl Inner {
     }
 }
 
-/// The LL launch of `ops` (every one to or from another rank, within the LL limit): a lane
-/// per peer and direction, each with its messages in call order — the order that pairs
-/// them with the peer's.
-fn ll_lanes(ops: &[P2p]) -> (Vec<DevP2pLane>, Vec<DevP2pMsg>) {
-    let mut by_lane: std::collections::BTreeMap<(usize, bool), Vec<DevP2pMsg>> = Default::default();
-    for op in ops {
-        by_lane.entry((op.peer, op.send)).or_default().push(DevP2pMsg { addr: op.addr, bytes: op.bytes as u64 });
+/// The LL launch of `ops` (each within the LL limit) on `rank`: a lane per peer and
+/// direction, each with its messages in call order — the order that pairs them with the
+/// peer's — and one lane of copies for the sends to `rank` itself (the k-th with the k-th
+/// receive).
+fn ll_lanes(ops: &[P2p], rank: usize) -> (Vec<DevP2pLane>, Vec<DevP2pMsg>) {
+    let mut by_lane: std::collections::BTreeMap<(usize, u32), Vec<DevP2pMsg>> = Default::default();
+    for op in ops.iter().filter(|o| o.peer != rank) {
+        let kind = if op.send { lane::SEND } else { lane::RECV };
+        by_lane.entry((op.peer, kind)).or_default().push(DevP2pMsg { addr: op.addr, bytes: op.bytes as u64, src: 0 });
+    }
+    let own = |send: bool| ops.iter().filter(move |o| o.peer == rank && o.send == send);
+    let copies: Vec<DevP2pMsg> = own(true).zip(own(false)).map(|(s, r)| DevP2pMsg { addr: r.addr, bytes: r.bytes as u64, src: s.addr }).collect();
+    if !copies.is_empty() {
+        by_lane.insert((rank, lane::COPY), copies);
     }
     let (mut lanes, mut msgs) = (Vec::with_capacity(by_lane.len()), Vec::with_capacity(ops.len()));
-    for ((peer, send), m) in by_lane {
+    for ((peer, kind), m) in by_lane {
         let first = msgs.len() as u32;
         msgs.extend(m);
-        lanes.push(DevP2pLane { peer: peer as u32, send: send as u32, first, end: msgs.len() as u32 });
+        lanes.push(DevP2pLane { peer: peer as u32, kind, first, end: msgs.len() as u32 });
     }
     (lanes, msgs)
 }
@@ -183,23 +257,87 @@ mod tests {
 
     /// The LL launch has one lane per peer and direction, each holding exactly that
     /// lane's messages in call order (the order that pairs them with the peer's), every
-    /// message in exactly one lane.
+    /// message in exactly one lane, and one lane of copies for the sends to itself.
     #[test]
     fn ll_lanes_keep_each_peers_messages_in_call_order() {
         let op = |send: bool, peer: usize, addr: u64| P2p { send, peer, addr, bytes: addr as usize % 97 + 1 };
-        let ops = [op(true, 2, 10), op(false, 1, 20), op(true, 1, 30), op(true, 2, 40), op(false, 1, 50), op(false, 2, 60), op(true, 2, 70)];
-        let (lanes, msgs) = ll_lanes(&ops);
-        assert_eq!(msgs.len(), ops.len());
+        // Rank 0's group: sends to itself pair with its receives from itself in order.
+        let ops = [op(true, 2, 10), op(false, 1, 20), op(true, 0, 15), op(true, 1, 30), op(true, 2, 40), op(false, 0, 15), op(false, 1, 50), op(false, 2, 60), op(true, 2, 70), op(true, 0, 1), op(false, 0, 1)];
+        let (lanes, msgs) = ll_lanes(&ops, 0);
         let mut seen = std::collections::HashSet::new();
-        for lane in &lanes {
-            assert!(seen.insert((lane.peer, lane.send)), "two lanes for {lane:?}");
-            assert!(lane.first < lane.end && lane.end as usize <= msgs.len());
-            let expected: Vec<(u64, u64)> = ops.iter().filter(|o| o.peer == lane.peer as usize && o.send == (lane.send == 1)).map(|o| (o.addr, o.bytes as u64)).collect();
-            let got: Vec<(u64, u64)> = msgs[lane.first as usize..lane.end as usize].iter().map(|m| (m.addr, m.bytes)).collect();
-            assert_eq!(got, expected, "lane {lane:?}");
+        for l in &lanes {
+            assert!(seen.insert((l.peer, l.kind)), "two lanes for {l:?}");
+            assert!(l.first < l.end && l.end as usize <= msgs.len());
+            let got: Vec<(u64, u64, u64)> = msgs[l.first as usize..l.end as usize].iter().map(|m| (m.addr, m.bytes, m.src)).collect();
+            let expected: Vec<(u64, u64, u64)> = if l.kind == lane::COPY {
+                assert_eq!(l.peer, 0);
+                vec![(15, 16, 15), (1, 2, 1)]
+            } else {
+                ops.iter().filter(|o| o.peer == l.peer as usize && o.send == (l.kind == lane::SEND)).map(|o| (o.addr, o.bytes as u64, 0)).collect()
+            };
+            assert_eq!(got, expected, "lane {l:?}");
         }
-        assert_eq!(lanes.iter().map(|l| (l.end - l.first) as usize).sum::<usize>(), ops.len());
-        assert_eq!(lanes.len(), 4);
+        assert_eq!(lanes.iter().map(|l| (l.end - l.first) as usize).sum::<usize>(), ops.len() - 2);
+        assert_eq!(lanes.len(), 5);
+    }
+
+    /// alltoall, gather and scatter as groups: pairing every rank's sends with their
+    /// receivers' receives in order delivers exactly the blocks the collective defines,
+    /// and nothing else; in place, a rank's own block is not copied onto itself.
+    #[test]
+    fn exchanges_as_groups_move_the_collectives_blocks() {
+        let bytes = 100;
+        // Rank r's buffers: send at r * 2^20, recv at r * 2^20 + 2^19.
+        let (send, recv) = (|r: usize| (r << 20) as u64, |r: usize| ((r << 20) + (1 << 19)) as u64);
+        for n in 1..=5 {
+            for collective in [Collective::AllToAll, Collective::Gather, Collective::Scatter] {
+                for root in 0..n {
+                    for in_place in [false, true] {
+                        let bufs = |r: usize| match (collective, in_place) {
+                            (Collective::AllToAll, true) => (recv(r), recv(r)),
+                            (Collective::Gather, true) if r == root => (recv(r) + (root * bytes) as u64, recv(r)),
+                            (Collective::Scatter, true) if r == root => (send(r), send(r) + (root * bytes) as u64),
+                            _ => (send(r), recv(r)),
+                        };
+                        let ops: Vec<Vec<P2p>> = (0..n).map(|r| exchange_ops(collective, bufs(r).0, bufs(r).1, bytes, root, r, n)).collect();
+                        // Deliveries: (destination address) <- (source address), pairing in order.
+                        let mut delivered = std::collections::BTreeMap::new();
+                        for s in 0..n {
+                            for d in 0..n {
+                                let sends: Vec<&P2p> = ops[s].iter().filter(|o| o.send && o.peer == d).collect();
+                                let recvs: Vec<&P2p> = ops[d].iter().filter(|o| !o.send && o.peer == s).collect();
+                                assert_eq!(sends.len(), recvs.len(), "{collective:?} n={n} root={root}: {s} -> {d}");
+                                for (a, b) in sends.iter().zip(&recvs) {
+                                    assert_eq!((a.bytes, b.bytes), (bytes, bytes));
+                                    if a.addr != b.addr {
+                                        assert!(delivered.insert(b.addr, a.addr).is_none(), "{:#x} written twice", b.addr);
+                                    }
+                                }
+                            }
+                        }
+                        let block = |base: u64, i: usize| base + (i * bytes) as u64;
+                        let mut expected = std::collections::BTreeMap::new();
+                        for r in 0..n {
+                            let rb = bufs(r).1;
+                            for p in 0..n {
+                                let (dst, src) = match collective {
+                                    Collective::AllToAll => (block(rb, p), block(bufs(p).0, r)),
+                                    Collective::Gather if r == root => (block(rb, p), bufs(p).0),
+                                    Collective::Scatter if p == root => (rb, block(bufs(root).0, r)),
+                                    _ => continue,
+                                };
+                                // In place, a rank's own block is where it belongs (alltoall
+                                // in place reads the copy the caller makes; here both are `recv`).
+                                if dst != src {
+                                    expected.insert(dst, src);
+                                }
+                            }
+                        }
+                        assert_eq!(delivered, expected, "{collective:?} n={n} root={root} in_place={in_place}");
+                    }
+                }
+            }
+        }
     }
 
     /// Every byte of every transfer is moved exactly once, in messages of at most a slot;
