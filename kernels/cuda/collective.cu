@@ -395,6 +395,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirec
 // communicator's life, in this rank's counters: message k to d goes into half k & 1 of
 // d's row for this rank, flagged k, once d acknowledged message k - 2; a receiver
 // acknowledges each message as soon as every thread of its block has read its lines.
+// A lane of copies, when there is one, moves the rank's sends to itself.
 
 __device__ __forceinline__ u32 ox_ll_flag(u64 k) { return (u32)((k - 1) % 0xffffffffull + 1); }
 
