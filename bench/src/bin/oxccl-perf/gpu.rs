@@ -82,10 +82,10 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
             }
             Kind::SendRecv => (count * es, false),
         };
-        let out_of_place = time(plan, &ranks, count, false, Launcher::Oxccl)?;
-        let in_place = if has_in_place { Some(time(plan, &ranks, count, true, Launcher::Oxccl)?) } else { None };
+        let (out_of_place, slowest_enqueue) = time(plan, &ranks, count, false, Launcher::Oxccl)?;
+        let in_place = if has_in_place { Some(time(plan, &ranks, count, true, Launcher::Oxccl)?.0) } else { None };
         let baseline = match &nccl {
-            Some(b) => Some(time(plan, &ranks, count, false, Launcher::Nccl(b))?),
+            Some(b) => Some(time(plan, &ranks, count, false, Launcher::Nccl(b))?.0),
             None => None,
         };
         let checked = plan.args.check == 1 && size <= CHECK_LIMIT;
@@ -103,6 +103,19 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
         let root = if plan.kind.rooted() { plan.args.root as i64 } else { -1 };
         let op = if plan.kind.reduces() { plan.op.name() } else { "none" };
         println!("{size:>12} {:>13} {:>9} {op:>7} {root:>7} {} {}{base}", count * if size > count * es { n } else { 1 }, plan.dtype.name(), cols(Some(out_of_place), wrong_out), cols(in_place, wrong_in));
+        if plan.args.call_stats {
+            let mut calls = single_calls(plan, &ranks, count)?;
+            calls.sort_by(f64::total_cmp);
+            let at = |q: f64| calls[((calls.len() - 1) as f64 * q) as usize] * 1e6;
+            println!(
+                "#  {size} B: slowest enqueue in the timed loop {:.1} us; single calls (launch to completion, rank 0) min {:.2} median {:.2} p99 {:.2} max {:.2} us",
+                slowest_enqueue * 1e6,
+                at(0.0),
+                at(0.5),
+                at(0.99),
+                at(1.0)
+            );
+        }
         wrong_total += wrong_out + wrong_in;
         busbw_sum += size as f64 / out_of_place / 1e9 * factor;
         rows += 1;
@@ -141,19 +154,20 @@ enum Launcher<'a> {
     Nccl(&'a nccl::Nccl),
 }
 
-/// The slowest rank's mean seconds per call.
-fn time(plan: &Plan, ranks: &[Rank], count: usize, in_place: bool, launcher: Launcher) -> Result<f64, String> {
+/// The slowest rank's mean seconds per call, and the longest any rank spent in one
+/// enqueue call of the timed loop.
+fn time(plan: &Plan, ranks: &[Rank], count: usize, in_place: bool, launcher: Launcher) -> Result<(f64, f64), String> {
     let n = ranks.len();
     let root = plan.args.root;
     let es = plan.dtype.size() as u64;
     let barrier = Barrier::new(n);
-    let times: Vec<Result<f64, String>> = std::thread::scope(|s| {
+    let times: Vec<Result<(f64, f64), String>> = std::thread::scope(|s| {
         let handles: Vec<_> = ranks
             .iter()
             .enumerate()
             .map(|(rank, r)| {
                 let barrier = &barrier;
-                s.spawn(move || -> Result<f64, String> {
+                s.spawn(move || -> Result<(f64, f64), String> {
                     r.comm.bind().map_err(|e| e.to_string())?;
                     let (send, recv) = match plan.kind {
                         Kind::Collective(c) if in_place => {
@@ -181,17 +195,61 @@ fn time(plan: &Plan, ranks: &[Rank], count: usize, in_place: bool, launcher: Lau
                     r.comm.wait(&r.stream).map_err(|e| e.to_string())?;
                     barrier.wait();
                     let start = Instant::now();
+                    let mut slowest = 0.0f64;
                     for _ in 0..plan.args.iters {
+                        let call = Instant::now();
                         launch()?;
+                        slowest = slowest.max(call.elapsed().as_secs_f64());
                     }
                     r.comm.wait(&r.stream).map_err(|e| e.to_string())?;
-                    Ok(start.elapsed().as_secs_f64() / plan.args.iters as f64)
+                    Ok((start.elapsed().as_secs_f64() / plan.args.iters as f64, slowest))
                 })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a rank thread panicked".into()))).collect()
     });
-    times.into_iter().try_fold(0.0f64, |max, t| Ok(max.max(t?)))
+    times.into_iter().try_fold((0.0f64, 0.0f64), |(mean, slowest), t| {
+        let (m, s) = t?;
+        Ok((mean.max(m), slowest.max(s)))
+    })
+}
+
+/// `-n` single calls of oxccl's collective, each waited for before the next (ranks lined
+/// up before each): rank 0's seconds from its launch to its completion, per call.
+fn single_calls(plan: &Plan, ranks: &[Rank], count: usize) -> Result<Vec<f64>, String> {
+    let n = ranks.len();
+    let es = plan.dtype.size() as u64;
+    let barrier = Barrier::new(n);
+    let all: Vec<Result<Vec<f64>, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = ranks
+            .iter()
+            .enumerate()
+            .map(|(rank, r)| {
+                let barrier = &barrier;
+                s.spawn(move || -> Result<Vec<f64>, String> {
+                    r.comm.bind().map_err(|e| e.to_string())?;
+                    let mut calls = Vec::with_capacity(plan.args.iters);
+                    for _ in 0..plan.args.iters {
+                        barrier.wait();
+                        let start = Instant::now();
+                        // SAFETY: as in `time`.
+                        unsafe {
+                            match plan.kind {
+                                Kind::Collective(c) => r.comm.enqueue(c, r.send.ptr(), r.recv.ptr(), count, plan.dtype, plan.op, plan.args.root, r.stream.raw()),
+                                Kind::SendRecv => r.comm.enqueue_p2p(&ring_exchange(rank, n, r.send.ptr(), r.recv.ptr(), count * es as usize), r.stream.raw()),
+                            }
+                        }
+                        .map_err(|e| e.to_string())?;
+                        r.comm.wait(&r.stream).map_err(|e| e.to_string())?;
+                        calls.push(start.elapsed().as_secs_f64());
+                    }
+                    Ok(calls)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a rank thread panicked".into()))).collect()
+    });
+    all.into_iter().next().unwrap_or_else(|| Ok(Vec::new()))
 }
 
 /// nccl-tests' sendrecv for `rank`: `bytes` from `send` to the next rank, into `recv` from

@@ -74,6 +74,11 @@ struct Args {
     /// 0: CPU memory. With --gpus the baseline is `nccl`.
     #[arg(long, default_value_t = 0)]
     gpus: usize,
+    /// With --gpus: after each row, a comment line with oxccl's slowest enqueue call in the
+    /// timed loop (host time in the call) and the distribution of single calls each waited
+    /// for (launch to completion, rank 0) — to find where outlier calls come from.
+    #[arg(long)]
+    call_stats: bool,
 }
 
 /// What is measured.
