@@ -15,12 +15,7 @@ use nccl::*;
 use oxccl_runtime::gpu;
 
 fn gpus() -> Option<usize> {
-    let n = gpu::device_count();
-    if n == 0 {
-        assert!(std::env::var("OXCCL_TEST_GPU").as_deref() != Ok("1"), "OXCCL_TEST_GPU=1 but no GPU is visible");
-        eprintln!("skipped: no GPU");
-        return None;
-    }
+    let n = oxccl_testkit::gpus_or_skip(gpu::device_count())?;
     std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
     Some(n)
 }

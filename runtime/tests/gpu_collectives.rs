@@ -16,13 +16,7 @@ use oxccl_runtime::gpu::{self, DeviceComm};
 use oxccl_runtime::{Collective, Communicator, DataType, ReduceOp};
 
 fn gpus() -> Option<usize> {
-    let n = gpu::device_count();
-    if n == 0 {
-        assert!(std::env::var("OXCCL_TEST_GPU").as_deref() != Ok("1"), "OXCCL_TEST_GPU=1 but no GPU is visible");
-        eprintln!("skipped: no GPU");
-        return None;
-    }
-    Some(n)
+    oxccl_testkit::gpus_or_skip(gpu::device_count())
 }
 
 fn config() -> Config {
@@ -336,11 +330,10 @@ fn groups_of_small_and_large_messages() {
         let comms = DeviceComm::init_all(&devices, &config).unwrap();
         let groups = p2p_groups(n, count);
         let start = Instant::now();
-        let end = std::sync::Barrier::new(n);
         std::thread::scope(|s| {
             for c in &comms {
-                let (groups, end) = (&groups, &end);
-                s.spawn(move || run_p2p_groups(c, groups, end));
+                let groups = &groups;
+                s.spawn(move || run_p2p_groups(c, groups));
             }
         });
         std::thread::scope(|s| {
@@ -390,7 +383,7 @@ fn p2p_pattern(group: usize, index: usize, bytes: usize) -> Vec<u8> {
 
 /// Runs `groups` as this rank's part: its sends and receives of each group in an order of
 /// its own (a shuffle seeded by rank and group), then checks what arrived.
-fn run_p2p_groups(c: &DeviceComm, groups: &[Vec<Message>], end: &std::sync::Barrier) {
+fn run_p2p_groups(c: &DeviceComm, groups: &[Vec<Message>]) {
     let rank = c.rank();
     let stream = c.stream().unwrap();
     let most = groups.iter().map(|g| g.iter().map(|m| m.bytes.next_multiple_of(64)).sum::<usize>()).max().unwrap();
@@ -450,8 +443,9 @@ fn run_p2p_groups(c: &DeviceComm, groups: &[Vec<Message>], end: &std::sync::Barr
     // Ranks meet before freeing their buffers: a rank whose last group needed nobody can
     // finish early, and freeing GPU memory waits for the whole GPU, where another rank's
     // kernel may wait for a launch still to come (without this the 3-rank run hung in
-    // its last group, on one H100).
-    end.wait();
+    // its last group, on one H100). A host all_reduce is the meeting: bounded by the
+    // collective timeout, so a rank that failed before it fails the others, not hangs them.
+    c.host().all_reduce_in_place(&mut [0u32], ReduceOp::Sum).unwrap_or_else(|e| panic!("rank {rank}: meeting the others before freeing: {e}"));
 }
 
 /// One rank of the dead-peer job (does nothing when run as an ordinary test): both ranks

@@ -1,6 +1,6 @@
 //! Helpers the test suites of several crates share (a dev-dependency only): running a
 //! process under a hard timeout, so that a hang fails a test instead of stalling CI, and
-//! `mpirun` set up for loopback.
+//! `mpirun` set up for loopback, and the skip rule of the GPU tests.
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -19,6 +19,18 @@ pub fn clean_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
     }
     c.env("NCCL_SOCKET_IFNAME", "lo");
     c
+}
+
+/// The GPUs a GPU test runs on, given how many the driver shows: `None` (the test says
+/// "skipped" and passes) when there are none — unless OXCCL_TEST_GPU=1 (the GPU machine's
+/// runner sets it), which turns a missing GPU into a failure.
+pub fn gpus_or_skip(visible: usize) -> Option<usize> {
+    if visible == 0 {
+        assert!(std::env::var("OXCCL_TEST_GPU").as_deref() != Ok("1"), "OXCCL_TEST_GPU=1 but no GPU is visible");
+        eprintln!("skipped: no GPU");
+        return None;
+    }
+    Some(visible)
 }
 
 /// Runs `cmd` with stdout and stderr captured; kills it and panics after `timeout`.

@@ -199,6 +199,16 @@ enum CacheKey {
     PointToPointLl(Vec<P2p>),
 }
 
+impl CacheKey {
+    /// A point-to-point key's transfers (none for a collective's).
+    fn transfers(&self) -> &[P2p] {
+        match self {
+            CacheKey::Collective(_) => &[],
+            CacheKey::PointToPoint(ops) | CacheKey::PointToPointLl(ops) => ops,
+        }
+    }
+}
+
 /// A plan in GPU memory.
 enum Plan {
     /// For the executor kernel: the connection table, the lanes' bounds, then the steps.
@@ -286,9 +296,8 @@ impl DeviceComm {
             let cap_lines = (limit / (n - 1)).div_ceil(LL_LINE_DATA).max(1);
             let ack_offset = 2 * n * cap_lines * LL_LINE_BYTES;
             let inner = &dev.inner;
-            let setup = Setup { boot: dev.comm.bootstrap(), device: &inner.device, origin: inner.origin, geometry: inner.geometry };
             // Rows, then one acknowledgement per rank.
-            let (inbox, table) = inner.state.lock().conns.inboxes(Inbox::Direct, ack_offset + n * 8, &setup)?;
+            let (inbox, table) = inner.state.lock().conns.inboxes(Inbox::Direct, ack_offset + n * 8, &dev.setup())?;
             let direct = Direct { limit, inbox, table, cap_lines: cap_lines as u32, ack_offset: ack_offset as u64, launches: AtomicU64::new(0) };
             let _ = inner.direct.set(direct);
         }
@@ -300,8 +309,7 @@ impl DeviceComm {
             let ack_offset = 2 * n * cap_lines * LL_LINE_BYTES;
             let count_offset = ack_offset + n * 8;
             let inner = &dev.inner;
-            let setup = Setup { boot: dev.comm.bootstrap(), device: &inner.device, origin: inner.origin, geometry: inner.geometry };
-            let (inbox, table) = inner.state.lock().conns.inboxes(Inbox::PointToPoint, count_offset + 2 * n * 8, &setup)?;
+            let (inbox, table) = inner.state.lock().conns.inboxes(Inbox::PointToPoint, count_offset + 2 * n * 8, &dev.setup())?;
             let p2p = P2pLl { limit, inbox, table, cap_lines: cap_lines as u32, ack_offset: ack_offset as u64, count_offset: count_offset as u64, rank: dev.rank() as u32, nranks: n as u32 };
             let _ = inner.p2p_ll.set(p2p);
         }
@@ -331,12 +339,17 @@ impl DeviceComm {
         }
         let ends: Vec<End> = ends.into_iter().collect();
         let inner = &self.inner;
-        let setup = Setup { boot: self.comm.bootstrap(), device: &inner.device, origin: inner.origin, geometry: inner.geometry };
         let mut state = inner.state.lock();
-        state.conns.ensure(&ends, &setup)?;
+        state.conns.ensure(&ends, &self.setup())?;
         // One arena block ahead, for the first plans.
         state.arena.reserve()?;
         Ok(())
+    }
+
+    /// What connecting needs: the bootstrap, the GPU, who this rank is, the FIFO shape.
+    fn setup(&self) -> Setup<'_> {
+        let inner = &self.inner;
+        Setup { boot: self.comm.bootstrap(), device: &inner.device, origin: inner.origin, geometry: inner.geometry }
     }
 
     pub fn rank(&self) -> usize {
@@ -561,8 +574,8 @@ impl DeviceComm {
     }
 
     fn plan(&self, key: PlanKey) -> Result<Arc<Plan>> {
-        if let Some(p) = self.inner.state.lock().plans.get(&CacheKey::Collective(key)) {
-            return Ok(p.clone());
+        if let Some(p) = self.inner.cached(&CacheKey::Collective(key)) {
+            return Ok(p);
         }
         let inner = &self.inner;
         let n = self.nranks();
@@ -592,8 +605,7 @@ impl DeviceComm {
         let inner = &self.inner;
         let encoded = encode::encode(lanes, esize, inner.geometry.slot_bytes)?;
         let mut state = inner.state.lock();
-        let setup = Setup { boot: self.comm.bootstrap(), device: &inner.device, origin: inner.origin, geometry: inner.geometry };
-        state.conns.ensure(&encoded.ends, &setup)?;
+        state.conns.ensure(&encoded.ends, &self.setup())?;
         let table = state.conns.table(&encoded.ends)?;
         // One upload: connections, bounds, steps (each part 16-byte aligned).
         let conn_bytes = std::mem::size_of_val(&table[..]);
@@ -624,6 +636,11 @@ impl DeviceComm {
 }
 
 impl Inner {
+    /// The plan cached for `key`, if any.
+    fn cached(&self, key: &CacheKey) -> Option<Arc<Plan>> {
+        self.state.lock().plans.get(key).cloned()
+    }
+
     /// Places `image` in the arena and caches the plan `make` describes from its address.
     /// Past 512 cached plans, first waits for every stream (plans in flight must outlive
     /// their kernels) and starts the arena over.

@@ -57,16 +57,16 @@ impl DeviceComm {
     pub(super) unsafe fn launch_group(&self, ops: &[P2p], stream: CUstream) -> Result<()> {
         let (inner, rank) = (&self.inner, self.rank());
         // Transfers with oneself: copies, the k-th send with the k-th receive.
-        let own_sends: Vec<&P2p> = ops.iter().filter(|o| o.send && o.peer == rank && o.bytes > 0).collect();
-        let own_recvs: Vec<&P2p> = ops.iter().filter(|o| !o.send && o.peer == rank && o.bytes > 0).collect();
-        if own_sends.len() != own_recvs.len() {
-            return Err(Error::invalid(format!("{} sends to this rank but {} receives from it in one group", own_sends.len(), own_recvs.len())));
+        let own = |send: bool| ops.iter().filter(move |o| o.send == send && o.peer == rank && o.bytes > 0);
+        let (sends, recvs) = (own(true).count(), own(false).count());
+        if sends != recvs {
+            return Err(Error::invalid(format!("{sends} sends to this rank but {recvs} receives from it in one group")));
         }
         let ll_limit = inner.p2p_ll.get().map_or(0, |p| p.limit);
         // Copies up to the LL limit run in the LL launch (a lane of their own: no copy
         // launch of its own, a few µs less); larger ones as driver copies.
         let mut ll = Vec::new();
-        for (s, r) in own_sends.iter().zip(&own_recvs) {
+        for (s, r) in own(true).zip(own(false)) {
             if s.bytes != r.bytes {
                 return Err(Error::invalid(format!("a send of {} bytes to this rank meets a receive of {} bytes", s.bytes, r.bytes)));
             }
@@ -74,7 +74,7 @@ impl DeviceComm {
                 continue;
             }
             if s.bytes <= ll_limit {
-                ll.extend([**s, **r]);
+                ll.extend([*s, *r]);
             } else {
                 driver::check(cudarc::driver::sys::cuMemcpyDtoDAsync_v2(r.addr, s.addr, s.bytes, stream), || "copying a send to this rank".into())?;
             }
@@ -84,14 +84,17 @@ impl DeviceComm {
         // two launches never wait for each other's messages, so their order is free.
         let (small, simple): (Vec<P2p>, Vec<P2p>) = ops.iter().copied().filter(|o| o.peer != rank && o.bytes > 0).partition(|o| o.bytes <= ll_limit);
         ll.extend(small);
+        if ll.is_empty() && simple.is_empty() {
+            return Ok(());
+        }
+        let loaded = inner.loaded(Specialization { dtype: DataType::Uint8, op: oxccl_kernels::Combine::Sum })?;
         if !ll.is_empty() {
+            // The transfers are the key (no copy of them per call).
             let key = CacheKey::PointToPointLl(ll);
-            let cached = inner.state.lock().plans.get(&key).cloned();
-            let plan = match cached {
+            let plan = match inner.cached(&key) {
                 Some(p) => p,
                 None => {
-                    let CacheKey::PointToPointLl(ops) = &key else { unreachable!("made just above") };
-                    let (lanes, msgs) = ll_lanes(ops, rank);
+                    let (lanes, msgs) = ll_lanes(key.transfers(), rank);
                     let lanes_bytes = std::mem::size_of_val(&lanes[..]);
                     let mut image = bytemuck::cast_slice::<DevP2pLane, u8>(&lanes).to_vec();
                     image.extend_from_slice(bytemuck::cast_slice::<DevP2pMsg, u8>(&msgs));
@@ -99,22 +102,17 @@ impl DeviceComm {
                     inner.store(inner.state.lock(), key, &image, |at| Plan::Messages { lanes: count, at, msgs: at + lanes_bytes as u64 })?
                 }
             };
-            let loaded = inner.loaded(Specialization { dtype: DataType::Uint8, op: oxccl_kernels::Combine::Sum })?;
             inner.launch_p2p_ll(&loaded, &plan, stream)?;
         }
         if !simple.is_empty() {
-            // The transfers are the key (no copy of them per call).
             let key = CacheKey::PointToPoint(simple);
-            let cached = inner.state.lock().plans.get(&key).cloned();
-            let plan = match cached {
+            let plan = match inner.cached(&key) {
                 Some(p) => p,
                 None => {
-                    let CacheKey::PointToPoint(ops) = &key else { unreachable!("made just above") };
-                    let lanes = self.p2p_lanes(ops);
+                    let lanes = self.p2p_lanes(key.transfers());
                     self.upload(key, &lanes, 1)?
                 }
             };
-            let loaded = inner.loaded(Specialization { dtype: DataType::Uint8, op: oxccl_kernels::Combine::Sum })?;
             // Slices hold absolute addresses: both buffer bases are 0.
             inner.launch(&loaded, &plan, 0, 0, None, stream)?;
         }

@@ -60,58 +60,98 @@ fn groups(n: usize, count: usize, rng: &mut impl FnMut(usize) -> usize) -> Vec<V
         .collect()
 }
 
-/// Runs `groups` on their ranks under the schedule `seed` picks, each rank's kernel split
-/// into `lanes`; an error names the first broken rule (an unread half overwritten, a
-/// message read out of order, or a deadlock).
-/// `window` is how many unacknowledged messages a sender may have out to one receiver (the
-/// protocol: 2, the halves).
-fn run_with(groups: &[Vec<Vec<Call>>], lanes: Lanes, window: usize, seed: u64) -> Result<(), String> {
+/// How the ranks run their groups.
+struct Model {
+    lanes: Lanes,
+    /// Inbox slots per ordered pair, per launch kind (two halves over LL, eight FIFO slots
+    /// over Simple), and how many unacknowledged messages a sender may have out to one
+    /// receiver (the protocol: as many as there are slots).
+    slots: [usize; 2],
+    windows: [usize; 2],
+    /// Whether a group's messages are split between two launches, LL then Simple (both ends
+    /// classify a message alike — by its size in oxccl, here by a hash of the group, the
+    /// pair and the message's place among that pair's); else all go in the first.
+    split: bool,
+    /// A rank that runs its two launches the other way round (a broken variant: the order
+    /// must be the same on every rank).
+    reversed: Option<usize>,
+}
+
+/// An inbox slot: the message it holds, and whether its receiver read it.
+type Slot = (usize, bool);
+
+/// One rank's calls of one launch, as lanes.
+fn layout(lanes: Lanes, calls: &[Call], n: usize) -> Vec<VecDeque<Call>> {
+    let lane = |keep: &dyn Fn(&Call) -> bool| calls.iter().copied().filter(|c| keep(c)).collect::<VecDeque<Call>>();
+    match lanes {
+        Lanes::InCallOrder => vec![calls.iter().copied().collect()],
+        Lanes::SendAndReceive => vec![lane(&|c| matches!(c, Call::Send(_))), lane(&|c| matches!(c, Call::Recv(_)))],
+        Lanes::PerPeer => (0..n).flat_map(|p| [lane(&|c| matches!(c, Call::Send(d) if *d == p)), lane(&|c| matches!(c, Call::Recv(s) if *s == p))]).collect(),
+    }
+}
+
+/// Runs `groups` on their ranks as `model` says, under the schedule `seed` picks; an error
+/// names the first broken rule (an unread half or slot overwritten, a message read out of
+/// order, or a deadlock). A rank's group is two launches on one stream: the second starts
+/// when every lane of the first has ended, the next group when both have.
+fn simulate(groups: &[Vec<Vec<Call>>], model: &Model, seed: u64) -> Result<(), String> {
     let n = groups.first().map_or(0, Vec::len);
     let mut next = super::direct_model::scheduler(seed);
-    // Per ordered pair (s, d): messages written, messages read, and d's acknowledgement as
-    // s sees it; inbox[d][s][half] holds (message, read).
-    let mut written = vec![vec![0usize; n]; n];
-    let mut read = vec![vec![0usize; n]; n];
-    let mut acked = vec![vec![0usize; n]; n];
-    let mut inbox = vec![vec![[(0usize, true); 2]; n]; n];
-    // Each rank's group in progress, as lanes of calls still to run.
-    let mut group = vec![0usize; n];
-    let split = |calls: &[Call]| -> Vec<VecDeque<Call>> {
-        match lanes {
-            Lanes::InCallOrder => vec![calls.iter().copied().collect()],
-            Lanes::SendAndReceive => vec![
-                calls.iter().copied().filter(|c| matches!(c, Call::Send(_))).collect(),
-                calls.iter().copied().filter(|c| matches!(c, Call::Recv(_))).collect(),
-            ],
-            Lanes::PerPeer => (0..n)
-                .flat_map(|p| {
-                    [
-                        calls.iter().copied().filter(|c| matches!(c, Call::Send(d) if *d == p)).collect(),
-                        calls.iter().copied().filter(|c| matches!(c, Call::Recv(s) if *s == p)).collect(),
-                    ]
-                })
-                .collect(),
+    let class = |g: usize, s: usize, d: usize, k: usize| if model.split { (g * 31 + s * 7 + d * 3 + k).wrapping_mul(0x9e37_79b9) >> 7 & 1 } else { 0 };
+    // Per launch kind and ordered pair (s, d): messages written, messages read, and d's
+    // acknowledgement as s sees it; inbox[kind][d][s][slot] holds (message, read).
+    let mut written = vec![vec![vec![0usize; n]; n]; 2];
+    let mut read = vec![vec![vec![0usize; n]; n]; 2];
+    let mut acked = vec![vec![vec![0usize; n]; n]; 2];
+    let mut inbox: Vec<Vec<Vec<Vec<Slot>>>> = model.slots.iter().map(|&w| vec![vec![vec![(0, true); w]; n]; n]).collect();
+    // Rank r's group g as its two launches' lanes.
+    let launches = |g: usize, r: usize| -> [Vec<VecDeque<Call>>; 2] {
+        let mut calls: [Vec<Call>; 2] = Default::default();
+        let (mut sends, mut recvs) = (vec![0usize; n], vec![0usize; n]);
+        for &call in &groups[g][r] {
+            let kind = match call {
+                Call::Send(d) => {
+                    sends[d] += 1;
+                    class(g, r, d, sends[d])
+                }
+                Call::Recv(s) => {
+                    recvs[s] += 1;
+                    class(g, s, r, recvs[s])
+                }
+            };
+            calls[kind].push(call);
         }
+        calls.map(|c| layout(model.lanes, &c, n))
     };
-    let mut running: Vec<Vec<VecDeque<Call>>> = (0..n).map(|r| groups.first().map_or_else(Vec::new, |g| split(&g[r]))).collect();
+    let first = |r: usize| if model.reversed == Some(r) { 1 } else { 0 };
+    let mut group = vec![0usize; n];
+    let mut phase: Vec<usize> = (0..n).map(first).collect();
+    let mut running: Vec<[Vec<VecDeque<Call>>; 2]> = (0..n).map(|r| if groups.is_empty() { Default::default() } else { launches(0, r) }).collect();
     loop {
-        // A group ends when all its lanes did (a rank with no calls in it at once); the
-        // rank's next launch then starts.
         for r in 0..n {
-            while group[r] < groups.len() && running[r].iter().all(VecDeque::is_empty) {
-                group[r] += 1;
-                running[r] = groups.get(group[r]).map_or_else(Vec::new, |g| split(&g[r]));
+            while group[r] < groups.len() && running[r][phase[r]].iter().all(VecDeque::is_empty) {
+                // This launch ended: the group's other one, or the next group's first.
+                if phase[r] == first(r) {
+                    phase[r] = 1 - first(r);
+                } else {
+                    group[r] += 1;
+                    phase[r] = first(r);
+                    if group[r] < groups.len() {
+                        running[r] = launches(group[r], r);
+                    }
+                }
             }
         }
         // Every lane head that can run now: (rank, lane).
         let mut enabled = Vec::new();
-        for (r, rank_lanes) in running.iter().enumerate() {
-            for (l, lane) in rank_lanes.iter().enumerate() {
+        for r in (0..n).filter(|&r| group[r] < groups.len()) {
+            let p = phase[r];
+            for (l, lane) in running[r][p].iter().enumerate() {
                 let ready = match lane.front() {
-                    Some(Call::Send(d)) => acked[r][*d] + window > written[r][*d],
+                    Some(Call::Send(d)) => acked[p][r][*d] + model.windows[p] > written[p][r][*d],
                     Some(Call::Recv(s)) => {
-                        let k = read[*s][r] + 1;
-                        inbox[r][*s][k % 2].0 == k
+                        let k = read[p][*s][r] + 1;
+                        inbox[p][r][*s][k % model.slots[p]].0 == k
                     }
                     None => false,
                 };
@@ -121,33 +161,41 @@ fn run_with(groups: &[Vec<Vec<Call>>], lanes: Lanes, window: usize, seed: u64) -
             }
         }
         if enabled.is_empty() {
-            let stuck: Vec<String> = (0..n).filter(|&r| group[r] < groups.len()).map(|r| format!("rank {r} in group {}: {:?}", group[r], running[r])).collect();
+            let stuck: Vec<String> = (0..n).filter(|&r| group[r] < groups.len()).map(|r| format!("rank {r} in group {}, launch {}: {:?}", group[r], phase[r], running[r][phase[r]])).collect();
             return if stuck.is_empty() { Ok(()) } else { Err(format!("deadlock (seed {seed}): {}", stuck.join("; "))) };
         }
         let (r, l) = enabled[next(enabled.len())];
-        match running[r][l].pop_front().expect("an enabled lane has a head") {
+        let p = phase[r];
+        let slots = model.slots[p];
+        match running[r][p][l].pop_front().expect("an enabled lane has a head") {
             Call::Send(d) => {
-                let k = written[r][d] + 1;
-                let slot = &mut inbox[d][r][k % 2];
+                let k = written[p][r][d] + 1;
+                let slot = &mut inbox[p][d][r][k % slots];
                 if !slot.1 {
                     return Err(format!("rank {r}'s message {k} to rank {d} overwrote unread message {} (seed {seed})", slot.0));
                 }
                 *slot = (k, false);
-                written[r][d] = k;
+                written[p][r][d] = k;
             }
             Call::Recv(s) => {
-                let k = read[s][r] + 1;
-                let slot = &mut inbox[r][s][k % 2];
+                let k = read[p][s][r] + 1;
+                let slot = &mut inbox[p][r][s][k % slots];
                 if slot.0 != k || slot.1 {
                     return Err(format!("rank {r} read message {} from rank {s} for message {k} (seed {seed})", slot.0));
                 }
                 slot.1 = true;
-                read[s][r] = k;
+                read[p][s][r] = k;
                 // Acknowledged at once, from inside the kernel.
-                acked[s][r] = k;
+                acked[p][s][r] = k;
             }
         }
     }
+}
+
+/// All of a group's messages in one launch of `lanes` over two halves, a sender at most
+/// `window` messages ahead of its receiver (the protocol: 2).
+fn run_with(groups: &[Vec<Vec<Call>>], lanes: Lanes, window: usize, seed: u64) -> Result<(), String> {
+    simulate(groups, &Model { lanes, slots: [2, 2], windows: [window, window], split: false, reversed: None }, seed)
 }
 
 fn run(groups: &[Vec<Vec<Call>>], lanes: Lanes, seed: u64) -> Result<(), String> {
@@ -204,109 +252,11 @@ fn a_sender_more_than_two_messages_ahead_overwrites_unread_data() {
     assert!(overwrote, "a window of 3 over 2 halves never overwrote");
 }
 
-/// A group's messages over two protocols, as `enqueue_p2p` runs them: messages up to the
-/// LL limit in one launch (per-peer lanes, two inbox halves), the rest afterwards in a
-/// second launch on the same stream (per-peer lanes over FIFOs of eight slots). Both ends
-/// classify a message alike (by its size; here by a hash of the group, the pair and the
-/// message's place among that pair's messages). Returns an error naming a broken rule or a
-/// deadlock. `reversed` runs that rank's two launches the other way round (a broken
-/// variant: the order must be the same on every rank).
+/// A group's messages over two launches, as `enqueue_p2p` runs them: those up to the LL
+/// limit in one (per-peer lanes, two inbox halves), the rest in a second after it on the
+/// same stream (per-peer lanes over FIFOs of eight slots); `reversed` as in [`Model`].
 fn run_split(groups: &[Vec<Vec<Call>>], seed: u64, reversed: Option<usize>) -> Result<(), String> {
-    const WINDOW: [usize; 2] = [2, 8];
-    let n = groups.first().map_or(0, Vec::len);
-    let mut next = super::direct_model::scheduler(seed);
-    let class = |g: usize, s: usize, d: usize, k: usize| (g * 31 + s * 7 + d * 3 + k).wrapping_mul(0x9e37_79b9) >> 7 & 1;
-    // Per protocol and ordered pair: written, read, acknowledged; inbox slots (message, read).
-    let mut written = vec![vec![vec![0usize; n]; n]; 2];
-    let mut read = vec![vec![vec![0usize; n]; n]; 2];
-    let mut acked = vec![vec![vec![0usize; n]; n]; 2];
-    let mut inbox: Vec<Vec<Vec<Vec<(usize, bool)>>>> = (0..2).map(|p| vec![vec![vec![(0, true); WINDOW[p]]; n]; n]).collect();
-    // Each rank's group as two phases of per-peer lanes: [protocol][lane] calls.
-    let split = |g: usize, r: usize| -> [Vec<VecDeque<Call>>; 2] {
-        let mut phases: [Vec<VecDeque<Call>>; 2] = [vec![VecDeque::new(); 2 * n], vec![VecDeque::new(); 2 * n]];
-        let (mut sends, mut recvs) = (vec![0usize; n], vec![0usize; n]);
-        for &call in &groups[g][r] {
-            let (p, lane) = match call {
-                Call::Send(d) => {
-                    sends[d] += 1;
-                    (class(g, r, d, sends[d]), 2 * d)
-                }
-                Call::Recv(s) => {
-                    recvs[s] += 1;
-                    (class(g, s, r, recvs[s]), 2 * s + 1)
-                }
-            };
-            phases[p][lane].push_back(call);
-        }
-        phases
-    };
-    let first = |r: usize| if reversed == Some(r) { 1 } else { 0 };
-    let mut group = vec![0usize; n];
-    let mut phase: Vec<usize> = (0..n).map(first).collect();
-    let mut running: Vec<[Vec<VecDeque<Call>>; 2]> = (0..n).map(|r| if groups.is_empty() { Default::default() } else { split(0, r) }).collect();
-    loop {
-        for r in 0..n {
-            loop {
-                if group[r] >= groups.len() || running[r][phase[r]].iter().any(|l| !l.is_empty()) {
-                    break;
-                }
-                // This launch ended: the group's other one, or the next group's first.
-                if phase[r] == first(r) {
-                    phase[r] = 1 - first(r);
-                } else {
-                    group[r] += 1;
-                    phase[r] = first(r);
-                    if group[r] < groups.len() {
-                        running[r] = split(group[r], r);
-                    }
-                }
-            }
-        }
-        let mut enabled = Vec::new();
-        for r in (0..n).filter(|&r| group[r] < groups.len()) {
-            let p = phase[r];
-            for (l, lane) in running[r][p].iter().enumerate() {
-                let ready = match lane.front() {
-                    Some(Call::Send(d)) => acked[p][r][*d] + WINDOW[p] > written[p][r][*d],
-                    Some(Call::Recv(s)) => {
-                        let k = read[p][*s][r] + 1;
-                        inbox[p][r][*s][k % WINDOW[p]].0 == k
-                    }
-                    None => false,
-                };
-                if ready {
-                    enabled.push((r, l));
-                }
-            }
-        }
-        if enabled.is_empty() {
-            let stuck: Vec<String> = (0..n).filter(|&r| group[r] < groups.len()).map(|r| format!("rank {r} in group {}, launch {}", group[r], phase[r])).collect();
-            return if stuck.is_empty() { Ok(()) } else { Err(format!("deadlock (seed {seed}): {}", stuck.join("; "))) };
-        }
-        let (r, l) = enabled[next(enabled.len())];
-        let p = phase[r];
-        match running[r][p][l].pop_front().expect("an enabled lane has a head") {
-            Call::Send(d) => {
-                let k = written[p][r][d] + 1;
-                let slot = &mut inbox[p][d][r][k % WINDOW[p]];
-                if !slot.1 {
-                    return Err(format!("rank {r}'s message {k} to rank {d} overwrote unread message {} (seed {seed})", slot.0));
-                }
-                *slot = (k, false);
-                written[p][r][d] = k;
-            }
-            Call::Recv(s) => {
-                let k = read[p][s][r] + 1;
-                let slot = &mut inbox[p][r][s][k % WINDOW[p]];
-                if slot.0 != k || slot.1 {
-                    return Err(format!("rank {r} read message {} from rank {s} for message {k} (seed {seed})", slot.0));
-                }
-                slot.1 = true;
-                read[p][s][r] = k;
-                acked[p][s][r] = k;
-            }
-        }
-    }
+    simulate(groups, &Model { lanes: Lanes::PerPeer, slots: [2, 8], windows: [2, 8], split: true, reversed }, seed)
 }
 
 #[test]

@@ -182,18 +182,16 @@ fn time(plan: &Plan, ranks: &[Rank], count: usize, in_place: bool, launcher: Lau
                         // same GPU).
                         unsafe {
                             match (launcher, plan.kind) {
-                                (Launcher::Oxccl, Kind::Collective(c)) => r.comm.enqueue(c, send, recv, count, plan.dtype, plan.op, root, r.stream.raw()).map_err(|e| e.to_string()),
-                                (Launcher::Oxccl, Kind::SendRecv) => r.comm.enqueue_p2p(&ring_exchange(rank, n, send, recv, count * es as usize), r.stream.raw()).map_err(|e| e.to_string()),
+                                (Launcher::Oxccl, _) => enqueue(plan, r, rank, n, send, recv, count),
                                 (Launcher::Nccl(b), Kind::Collective(c)) => b.launch(rank, c, send, recv, count, plan.dtype, plan.op, root, r.stream.raw().cast()),
                                 (Launcher::Nccl(b), Kind::SendRecv) => b.send_recv(rank, (rank + 1) % n, (rank + n - 1) % n, send, recv, count, plan.dtype, r.stream.raw().cast()),
                             }
                         }
                     };
-                    for _ in 0..plan.args.warmup {
-                        launch()?;
-                    }
-                    r.comm.wait(&r.stream).map_err(|e| e.to_string())?;
+                    let warm = (0..plan.args.warmup).try_for_each(|_| launch()).and_then(|()| r.comm.wait(&r.stream).map_err(|e| e.to_string()));
+                    // Every rank reaches the barrier, a failed one too (then leaves).
                     barrier.wait();
+                    warm?;
                     let start = Instant::now();
                     let mut slowest = 0.0f64;
                     for _ in 0..plan.args.iters {
@@ -218,7 +216,6 @@ fn time(plan: &Plan, ranks: &[Rank], count: usize, in_place: bool, launcher: Lau
 /// up before each): rank 0's seconds from its launch to its completion, per call.
 fn single_calls(plan: &Plan, ranks: &[Rank], count: usize) -> Result<Vec<f64>, String> {
     let n = ranks.len();
-    let es = plan.dtype.size() as u64;
     let barrier = Barrier::new(n);
     let all: Vec<Result<Vec<f64>, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = ranks
@@ -229,27 +226,44 @@ fn single_calls(plan: &Plan, ranks: &[Rank], count: usize) -> Result<Vec<f64>, S
                 s.spawn(move || -> Result<Vec<f64>, String> {
                     r.comm.bind().map_err(|e| e.to_string())?;
                     let mut calls = Vec::with_capacity(plan.args.iters);
+                    let mut failure = None;
                     for _ in 0..plan.args.iters {
+                        // Every rank reaches every barrier, a failed one too.
                         barrier.wait();
+                        if failure.is_some() {
+                            continue;
+                        }
                         let start = Instant::now();
                         // SAFETY: as in `time`.
-                        unsafe {
-                            match plan.kind {
-                                Kind::Collective(c) => r.comm.enqueue(c, r.send.ptr(), r.recv.ptr(), count, plan.dtype, plan.op, plan.args.root, r.stream.raw()),
-                                Kind::SendRecv => r.comm.enqueue_p2p(&ring_exchange(rank, n, r.send.ptr(), r.recv.ptr(), count * es as usize), r.stream.raw()),
-                            }
+                        match unsafe { enqueue(plan, r, rank, n, r.send.ptr(), r.recv.ptr(), count) }.and_then(|()| r.comm.wait(&r.stream).map_err(|e| e.to_string())) {
+                            Ok(()) => calls.push(start.elapsed().as_secs_f64()),
+                            Err(e) => failure = Some(e),
                         }
-                        .map_err(|e| e.to_string())?;
-                        r.comm.wait(&r.stream).map_err(|e| e.to_string())?;
-                        calls.push(start.elapsed().as_secs_f64());
                     }
-                    Ok(calls)
+                    failure.map_or(Ok(calls), Err)
                 })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a rank thread panicked".into()))).collect()
     });
     all.into_iter().next().unwrap_or_else(|| Ok(Vec::new()))
+}
+
+/// Enqueues oxccl's call of the row on rank `rank` (of `n`), from `send` into `recv`.
+///
+/// # Safety
+/// The buffers hold the row; nothing else uses them until the stream is synchronized.
+#[allow(clippy::too_many_arguments)]
+unsafe fn enqueue(plan: &Plan, r: &Rank, rank: usize, n: usize, send: u64, recv: u64, count: usize) -> Result<(), String> {
+    let stream = r.stream.raw();
+    // SAFETY: the caller's contract.
+    unsafe {
+        match plan.kind {
+            Kind::Collective(c) => r.comm.enqueue(c, send, recv, count, plan.dtype, plan.op, plan.args.root, stream),
+            Kind::SendRecv => r.comm.enqueue_p2p(&ring_exchange(rank, n, send, recv, count * plan.dtype.size()), stream),
+        }
+    }
+    .map_err(|e| e.to_string())
 }
 
 /// nccl-tests' sendrecv for `rank`: `bytes` from `send` to the next rank, into `recv` from
