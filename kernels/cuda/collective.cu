@@ -10,7 +10,8 @@
 // through L2 (ld.global.cg: slots are rewritten by peers, so L1 may hold stale lines),
 // 16 bytes at a time when every pointer allows it; a barrier, a system-scope fence, and
 // thread 0 publishes: the new tail to the receiver, the new head to the sender. Every wait
-// watches the abort flag (mapped host memory) and the launch's timeout.
+// watches the abort flag (mapped host memory), the launch's timeout, and whether the peer
+// it waits for has left (OxWatch).
 
 typedef unsigned int u32;
 
@@ -27,29 +28,35 @@ __device__ __forceinline__ u64 ox_now() {
   return t;
 }
 
-// Spins until ready() holds: 0, or OX_ABORTED (*abort raised) / OX_TIMED_OUT. Every wait
-// of the kernels goes through here.
+// How long a wait goes on after the peer it waits for was seen gone: a peer leaves only
+// after its last kernel ended, so what it sent is here already; this only covers the
+// order in which its last stores and its gone flag become visible.
+#define OX_GONE_GRACE_NS 1000000ull
+
+// Spins until ready() holds: 0, or OX_ABORTED (the abort flag raised), OX_TIMED_OUT, or
+// OX_PEER_LEFT (`peer` left the communicator and what was waited for never came). Every
+// wait of the kernels goes through here.
 template <typename Ready>
-__device__ __forceinline__ int ox_spin(Ready ready, volatile int* abort, u64 timeout_ns) {
+__device__ __forceinline__ int ox_spin(Ready ready, const OxWatch& w, u32 peer) {
   if (ready()) return 0;
   const u64 start = ox_now();
+  u64 gone_at = 0;
   u32 spins = 0;
   while (!ready()) {
     if (++spins % 512 == 0) {
-      if (*abort) return OX_ABORTED;
-      if (ox_now() - start > timeout_ns) return OX_TIMED_OUT;
+      if (*w.abort) return OX_ABORTED;
+      const u64 now = ox_now();
+      if (now - start > w.timeout_ns) return OX_TIMED_OUT;
+      if (!gone_at && w.gone[peer]) gone_at = now;
+      if (gone_at && now - gone_at > OX_GONE_GRACE_NS) return ready() ? 0 : OX_PEER_LEFT;
     }
   }
   return 0;
 }
 
-// Waits until *word >= target.
-__device__ int ox_wait_for(volatile u64* word, u64 target, volatile int* abort, u64 timeout_ns) {
-  return ox_spin([&] { return *word >= target; }, abort, timeout_ns);
-}
-
-__device__ __forceinline__ int ox_wait(volatile u64* word, u64 target, const OxArgs& a) {
-  return ox_wait_for(word, target, a.abort, a.timeout_ns);
+// Waits until *word >= target, which `peer` writes.
+__device__ int ox_wait_for(volatile u64* word, u64 target, const OxWatch& w, u32 peer) {
+  return ox_spin([&] { return *word >= target; }, w, peer);
 }
 
 template <int S> struct OxBits;
@@ -179,14 +186,16 @@ __device__ void ox_move(char* d0, char* d1, const char* in, const char* local, u
   }
 }
 
-// Reports why a lane stopped, and where: the kernel, its lane (block) and step (or, for
-// ox_direct, the peer it waited for; for ox_p2p, the peer and the message of its lane) (plain stores: atomics on mapped host memory are not
-// available everywhere; lanes racing here all report the same kind of failure).
-__device__ void ox_fail(int* word, int why, int kernel, u32 lane, u32 step) {
-  volatile int* status = word;
+// Reports why a lane stopped, and where: the kernel, its lane (block) and step (for
+// ox_direct the peer waited for; for ox_p2p the lane's peer and message), and the peer
+// waited for (plain stores: atomics on mapped host memory are not available everywhere;
+// lanes racing here all report the same kind of failure).
+__device__ void ox_fail(const OxWatch& w, int why, int kernel, u32 lane, u32 step, u32 peer) {
+  volatile int* status = w.status;
   status[1] = (int)lane;
   status[2] = (int)step;
   status[3] = kernel;
+  status[4] = (int)peer;
   __threadfence_system();
   status[0] = why;
 }
@@ -201,22 +210,25 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
     const OxStep s = a.steps[i];
     if (threadIdx.x == 0) {
       int why = 0;
+      u32 at = 0;
       const char* in = 0;
       char* out = 0;
       if (s.recv != OX_NO_CONN) {
         const OxConn& c = a.conns[s.recv];
         const u64 n = *c.counter;
-        why = ox_wait(c.tail, n + 1, a);
+        why = ox_wait_for(c.tail, n + 1, a.watch, c.peer);
+        at = c.peer;
         in = c.slots_base + (n % c.slots) * c.slot_bytes;
       }
       if (!why && s.send != OX_NO_CONN) {
         const OxConn& c = a.conns[s.send];
         const u64 n = *c.counter;
         // Slot n % slots is free once the receiver consumed message n - slots.
-        why = n + 1 > c.slots ? ox_wait(c.head, n + 1 - c.slots, a) : 0;
+        why = n + 1 > c.slots ? ox_wait_for(c.head, n + 1 - c.slots, a.watch, c.peer) : 0;
+        at = c.peer;
         out = c.slots_base + (n % c.slots) * c.slot_bytes;
       }
-      if (why) ox_fail(a.status, why, OX_KERNEL_RUN, lane, i - first);
+      if (why) ox_fail(a.watch, why, OX_KERNEL_RUN, lane, i - first, at);
       __threadfence();
       s_in = in;
       s_out = out;
@@ -304,11 +316,11 @@ __device__ __forceinline__ void ox_line_put(char* base, u64 l, u64 bytes, uint2 
   for (u32 i = 0; i < 8 && l * 8 + i < bytes; ++i) p[i] = b[i];
 }
 
-// Waits until the inbox line at p carries `flag`: 0 and its data in *out, or OX_ABORTED /
-// OX_TIMED_OUT.
-__device__ int ox_ll_wait(const char* p, u32 flag, volatile int* abort, u64 timeout_ns, uint2* out) {
+// Waits until the inbox line at p, which `peer` writes, carries `flag`: 0 and its data in
+// *out, or why not (as ox_spin).
+__device__ int ox_ll_wait(const char* p, u32 flag, const OxWatch& w, u32 peer, uint2* out) {
   uint4 v;
-  const int why = ox_spin([&] { v = ox_ll_load(p); return v.y == flag && v.w == flag; }, abort, timeout_ns);
+  const int why = ox_spin([&] { v = ox_ll_load(p); return v.y == flag && v.w == flag; }, w, peer);
   *out = make_uint2(v.x, v.z);
   return why;
 }
@@ -348,7 +360,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirec
       // for memory at once.
       uint2 v = l < lines ? ox_line_get(src, l, a.bytes) : make_uint2(0, 0);
       // d's half is free once d finished the launch two before (the last to use it).
-      if (a.launch > 2 && l < lines) why = ox_wait_for(acks + d, a.launch - 2, a.abort, a.timeout_ns);
+      if (a.launch > 2 && l < lines) why = ox_wait_for(acks + d, a.launch - 2, a.watch, d);
       for (; l < lines && !why; l += stride) {
         if (l != first) v = ox_line_get(src, l, a.bytes);
         if (a.scaled) v = ox_scale_vec(v, a.scale);
@@ -368,7 +380,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirec
         v = ox_line_get(own, l, a.bytes);
         if (a.scaled) v = ox_scale_vec(v, a.scale);
       } else {
-        why = ox_ll_wait(a.inbox + ((half + p) * a.cap_lines + l) * 16, flag, a.abort, a.timeout_ns, &v);
+        why = ox_ll_wait(a.inbox + ((half + p) * a.cap_lines + l) * 16, flag, a.watch, p, &v);
         if (why) {
           at = p;
           break;
@@ -384,7 +396,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirec
     if (reduce && !why) ox_line_put(a.recv, l, a.bytes, acc);
   }
 
-  if (why) ox_fail(a.status, why, OX_KERNEL_DIRECT, blockIdx.x, at);
+  if (why) ox_fail(a.watch, why, OX_KERNEL_DIRECT, blockIdx.x, at, at);
 }
 
 // ---- Point-to-point over LL: a group's small sends and receives in one hop ----
@@ -427,7 +439,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_p2p(const OxP2p a) {
       u64 l = threadIdx.x;
       uint2 v = l < lines ? ox_line_get(msg.addr, l, msg.bytes) : make_uint2(0, 0);
       // The half is free once the peer read message k - 2, the last one in it.
-      if (k > 2 && l < lines) why = ox_wait_for(ack, k - 2, a.abort, a.timeout_ns);
+      if (k > 2 && l < lines) why = ox_wait_for(ack, k - 2, a.watch, lane.peer);
       for (; l < lines && !why; l += blockDim.x) {
         if (l != threadIdx.x) v = ox_line_get(msg.addr, l, msg.bytes);
         ox_ll_store(row + l * 16, v, flag);
@@ -436,7 +448,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_p2p(const OxP2p a) {
       const char* row = a.inbox + ((u64)lane.peer * 2 + (k & 1)) * a.cap_lines * 16;
       for (u64 l = threadIdx.x; l < lines && !why; l += blockDim.x) {
         uint2 v;
-        why = ox_ll_wait(row + l * 16, flag, a.abort, a.timeout_ns, &v);
+        why = ox_ll_wait(row + l * 16, flag, a.watch, lane.peer, &v);
         if (!why) ox_line_put(msg.addr, l, msg.bytes, v);
       }
     }
@@ -445,7 +457,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_p2p(const OxP2p a) {
     if (!sends && threadIdx.x == 0) *(volatile u64*)(peer + a.ack_offset + (u64)a.rank * 8) = k;
   }
   if (m < lane.end) {
-    if (why) ox_fail(a.status, why, sends ? OX_KERNEL_P2P_SEND : OX_KERNEL_P2P_RECV, lane.peer, m - lane.first);
+    if (why) ox_fail(a.watch, why, sends ? OX_KERNEL_P2P_SEND : OX_KERNEL_P2P_RECV, lane.peer, m - lane.first, lane.peer);
     return;
   }
   if (threadIdx.x == 0) *counter = before + (lane.end - lane.first);

@@ -47,6 +47,11 @@ pub mod status {
     pub const ABORTED: i32 = 1;
     /// A wait outlasted the launch's timeout.
     pub const TIMED_OUT: i32 = 2;
+    /// The peer waited for left the job normally (its `gone` flag is up) and what was
+    /// waited for had not come: the ranks did not make the same calls.
+    pub const PEER_LEFT: i32 = 3;
+    /// Ints of the status word: code, lane, step, kernel, the peer waited for.
+    pub const WORDS: usize = 5;
     /// Which kernel stopped, in the status word's fourth int.
     pub const KERNEL_RUN: i32 = 1;
     pub const KERNEL_DIRECT: i32 = 2;
@@ -100,7 +105,8 @@ pub struct DevStep {
 /// `slot_bytes` in the receiver's memory; `tail` (in the receiver's memory) counts the
 /// messages the sender posted, `head` (in the sender's memory) those the receiver
 /// consumed; `counter` (this end's own memory) counts this end's messages over every
-/// launch so far. All addresses are device addresses this GPU can reach.
+/// launch so far. All addresses are device addresses this GPU can reach. `peer` is the
+/// rank at the other end.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct DevConn {
@@ -110,7 +116,24 @@ pub struct DevConn {
     pub counter: u64,
     pub slot_bytes: u64,
     pub slots: u32,
-    pub _pad: u32,
+    pub peer: u32,
+}
+
+/// What every wait of every kernel watches (C: `OxWatch`), part of each launch's
+/// arguments.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct DevWatch {
+    /// A mapped host `int` the host raises to stop the kernel.
+    pub abort: u64,
+    /// A mapped host `int[status::WORDS]`: status code, lane, step, kernel
+    /// (`status::KERNEL_*`), the peer waited for.
+    pub status: u64,
+    /// `u32[nranks]` in this rank's GPU memory: rank p writes 1 at p when it leaves the
+    /// communicator normally, after its last kernel ended.
+    pub gone: u64,
+    /// How long one wait may last (ns of `%globaltimer`).
+    pub timeout_ns: u64,
 }
 
 /// Kernel arguments (C: `OxArgs`), passed by value.
@@ -126,12 +149,7 @@ pub struct DevArgs {
     /// The input and output buffers.
     pub send: u64,
     pub recv: u64,
-    /// A mapped host `int` the host raises to stop the kernel.
-    pub abort: u64,
-    /// A mapped host `int[4]`: status code, lane, step, kernel (`status::KERNEL_*`).
-    pub status: u64,
-    /// How long one wait may last (ns of `%globaltimer`).
-    pub timeout_ns: u64,
+    pub watch: DevWatch,
     /// When `scaled` is 1: every element read from the input buffer is first multiplied
     /// by this (PreMulSum, float Avg), in the datatype's arithmetic.
     pub scale: f64,
@@ -158,10 +176,8 @@ pub struct DevDirect {
     pub inbox: u64,
     /// `nranks` device addresses: every rank's inbox as this GPU reaches it.
     pub peers: u64,
+    pub watch: DevWatch,
     /// As in [`DevArgs`].
-    pub abort: u64,
-    pub status: u64,
-    pub timeout_ns: u64,
     pub scale: f64,
     /// Data bytes of one rank's contribution (a block, for the gathers and scatters).
     pub bytes: u64,
@@ -205,10 +221,7 @@ pub struct DevP2p {
     pub inbox: u64,
     /// `nranks` device addresses: every rank's inbox as this GPU reaches it.
     pub peers: u64,
-    /// As in [`DevArgs`].
-    pub abort: u64,
-    pub status: u64,
-    pub timeout_ns: u64,
+    pub watch: DevWatch,
     pub ack_offset: u64,
     pub count_offset: u64,
     /// Lines per half of a row (each message fits in one half).
@@ -267,6 +280,11 @@ macro_rules! fields {
 fn structs() -> Vec<(&'static str, usize, Vec<Field>)> {
     vec![
         (
+            "OxWatch",
+            size_of::<DevWatch>(),
+            fields!(DevWatch { "volatile int*" abort: u64, "int*" status: u64, "const volatile unsigned int*" gone: u64, "unsigned long long" timeout_ns: u64 }),
+        ),
+        (
             "OxStep",
             size_of::<DevStep>(),
             fields!(DevStep { "unsigned int" kind: u32, "int" recv: i32, "int" send: i32, "unsigned int" bytes: u32, "unsigned long long" src: u64, "unsigned long long" dst: u64 }),
@@ -281,7 +299,7 @@ fn structs() -> Vec<(&'static str, usize, Vec<Field>)> {
                 "unsigned long long*" counter: u64,
                 "unsigned long long" slot_bytes: u64,
                 "unsigned int" slots: u32,
-                "unsigned int" _pad: u32,
+                "unsigned int" peer: u32,
             }),
         ),
         (
@@ -293,9 +311,7 @@ fn structs() -> Vec<(&'static str, usize, Vec<Field>)> {
                 "const OxConn*" conns: u64,
                 "const char*" send: u64,
                 "char*" recv: u64,
-                "volatile int*" abort: u64,
-                "int*" status: u64,
-                "unsigned long long" timeout_ns: u64,
+                "OxWatch" watch: DevWatch,
                 "double" scale: f64,
                 "unsigned int" scaled: u32,
                 "unsigned int" _pad: u32,
@@ -309,9 +325,7 @@ fn structs() -> Vec<(&'static str, usize, Vec<Field>)> {
                 "char*" recv: u64,
                 "char*" inbox: u64,
                 "char* const*" peers: u64,
-                "volatile int*" abort: u64,
-                "int*" status: u64,
-                "unsigned long long" timeout_ns: u64,
+                "OxWatch" watch: DevWatch,
                 "double" scale: f64,
                 "unsigned long long" bytes: u64,
                 "unsigned long long" launch: u64,
@@ -340,9 +354,7 @@ fn structs() -> Vec<(&'static str, usize, Vec<Field>)> {
                 "const OxP2pMsg*" msgs: u64,
                 "char*" inbox: u64,
                 "char* const*" peers: u64,
-                "volatile int*" abort: u64,
-                "int*" status: u64,
-                "unsigned long long" timeout_ns: u64,
+                "OxWatch" watch: DevWatch,
                 "unsigned long long" ack_offset: u64,
                 "unsigned long long" count_offset: u64,
                 "unsigned int" cap_lines: u32,
@@ -369,6 +381,7 @@ pub fn header() -> String {
     let _ = writeln!(h, "#define OX_RECV_BUFFER 0x{RECV_BUFFER:x}ull");
     let _ = writeln!(h, "#define OX_ABORTED {}", status::ABORTED);
     let _ = writeln!(h, "#define OX_TIMED_OUT {}", status::TIMED_OUT);
+    let _ = writeln!(h, "#define OX_PEER_LEFT {}", status::PEER_LEFT);
     let _ = writeln!(h, "#define OX_KERNEL_RUN {}", status::KERNEL_RUN);
     let _ = writeln!(h, "#define OX_KERNEL_DIRECT {}", status::KERNEL_DIRECT);
     let _ = writeln!(h, "#define OX_KERNEL_P2P_SEND {}", status::KERNEL_P2P_SEND);
@@ -411,7 +424,7 @@ mod tests {
         for (name, value) in kind::ALL {
             assert!(h.contains(&format!("#define {name} {value}u")), "{name}");
         }
-        for s in ["struct OxStep {", "struct OxConn {", "struct OxArgs {", "sizeof(OxStep) == 32", "sizeof(OxConn) == 48", "sizeof(OxArgs) == 80", "struct OxDirect {", "sizeof(OxDirect) == 120", "#define OX_DIRECT_BROADCAST 4u", "struct OxP2p {", "sizeof(OxP2p) == 88", "sizeof(OxP2pLane) == 16", "sizeof(OxP2pMsg) == 24", "#define OX_LANE_COPY 2u"] {
+        for s in ["struct OxStep {", "struct OxConn {", "struct OxArgs {", "sizeof(OxStep) == 32", "sizeof(OxConn) == 48", "sizeof(OxArgs) == 88", "sizeof(OxWatch) == 32", "#define OX_PEER_LEFT 3", "struct OxDirect {", "sizeof(OxDirect) == 128", "#define OX_DIRECT_BROADCAST 4u", "struct OxP2p {", "sizeof(OxP2p) == 96", "sizeof(OxP2pLane) == 16", "sizeof(OxP2pMsg) == 24", "#define OX_LANE_COPY 2u"] {
             assert!(h.contains(s), "{s} missing from:\n{h}");
         }
     }

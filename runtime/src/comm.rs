@@ -213,6 +213,13 @@ impl Communicator {
         move || exec.health()
     }
 
+    /// What another thread can call to tell every rank that a rank can no longer take
+    /// part, and why: their waits fail naming it (this rank's too).
+    pub(crate) fn failure_announcer(&self) -> impl Fn(u32, &str) + Send + 'static {
+        let exec = self.exec.clone();
+        move |rank, reason| exec.announce_failed(rank, reason)
+    }
+
     pub fn rank(&self) -> usize {
         self.exec.rank
     }
@@ -739,11 +746,18 @@ impl Exec {
             // The data path saw the peer go before the control plane did: tell the job, so
             // that every rank names the same failed rank.
             if let Error::PeerFailed { rank, reason } = &e {
-                self.boot.announce_failure(&format!("rank {rank}: {reason}"), &[*rank]);
+                self.announce_failed(*rank, reason);
             }
             return Err(self.boot.check("collective").err().map(Error::from).unwrap_or(e));
         }
         Ok(())
+    }
+
+    /// Tells every rank that `rank` can no longer take part (`reason`): their waits fail
+    /// naming it, this rank's too.
+    fn announce_failed(&self, rank: u32, reason: &str) {
+        let named = reason.starts_with(&format!("rank {rank} "));
+        self.boot.announce_failure(&if named { reason.to_string() } else { format!("rank {rank}: {reason}") }, &[rank]);
     }
 
     /// Connects every link `lanes` use, and counts the FIFO bytes this rank then holds:
@@ -784,7 +798,7 @@ impl Exec {
             // A peer that left while this rank waited for it: the others waiting (maybe
             // on this rank) learn it too, as of a death.
             if self.boot.departed().contains(rank) {
-                self.boot.announce_failure(&format!("rank {rank}: {reason}"), &[*rank]);
+                self.announce_failed(*rank, reason);
             }
         }
         result

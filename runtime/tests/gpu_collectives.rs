@@ -205,12 +205,75 @@ fn abort_stops_a_kernel_waiting_on_a_silent_peer() {
     // The ring (4 MiB) and the direct LL path (4 KiB); a receive over the Simple FIFOs
     // (4 MiB) and over LL (4 KiB).
     for count in [1 << 20, 1 << 10] {
-        abort_stops_a_waiting_kernel(g, count, false);
-        abort_stops_a_waiting_kernel(g, count, true);
+        for receive in [false, true] {
+            stop_a_waiting_kernel(g, count, receive, Stop::Abort);
+        }
     }
 }
 
-fn abort_stops_a_waiting_kernel(g: usize, count: usize, receive: bool) {
+/// A kernel waiting for a peer that destroys its communicator instead (the ranks' calls
+/// differ) stops once the peer is gone, with an error naming it, instead of waiting for
+/// the collective timeout (60 s here).
+#[test]
+fn a_peer_that_leaves_stops_the_kernel_waiting_for_it() {
+    let Some(g) = gpus() else { return };
+    for count in [1 << 20, 1 << 10] {
+        for receive in [false, true] {
+            stop_a_waiting_kernel(g, count, receive, Stop::PeerLeaves);
+        }
+    }
+    a_peer_that_leaves_stops_the_ring(g);
+}
+
+/// Three ranks on a ring: rank 2 leaves while ranks 0 and 1 all_reduce. Rank 0 waits for
+/// rank 2 directly, rank 1 (also) for rank 0, whose kernel stops: rank 0 tells the job,
+/// so both fail naming rank 2 within a second.
+fn a_peer_that_leaves_stops_the_ring(g: usize) {
+    let count = 1 << 20;
+    let comms = DeviceComm::init_all(&[0, 1 % g, 2 % g], &config()).unwrap();
+    let mut comms = comms.into_iter();
+    let (stay, mut leaver) = ([comms.next().unwrap(), comms.next().unwrap()], comms.next());
+    // Memory first: allocating waits for the GPU's running kernels.
+    let mine: Vec<_> = stay.iter().map(|c| (c.stream().unwrap(), c.alloc(count * 4).unwrap())).collect();
+    let start = Instant::now();
+    let results = std::thread::scope(|s| {
+        let waiting: Vec<_> = stay
+            .iter()
+            .zip(&mine)
+            .map(|(c, (stream, buf))| {
+                s.spawn(move || {
+                    // SAFETY: a buffer of `count` floats, synchronized before it is freed.
+                    unsafe { c.enqueue(Collective::AllReduce, buf.ptr(), buf.ptr(), count, DataType::Float32, ReduceOp::Sum, 0, stream.raw()).unwrap() };
+                    (c.wait(stream), Instant::now())
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        let left_at = Instant::now();
+        drop(leaver.take());
+        waiting.into_iter().map(|w| w.join().unwrap()).map(|(r, at)| (r, at.saturating_duration_since(left_at))).collect::<Vec<_>>()
+    });
+    for (rank, (result, latency)) in results.into_iter().enumerate() {
+        let e = result.expect_err("the all_reduce cannot finish without rank 2");
+        eprintln!("3-rank ring, rank {rank}: synchronize returned {latency:.2?} after rank 2 left: {e}");
+        assert!(matches!(e, oxccl_runtime::Error::PeerFailed { rank: 2, .. }), "rank {rank}: {e}");
+        assert!(latency < Duration::from_secs(1), "rank {rank} took {latency:.2?} to stop");
+    }
+    drop(mine);
+    drop(stay);
+    assert!(start.elapsed() < Duration::from_secs(15), "3-rank ring case took {:.1?}", start.elapsed());
+}
+
+/// What stops rank 0's kernel waiting for rank 1.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Stop {
+    /// Another thread of rank 0 calls abort.
+    Abort,
+    /// Rank 1 destroys its communicator.
+    PeerLeaves,
+}
+
+fn stop_a_waiting_kernel(g: usize, count: usize, receive: bool, stop: Stop) {
     let comms = DeviceComm::init_all(&[0, 1 % g], &config()).unwrap();
     // Both ranks run one all_reduce: the connections exist, so the next call needs no
     // setup from the peer.
@@ -225,8 +288,9 @@ fn abort_stops_a_waiting_kernel(g: usize, count: usize, receive: bool) {
             });
         }
     });
-    // Now rank 0 alone: its kernel waits for rank 1 forever, until the abort.
-    let c = &comms[0];
+    // Now rank 0 alone: its kernel waits for rank 1 forever, until stopped.
+    let mut comms = comms.into_iter();
+    let (c, mut peer) = (comms.next().unwrap(), comms.next());
     let stream = c.stream().unwrap();
     let buf = c.alloc(count * 4).unwrap();
     // SAFETY: as above.
@@ -237,29 +301,34 @@ fn abort_stops_a_waiting_kernel(g: usize, count: usize, receive: bool) {
             c.enqueue(Collective::AllReduce, buf.ptr(), buf.ptr(), count, DataType::Float32, ReduceOp::Sum, 0, stream.raw()).unwrap();
         }
     }
-    let (result, returned, aborted_at) = std::thread::scope(|s| {
-        let aborter = s.spawn(|| {
+    let (result, returned, stopped_at) = std::thread::scope(|s| {
+        let stopper = s.spawn(|| {
             std::thread::sleep(Duration::from_millis(300));
             let at = Instant::now();
-            c.abort();
+            match stop {
+                Stop::Abort => c.abort(),
+                Stop::PeerLeaves => drop(peer.take()),
+            }
             at
         });
         let result = c.wait(&stream);
-        (result, Instant::now(), aborter.join().unwrap())
+        (result, Instant::now(), stopper.join().unwrap())
     });
     let e = result.expect_err("the kernel cannot finish without rank 1");
-    assert!(matches!(e, oxccl_runtime::Error::Aborted { .. }), "{e}");
+    match stop {
+        Stop::Abort => assert!(matches!(e, oxccl_runtime::Error::Aborted { .. }), "{e}"),
+        Stop::PeerLeaves => assert!(matches!(e, oxccl_runtime::Error::PeerFailed { rank: 1, .. }) && e.to_string().contains("left"), "{e}"),
+    }
     assert!(c.async_error().is_some());
-    let latency = returned.saturating_duration_since(aborted_at);
-    eprintln!("{count} floats ({}): synchronize returned {latency:.2?} after abort: {e}", if receive { "recv" } else { "all_reduce" });
-    assert!(latency < Duration::from_secs(1), "abort took {latency:.2?} to stop the kernel");
+    let latency = returned.saturating_duration_since(stopped_at);
+    eprintln!("{count} floats ({}): synchronize returned {latency:.2?} after {stop:?}: {e}", if receive { "recv" } else { "all_reduce" });
+    assert!(latency < Duration::from_secs(1), "{stop:?} took {latency:.2?} to stop the kernel");
     let start = Instant::now();
     drop(buf);
     drop(stream);
-    let mut comms = comms.into_iter();
-    drop(comms.next());
-    drop(comms.next());
-    assert!(start.elapsed() < Duration::from_secs(10), "teardown after abort took {:.1?}", start.elapsed());
+    drop(c);
+    drop(peer);
+    assert!(start.elapsed() < Duration::from_secs(10), "teardown after {stop:?} took {:.1?}", start.elapsed());
 }
 
 /// Sends and receives on GPU buffers: every rank exchanges with every rank (itself

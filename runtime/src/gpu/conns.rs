@@ -119,6 +119,9 @@ pub(crate) enum Inbox {
     Direct,
     /// The point-to-point kernel's (small sends and receives).
     PointToPoint,
+    /// The `gone` flags every wait watches (`DevWatch::gone`): a u32 per rank, which that
+    /// rank raises when it leaves.
+    Gone,
 }
 
 /// What setting up connections needs.
@@ -161,8 +164,8 @@ impl Connections {
             let remote = self.open(&record, link.peer, cx)?;
             let (mine, theirs) = (memory.ptr, remote.ptr());
             let conn = match end {
-                End::Recv(_) => DevConn { slots_base: mine + HEADER as u64, tail: mine, head: theirs, counter: mine + 8, slot_bytes: cx.geometry.slot_bytes as u64, slots: cx.geometry.slots as u32, _pad: 0 },
-                End::Send(_) => DevConn { slots_base: theirs + HEADER as u64, tail: theirs, head: mine, counter: mine + 8, slot_bytes: cx.geometry.slot_bytes as u64, slots: cx.geometry.slots as u32, _pad: 0 },
+                End::Recv(_) => DevConn { slots_base: mine + HEADER as u64, tail: mine, head: theirs, counter: mine + 8, slot_bytes: cx.geometry.slot_bytes as u64, slots: cx.geometry.slots as u32, peer: link.peer as u32 },
+                End::Send(_) => DevConn { slots_base: theirs + HEADER as u64, tail: theirs, head: mine, counter: mine + 8, slot_bytes: cx.geometry.slot_bytes as u64, slots: cx.geometry.slots as u32, peer: link.peer as u32 },
             };
             tracing::debug!(target: crate::log_target::P2P, "GPU {} {end:?} connected ({})", cx.device.ordinal, if matches!(remote, Remote::Direct(_)) { "same process" } else { "CUDA IPC" });
             self.ends.insert(end, Opened { conn, _remote: remote, _local: memory });
@@ -199,6 +202,11 @@ impl Connections {
         let addresses = (memory.ptr, memory.ptr + table_at as u64);
         self.inboxes.push((kind, remotes, memory));
         Ok(addresses)
+    }
+
+    /// The peers' inboxes of `kind` as this GPU reaches them (none before they are set up).
+    pub fn peer_inboxes(&self, kind: Inbox) -> Vec<u64> {
+        self.inboxes.iter().filter(|(k, ..)| *k == kind).flat_map(|(_, remotes, _)| remotes.iter().map(Remote::ptr)).collect()
     }
 
     fn open(&mut self, record: &Record, peer: usize, cx: &Setup) -> Result<Remote> {

@@ -305,6 +305,22 @@ impl MappedHost {
         // SAFETY: as above.
         unsafe { std::ptr::write_volatile(self.host.add(i), value) }
     }
+
+    /// Copies int `i` to device address `dst` (this GPU's memory or a peer's, as this
+    /// context reaches it) and waits until it landed. The copy runs on a non-blocking
+    /// stream of its own so that it waits for no kernel: the legacy default stream would
+    /// wait for every blocking stream's work, and a kernel there may wait for this write.
+    ///
+    /// # Safety
+    /// `dst` is 4 bytes of device memory this context reaches; the context is current.
+    pub unsafe fn copy_int_to_device(&self, i: usize, dst: CUdeviceptr) -> Result<()> {
+        assert!(i < self.ints);
+        let stream = Stream::create()?;
+        // SAFETY: 4 bytes of pinned memory (in bounds) to 4 bytes at `dst` (the contract).
+        check(unsafe { sys::cuMemcpyHtoDAsync_v2(dst, self.host.add(i).cast(), 4, stream.0) }, || "copying a flag to GPU memory".into())?;
+        // SAFETY: a stream this function made.
+        check(unsafe { sys::cuStreamSynchronize(stream.0) }, || "waiting for a flag's copy to GPU memory".into())
+    }
 }
 
 impl Drop for MappedHost {

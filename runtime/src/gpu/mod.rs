@@ -34,7 +34,7 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
 use oxccl_kernels::cuda::{Specialization, Toolchain, DIRECT, DIVIDE, P2P, RUN, THREADS};
-use oxccl_kernels::device::{direct, status, DevArgs, DevConn, DevDirect, DevStep, LL_LINE_BYTES, LL_LINE_DATA};
+use oxccl_kernels::device::{direct, status, DevArgs, DevConn, DevDirect, DevStep, DevWatch, LL_LINE_BYTES, LL_LINE_DATA};
 
 use crate::algo::{self, Algorithm, Collective, Shape};
 use crate::error::{Error, Result};
@@ -55,9 +55,20 @@ const SLOTS: usize = 8;
 /// GB/s, so all but the smallest messages want several.
 const BYTES_PER_CHANNEL: usize = 64 << 10;
 
-/// Mapped host ints: [0] the abort flag; [4..8] the kernels' status (code, lane, step).
+/// Mapped host ints: [0] the abort flag; [4..9] the kernels' status (`status::WORDS`:
+/// code, lane, step, kernel, peer); [12] a 1, the source of the copies that raise this
+/// rank's `gone` flag in its peers' memory.
 const ABORT_WORD: usize = 0;
 const STATUS_WORD: usize = 4;
+const ONE_WORD: usize = 12;
+const FLAG_WORDS: usize = 16;
+
+/// Why a kernel stopped (`status::*`), the peer it waited for, and where, in words.
+struct KernelStop {
+    code: i32,
+    peer: u32,
+    place: String,
+}
 
 /// A communicator whose collectives run on one GPU per rank.
 pub struct DeviceComm {
@@ -80,6 +91,8 @@ struct Inner {
     direct: std::sync::OnceLock<Direct>,
     /// The LL path for small sends and receives, when enabled.
     p2p_ll: std::sync::OnceLock<P2pLl>,
+    /// This rank's `gone` flags (`DevWatch::gone`), set at init.
+    gone: std::sync::OnceLock<u64>,
     /// What NCCL_PROTO allows, per collective (read once: launches only look it up).
     protocols: Protocols,
     state: Mutex<State>,
@@ -265,24 +278,32 @@ impl DeviceComm {
             timeout: config.coll_timeout,
             direct: std::sync::OnceLock::new(),
             p2p_ll: std::sync::OnceLock::new(),
+            gone: std::sync::OnceLock::new(),
             protocols,
             state: Mutex::new(State::default()),
-            flags: MappedHost::zeroed(8)?,
+            flags: MappedHost::zeroed(FLAG_WORDS)?,
             stop: AtomicBool::new(false),
             failure: Mutex::new(None),
             device,
         });
         // The watcher raises the kernels' abort flag when the control plane sees a failure
-        // or the communicator is aborted.
+        // or the communicator is aborted, and tells every rank when a kernel here stopped
+        // because a peer left (the ranks waiting on this one learn it too, as of a death).
         let health = comm.health_probe();
+        let announce = comm.failure_announcer();
         let watched = inner.clone();
         let watcher = std::thread::Builder::new()
             .name(format!("oxccl-gpu-watch-{}", comm.rank()))
             .spawn(move || {
+                let mut announced = false;
                 while !watched.stop.load(Ordering::Acquire) {
                     if let Err(e) = health() {
                         watched.fail(e);
                         return;
+                    }
+                    if let Some(Error::PeerFailed { rank, reason }) = watched.kernel_stop().and_then(|stop| watched.stop_error(&stop)).filter(|_| !announced) {
+                        announced = true;
+                        announce(rank, &reason);
                     }
                     std::thread::sleep(Duration::from_millis(2));
                 }
@@ -291,6 +312,9 @@ impl DeviceComm {
         let dev = DeviceComm { inner, watcher: Some(watcher), comm: std::mem::ManuallyDrop::new(comm) };
         dev.connect_all()?;
         let (limit, n) = (dev.comm.config().gpu_direct_bytes, dev.nranks());
+        // A u32 per rank, which that rank raises in its peers' memory when it leaves.
+        let (gone, _) = dev.inner.state.lock().conns.inboxes(Inbox::Gone, n * 4, &dev.setup())?;
+        let _ = dev.inner.gone.set(gone);
         if limit > 0 && n > 1 {
             // A row per sender holds the largest per-rank message; two halves of rows.
             let cap_lines = (limit / (n - 1)).div_ceil(LL_LINE_DATA).max(1);
@@ -477,7 +501,7 @@ impl DeviceComm {
                 self.inner.fail(Error::Timeout { phase: phase.clone(), waited: self.inner.timeout });
                 self.inner.drain(Duration::from_secs(5));
                 // Where the kernels were waiting, now that the abort stopped them.
-                let place = self.inner.kernel_stop().map(|(_, place)| format!(" ({place})")).unwrap_or_default();
+                let place = self.inner.kernel_stop().map(|stop| format!(" ({})", stop.place)).unwrap_or_default();
                 return Err(Error::Timeout { phase: phase + &place, waited: self.inner.timeout });
             }
             spins += 1;
@@ -502,11 +526,8 @@ impl DeviceComm {
         if let Some(e) = self.inner.failure.lock().clone() {
             return Some(e);
         }
-        if let Some((code, place)) = self.inner.kernel_stop() {
-            let e = match code {
-                status::TIMED_OUT => Error::Timeout { phase: format!("a GPU kernel's wait ({place})"), waited: self.inner.timeout },
-                _ => self.comm.error().unwrap_or(Error::Aborted { reason: format!("a GPU kernel stopped ({place})") }),
-            };
+        if let Some(stop) = self.inner.kernel_stop() {
+            let e = self.inner.stop_error(&stop).or_else(|| self.comm.error()).unwrap_or(Error::Aborted { reason: format!("a GPU kernel stopped ({})", stop.place) });
             self.inner.fail(e.clone());
             return Some(e);
         }
@@ -670,9 +691,7 @@ impl Inner {
             conns,
             send,
             recv,
-            abort: self.abort_word(),
-            status: self.status_word(),
-            timeout_ns: self.timeout_ns(),
+            watch: self.watch(),
             scale: scale.unwrap_or(1.0),
             scaled: scale.is_some() as u32,
             _pad: 0,
@@ -710,9 +729,7 @@ impl Inner {
             recv,
             inbox: d.inbox,
             peers: d.table,
-            abort: self.abort_word(),
-            status: self.status_word(),
-            timeout_ns: self.timeout_ns(),
+            watch: self.watch(),
             scale: scale.unwrap_or(1.0),
             bytes: bytes as u64,
             launch,
@@ -748,35 +765,61 @@ impl Inner {
         Ok(scratch)
     }
 
-    /// Device addresses of the abort flag and the status word, and the wait limit, as
-    /// every launch passes them.
-    fn abort_word(&self) -> u64 {
-        self.flags.device + (ABORT_WORD * 4) as u64
+    /// What every launch's waits watch: the abort flag, the status word, the peers'
+    /// `gone` flags, the wait limit.
+    fn watch(&self) -> DevWatch {
+        DevWatch {
+            abort: self.flags.device + (ABORT_WORD * 4) as u64,
+            status: self.flags.device + (STATUS_WORD * 4) as u64,
+            gone: self.gone.get().copied().unwrap_or(0),
+            timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
+        }
     }
 
-    fn status_word(&self) -> u64 {
-        self.flags.device + (STATUS_WORD * 4) as u64
+    /// Raises this rank's `gone` flag in every peer's GPU memory: their waits on this rank
+    /// then stop (`status::PEER_LEFT`) instead of lasting until the collective timeout.
+    /// Only once this rank's kernels have all ended: what they sent has landed, so a peer
+    /// still waiting for this rank waits for something it will never get.
+    fn say_gone(&self, rank: usize) -> Result<()> {
+        self.flags.set(ONE_WORD, 1);
+        let peers = self.state.lock().conns.peer_inboxes(Inbox::Gone);
+        self.device.bind()?;
+        for gone in peers {
+            // SAFETY: a peer's `gone` array (u32 per rank), opened at init and kept open
+            // until this communicator's memory is freed, after this.
+            unsafe { self.flags.copy_int_to_device(ONE_WORD, gone + 4 * rank as u64)? };
+        }
+        Ok(())
     }
 
-    fn timeout_ns(&self) -> u64 {
-        self.timeout.as_nanos().min(u64::MAX as u128) as u64
-    }
-
-    /// Why and where a kernel stopped, if one did: its status code and, in words, the
-    /// kernel with its lane and step.
-    fn kernel_stop(&self) -> Option<(i32, String)> {
+    /// Why and where a kernel stopped, if one did.
+    fn kernel_stop(&self) -> Option<KernelStop> {
         let code = self.flags.get(STATUS_WORD);
         if code == 0 {
             return None;
         }
-        let (lane, step, kernel) = (self.flags.get(STATUS_WORD + 1), self.flags.get(STATUS_WORD + 2), self.flags.get(STATUS_WORD + 3));
+        let [lane, step, kernel, peer] = [1, 2, 3, 4].map(|i| self.flags.get(STATUS_WORD + i));
         let place = match kernel {
-            status::KERNEL_DIRECT => format!("the direct kernel, block {lane}, waiting on rank {step}"),
-            status::KERNEL_P2P_SEND => format!("the send/recv LL kernel, sending to rank {lane}, message {step} of the launch"),
-            status::KERNEL_P2P_RECV => format!("the send/recv LL kernel, receiving from rank {lane}, message {step} of the launch"),
-            _ => format!("the executor kernel, lane {lane}, step {step}"),
+            status::KERNEL_DIRECT => format!("the direct kernel, block {lane}, waiting on rank {peer}"),
+            status::KERNEL_P2P_SEND => format!("the send/recv LL kernel, sending to rank {peer}, message {step} of the launch"),
+            status::KERNEL_P2P_RECV => format!("the send/recv LL kernel, receiving from rank {peer}, message {step} of the launch"),
+            _ => format!("the executor kernel, lane {lane}, step {step}, waiting on rank {peer}"),
         };
-        Some((code, place))
+        Some(KernelStop { code, peer: peer as u32, place })
+    }
+
+    /// The error a kernel's stop means by itself (a timeout, a peer that left); `None` for
+    /// an abort, whose cause the communicator knows.
+    fn stop_error(&self, stop: &KernelStop) -> Option<Error> {
+        let KernelStop { code, peer, place } = stop;
+        match *code {
+            status::TIMED_OUT => Some(Error::Timeout { phase: format!("a GPU kernel's wait ({place})"), waited: self.timeout }),
+            status::PEER_LEFT => Some(Error::PeerFailed {
+                rank: *peer,
+                reason: format!("rank {peer} left the job (destroyed its communicator) while this rank still waited for it in a GPU kernel ({place}): the ranks did not make the same calls"),
+            }),
+            _ => None,
+        }
     }
 
     fn fail(&self, e: Error) {
@@ -841,6 +884,13 @@ impl Drop for DeviceComm {
     fn drop(&mut self) {
         let healthy = self.inner.failure.lock().is_none();
         let finished = self.inner.drain(if healthy { self.inner.timeout } else { Duration::ZERO });
+        if finished {
+            // Nothing more will come from this rank: a peer's kernel still waiting for it
+            // (the ranks' calls differ) stops now rather than at the collective timeout.
+            if let Err(e) = self.inner.say_gone(self.comm.rank()) {
+                tracing::warn!(target: crate::log_target::INIT, "rank {}: could not tell the peers' GPU kernels that it leaves: {e}", self.comm.rank());
+            }
+        }
         self.inner.stop.store(true, Ordering::Release);
         if let Some(w) = self.watcher.take() {
             let _ = w.join();
