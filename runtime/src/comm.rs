@@ -791,7 +791,7 @@ impl Exec {
             self.net.expect(link, n, independent);
         }
         let health = || self.health();
-        let departed = || self.boot.departed().into_iter().map(|r| r as usize).filter(|&r| self.transports.shared_memory(r)).collect();
+        let departed = || self.boot.departed().into_iter().map(|r| r as usize).map(|r| (r, if self.transports.shared_memory(r) { exec::LEFT_GRACE } else { exec::NET_LEFT_GRACE })).collect();
         let cx = exec::Context { dtype, combine: op.combine(), deadline: Instant::now() + self.config.coll_timeout, health: &health, departed: &departed };
         let result = exec::run(lanes, buffers, connections, &cx, checked);
         if let Err(Error::PeerFailed { rank, reason }) = &result {
@@ -867,15 +867,9 @@ impl Exec {
 
     fn run_p2p(&self, ops: &[PointToPoint], connections: &mut Connections) -> Result<()> {
         // Sends to oneself pair with receives from oneself, in order.
-        let own_sends: Vec<&PointToPoint> = ops.iter().filter(|o| o.send && o.peer == self.rank).collect();
-        let own_recvs: Vec<&PointToPoint> = ops.iter().filter(|o| !o.send && o.peer == self.rank).collect();
-        if own_sends.len() != own_recvs.len() {
-            return Err(Error::invalid(format!("{} sends to this rank but {} receives from it in one group", own_sends.len(), own_recvs.len())));
-        }
-        for (s, r) in own_sends.iter().zip(&own_recvs) {
-            if s.bytes != r.bytes {
-                return Err(Error::invalid(format!("send of {} bytes to this rank meets a receive of {} bytes", s.bytes, r.bytes)));
-            }
+        let own = |send: bool| ops.iter().filter(move |o| o.send == send && o.peer == self.rank);
+        check_own_transfers(own(true).map(|o| o.bytes), own(false).map(|o| o.bytes))?;
+        for (s, r) in own(true).zip(own(false)) {
             // SAFETY: both buffers are valid for `bytes` (enqueue's contract).
             unsafe { std::ptr::copy(s.buffers.send, r.buffers.recv, s.bytes) };
         }
@@ -945,6 +939,20 @@ pub(crate) fn shrink_agreed(parent: &Exec, abort: &Arc<AtomicBool>) -> Result<(C
 }
 
 /// This host's identity: NCCL_HOSTID, else host name and boot id.
+/// A group's sends to the calling rank itself must meet as many receives from it, the k-th
+/// send with the k-th receive, of equal size (NCCL's pairing): `sends` and `recvs` are
+/// their sizes in call order.
+pub(crate) fn check_own_transfers(sends: impl Iterator<Item = usize> + Clone, recvs: impl Iterator<Item = usize> + Clone) -> Result<()> {
+    let (s, r) = (sends.clone().count(), recvs.clone().count());
+    if s != r {
+        return Err(Error::invalid(format!("{s} sends to this rank but {r} receives from it in one group")));
+    }
+    match sends.zip(recvs).find(|(s, r)| s != r) {
+        Some((s, r)) => Err(Error::invalid(format!("a send of {s} bytes to this rank meets a receive of {r} bytes"))),
+        None => Ok(()),
+    }
+}
+
 pub(crate) fn host_id(config: &Config) -> String {
     config.host_id.clone().unwrap_or_else(|| {
         let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();

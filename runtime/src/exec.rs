@@ -48,10 +48,10 @@ pub(crate) struct Context<'a> {
     pub deadline: Instant,
     /// Returns an error when the operation must stop (abort, a dead peer).
     pub health: &'a dyn Fn() -> Result<()>,
-    /// Peers (ranks) linked to this rank by shared memory that left the job: a step
-    /// waiting on one never completes. (Over the network, the proxy sees a peer's
-    /// connection end after its last message and reports that itself.)
-    pub departed: &'a dyn Fn() -> Vec<usize>,
+    /// Peers (ranks) that left the job, each with how long a run may stay blocked on it
+    /// before it fails: a step waiting on one never completes once what the peer sent
+    /// has had time to land ([`LEFT_GRACE`], [`NET_LEFT_GRACE`]).
+    pub departed: &'a dyn Fn() -> Vec<(usize, Duration)>,
 }
 
 /// Runs every lane to completion. `checked`: the lanes already passed [`check_bounds`] with
@@ -74,7 +74,7 @@ pub(crate) fn run(lanes: &[Lane], buffers: &[Buffers], connections: &mut Connect
     let mut idle = Idle::default();
     // A peer this run waits on and that has left the job, and since when: still waited on
     // after LEFT_GRACE, the run fails rather than wait for the timeout.
-    let mut left_behind: Option<(usize, Instant)> = None;
+    let mut left_behind: Option<(usize, Duration, Instant)> = None;
     loop {
         let mut progressed = false;
         let mut pending = false;
@@ -104,19 +104,19 @@ pub(crate) fn run(lanes: &[Lane], buffers: &[Buffers], connections: &mut Connect
                 None
             } else {
                 let stuck = lanes.iter().zip(cursor.iter()).filter_map(|(l, &c)| l.steps.get(c));
-                stuck.filter_map(|(s, _)| blocked_on(s, connections)).find(|p| departed.contains(p))
+                stuck.filter_map(|(s, _)| blocked_on(s, connections)).find_map(|p| departed.iter().find(|(d, _)| *d == p).copied())
             };
             left_behind = match (gone, left_behind) {
-                (Some(peer), Some((seen, since))) if peer == seen => {
-                    if since.elapsed() >= LEFT_GRACE {
+                (Some((peer, _)), Some((seen, grace, since))) if peer == seen => {
+                    if since.elapsed() >= grace {
                         return Err(Error::PeerFailed {
                             rank: peer as u32,
                             reason: format!("rank {peer} left the job (ended normally) while this rank still waited for it in a collective or send/recv: the ranks did not make the same calls"),
                         });
                     }
-                    Some((seen, since))
+                    Some((seen, grace, since))
                 }
-                (gone, _) => gone.map(|peer| (peer, Instant::now())),
+                (gone, _) => gone.map(|(peer, grace)| (peer, grace, Instant::now())),
             };
             if Instant::now() >= cx.deadline {
                 let stuck: Vec<String> = lanes.iter().zip(cursor.iter()).filter_map(|(l, &c)| l.steps.get(c).map(|(s, _)| format!("{s:?}"))).collect();
@@ -126,11 +126,17 @@ pub(crate) fn run(lanes: &[Lane], buffers: &[Buffers], connections: &mut Connect
     }
 }
 
-/// How long a run may stay blocked on a peer that left the job before it fails. A peer
-/// that left normally had waited until this rank took every message it sent over shared
-/// memory (`Communicator::finalize`), and a slot it freed shows at once, so nothing of it
-/// can still be on its way: the grace only covers the order in which the two news arrive.
-const LEFT_GRACE: Duration = Duration::from_millis(250);
+/// How long a run may stay blocked on a peer linked by shared memory that left the job
+/// before it fails. A peer that left normally had waited until this rank took every
+/// message it sent over shared memory (`Communicator::finalize`), and a slot it freed shows
+/// at once, so nothing of it can still be on its way: the grace only covers the order in
+/// which the two news arrive.
+pub(crate) const LEFT_GRACE: Duration = Duration::from_millis(250);
+/// The same over the network. A peer that left had its sends taken by the sockets, but
+/// their last bytes may still be on the wire; a link whose connection ended is reported by
+/// the proxy itself, this covers the rest (a link the peer never connected: say, a
+/// receive of a send/recv group it never joined).
+pub(crate) const NET_LEFT_GRACE: Duration = Duration::from_secs(2);
 
 /// The peer a step waits for: the sender of the message it has yet to receive, else the
 /// receiver whose slot it has yet to get (a step waiting on both is blocked by either).

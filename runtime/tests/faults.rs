@@ -1026,3 +1026,32 @@ fn a_rank_that_left_is_not_waited_for() {
         assert!(said_left || net, "no rank said that rank 2 left");
     }
 }
+
+/// A receive from a rank that leaves without ever sending (the link was never connected,
+/// so no connection ends to tell the proxy) fails naming that rank instead of waiting for
+/// the collective timeout: over shared memory and over the Net.
+#[test]
+fn a_receive_from_a_rank_that_left_is_not_waited_for() {
+    use oxccl_runtime::Error;
+    let mut config = Config::defaults();
+    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+    config.set("OXCCL_COLL_TIMEOUT_MS", "60000").unwrap();
+    for net in [false, true] {
+        config.set("NCCL_SHM_DISABLE", if net { "1" } else { "0" }).unwrap();
+        let mut comms = Communicator::init_all(2, &config).unwrap().into_iter();
+        let (comm, leaver) = (comms.next().unwrap(), comms.next().unwrap());
+        let (result, took) = std::thread::scope(|s| {
+            s.spawn(move || {
+                std::thread::sleep(Duration::from_millis(100));
+                drop(leaver);
+            });
+            let start = Instant::now();
+            let mut data = vec![0u8; 1 << 16];
+            (comm.recv(&mut data, 1), start.elapsed())
+        });
+        let e = result.expect_err("rank 1 never sends");
+        eprintln!("net {net}: the receive failed after {:.1} ms: {e}", took.as_secs_f64() * 1e3);
+        assert!(matches!(e, Error::PeerFailed { rank: 1, .. }), "net {net}: {e}");
+        assert!(took < Duration::from_secs(5), "net {net}: failed after {took:?}");
+    }
+}
