@@ -463,6 +463,14 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_p2p(const OxP2p a) {
   if (threadIdx.x == 0) *counter = before + (lane.end - lane.first);
 }
 
+// Holds the stream until *done (mapped host memory, written by the host) reaches
+// `target`: the host's part of a staged operation (runtime/src/gpu/staged.rs) is done.
+// One thread; the wait watches the abort flag and the timeout like every other.
+extern "C" __global__ void ox_wait_host(const volatile u64* done, u64 target, const OxWatch w, u32 rank) {
+  const int why = ox_spin([&] { return *done >= target; }, w, rank);
+  if (why) ox_fail(w, why, OX_KERNEL_WAIT_HOST, 0, 0, rank);
+}
+
 // buf[i] /= divisor, truncating toward zero: integer Avg, after the sum.
 extern "C" __global__ void ox_divide(T* buf, u64 n, u64 divisor) {
 #if OX_INT

@@ -58,6 +58,8 @@ pub mod status {
     /// `ox_p2p`, sending to (receiving from) the rank in the lane int.
     pub const KERNEL_P2P_SEND: i32 = 3;
     pub const KERNEL_P2P_RECV: i32 = 4;
+    /// `ox_wait_host`, holding a stream for the host's part of a staged operation.
+    pub const KERNEL_WAIT_HOST: i32 = 5;
 }
 
 /// What a direct launch ([`DevDirect`]) does, as `DevDirect::mode` holds it.
@@ -386,6 +388,7 @@ pub fn header() -> String {
     let _ = writeln!(h, "#define OX_KERNEL_DIRECT {}", status::KERNEL_DIRECT);
     let _ = writeln!(h, "#define OX_KERNEL_P2P_SEND {}", status::KERNEL_P2P_SEND);
     let _ = writeln!(h, "#define OX_KERNEL_P2P_RECV {}", status::KERNEL_P2P_RECV);
+    let _ = writeln!(h, "#define OX_KERNEL_WAIT_HOST {}", status::KERNEL_WAIT_HOST);
     for (name, size, fields) in structs() {
         let _ = writeln!(h, "struct {name} {{");
         for f in &fields {

@@ -4,7 +4,7 @@
 //! specialisation comes from the disk cache.
 #![cfg(feature = "cuda")]
 
-use oxccl_kernels::cuda::{Specialization, Toolchain, COMBINE_INTO, DIRECT, DIVIDE, P2P, RUN};
+use oxccl_kernels::cuda::{Specialization, Toolchain, COMBINE_INTO, DIRECT, DIVIDE, P2P, RUN, WAIT_HOST};
 
 #[test]
 fn every_specialisation_compiles_for_sm_90_and_is_cached() {
@@ -16,7 +16,7 @@ fn every_specialisation_compiles_for_sm_90_and_is_cached() {
     for spec in Specialization::all() {
         let first = toolchain.compile(spec, "sm_90").unwrap();
         assert!(!first.cached, "{spec:?}: a fresh cache cannot hold it");
-        assert!([COMBINE_INTO, RUN, DIRECT, P2P, DIVIDE].iter().all(|k| first.ptx.contains(k)) && first.ptx.contains(".target sm_90"), "{spec:?}: {}", &first.ptx[..first.ptx.len().min(400)]);
+        assert!([COMBINE_INTO, RUN, DIRECT, P2P, DIVIDE, WAIT_HOST].iter().all(|k| first.ptx.contains(k)) && first.ptx.contains(".target sm_90"), "{spec:?}: {}", &first.ptx[..first.ptx.len().min(400)]);
         let second = toolchain.compile(spec, "sm_90").unwrap();
         assert!(second.cached, "{spec:?}: not taken from the cache");
         assert_eq!(first.ptx, second.ptx);

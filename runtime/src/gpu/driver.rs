@@ -306,6 +306,20 @@ impl MappedHost {
         unsafe { std::ptr::write_volatile(self.host.add(i), value) }
     }
 
+    /// Ints `i` and `i + 1` as one u64 (`i` even: 8-byte aligned), written with one store.
+    pub fn set_u64(&self, i: usize, value: u64) {
+        assert!(i % 2 == 0 && i + 1 < self.ints);
+        // SAFETY: in bounds and aligned (the allocation is page aligned); the GPU reads it
+        // concurrently, hence volatile.
+        unsafe { std::ptr::write_volatile(self.host.add(i).cast::<u64>(), value) }
+    }
+
+    /// The device address of int `i`.
+    pub fn device_at(&self, i: usize) -> CUdeviceptr {
+        assert!(i < self.ints);
+        self.device + (i * 4) as u64
+    }
+
     /// Copies int `i` to device address `dst` (this GPU's memory or a peer's, as this
     /// context reaches it) and waits until it landed. The copy runs on a non-blocking
     /// stream of its own so that it waits for no kernel: the legacy default stream would
@@ -328,6 +342,52 @@ impl Drop for MappedHost {
         // SAFETY: frees what cuMemHostAlloc returned, once.
         unsafe { sys::cuMemFreeHost(self.host.cast()) };
     }
+}
+
+/// Pinned host memory (`cuMemHostAlloc`, portable): what asynchronous copies between the
+/// GPU and the host need. Freed on drop (which waits for the device, as cudaFreeHost does).
+pub(crate) struct PinnedHost {
+    pub ptr: *mut u8,
+    pub bytes: usize,
+}
+
+// SAFETY: plain host memory; who reads and writes it when is the owner's protocol.
+unsafe impl Send for PinnedHost {}
+unsafe impl Sync for PinnedHost {}
+
+impl PinnedHost {
+    pub fn new(bytes: usize) -> Result<PinnedHost> {
+        let mut host: *mut c_void = std::ptr::null_mut();
+        // SAFETY: writes one host pointer.
+        check(unsafe { sys::cuMemHostAlloc(&mut host, bytes.max(1), sys::CU_MEMHOSTALLOC_PORTABLE) }, || format!("allocating {bytes} bytes of pinned host memory"))?;
+        Ok(PinnedHost { ptr: host.cast(), bytes })
+    }
+}
+
+impl Drop for PinnedHost {
+    fn drop(&mut self) {
+        // SAFETY: frees what cuMemHostAlloc returned, once.
+        unsafe { sys::cuMemFreeHost(self.ptr.cast()) };
+    }
+}
+
+/// Copies `bytes` from device address `src` to host memory at `dst` on `stream`.
+///
+/// # Safety
+/// `src` holds `bytes` bytes of this context's reach, `dst` is pinned host memory holding
+/// them; neither is touched by others until the stream passes the copy.
+pub(crate) unsafe fn copy_to_host_async(dst: *mut u8, src: CUdeviceptr, bytes: usize, stream: CUstream) -> Result<()> {
+    // SAFETY: per this function's contract.
+    check(unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, bytes, stream) }, || format!("copying {bytes} bytes from the GPU to host memory"))
+}
+
+/// Copies `bytes` from pinned host memory at `src` to device address `dst` on `stream`.
+///
+/// # Safety
+/// As [`copy_to_host_async`], the other way round.
+pub(crate) unsafe fn copy_to_device_async(dst: CUdeviceptr, src: *const u8, bytes: usize, stream: CUstream) -> Result<()> {
+    // SAFETY: per this function's contract.
+    check(unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), bytes, stream) }, || format!("copying {bytes} bytes from host memory to the GPU"))
 }
 
 /// A loaded PTX module and its kernels.
@@ -409,6 +469,14 @@ impl Event {
     /// As [`Event::record`].
     pub unsafe fn rerecord(&self, stream: CUstream) -> Result<()> {
         check(sys::cuEventRecord(self.0, stream), || "recording an event".into())
+    }
+
+    /// Makes `stream`'s later work wait until the work before this event is done.
+    ///
+    /// # Safety
+    /// `stream` must be a valid stream of the current context (or null).
+    pub unsafe fn wait_on(&self, stream: CUstream) -> Result<()> {
+        check(sys::cuStreamWaitEvent(stream, self.0, 0), || "ordering a stream after an event".into())
     }
 
     /// Whether the work before the event is done; an error if it failed.

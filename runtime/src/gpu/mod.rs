@@ -20,6 +20,7 @@ mod conns;
 mod driver;
 mod encode;
 mod p2p;
+mod staged;
 #[cfg(test)]
 mod direct_model;
 #[cfg(test)]
@@ -33,7 +34,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
-use oxccl_kernels::cuda::{Specialization, Toolchain, DIRECT, DIVIDE, P2P, RUN, THREADS};
+use oxccl_kernels::cuda::{Specialization, Toolchain, DIRECT, DIVIDE, P2P, RUN, THREADS, WAIT_HOST};
 use oxccl_kernels::device::{direct, status, DevArgs, DevConn, DevDirect, DevStep, DevWatch, LL_LINE_BYTES, LL_LINE_DATA};
 
 use crate::algo::{self, Algorithm, Collective, Shape};
@@ -47,6 +48,7 @@ use conns::{Connections, Geometry, Inbox, Origin, Setup};
 use driver::{Device, DeviceMemory, Event, Function, MappedHost, Module};
 use arena::Arena;
 use encode::End;
+use staged::Staged;
 pub use p2p::P2p;
 
 /// Slots per GPU connection (NCCL_STEPS).
@@ -57,10 +59,12 @@ const BYTES_PER_CHANNEL: usize = 64 << 10;
 
 /// Mapped host ints: [0] the abort flag; [4..9] the kernels' status (`status::WORDS`:
 /// code, lane, step, kernel, peer); [12] a 1, the source of the copies that raise this
-/// rank's `gone` flag in its peers' memory.
+/// rank's `gone` flag in its peers' memory; [14..16] a u64, the last staged operation the
+/// host finished.
 const ABORT_WORD: usize = 0;
 const STATUS_WORD: usize = 4;
 const ONE_WORD: usize = 12;
+const DONE_WORD: usize = 14;
 const FLAG_WORDS: usize = 16;
 
 /// Why a kernel stopped (`status::*`), the peer it waited for, and where, in words.
@@ -75,7 +79,9 @@ pub struct DeviceComm {
     inner: Arc<Inner>,
     watcher: Option<std::thread::JoinHandle<()>>,
     // Taken by Drop: the bootstrap outlives the GPU state.
-    comm: std::mem::ManuallyDrop<Communicator>,
+    comm: Arc<Communicator>,
+    /// Ranks on other hosts: every operation staged through host memory (staged.rs).
+    staged: Option<Staged>,
 }
 
 struct Inner {
@@ -182,6 +188,8 @@ struct State {
     /// In-place alltoall's copy of the input, and copies outgrown.
     scratch: Option<DeviceMemory>,
     retired: Vec<DeviceMemory>,
+    /// This rank's `gone` flags when they are not an inbox (staged: no peer reaches them).
+    gone: Option<DeviceMemory>,
 }
 
 struct Loaded {
@@ -189,6 +197,7 @@ struct Loaded {
     direct: Function,
     p2p: Function,
     divide: Function,
+    wait_host: Function,
     _module: Module,
     /// Keeps the primary context (and so the module) alive after the communicators go.
     _device: Device,
@@ -309,7 +318,18 @@ impl DeviceComm {
                 }
             })
             .map_err(|e| Error::Internal(format!("starting the GPU watcher thread: {e}")))?;
-        let dev = DeviceComm { inner, watcher: Some(watcher), comm: std::mem::ManuallyDrop::new(comm) };
+        let comm = Arc::new(comm);
+        if comm.same_host().iter().any(|&same| !same) {
+            // Some ranks are on other hosts, which the GPU connections cannot reach: every
+            // operation is staged through host memory and run by the host data path.
+            let gone = DeviceMemory::zeroed(comm.nranks() * 4)?;
+            let _ = inner.gone.set(gone.ptr);
+            inner.state.lock().gone = Some(gone);
+            let staged = Staged::new(comm.clone(), inner.clone())?;
+            tracing::info!(target: crate::log_target::INIT, "rank {}: GPU {} ({arch}); ranks on other hosts: collectives and send/recv staged through host memory", comm.rank(), inner.device.ordinal);
+            return Ok(DeviceComm { inner, watcher: Some(watcher), comm, staged: Some(staged) });
+        }
+        let dev = DeviceComm { inner, watcher: Some(watcher), comm, staged: None };
         dev.connect_all()?;
         let (limit, n) = (dev.comm.config().gpu_direct_bytes, dev.nranks());
         // A u32 per rank, which that rank raises in its peers' memory when it leaves.
@@ -433,6 +453,11 @@ impl DeviceComm {
         }
         let inner = &self.inner;
         inner.device.bind()?;
+        if let Some(staged) = &self.staged {
+            // SAFETY: the caller's contract; the sizes are the collective's.
+            unsafe { staged.collective(inner, collective, send, recv, send_count * esize, recv_count * esize, count, dtype, op, root, stream)? };
+            return self.mark(stream);
+        }
         let reduces = collective.reduces();
         let spec = if reduces { Specialization { dtype, op: op.combine() } } else { Specialization { dtype: DataType::Uint8, op: oxccl_kernels::Combine::Sum } };
         let loaded = inner.loaded(spec)?;
@@ -765,6 +790,23 @@ impl Inner {
         Ok(scratch)
     }
 
+    /// Holds `stream` until the host finished staged operation `seq` (`ox_wait_host`).
+    ///
+    /// # Safety
+    /// `stream` is a stream of this GPU's context.
+    unsafe fn launch_wait_host(&self, seq: u64, rank: u32, stream: CUstream) -> Result<()> {
+        let loaded = self.loaded(Specialization { dtype: DataType::Uint8, op: oxccl_kernels::Combine::Sum })?;
+        let (mut done, mut target, mut watch, mut rank) = (self.flags.device_at(DONE_WORD), seq, self.watch(), rank);
+        let params = [(&mut done as *mut u64).cast::<c_void>(), (&mut target as *mut u64).cast(), (&mut watch as *mut DevWatch).cast(), (&mut rank as *mut u32).cast()];
+        // SAFETY: the kernel's four parameters, in order; the caller's stream.
+        unsafe { loaded.wait_host.launch(1, 1, stream, &mut { params }) }
+    }
+
+    /// Publishes that the host finished staged operation `seq`.
+    fn set_host_done(&self, seq: u64) {
+        self.flags.set_u64(DONE_WORD, seq);
+    }
+
     /// What every launch's waits watch: the abort flag, the status word, the peers'
     /// `gone` flags, the wait limit.
     fn watch(&self) -> DevWatch {
@@ -803,6 +845,7 @@ impl Inner {
             status::KERNEL_DIRECT => format!("the direct kernel, block {lane}, waiting on rank {peer}"),
             status::KERNEL_P2P_SEND => format!("the send/recv LL kernel, sending to rank {peer}, message {step} of the launch"),
             status::KERNEL_P2P_RECV => format!("the send/recv LL kernel, receiving from rank {peer}, message {step} of the launch"),
+            status::KERNEL_WAIT_HOST => "the stream's wait for the host's part of a staged operation".to_string(),
             _ => format!("the executor kernel, lane {lane}, step {step}, waiting on rank {peer}"),
         };
         Some(KernelStop { code, peer: peer as u32, place })
@@ -853,7 +896,7 @@ impl Inner {
         let compiled = self.toolchain.compile(spec, self.arch).map_err(|e| Error::Cuda(e.to_string()))?;
         self.device.bind()?;
         let module = Module::load(&compiled.ptx)?;
-        let kernels = Arc::new(Loaded { run: module.function(RUN)?, direct: module.function(DIRECT)?, p2p: module.function(P2P)?, divide: module.function(DIVIDE)?, _module: module, _device: Device::open(self.device.ordinal as usize)? });
+        let kernels = Arc::new(Loaded { run: module.function(RUN)?, direct: module.function(DIRECT)?, p2p: module.function(P2P)?, divide: module.function(DIVIDE)?, wait_host: module.function(WAIT_HOST)?, _module: module, _device: Device::open(self.device.ordinal as usize)? });
         loaded.insert((self.device.ordinal, spec), kernels.clone());
         Ok(kernels)
     }
@@ -895,31 +938,46 @@ impl Drop for DeviceComm {
         if let Some(w) = self.watcher.take() {
             let _ = w.join();
         }
-        // SAFETY: taken once, here; `self.comm` is not touched again.
-        let comm = unsafe { std::mem::ManuallyDrop::take(&mut self.comm) };
+        let staged = self.staged.take();
+        let comm = self.comm.clone();
         if !finished {
             // A kernel is still running on this memory: leaking it is the only safe choice.
             tracing::error!(target: crate::log_target::INIT, "rank {}: GPU kernels did not stop; leaking their memory", comm.rank());
             std::mem::forget(std::mem::take(&mut *self.inner.state.lock()));
+            if let Some(staged) = staged {
+                staged.leak();
+            }
             return;
         }
         if !healthy {
             // Aborted or failed: nobody is waited for.
+            if let Some(staged) = staged {
+                staged.abandon();
+            }
             return;
         }
         // Peers may still write heads and tails into this rank's memory until their own
         // kernels end: meet them (a timed barrier that fails fast on a dead peer) before
         // freeing it — on a thread of its own, so that destroy returns at once and one
-        // thread may destroy every rank of a job in turn (as with NCCL).
+        // thread may destroy every rank of a job in turn (as with NCCL). Staged, no peer
+        // reaches this rank's GPU memory: nobody is met (a peer still waiting for this rank
+        // in the host path then learns at once that it left).
         let state = std::mem::take(&mut *self.inner.state.lock());
         let inner = self.inner.clone();
+        let meet = staged.is_none();
         let reaper = std::thread::Builder::new().name("oxccl-gpu-teardown".into()).spawn(move || {
-            if let Err(e) = comm.bootstrap().barrier() {
-                tracing::warn!(target: crate::log_target::INIT, "rank {}: GPU teardown barrier failed: {e}", comm.rank());
+            if meet {
+                if let Err(e) = comm.bootstrap().barrier() {
+                    tracing::warn!(target: crate::log_target::INIT, "rank {}: GPU teardown barrier failed: {e}", comm.rank());
+                }
             }
             let _ = inner.device.bind();
-            drop(state);
+            // Staged: the communicator goes first (a peer still waiting for this rank in the
+            // host path learns it left), then the memory.
+            let buffers = staged.map(Staged::finish);
             drop(comm);
+            drop(buffers);
+            drop(state);
         });
         if let Err(e) = reaper {
             tracing::warn!(target: crate::log_target::INIT, "no GPU teardown thread ({e}): the connection memory is leaked");

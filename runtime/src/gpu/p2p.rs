@@ -40,11 +40,19 @@ impl DeviceComm {
                 return Err(Error::invalid(format!("{} buffer is null with {} bytes", if op.send { "send" } else { "recv" }, op.bytes)));
             }
         }
+        // Zero-byte transfers move nothing, here and in the host path.
+        let own = |send: bool| ops.iter().filter(move |o| o.send == send && o.peer == self.rank() && o.bytes > 0).map(|o| o.bytes);
+        crate::comm::check_own_transfers(own(true), own(false))?;
         self.comm.refuse_if_suspended()?;
         if let Some(e) = self.async_error() {
             return Err(e);
         }
         self.inner.device.bind()?;
+        if let Some(staged) = &self.staged {
+            // SAFETY: the caller's contract.
+            unsafe { staged.group(&self.inner, ops, stream)? };
+            return self.mark(stream);
+        }
         // SAFETY: the caller's contract.
         unsafe { self.launch_group(ops, stream)? };
         self.mark(stream)
@@ -56,20 +64,14 @@ impl DeviceComm {
     /// As [`DeviceComm::enqueue_p2p`].
     pub(super) unsafe fn launch_group(&self, ops: &[P2p], stream: CUstream) -> Result<()> {
         let (inner, rank) = (&self.inner, self.rank());
-        // Transfers with oneself: copies, the k-th send with the k-th receive.
+        // Transfers with oneself: copies, the k-th send with the k-th receive (paired as
+        // `comm::check_own_transfers` checked).
         let own = |send: bool| ops.iter().filter(move |o| o.send == send && o.peer == rank && o.bytes > 0);
-        let (sends, recvs) = (own(true).count(), own(false).count());
-        if sends != recvs {
-            return Err(Error::invalid(format!("{sends} sends to this rank but {recvs} receives from it in one group")));
-        }
         let ll_limit = inner.p2p_ll.get().map_or(0, |p| p.limit);
         // Copies up to the LL limit run in the LL launch (a lane of their own: no copy
         // launch of its own, a few µs less); larger ones as driver copies.
         let mut ll = Vec::new();
         for (s, r) in own(true).zip(own(false)) {
-            if s.bytes != r.bytes {
-                return Err(Error::invalid(format!("a send of {} bytes to this rank meets a receive of {} bytes", s.bytes, r.bytes)));
-            }
             if s.addr == r.addr {
                 continue;
             }
