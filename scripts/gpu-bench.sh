@@ -2,7 +2,9 @@
 # Runs, on a machine with GPUs, oxccl-perf from gpu-bin/ (scripts/gpu-build.sh) on every
 # GPU with NCCL (the machine's libnccl.so.2) as the same-run baseline, one table per
 # collective into $OUT (or gpu-out/). NVLink multicast stays off; clocks and modes are
-# never touched. GPU_BENCH_COLLECTIVES and GPU_BENCH_GPUS narrow the run.
+# never touched. GPU_BENCH_COLLECTIVES and GPU_BENCH_GPUS narrow the run. Then the staged
+# path (ranks posing as separate hosts) against NCCL's socket transport, for all_reduce and
+# sendrecv up to 64 MiB (GPU_BENCH_STAGED=0 skips it).
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-$here/../gpu-out}"
@@ -23,4 +25,12 @@ for c in ${GPU_BENCH_COLLECTIVES:-all_reduce all_gather reduce_scatter broadcast
   echo "$c on $gpus GPUs: exit $rc" | tee -a "$out/summary.txt"
   ((rc == 0)) || status=$rc
 done
+if [[ ${GPU_BENCH_STAGED:-1} == 1 ]]; then
+  for c in all_reduce sendrecv; do
+    timeout 300 "$here/oxccl-perf" "$c" -b 8 -e 64M -f 4 -n "${GPU_BENCH_ITERS:-20}" -w 5 -c 1 --gpus "$gpus" --separate-hosts --baseline nccl > "$out/perf-$c-${gpus}gpu-staged.txt" 2>&1
+    rc=$?
+    echo "$c staged (separate hosts) on $gpus GPUs: exit $rc" | tee -a "$out/summary.txt"
+    ((rc == 0)) || status=$rc
+  done
+fi
 exit $status

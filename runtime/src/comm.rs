@@ -124,11 +124,20 @@ impl Communicator {
 
     /// `n` communicators of one job, one per rank, in this process (one thread each).
     pub fn init_all(n: u32, config: &Config) -> Result<Vec<Communicator>> {
-        let id = Bootstrap::create_local_id(config)?;
-        let handles: Vec<_> = (0..n)
-            .map(|rank| {
+        Communicator::init_all_with(&vec![config.clone(); n as usize])
+    }
+
+    /// As [`Communicator::init_all`], rank i with `configs[i]` (say, a host id of its own,
+    /// to run the ranks as if on separate hosts); the job's id is made from `configs[0]`.
+    pub fn init_all_with(configs: &[Config]) -> Result<Vec<Communicator>> {
+        let first = configs.first().ok_or_else(|| Error::invalid("init_all_with: no ranks"))?;
+        let (id, n) = (Bootstrap::create_local_id(first)?, configs.len() as u32);
+        let handles: Vec<_> = configs
+            .iter()
+            .enumerate()
+            .map(|(rank, config)| {
                 let config = config.clone();
-                std::thread::spawn(move || Communicator::init(&id, rank, n, &config))
+                std::thread::spawn(move || Communicator::init(&id, rank as u32, n, &config))
             })
             .collect();
         handles.into_iter().map(|h| h.join().map_err(|_| Error::Internal("init thread panicked".into()))?).collect()

@@ -138,18 +138,14 @@ fn run_matrix(comms: Vec<DeviceComm>, devices: &[usize], which: fn(usize) -> Vec
 /// Ranks of one job as threads, each with a host id of its own (NCCL_HOSTID), as if on
 /// separate hosts.
 fn init_on_separate_hosts(devices: &[usize], config: &Config) -> Vec<DeviceComm> {
-    let n = devices.len() as u32;
-    let id = oxccl_runtime::bootstrap::Bootstrap::create_local_id(config).unwrap();
-    let handles: Vec<_> = devices
-        .iter()
-        .enumerate()
-        .map(|(rank, &device)| {
+    let configs: Vec<Config> = (0..devices.len())
+        .map(|rank| {
             let mut config = config.clone();
             config.set("NCCL_HOSTID", &format!("test-host-{rank}")).unwrap();
-            std::thread::spawn(move || DeviceComm::new(Communicator::init(&id, rank as u32, n, &config)?, device))
+            config
         })
         .collect();
-    handles.into_iter().map(|h| h.join().unwrap().unwrap()).collect()
+    DeviceComm::init_all_with(devices, &configs).unwrap()
 }
 
 /// Ranks on separate hosts (as far as oxccl can tell): the GPU connections cannot reach

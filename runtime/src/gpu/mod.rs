@@ -256,7 +256,16 @@ impl DeviceComm {
 
     /// `devices.len()` ranks of one job in this process, rank i on GPU `devices[i]`.
     pub fn init_all(devices: &[usize], config: &crate::bootstrap::Config) -> Result<Vec<DeviceComm>> {
-        let comms = Communicator::init_all(devices.len() as u32, config)?;
+        DeviceComm::init_all_with(devices, &vec![config.clone(); devices.len()])
+    }
+
+    /// As [`DeviceComm::init_all`], rank i with `configs[i]` (see
+    /// [`Communicator::init_all_with`]).
+    pub fn init_all_with(devices: &[usize], configs: &[crate::bootstrap::Config]) -> Result<Vec<DeviceComm>> {
+        if devices.len() != configs.len() {
+            return Err(Error::invalid(format!("{} GPUs but {} configurations", devices.len(), configs.len())));
+        }
+        let comms = Communicator::init_all_with(configs)?;
         // Connecting is collective: every rank on its own thread.
         let handles: Vec<_> = comms.into_iter().zip(devices.iter().copied()).map(|(c, d)| std::thread::spawn(move || DeviceComm::new(c, d))).collect();
         handles.into_iter().map(|h| h.join().map_err(|_| Error::Internal("a GPU init thread panicked".into()))?).collect()

@@ -31,9 +31,25 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
         return Err(format!("root {} out of range for {n} ranks", plan.args.root).into());
     }
     let devices: Vec<usize> = (0..n).map(|r| r % visible).collect();
-    let comms = DeviceComm::init_all(&devices, config)?;
+    let comms = if plan.args.separate_hosts {
+        let mut configs = vec![config.clone(); n];
+        for (rank, c) in configs.iter_mut().enumerate() {
+            c.set("NCCL_HOSTID", &format!("oxccl-perf-host-{rank}"))?;
+        }
+        DeviceComm::init_all_with(&devices, &configs)?
+    } else {
+        DeviceComm::init_all(&devices, config)?
+    };
     let nccl = match plan.args.baseline.as_deref() {
-        Some(_) => Some(nccl::Nccl::open(&devices)?),
+        Some(_) => {
+            if plan.args.separate_hosts {
+                // NCCL's path between nodes without RDMA: its network transport, sockets.
+                for (var, value) in [("NCCL_P2P_DISABLE", "1"), ("NCCL_SHM_DISABLE", "1"), ("NCCL_NET", "Socket")] {
+                    std::env::set_var(var, value);
+                }
+            }
+            Some(nccl::Nccl::open(&devices)?)
+        }
         None => None,
     };
     let es = plan.dtype.size();
@@ -67,6 +83,9 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
     }
     if n > visible {
         println!("#  {n} ranks share {visible} GPU(s): these times are not NVLink's");
+    }
+    if plan.args.separate_hosts {
+        println!("#  every rank claims a host of its own: oxccl stages through host memory and its socket Net; NCCL runs its socket network transport (P2P and SHM disabled)");
     }
     println!("#");
     print_columns(nccl.is_some().then_some(["  NCCL baseline", "    nccl   nccl  ratio", "    time  busbw   x"]));

@@ -79,6 +79,13 @@ struct Args {
     /// for (launch to completion, rank 0) — to find where outlier calls come from.
     #[arg(long)]
     call_stats: bool,
+    /// With --gpus: every rank claims a host of its own (NCCL_HOSTID), as across nodes, so
+    /// oxccl stages each call through host memory and its host path's Net (sockets); the
+    /// NCCL baseline then runs with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket
+    /// (its network transport over sockets), the path NCCL takes between nodes without
+    /// RDMA.
+    #[arg(long)]
+    separate_hosts: bool,
 }
 
 /// What is measured.
