@@ -947,7 +947,6 @@ pub(crate) fn shrink_agreed(parent: &Exec, abort: &Arc<AtomicBool>) -> Result<(C
     Ok((built, failed.into_iter().map(|r| r as usize).collect()))
 }
 
-/// This host's identity: NCCL_HOSTID, else host name and boot id.
 /// A group's sends to the calling rank itself must meet as many receives from it, the k-th
 /// send with the k-th receive, of equal size (NCCL's pairing): `sends` and `recvs` are
 /// their sizes in call order.
@@ -962,6 +961,7 @@ pub(crate) fn check_own_transfers(sends: impl Iterator<Item = usize> + Clone, re
     }
 }
 
+/// This host's identity: NCCL_HOSTID, else host name and boot id.
 pub(crate) fn host_id(config: &Config) -> String {
     config.host_id.clone().unwrap_or_else(|| {
         let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();

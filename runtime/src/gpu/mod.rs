@@ -78,7 +78,8 @@ struct KernelStop {
 pub struct DeviceComm {
     inner: Arc<Inner>,
     watcher: Option<std::thread::JoinHandle<()>>,
-    // Taken by Drop: the bootstrap outlives the GPU state.
+    // Shared with the staging thread; Drop's teardown drops it after the GPU state (before
+    // it when staged: see Drop).
     comm: Arc<Communicator>,
     /// Ranks on other hosts: every operation staged through host memory (staged.rs).
     staged: Option<Staged>,

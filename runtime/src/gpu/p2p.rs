@@ -40,7 +40,8 @@ impl DeviceComm {
                 return Err(Error::invalid(format!("{} buffer is null with {} bytes", if op.send { "send" } else { "recv" }, op.bytes)));
             }
         }
-        // Zero-byte transfers move nothing, here and in the host path.
+        // Zero-byte transfers move nothing: they are left out (the staged path drops them
+        // too before the host path sees the group).
         let own = |send: bool| ops.iter().filter(move |o| o.send == send && o.peer == self.rank() && o.bytes > 0).map(|o| o.bytes);
         crate::comm::check_own_transfers(own(true), own(false))?;
         self.comm.refuse_if_suspended()?;
