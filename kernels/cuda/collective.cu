@@ -463,10 +463,14 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_p2p(const OxP2p a) {
   if (threadIdx.x == 0) *counter = before + (lane.end - lane.first);
 }
 
-// Holds the stream until *done (mapped host memory, written by the host) reaches
-// `target`: the host's part of a staged operation (runtime/src/gpu/staged.rs) is done.
-// One thread; the wait watches the abort flag and the timeout like every other.
-extern "C" __global__ void ox_wait_host(const volatile u64* done, u64 target, const OxWatch w, u32 rank) {
+// Says that the stream reached staged operation `target` (*reached, mapped host memory:
+// the input copies before it are done, so the host may start), then holds the stream
+// until *done (written by the host) reaches `target`: the host's part of the operation
+// (runtime/src/gpu/staged.rs) is done. One thread; the wait watches the abort flag and the
+// timeout like every other.
+extern "C" __global__ void ox_wait_host(const volatile u64* done, volatile u64* reached, u64 target, const OxWatch w, u32 rank) {
+  *reached = target;
+  __threadfence_system();
   const int why = ox_spin([&] { return *done >= target; }, w, rank);
   if (why) ox_fail(w, why, OX_KERNEL_WAIT_HOST, 0, 0, rank);
 }

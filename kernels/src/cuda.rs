@@ -94,7 +94,8 @@ pub const P2P: &str = "ox_p2p";
 /// Integer Avg's last step: `(T* buf, u64 n, u64 divisor)`.
 pub const DIVIDE: &str = "ox_divide";
 /// Holds a stream until the host's part of a staged operation is done:
-/// `(const volatile u64* done, u64 target, OxWatch watch, u32 rank)`, one thread.
+/// `(const volatile u64* done, volatile u64* reached, u64 target, OxWatch watch, u32 rank)`,
+/// one thread.
 pub const WAIT_HOST: &str = "ox_wait_host";
 /// Threads per block of [`RUN`].
 pub const THREADS: u32 = 512;

@@ -984,6 +984,18 @@ fn seeded_phase_trials() {
     eprintln!("{}\nall phase trials in {:.1} s", summary.join("\n"), start.elapsed().as_secs_f64());
 }
 
+/// Configurations for ranks linked by shared memory and by the Net (`true`), each with a
+/// collective timeout (60 s) far above what the tests allow for a failure to show.
+fn shm_and_net() -> [(bool, Config); 2] {
+    [false, true].map(|net| {
+        let mut config = Config::defaults();
+        config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+        config.set("OXCCL_COLL_TIMEOUT_MS", "60000").unwrap();
+        config.set("NCCL_SHM_DISABLE", if net { "1" } else { "0" }).unwrap();
+        (net, config)
+    })
+}
+
 /// A rank that leaves normally while the others still wait for it — its program made one
 /// all_reduce fewer — ends their waits with an error naming it within about a second,
 /// not at OXCCL_COLL_TIMEOUT_MS (60 s here): over shared memory the rank waiting on it
@@ -992,11 +1004,7 @@ fn seeded_phase_trials() {
 #[test]
 fn a_rank_that_left_is_not_waited_for() {
     use oxccl_runtime::Error;
-    let mut config = Config::defaults();
-    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
-    config.set("OXCCL_COLL_TIMEOUT_MS", "60000").unwrap();
-    for net in [false, true] {
-        config.set("NCCL_SHM_DISABLE", if net { "1" } else { "0" }).unwrap();
+    for (net, config) in shm_and_net() {
         let comms = Communicator::init_all(3, &config).unwrap();
         let outcomes: Vec<Option<(Error, Duration)>> = std::thread::scope(|s| {
             let handles: Vec<_> = comms
@@ -1033,11 +1041,7 @@ fn a_rank_that_left_is_not_waited_for() {
 #[test]
 fn a_receive_from_a_rank_that_left_is_not_waited_for() {
     use oxccl_runtime::Error;
-    let mut config = Config::defaults();
-    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
-    config.set("OXCCL_COLL_TIMEOUT_MS", "60000").unwrap();
-    for net in [false, true] {
-        config.set("NCCL_SHM_DISABLE", if net { "1" } else { "0" }).unwrap();
+    for (net, config) in shm_and_net() {
         let mut comms = Communicator::init_all(2, &config).unwrap().into_iter();
         let (comm, leaver) = (comms.next().unwrap(), comms.next().unwrap());
         let (result, took) = std::thread::scope(|s| {

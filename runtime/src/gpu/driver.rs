@@ -261,89 +261,6 @@ impl Drop for IpcMemory {
     }
 }
 
-/// Pinned host memory mapped into the GPU's address space (not write-combined: the host
-/// reads it too): the abort flag and the kernels' status words.
-pub(crate) struct MappedHost {
-    pub host: *mut i32,
-    pub device: CUdeviceptr,
-    pub ints: usize,
-}
-
-// SAFETY: the memory is plain pinned host memory; accesses go through volatile reads and
-// writes of i32.
-unsafe impl Send for MappedHost {}
-unsafe impl Sync for MappedHost {}
-
-impl MappedHost {
-    pub fn zeroed(ints: usize) -> Result<MappedHost> {
-        let mut host: *mut c_void = std::ptr::null_mut();
-        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
-        // SAFETY: writes one host pointer.
-        check(unsafe { sys::cuMemHostAlloc(&mut host, ints * 4, flags) }, || "allocating mapped host memory".into())?;
-        let host = host.cast::<i32>();
-        // SAFETY: the allocation holds `ints` ints.
-        unsafe { std::ptr::write_bytes(host, 0, ints) };
-        let mut device = 0;
-        // SAFETY: writes the device address of mapped host memory.
-        let status = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host.cast(), 0) };
-        if status != CUresult::CUDA_SUCCESS {
-            // SAFETY: frees what cuMemHostAlloc returned above.
-            unsafe { sys::cuMemFreeHost(host.cast()) };
-            check(status, || "mapping host memory into the GPU".into())?;
-        }
-        Ok(MappedHost { host, device, ints })
-    }
-
-    pub fn get(&self, i: usize) -> i32 {
-        assert!(i < self.ints);
-        // SAFETY: in bounds; the GPU writes it concurrently, hence volatile.
-        unsafe { std::ptr::read_volatile(self.host.add(i)) }
-    }
-
-    pub fn set(&self, i: usize, value: i32) {
-        assert!(i < self.ints);
-        // SAFETY: as above.
-        unsafe { std::ptr::write_volatile(self.host.add(i), value) }
-    }
-
-    /// Ints `i` and `i + 1` as one u64 (`i` even: 8-byte aligned), written with one store.
-    pub fn set_u64(&self, i: usize, value: u64) {
-        assert!(i % 2 == 0 && i + 1 < self.ints);
-        // SAFETY: in bounds and aligned (the allocation is page aligned); the GPU reads it
-        // concurrently, hence volatile.
-        unsafe { std::ptr::write_volatile(self.host.add(i).cast::<u64>(), value) }
-    }
-
-    /// The device address of int `i`.
-    pub fn device_at(&self, i: usize) -> CUdeviceptr {
-        assert!(i < self.ints);
-        self.device + (i * 4) as u64
-    }
-
-    /// Copies int `i` to device address `dst` (this GPU's memory or a peer's, as this
-    /// context reaches it) and waits until it landed. The copy runs on a non-blocking
-    /// stream of its own so that it waits for no kernel: the legacy default stream would
-    /// wait for every blocking stream's work, and a kernel there may wait for this write.
-    ///
-    /// # Safety
-    /// `dst` is 4 bytes of device memory this context reaches; the context is current.
-    pub unsafe fn copy_int_to_device(&self, i: usize, dst: CUdeviceptr) -> Result<()> {
-        assert!(i < self.ints);
-        let stream = Stream::create()?;
-        // SAFETY: 4 bytes of pinned memory (in bounds) to 4 bytes at `dst` (the contract).
-        check(unsafe { sys::cuMemcpyHtoDAsync_v2(dst, self.host.add(i).cast(), 4, stream.0) }, || "copying a flag to GPU memory".into())?;
-        // SAFETY: a stream this function made.
-        check(unsafe { sys::cuStreamSynchronize(stream.0) }, || "waiting for a flag's copy to GPU memory".into())
-    }
-}
-
-impl Drop for MappedHost {
-    fn drop(&mut self) {
-        // SAFETY: frees what cuMemHostAlloc returned, once.
-        unsafe { sys::cuMemFreeHost(self.host.cast()) };
-    }
-}
-
 /// Pinned host memory (`cuMemHostAlloc`, portable): what asynchronous copies between the
 /// GPU and the host need. Freed on drop (which waits for the device, as cudaFreeHost does).
 pub(crate) struct PinnedHost {
@@ -357,9 +274,13 @@ unsafe impl Sync for PinnedHost {}
 
 impl PinnedHost {
     pub fn new(bytes: usize) -> Result<PinnedHost> {
+        PinnedHost::with_flags(bytes, sys::CU_MEMHOSTALLOC_PORTABLE, "pinned host memory")
+    }
+
+    fn with_flags(bytes: usize, flags: u32, what: &str) -> Result<PinnedHost> {
         let mut host: *mut c_void = std::ptr::null_mut();
         // SAFETY: writes one host pointer.
-        check(unsafe { sys::cuMemHostAlloc(&mut host, bytes.max(1), sys::CU_MEMHOSTALLOC_PORTABLE) }, || format!("allocating {bytes} bytes of pinned host memory"))?;
+        check(unsafe { sys::cuMemHostAlloc(&mut host, bytes.max(1), flags) }, || format!("allocating {bytes} bytes of {what}"))?;
         Ok(PinnedHost { ptr: host.cast(), bytes })
     }
 }
@@ -388,6 +309,87 @@ pub(crate) unsafe fn copy_to_host_async(dst: *mut u8, src: CUdeviceptr, bytes: u
 pub(crate) unsafe fn copy_to_device_async(dst: CUdeviceptr, src: *const u8, bytes: usize, stream: CUstream) -> Result<()> {
     // SAFETY: per this function's contract.
     check(unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), bytes, stream) }, || format!("copying {bytes} bytes from host memory to the GPU"))
+}
+
+/// Pinned host memory mapped into the GPU's address space (not write-combined: the host
+/// reads it too): the abort flag, the kernels' status words, the staged path's counters.
+pub(crate) struct MappedHost {
+    memory: PinnedHost,
+    pub device: CUdeviceptr,
+    ints: usize,
+}
+
+impl MappedHost {
+    pub fn zeroed(ints: usize) -> Result<MappedHost> {
+        let memory = PinnedHost::with_flags(ints * 4, sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE, "mapped host memory")?;
+        // SAFETY: the allocation holds `ints` ints.
+        unsafe { std::ptr::write_bytes(memory.ptr, 0, ints * 4) };
+        let mut device = 0;
+        // SAFETY: writes the device address of mapped host memory (freed with `memory` if
+        // this fails).
+        check(unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, memory.ptr.cast(), 0) }, || "mapping host memory into the GPU".into())?;
+        Ok(MappedHost { memory, device, ints })
+    }
+
+    fn int(&self, i: usize) -> *mut i32 {
+        assert!(i < self.ints);
+        // SAFETY: in bounds (checked above).
+        unsafe { self.memory.ptr.cast::<i32>().add(i) }
+    }
+
+    fn u64_at(&self, i: usize) -> *mut u64 {
+        // Ints `i` and `i + 1` (`i` even: 8-byte aligned, the allocation is page aligned).
+        assert!(i % 2 == 0 && i + 1 < self.ints);
+        self.int(i).cast()
+    }
+
+    pub fn get(&self, i: usize) -> i32 {
+        // SAFETY: in bounds; the GPU writes it concurrently, hence volatile.
+        unsafe { std::ptr::read_volatile(self.int(i)) }
+    }
+
+    pub fn set(&self, i: usize, value: i32) {
+        // SAFETY: as above.
+        unsafe { std::ptr::write_volatile(self.int(i), value) }
+    }
+
+    /// Ints `i` and `i + 1` as one u64, read with one load.
+    pub fn get_u64(&self, i: usize) -> u64 {
+        // SAFETY: in bounds and aligned; the GPU writes it concurrently, hence volatile.
+        unsafe { std::ptr::read_volatile(self.u64_at(i)) }
+    }
+
+    /// Ints `i` and `i + 1` as one u64, written with one store.
+    pub fn set_u64(&self, i: usize, value: u64) {
+        // SAFETY: as above; the GPU reads it concurrently.
+        unsafe { std::ptr::write_volatile(self.u64_at(i), value) }
+    }
+
+    /// The device address of int `i`.
+    pub fn device_at(&self, i: usize) -> CUdeviceptr {
+        assert!(i < self.ints);
+        self.device + (i * 4) as u64
+    }
+
+    /// Copies int `i` to each device address of `dsts` (this GPU's memory or a peer's, as
+    /// this context reaches it) and waits until they landed. The copies run on a
+    /// non-blocking stream of their own so that they wait for no kernel: the legacy default
+    /// stream would wait for every blocking stream's work, and a kernel there may wait for
+    /// these writes.
+    ///
+    /// # Safety
+    /// Each of `dsts` is 4 bytes of device memory this context reaches; the context is
+    /// current.
+    pub unsafe fn copy_int_to_devices(&self, i: usize, dsts: &[CUdeviceptr]) -> Result<()> {
+        let src = self.int(i);
+        let stream = Stream::create()?;
+        for &dst in dsts {
+            // SAFETY: 4 bytes of pinned memory (in bounds) to 4 bytes at `dst` (the contract).
+            check(unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), 4, stream.0) }, || "copying a flag to GPU memory".into())?;
+        }
+        // SAFETY: a stream this function made.
+        check(unsafe { sys::cuStreamSynchronize(stream.0) }, || "waiting for a flag's copies to GPU memory".into())
+    }
 }
 
 /// A loaded PTX module and its kernels.

@@ -60,12 +60,31 @@ const BYTES_PER_CHANNEL: usize = 64 << 10;
 /// Mapped host ints: [0] the abort flag; [4..9] the kernels' status (`status::WORDS`:
 /// code, lane, step, kernel, peer); [12] a 1, the source of the copies that raise this
 /// rank's `gone` flag in its peers' memory; [14..16] a u64, the last staged operation the
-/// host finished.
+/// host finished; [16..18] a u64, the last staged operation whose kernel its stream reached.
 const ABORT_WORD: usize = 0;
 const STATUS_WORD: usize = 4;
 const ONE_WORD: usize = 12;
 const DONE_WORD: usize = 14;
-const FLAG_WORDS: usize = 16;
+const REACHED_WORD: usize = 16;
+const FLAG_WORDS: usize = 18;
+
+/// A host wait's pause between polls of the GPU: spin (the GPU answers within
+/// microseconds), then sleep 20 µs a round.
+#[derive(Default)]
+struct Pause {
+    spins: u32,
+}
+
+impl Pause {
+    fn pause(&mut self) {
+        self.spins += 1;
+        if self.spins < 1000 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+}
 
 /// Why a kernel stopped (`status::*`), the peer it waited for, and where, in words.
 struct KernelStop {
@@ -300,7 +319,11 @@ impl DeviceComm {
             gone: std::sync::OnceLock::new(),
             protocols,
             state: Mutex::new(State::default()),
-            flags: MappedHost::zeroed(FLAG_WORDS)?,
+            flags: {
+                let flags = MappedHost::zeroed(FLAG_WORDS)?;
+                flags.set(ONE_WORD, 1);
+                flags
+            },
             stop: AtomicBool::new(false),
             failure: Mutex::new(None),
             device,
@@ -521,7 +544,7 @@ impl DeviceComm {
         // SAFETY: the caller's stream of this context (this function's contract).
         let event = unsafe { Event::record(stream)? };
         let deadline = Instant::now() + self.inner.timeout;
-        let mut spins = 0u32;
+        let mut pause = Pause::default();
         loop {
             if event.done()? {
                 return self.async_error().map_or(Ok(()), Err);
@@ -539,12 +562,7 @@ impl DeviceComm {
                 let place = self.inner.kernel_stop().map(|stop| format!(" ({})", stop.place)).unwrap_or_default();
                 return Err(Error::Timeout { phase: phase + &place, waited: self.inner.timeout });
             }
-            spins += 1;
-            if spins < 1000 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::sleep(Duration::from_micros(20));
-            }
+            pause.pause();
         }
     }
 
@@ -806,15 +824,20 @@ impl Inner {
     /// `stream` is a stream of this GPU's context.
     unsafe fn launch_wait_host(&self, seq: u64, rank: u32, stream: CUstream) -> Result<()> {
         let loaded = self.loaded(Specialization { dtype: DataType::Uint8, op: oxccl_kernels::Combine::Sum })?;
-        let (mut done, mut target, mut watch, mut rank) = (self.flags.device_at(DONE_WORD), seq, self.watch(), rank);
-        let params = [(&mut done as *mut u64).cast::<c_void>(), (&mut target as *mut u64).cast(), (&mut watch as *mut DevWatch).cast(), (&mut rank as *mut u32).cast()];
-        // SAFETY: the kernel's four parameters, in order; the caller's stream.
+        let (mut done, mut reached, mut target, mut watch, mut rank) = (self.flags.device_at(DONE_WORD), self.flags.device_at(REACHED_WORD), seq, self.watch(), rank);
+        let params = [(&mut done as *mut u64).cast::<c_void>(), (&mut reached as *mut u64).cast(), (&mut target as *mut u64).cast(), (&mut watch as *mut DevWatch).cast(), (&mut rank as *mut u32).cast()];
+        // SAFETY: the kernel's five parameters, in order; the caller's stream.
         unsafe { loaded.wait_host.launch(1, 1, stream, &mut { params }) }
     }
 
     /// Publishes that the host finished staged operation `seq`.
     fn set_host_done(&self, seq: u64) {
         self.flags.set_u64(DONE_WORD, seq);
+    }
+
+    /// The last staged operation whose kernel its stream reached.
+    fn stream_reached(&self) -> u64 {
+        self.flags.get_u64(REACHED_WORD)
     }
 
     /// What every launch's waits watch: the abort flag, the status word, the peers'
@@ -833,15 +856,11 @@ impl Inner {
     /// Only once this rank's kernels have all ended: what they sent has landed, so a peer
     /// still waiting for this rank waits for something it will never get.
     fn say_gone(&self, rank: usize) -> Result<()> {
-        self.flags.set(ONE_WORD, 1);
-        let peers = self.state.lock().conns.peer_inboxes(Inbox::Gone);
+        let slots: Vec<u64> = self.state.lock().conns.peer_inboxes(Inbox::Gone).into_iter().map(|gone| gone + 4 * rank as u64).collect();
         self.device.bind()?;
-        for gone in peers {
-            // SAFETY: a peer's `gone` array (u32 per rank), opened at init and kept open
-            // until this communicator's memory is freed, after this.
-            unsafe { self.flags.copy_int_to_device(ONE_WORD, gone + 4 * rank as u64)? };
-        }
-        Ok(())
+        // SAFETY: this rank's slot in each peer's `gone` array (u32 per rank), opened at
+        // init and kept open until this communicator's memory is freed, after this.
+        unsafe { self.flags.copy_int_to_devices(ONE_WORD, &slots) }
     }
 
     /// Why and where a kernel stopped, if one did.

@@ -5,7 +5,8 @@
 //! between hosts: the same schedules, checked the same way), and the output is copied back
 //! on the stream — which is held meanwhile by a one-thread kernel waiting for the host
 //! (`ox_wait_host`). The call still only enqueues: a worker thread per communicator waits
-//! for each operation's input copy, runs it, and releases the stream.
+//! until the stream reached the operation's kernel (which says so in mapped host memory:
+//! the input copies before it are done), runs it, and releases the stream.
 //!
 //! Order: operations run on the worker in enqueue order, and each one's stream work waits
 //! for the previous operation's (an event), whatever streams they were enqueued on, so one
@@ -18,14 +19,13 @@
 //! undefined, as after an abort). An abort or a dead peer stops the host operation through
 //! the communicator, and the waiting kernel through the abort flag.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
 use super::driver::{self, Event, PinnedHost};
-use super::{CUstream, Inner, P2p};
+use super::{CUstream, Inner, P2p, Pause};
 use crate::error::{Error, Result};
 use crate::{Collective, Communicator, DataType, ReduceOp};
 
@@ -35,10 +35,9 @@ pub(super) struct Staged {
     jobs: crossbeam_channel::Sender<Job>,
     worker: std::thread::JoinHandle<()>,
     buffers: Mutex<Buffers>,
-    /// Operations enqueued so far (the last one's number).
-    enqueued: AtomicU64,
 }
 
+/// The staging buffers and the order of the operations using them.
 pub(super) struct Buffers {
     input: PinnedHost,
     output: PinnedHost,
@@ -46,13 +45,14 @@ pub(super) struct Buffers {
     retired: Vec<PinnedHost>,
     /// Recorded after the last operation's stream work: the next one waits for it.
     last: Option<Event>,
+    /// Operations enqueued so far (the last one's number).
+    enqueued: u64,
 }
 
-/// One operation for the worker: run `work` once `input_copied` is done, then publish
-/// `seq` as done.
+/// One operation for the worker: run `work` once the stream reached operation `seq`'s
+/// kernel, then publish `seq` as done.
 struct Job {
     seq: u64,
-    input_copied: Event,
     work: Work,
 }
 
@@ -76,8 +76,6 @@ impl Staged {
         let worker = std::thread::Builder::new()
             .name(format!("oxccl-gpu-staged-{rank}"))
             .spawn(move || {
-                // Event queries need the GPU's context on this thread.
-                let _ = inner.device.bind();
                 for job in queue {
                     let result = run(&comm, &inner, &job);
                     if let Err(e) = result {
@@ -88,7 +86,7 @@ impl Staged {
                 }
             })
             .map_err(|e| Error::Internal(format!("starting the staging thread: {e}")))?;
-        Ok(Staged { rank: rank as u32, jobs, worker, buffers: Mutex::new(Buffers { input: PinnedHost::new(0)?, output: PinnedHost::new(0)?, retired: Vec::new(), last: None }), enqueued: AtomicU64::new(0) })
+        Ok(Staged { rank: rank as u32, jobs, worker, buffers: Mutex::new(Buffers { input: PinnedHost::new(0)?, output: PinnedHost::new(0)?, retired: Vec::new(), last: None, enqueued: 0 }) })
     }
 
     /// Ends the staging thread but leaks the buffers: a copy may still be pending on them.
@@ -136,7 +134,7 @@ impl Staged {
                 driver::copy_to_host_async(input, send, in_bytes, stream)?;
             }
             let work = Work::Collective { collective, input, output, count, dtype, op, root };
-            self.hand_over(inner, work, stream)?;
+            self.hand_over(inner, &mut buffers, work, stream)?;
             if out_bytes > 0 {
                 driver::copy_to_device_async(recv, output, out_bytes, stream)?;
             }
@@ -168,7 +166,7 @@ impl Staged {
             }
             let sends = placed(true).map(|(o, offset)| (true, o.peer, input.add(offset), o.bytes));
             let recvs = placed(false).map(|(o, offset)| (false, o.peer, output.add(offset), o.bytes));
-            self.hand_over(inner, Work::Group { ops: sends.chain(recvs).collect() }, stream)?;
+            self.hand_over(inner, &mut buffers, Work::Group { ops: sends.chain(recvs).collect() }, stream)?;
             for (o, offset) in placed(false) {
                 driver::copy_to_device_async(o.addr, output.add(offset), o.bytes, stream)?;
             }
@@ -176,19 +174,18 @@ impl Staged {
         }
     }
 
-    /// Gives the operation to the worker once the input copies enqueued before it are
-    /// done, and holds `stream` until the worker finished it.
+    /// Holds `stream` until the worker finished the operation, which it starts once the
+    /// stream reached this point (the input copies enqueued before are done).
     ///
     /// # Safety
     /// `stream` is a stream of this GPU's context.
-    unsafe fn hand_over(&self, inner: &Inner, work: Work, stream: CUstream) -> Result<()> {
-        let seq = self.enqueued.load(Ordering::Relaxed) + 1;
-        // SAFETY: the caller's stream.
-        let input_copied = unsafe { Event::record(stream)? };
-        // SAFETY: as above; the kernel reads the done word and the watch words.
+    unsafe fn hand_over(&self, inner: &Inner, buffers: &mut Buffers, work: Work, stream: CUstream) -> Result<()> {
+        let seq = buffers.enqueued + 1;
+        // SAFETY: the caller's stream; the kernel writes the reached word and reads the
+        // done word and the watch words.
         unsafe { inner.launch_wait_host(seq, self.rank, stream)? };
-        self.enqueued.store(seq, Ordering::Relaxed);
-        self.jobs.send(Job { seq, input_copied, work }).map_err(|_| Error::Internal("the staging thread is gone".into()))
+        buffers.enqueued = seq;
+        self.jobs.send(Job { seq, work }).map_err(|_| Error::Internal("the staging thread is gone".into()))
     }
 }
 
@@ -222,34 +219,36 @@ impl Buffers {
     /// # Safety
     /// As [`Buffers::after_last`].
     unsafe fn mark_last(&mut self, stream: CUstream) -> Result<()> {
-        // SAFETY: the caller's stream.
-        self.last = Some(unsafe { Event::record(stream)? });
-        Ok(())
+        match &self.last {
+            // SAFETY: the caller's stream (a wait already made on the event keeps the
+            // point it was made for).
+            Some(event) => unsafe { event.rerecord(stream) },
+            None => {
+                // SAFETY: as above.
+                self.last = Some(unsafe { Event::record(stream)? });
+                Ok(())
+            }
+        }
     }
 }
 
-/// Waits for the job's input copies, then runs its host operation.
+/// Waits until the stream reached the job's kernel (its input is copied), then runs its
+/// host operation.
 fn run(comm: &Communicator, inner: &Inner, job: &Job) -> Result<()> {
     let deadline = Instant::now() + inner.timeout;
-    let mut spins = 0u32;
+    let mut pause = Pause::default();
     loop {
         // A failed communicator runs nothing more (its streams are released unchanged).
         if let Some(e) = inner.failure.lock().clone() {
             return Err(e);
         }
-        if job.input_copied.done()? {
+        if inner.stream_reached() >= job.seq {
             break;
         }
         if Instant::now() >= deadline {
             return Err(Error::Timeout { phase: format!("waiting for the GPU to copy staged operation {}'s input", job.seq), waited: inner.timeout });
         }
-        // A copy enqueued just before takes microseconds: spin a little, then sleep.
-        spins += 1;
-        if spins < 1000 {
-            std::hint::spin_loop();
-        } else {
-            std::thread::sleep(Duration::from_micros(20));
-        }
+        pause.pause();
     }
     match job.work {
         // SAFETY: the staging buffers hold the operation's input and output (fitted at
