@@ -372,15 +372,17 @@ impl MappedHost {
     }
 
     /// Copies int `i` to each device address of `dsts` (this GPU's memory or a peer's, as
-    /// this context reaches it) and waits until they landed. The copies run on a
-    /// non-blocking stream of their own so that they wait for no kernel: the legacy default
-    /// stream would wait for every blocking stream's work, and a kernel there may wait for
-    /// these writes.
+    /// this context reaches it) and waits up to `limit` until they landed (whether they
+    /// did). The copies run on a non-blocking stream of their own so that they wait for no
+    /// kernel: the legacy default stream would wait for every blocking stream's work, and a
+    /// kernel there may wait for these writes. Even so the GPU may queue that stream behind
+    /// a waiting kernel's (streams share CUDA_DEVICE_MAX_CONNECTIONS hardware queues), so
+    /// the wait is bounded.
     ///
     /// # Safety
     /// Each of `dsts` is 4 bytes of device memory this context reaches; the context is
     /// current.
-    pub unsafe fn copy_int_to_devices(&self, i: usize, dsts: &[CUdeviceptr]) -> Result<()> {
+    pub unsafe fn copy_int_to_devices(&self, i: usize, dsts: &[CUdeviceptr], limit: std::time::Duration) -> Result<bool> {
         let src = self.int(i);
         let stream = Stream::create()?;
         for &dst in dsts {
@@ -388,7 +390,17 @@ impl MappedHost {
             check(unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), 4, stream.0) }, || "copying a flag to GPU memory".into())?;
         }
         // SAFETY: a stream this function made.
-        check(unsafe { sys::cuStreamSynchronize(stream.0) }, || "waiting for a flag's copies to GPU memory".into())
+        let landed = unsafe { Event::record(stream.0)? };
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if landed.done()? {
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
     }
 }
 

@@ -302,7 +302,10 @@ impl DeviceComm {
         // wait for a peer's kernel needs all of both resident: each rank gets at most its
         // share of the multiprocessors, one 512-thread block each (4 ranks on one H200
         // with 64 channels each deadlocked in an 8 MiB all_reduce).
-        let sharing = ranks_on_this_gpu(&comm, device.ordinal as u32)?;
+        let (sharing, sharing_here) = ranks_on_this_gpu(&comm, device.ordinal as u32)?;
+        if sharing_here > 1 {
+            warn_streams_may_share_queues(device.ordinal, sharing_here);
+        }
         let max_channels = config.max_channels.clamp(1, 64).min((device.multiprocessors()? / sharing).max(1));
         let min_channels = config.min_channels.clamp(1, max_channels);
         let protocols = Protocols::new(&crate::tune::Tuner::new(None, config.proto.as_deref())?);
@@ -854,13 +857,14 @@ impl Inner {
     /// Raises this rank's `gone` flag in every peer's GPU memory: their waits on this rank
     /// then stop (`status::PEER_LEFT`) instead of lasting until the collective timeout.
     /// Only once this rank's kernels have all ended: what they sent has landed, so a peer
-    /// still waiting for this rank waits for something it will never get.
-    fn say_gone(&self, rank: usize) -> Result<()> {
+    /// still waiting for this rank waits for something it will never get. Whether the
+    /// flags landed within 5 s (else their copies may still be pending).
+    fn say_gone(&self, rank: usize) -> Result<bool> {
         let slots: Vec<u64> = self.state.lock().conns.peer_inboxes(Inbox::Gone).into_iter().map(|gone| gone + 4 * rank as u64).collect();
         self.device.bind()?;
         // SAFETY: this rank's slot in each peer's `gone` array (u32 per rank), opened at
         // init and kept open until this communicator's memory is freed, after this.
-        unsafe { self.flags.copy_int_to_devices(ONE_WORD, &slots) }
+        unsafe { self.flags.copy_int_to_devices(ONE_WORD, &slots, Duration::from_secs(5)) }
     }
 
     /// Why and where a kernel stopped, if one did.
@@ -955,12 +959,18 @@ impl Inner {
 impl Drop for DeviceComm {
     fn drop(&mut self) {
         let healthy = self.inner.failure.lock().is_none();
-        let finished = self.inner.drain(if healthy { self.inner.timeout } else { Duration::ZERO });
+        let mut finished = self.inner.drain(if healthy { self.inner.timeout } else { Duration::ZERO });
         if finished {
             // Nothing more will come from this rank: a peer's kernel still waiting for it
             // (the ranks' calls differ) stops now rather than at the collective timeout.
-            if let Err(e) = self.inner.say_gone(self.comm.rank()) {
-                tracing::warn!(target: crate::log_target::INIT, "rank {}: could not tell the peers' GPU kernels that it leaves: {e}", self.comm.rank());
+            match self.inner.say_gone(self.comm.rank()) {
+                Ok(true) => {}
+                Ok(false) => {
+                    // Copies into peers' memory still pending: nothing may be unmapped.
+                    tracing::warn!(target: crate::log_target::INIT, "rank {}: telling the peers' GPU kernels that it leaves did not finish within 5 s", self.comm.rank());
+                    finished = false;
+                }
+                Err(e) => tracing::warn!(target: crate::log_target::INIT, "rank {}: could not tell the peers' GPU kernels that it leaves: {e}", self.comm.rank()),
             }
         }
         self.inner.stop.store(true, Ordering::Release);
@@ -970,8 +980,9 @@ impl Drop for DeviceComm {
         let staged = self.staged.take();
         let comm = self.comm.clone();
         if !finished {
-            // A kernel is still running on this memory: leaking it is the only safe choice.
-            tracing::error!(target: crate::log_target::INIT, "rank {}: GPU kernels did not stop; leaking their memory", comm.rank());
+            // A kernel or copy is still running on this memory: leaking it is the only safe
+            // choice.
+            tracing::error!(target: crate::log_target::INIT, "rank {}: GPU work did not stop; leaking its memory", comm.rank());
             std::mem::forget(std::mem::take(&mut *self.inner.state.lock()));
             if let Some(staged) = staged {
                 staged.leak();
@@ -1053,12 +1064,36 @@ impl DeviceBuffer {
     }
 }
 
-/// How many ranks of `comm` (this one included) run on GPU `ordinal` of this host
-/// (collective: every rank calls it at init; who shares the host is known already).
-fn ranks_on_this_gpu(comm: &Communicator, ordinal: u32) -> Result<usize> {
-    let all = comm.bootstrap().allgather(&ordinal.to_le_bytes())?;
-    let same_gpu = all.chunks_exact(4).zip(comm.same_host()).filter(|(o, &host)| host && *o == ordinal.to_le_bytes()).count();
-    Ok(same_gpu.max(1))
+/// How many ranks of `comm` (this one included) run on GPU `ordinal` of this host, and
+/// how many of those in this process (collective: every rank calls it at init; who shares
+/// the host is known already).
+fn ranks_on_this_gpu(comm: &Communicator, ordinal: u32) -> Result<(usize, usize)> {
+    let mine = [ordinal.to_le_bytes(), std::process::id().to_le_bytes()].concat();
+    let all = comm.bootstrap().allgather(&mine)?;
+    let on_gpu: Vec<&[u8]> = all.chunks_exact(8).zip(comm.same_host()).filter(|(o, &host)| host && o[..4] == mine[..4]).map(|(o, _)| o).collect();
+    let in_process = on_gpu.iter().filter(|o| o[4..] == mine[4..]).count();
+    Ok((on_gpu.len().max(1), in_process.max(1)))
+}
+
+/// Ranks sharing a GPU in one process wait for each other's kernels, so the GPU must run
+/// their streams side by side; CUDA multiplexes a context's streams onto
+/// CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 by default), and a rank's stream queued
+/// behind another's waiting kernel in the same queue cannot start: both wait until the
+/// collective timeout. Said once per process, when the limit is below its maximum (32).
+fn warn_streams_may_share_queues(ordinal: i32, ranks: usize) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    let queues = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok().and_then(|v| v.parse::<u32>().ok()).unwrap_or(8);
+    if queues >= 32 {
+        return;
+    }
+    ONCE.call_once(|| {
+        tracing::warn!(
+            target: crate::log_target::INIT,
+            "{ranks} ranks share GPU {ordinal} in this process: their kernels wait for each other, which needs the GPU to run their streams side by side, \
+             but CUDA puts a context's streams on CUDA_DEVICE_MAX_CONNECTIONS={queues} hardware queues and two ranks' streams in one queue wait for each other \
+             until the collective timeout; set CUDA_DEVICE_MAX_CONNECTIONS=32 before CUDA starts, or give each rank a GPU of its own (NCCL refuses ranks sharing a GPU)"
+        );
+    });
 }
 
 /// The calling thread's current GPU (what `cudaSetDevice` chose; 0 when none was).
