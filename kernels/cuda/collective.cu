@@ -418,7 +418,9 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_p2p(const OxP2p a) {
     for (u32 m = lane.first; m < lane.end; ++m) {
       const OxP2pMsg msg = a.msgs[m];
       const u64 lines = (msg.bytes + 7) / 8;
-      for (u64 l = threadIdx.x; l < lines; l += blockDim.x) ox_line_put(msg.addr, l, msg.bytes, ox_line_get(msg.src, l, msg.bytes));
+      char* dst = a.recv_base + msg.addr;
+      const char* src = a.send_base + msg.src;
+      for (u64 l = threadIdx.x; l < lines; l += blockDim.x) ox_line_put(dst, l, msg.bytes, ox_line_get(src, l, msg.bytes));
     }
     return;
   }
@@ -431,17 +433,19 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_p2p(const OxP2p a) {
   u32 m = lane.first;
   for (; m < lane.end; ++m) {
     const OxP2pMsg msg = a.msgs[m];
+    // What this message reads (a send) or writes (a receive).
+    char* at = (sends ? (char*)a.send_base : a.recv_base) + msg.addr;
     const u64 k = before + 1 + (m - lane.first);
     const u32 flag = ox_ll_flag(k);
     const u64 lines = (msg.bytes + 7) / 8;
     if (sends) {
       char* row = peer + ((u64)a.rank * 2 + (k & 1)) * a.cap_lines * 16;
       u64 l = threadIdx.x;
-      uint2 v = l < lines ? ox_line_get(msg.addr, l, msg.bytes) : make_uint2(0, 0);
+      uint2 v = l < lines ? ox_line_get(at, l, msg.bytes) : make_uint2(0, 0);
       // The half is free once the peer read message k - 2, the last one in it.
       if (k > 2 && l < lines) why = ox_wait_for(ack, k - 2, a.watch, lane.peer);
       for (; l < lines && !why; l += blockDim.x) {
-        if (l != threadIdx.x) v = ox_line_get(msg.addr, l, msg.bytes);
+        if (l != threadIdx.x) v = ox_line_get(at, l, msg.bytes);
         ox_ll_store(row + l * 16, v, flag);
       }
     } else {
@@ -449,7 +453,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_p2p(const OxP2p a) {
       for (u64 l = threadIdx.x; l < lines && !why; l += blockDim.x) {
         uint2 v;
         why = ox_ll_wait(row + l * 16, flag, a.watch, lane.peer, &v);
-        if (!why) ox_line_put(msg.addr, l, msg.bytes, v);
+        if (!why) ox_line_put(at, l, msg.bytes, v);
       }
     }
     // Every thread is done with message k (or some thread gave up).

@@ -219,6 +219,11 @@ pub struct DevP2p {
     pub lanes: u64,
     /// `DevP2pMsg`s, lane after lane.
     pub msgs: u64,
+    /// What the messages' addresses are offsets from: sends' (and copies' sources) from
+    /// `send_base`, receives' (and copies' destinations) from `recv_base` — so that a
+    /// group whose buffers move, its layout within them unchanged, keeps its plan.
+    pub send_base: u64,
+    pub recv_base: u64,
     /// This rank's inbox.
     pub inbox: u64,
     /// `nranks` device addresses: every rank's inbox as this GPU reaches it.
@@ -256,8 +261,10 @@ pub struct DevP2pLane {
     pub end: u32,
 }
 
-/// One message of a [`DevP2p`] launch (C: `OxP2pMsg`): `bytes` at device address `addr`
-/// (read when sending, written when receiving or copying), and a copy's source `src`.
+/// One message of a [`DevP2p`] launch (C: `OxP2pMsg`): `bytes` at `addr` (read when
+/// sending, written when receiving or copying), and a copy's source `src`; offsets from
+/// the launch's bases (`DevP2p::send_base` for what is read, `recv_base` for what is
+/// written).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct DevP2pMsg {
@@ -347,13 +354,15 @@ fn structs() -> Vec<(&'static str, usize, Vec<Field>)> {
             size_of::<DevP2pLane>(),
             fields!(DevP2pLane { "unsigned int" peer: u32, "unsigned int" kind: u32, "unsigned int" first: u32, "unsigned int" end: u32 }),
         ),
-        ("OxP2pMsg", size_of::<DevP2pMsg>(), fields!(DevP2pMsg { "char*" addr: u64, "unsigned long long" bytes: u64, "const char*" src: u64 })),
+        ("OxP2pMsg", size_of::<DevP2pMsg>(), fields!(DevP2pMsg { "unsigned long long" addr: u64, "unsigned long long" bytes: u64, "unsigned long long" src: u64 })),
         (
             "OxP2p",
             size_of::<DevP2p>(),
             fields!(DevP2p {
                 "const OxP2pLane*" lanes: u64,
                 "const OxP2pMsg*" msgs: u64,
+                "const char*" send_base: u64,
+                "char*" recv_base: u64,
                 "char*" inbox: u64,
                 "char* const*" peers: u64,
                 "OxWatch" watch: DevWatch,
@@ -427,7 +436,7 @@ mod tests {
         for (name, value) in kind::ALL {
             assert!(h.contains(&format!("#define {name} {value}u")), "{name}");
         }
-        for s in ["struct OxStep {", "struct OxConn {", "struct OxArgs {", "sizeof(OxStep) == 32", "sizeof(OxConn) == 48", "sizeof(OxArgs) == 88", "sizeof(OxWatch) == 32", "#define OX_PEER_LEFT 3", "struct OxDirect {", "sizeof(OxDirect) == 128", "#define OX_DIRECT_BROADCAST 4u", "struct OxP2p {", "sizeof(OxP2p) == 96", "sizeof(OxP2pLane) == 16", "sizeof(OxP2pMsg) == 24", "#define OX_LANE_COPY 2u"] {
+        for s in ["struct OxStep {", "struct OxConn {", "struct OxArgs {", "sizeof(OxStep) == 32", "sizeof(OxConn) == 48", "sizeof(OxArgs) == 88", "sizeof(OxWatch) == 32", "#define OX_PEER_LEFT 3", "struct OxDirect {", "sizeof(OxDirect) == 128", "#define OX_DIRECT_BROADCAST 4u", "struct OxP2p {", "sizeof(OxP2p) == 112", "sizeof(OxP2pLane) == 16", "sizeof(OxP2pMsg) == 24", "#define OX_LANE_COPY 2u"] {
             assert!(h.contains(s), "{s} missing from:\n{h}");
         }
     }

@@ -514,6 +514,9 @@ fn p2p_groups(n: usize, count: usize) -> Vec<Vec<Message>> {
     // Two ranks each sending three before receiving; a cycle, each rank sending three to
     // its successor, then one to its predecessor.
     let mut groups = vec![(0..3).flat_map(|_| [m(0, 1, 4099), m(1, 0, 4099)]).collect::<Vec<_>>()];
+    // Twenty small messages each way in one group: each waits for the peer's
+    // acknowledgement of the one two before it.
+    groups.push((0..20).flat_map(|_| [m(0, 1, 64), m(1, 0, 64)]).collect());
     if n >= 3 {
         groups.push((0..3).flat_map(|r| [m(r, (r + 1) % 3, 64), m(r, (r + 1) % 3, 64), m(r, (r + 1) % 3, 64), m(r, (r + 2) % 3, 64)]).collect());
     }

@@ -1,6 +1,8 @@
-//! Sends and receives on GPU buffers: a group's transfers become lanes of `send` and `recv`
-//! steps over the direct channels (the slices hold absolute device addresses, so the launch
-//! passes 0 as both buffer bases), run by the same kernel as the collectives.
+//! Sends and receives on GPU buffers: a group's small transfers go in one LL launch, the
+//! others become lanes of `send` and `recv` steps over the direct channels, run by the
+//! same kernel as the collectives. Both plans hold offsets from the group's lowest send
+//! and lowest receive address (the launches' two bases), cached by them: a program whose
+//! buffers move from call to call keeps its plans.
 
 use oxccl_kernels::cuda::Specialization;
 
@@ -92,8 +94,10 @@ impl DeviceComm {
         }
         let loaded = inner.loaded(Specialization { dtype: DataType::Uint8, op: oxccl_kernels::Combine::Sum })?;
         if !ll.is_empty() {
-            // The transfers are the key (no copy of them per call).
-            let key = CacheKey::PointToPointLl(ll);
+            // Keyed by the transfers' offsets from the group's bases: a group whose buffers
+            // move keeps its plan.
+            let (send_base, recv_base, relative) = relative_to_bases(&ll);
+            let key = CacheKey::PointToPointLl(relative);
             let plan = match inner.cached(&key) {
                 Some(p) => p,
                 None => {
@@ -105,10 +109,11 @@ impl DeviceComm {
                     inner.store(inner.state.lock(), key, &image, |at| Plan::Messages { lanes: count, at, msgs: at + lanes_bytes as u64 })?
                 }
             };
-            inner.launch_p2p_ll(&loaded, &plan, stream)?;
+            inner.launch_p2p_ll(&loaded, &plan, send_base, recv_base, stream)?;
         }
         if !simple.is_empty() {
-            let key = CacheKey::PointToPoint(simple);
+            let (send_base, recv_base, relative) = relative_to_bases(&simple);
+            let key = CacheKey::PointToPoint(relative);
             let plan = match inner.cached(&key) {
                 Some(p) => p,
                 None => {
@@ -116,8 +121,7 @@ impl DeviceComm {
                     self.upload(key, &lanes, 1)?
                 }
             };
-            // Slices hold absolute addresses: both buffer bases are 0.
-            inner.launch(&loaded, &plan, 0, 0, None, stream)?;
+            inner.launch(&loaded, &plan, send_base, recv_base, None, stream)?;
         }
         Ok(())
     }
@@ -177,16 +181,19 @@ fn exchange_ops(collective: Collective, send: u64, recv: u64, bytes: usize, root
 }
 
 impl Inner {
-    /// Launches the point-to-point LL kernel on `plan` (one block per lane).
+    /// Launches the point-to-point LL kernel on `plan` (one block per lane), its messages
+    /// at offsets from `send_base` and `recv_base`.
     ///
     /// # Safety
     /// As [`DeviceComm::enqueue_p2p`].
-    unsafe fn launch_p2p_ll(&self, loaded: &Loaded, plan: &Plan, stream: CUstream) -> Result<()> {
+    unsafe fn launch_p2p_ll(&self, loaded: &Loaded, plan: &Plan, send_base: u64, recv_base: u64, stream: CUstream) -> Result<()> {
         let &Plan::Messages { lanes, at, msgs } = plan else { return Err(Error::Internal("the LL send/recv kernel launched with an executor plan".into())) };
         let p = self.p2p_ll.get().ok_or_else(|| Error::Internal("no send/recv inboxes".into()))?;
         let mut args = DevP2p {
             lanes: at,
             msgs,
+            send_base,
+            recv_base,
             inbox: p.inbox,
             peers: p.table,
             watch: self.watch(),
@@ -201,6 +208,17 @@ impl Inner {
         // caller's contract.
         unsafe { loaded.p2p.launch(lanes, oxccl_kernels::cuda::THREADS, stream, &mut [(&mut args as *mut DevP2p).cast()]) }
     }
+}
+
+/// `ops` with sends at offsets from the lowest send address and receives from the lowest
+/// receive address, and those two bases (the launch's buffer bases): a program whose
+/// buffers move from call to call, its groups' layout within them unchanged (one send and
+/// one receive buffer, say), reuses one plan.
+fn relative_to_bases(ops: &[P2p]) -> (u64, u64, Vec<P2p>) {
+    let base = |send: bool| ops.iter().filter(|o| o.send == send).map(|o| o.addr).min().unwrap_or(0);
+    let (send_base, recv_base) = (base(true), base(false));
+    let relative = ops.iter().map(|o| P2p { addr: o.addr - if o.send { send_base } else { recv_base }, ..*o }).collect();
+    (send_base, recv_base, relative)
 }
 
 /// The LL launch of `ops` (each within the LL limit) on `rank`: a lane per peer and
@@ -249,6 +267,24 @@ fn lanes(ops: &[P2p], channels: impl Fn(usize) -> usize, slot_bytes: usize) -> V
 mod tests {
     use super::*;
     use crate::algo::Step;
+
+    /// A group moved to other buffers keeps its key (the offsets within them), and every
+    /// transfer's address is its base plus its offset.
+    #[test]
+    fn groups_in_moved_buffers_share_a_plan_key() {
+        let op = |send: bool, peer: usize, addr: u64| P2p { send, peer, addr, bytes: 1 << 20 };
+        let group = |send: u64, recv: u64| vec![op(true, 1, send + 4096), op(false, 1, recv), op(true, 2, send), op(false, 2, recv + (1 << 20))];
+        let (s1, r1, a) = relative_to_bases(&group(0x7000_0000, 0x9000_0000));
+        let (s2, r2, b) = relative_to_bases(&group(0x7100_0200, 0x9300_0000));
+        assert_eq!(a, b);
+        assert_eq!((s1, r1, s2, r2), (0x7000_0000, 0x9000_0000, 0x7100_0200, 0x9300_0000));
+        for (o, rel) in group(0x7100_0200, 0x9300_0000).iter().zip(&b) {
+            assert_eq!(o.addr, rel.addr + if o.send { s2 } else { r2 });
+        }
+        // Only receives: the send base is unused.
+        let (_, r, only) = relative_to_bases(&[op(false, 1, 0x5000), op(false, 2, 0x4000)]);
+        assert_eq!((r, only[0].addr, only[1].addr), (0x4000, 0x1000, 0));
+    }
 
     fn channels(bytes: usize) -> usize {
         bytes.div_ceil(64 << 10).clamp(1, 8)
