@@ -1065,14 +1065,23 @@ impl DeviceBuffer {
 }
 
 /// How many ranks of `comm` (this one included) run on GPU `ordinal` of this host, and
-/// how many of those in this process (collective: every rank calls it at init; who shares
-/// the host is known already).
+/// how many on that GPU in this very process — whatever host each claims (NCCL_HOSTID):
+/// ranks posing as separate hosts still share the GPU's queues (collective: every rank
+/// calls it at init; who shares the host is known already).
 fn ranks_on_this_gpu(comm: &Communicator, ordinal: u32) -> Result<(usize, usize)> {
-    let mine = [ordinal.to_le_bytes(), std::process::id().to_le_bytes()].concat();
+    // This process, told apart from every other on any host.
+    static PROCESS: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.finish()
+    });
+    let mine = [&ordinal.to_le_bytes()[..], &PROCESS.to_le_bytes()].concat();
     let all = comm.bootstrap().allgather(&mine)?;
-    let on_gpu: Vec<&[u8]> = all.chunks_exact(8).zip(comm.same_host()).filter(|(o, &host)| host && o[..4] == mine[..4]).map(|(o, _)| o).collect();
-    let in_process = on_gpu.iter().filter(|o| o[4..] == mine[4..]).count();
-    Ok((on_gpu.len().max(1), in_process.max(1)))
+    let ranks: Vec<&[u8]> = all.chunks_exact(mine.len()).collect();
+    let on_gpu = ranks.iter().zip(comm.same_host()).filter(|(r, &host)| host && r[..4] == mine[..4]).count();
+    let in_process = ranks.iter().filter(|r| **r == mine.as_slice()).count();
+    Ok((on_gpu.max(1), in_process.max(1)))
 }
 
 /// Ranks sharing a GPU in one process wait for each other's kernels, so the GPU must run
@@ -1150,3 +1159,33 @@ pub fn mem_alloc(bytes: usize) -> Result<u64> {
 pub fn mem_free(ptr: u64) -> Result<bool> {
     Ok(ALLOCATIONS.lock().remove(&ptr).is_some())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bootstrap::Config;
+
+    /// Counting the ranks that share a GPU needs no GPU: ranks 0 and 2 of three threads
+    /// name GPU 0, rank 1 GPU 1; ranks 0 and 1 claim host "a", rank 2 host "b". On GPU 0
+    /// of host "a" only rank 0 runs, but in this process ranks 0 and 2 share GPU 0 (the
+    /// staged test's layout that hung on 2×H200).
+    #[test]
+    fn ranks_sharing_a_gpu_are_counted_per_host_and_per_process() {
+        let configs: Vec<Config> = ["a", "a", "b"]
+            .iter()
+            .map(|host| {
+                let mut c = Config::defaults();
+                c.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+                c.set("NCCL_HOSTID", host).unwrap();
+                c
+            })
+            .collect();
+        let comms = Communicator::init_all_with(&configs).unwrap();
+        let counts: Vec<(usize, usize)> = std::thread::scope(|s| {
+            let handles: Vec<_> = comms.iter().zip([0u32, 1, 0]).map(|(c, gpu)| s.spawn(move || ranks_on_this_gpu(c, gpu).unwrap())).collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(counts, [(1, 2), (1, 1), (1, 2)]);
+    }
+}
+
