@@ -8,9 +8,9 @@ here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-$here/../gpu-out}"
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 OXCCL_TEST_GPU=1
-# Tests run ranks as threads sharing a GPU, whose kernels wait for each other: each stream
-# needs a hardware queue of its own, or one rank's work queues behind another's waiting
-# kernel (docs/GPU.md, "Ranks sharing a GPU"). 32 is CUDA's most; the default is 8.
+# Tests run ranks as threads sharing a GPU, whose kernels wait for each other: two ranks'
+# streams in one hardware queue can hold each other up (docs/GPU.md, "Ranks sharing a
+# GPU"); the most queues (32; the default is 8) keeps streams made together apart.
 export CUDA_DEVICE_MAX_CONNECTIONS="${CUDA_DEVICE_MAX_CONNECTIONS:-32}"
 export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 export LD_LIBRARY_PATH="$CUDA_HOME/lib64:${LD_LIBRARY_PATH:-}"
