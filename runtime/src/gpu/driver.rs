@@ -391,16 +391,7 @@ impl MappedHost {
         }
         // SAFETY: a stream this function made.
         let landed = unsafe { Event::record(stream.0)? };
-        let deadline = std::time::Instant::now() + limit;
-        loop {
-            if landed.done()? {
-                return Ok(true);
-            }
-            if std::time::Instant::now() >= deadline {
-                return Ok(false);
-            }
-            std::thread::sleep(std::time::Duration::from_micros(20));
-        }
+        landed.done_by(std::time::Instant::now() + limit)
     }
 }
 
@@ -491,6 +482,20 @@ impl Event {
     /// `stream` must be a valid stream of the current context (or null).
     pub unsafe fn wait_on(&self, stream: CUstream) -> Result<()> {
         check(sys::cuStreamWaitEvent(stream, self.0, 0), || "ordering a stream after an event".into())
+    }
+
+    /// Polls until the work before the event is done (true) or `until` passes (false);
+    /// an error if the work failed.
+    pub fn done_by(&self, until: std::time::Instant) -> Result<bool> {
+        loop {
+            if self.done()? {
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= until {
+                return Ok(false);
+            }
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
     }
 
     /// Whether the work before the event is done; an error if it failed.

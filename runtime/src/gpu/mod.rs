@@ -235,9 +235,11 @@ struct PlanKey {
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 enum CacheKey {
     Collective(PlanKey),
-    /// A group of sends and receives (their addresses are part of the steps).
+    /// A group of sends and receives, each address an offset from the group's lowest send
+    /// or receive address (the launch's bases).
     PointToPoint(Vec<P2p>),
-    /// A group's messages that go over LL (`p2p_ll_bytes` at most each).
+    /// A group's messages that go over LL (`p2p_ll_bytes` at most each), addresses as
+    /// above.
     PointToPointLl(Vec<P2p>),
 }
 
@@ -718,6 +720,14 @@ impl Inner {
         self.state.lock().plans.get(key).cloned()
     }
 
+    /// The plan cached for `key`, else the one `build` makes of it (and caches).
+    fn cached_or(&self, key: CacheKey, build: impl FnOnce(CacheKey) -> Result<Arc<Plan>>) -> Result<Arc<Plan>> {
+        match self.cached(&key) {
+            Some(plan) => Ok(plan),
+            None => build(key),
+        }
+    }
+
     /// Places `image` in the arena and caches the plan `make` describes from its address.
     /// Past 512 cached plans, first waits for every stream (plans in flight must outlive
     /// their kernels) and starts the arena over.
@@ -939,15 +949,8 @@ impl Inner {
     fn drain(&self, limit: Duration) -> bool {
         let _ = self.device.bind();
         let state = self.state.lock();
-        let all_done = |until: Instant| loop {
-            if state.last.values().all(|e| e.done().unwrap_or(true)) {
-                return true;
-            }
-            if Instant::now() >= until {
-                return false;
-            }
-            std::thread::sleep(Duration::from_micros(50));
-        };
+        // A failed launch counts as done: nothing of it runs any more.
+        let all_done = |until: Instant| state.last.values().all(|e| e.done_by(until).unwrap_or(true));
         if all_done(Instant::now() + limit) {
             return true;
         }

@@ -87,40 +87,30 @@ impl DeviceComm {
         // Messages up to the LL limit go over LL (one launch), the rest over the Simple
         // FIFOs (a second launch): both ends of a message decide by its size alone. The
         // two launches never wait for each other's messages, so their order is free.
-        let (small, simple): (Vec<P2p>, Vec<P2p>) = ops.iter().copied().filter(|o| o.peer != rank && o.bytes > 0).partition(|o| o.bytes <= ll_limit);
+        let (small, mut simple): (Vec<P2p>, Vec<P2p>) = ops.iter().copied().filter(|o| o.peer != rank && o.bytes > 0).partition(|o| o.bytes <= ll_limit);
         ll.extend(small);
         if ll.is_empty() && simple.is_empty() {
             return Ok(());
         }
         let loaded = inner.loaded(Specialization { dtype: DataType::Uint8, op: oxccl_kernels::Combine::Sum })?;
         if !ll.is_empty() {
-            // Keyed by the transfers' offsets from the group's bases: a group whose buffers
-            // move keeps its plan.
-            let (send_base, recv_base, relative) = relative_to_bases(&ll);
-            let key = CacheKey::PointToPointLl(relative);
-            let plan = match inner.cached(&key) {
-                Some(p) => p,
-                None => {
-                    let (lanes, msgs) = ll_lanes(key.transfers(), rank);
-                    let lanes_bytes = std::mem::size_of_val(&lanes[..]);
-                    let mut image = bytemuck::cast_slice::<DevP2pLane, u8>(&lanes).to_vec();
-                    image.extend_from_slice(bytemuck::cast_slice::<DevP2pMsg, u8>(&msgs));
-                    let count = lanes.len() as u32;
-                    inner.store(inner.state.lock(), key, &image, |at| Plan::Messages { lanes: count, at, msgs: at + lanes_bytes as u64 })?
-                }
-            };
+            let (send_base, recv_base) = offsets_from_bases(&mut ll);
+            let plan = inner.cached_or(CacheKey::PointToPointLl(ll), |key| {
+                let (lanes, msgs) = ll_lanes(key.transfers(), rank);
+                let lanes_bytes = std::mem::size_of_val(&lanes[..]);
+                let mut image = bytemuck::cast_slice::<DevP2pLane, u8>(&lanes).to_vec();
+                image.extend_from_slice(bytemuck::cast_slice::<DevP2pMsg, u8>(&msgs));
+                let count = lanes.len() as u32;
+                inner.store(inner.state.lock(), key, &image, |at| Plan::Messages { lanes: count, at, msgs: at + lanes_bytes as u64 })
+            })?;
             inner.launch_p2p_ll(&loaded, &plan, send_base, recv_base, stream)?;
         }
         if !simple.is_empty() {
-            let (send_base, recv_base, relative) = relative_to_bases(&simple);
-            let key = CacheKey::PointToPoint(relative);
-            let plan = match inner.cached(&key) {
-                Some(p) => p,
-                None => {
-                    let lanes = self.p2p_lanes(key.transfers());
-                    self.upload(key, &lanes, 1)?
-                }
-            };
+            let (send_base, recv_base) = offsets_from_bases(&mut simple);
+            let plan = inner.cached_or(CacheKey::PointToPoint(simple), |key| {
+                let lanes = self.p2p_lanes(key.transfers());
+                self.upload(key, &lanes, 1)
+            })?;
             inner.launch(&loaded, &plan, send_base, recv_base, None, stream)?;
         }
         Ok(())
@@ -210,15 +200,17 @@ impl Inner {
     }
 }
 
-/// `ops` with sends at offsets from the lowest send address and receives from the lowest
-/// receive address, and those two bases (the launch's buffer bases): a program whose
-/// buffers move from call to call, its groups' layout within them unchanged (one send and
-/// one receive buffer, say), reuses one plan.
-fn relative_to_bases(ops: &[P2p]) -> (u64, u64, Vec<P2p>) {
+/// Turns the addresses of `ops` into offsets — sends' from the lowest send address,
+/// receives' from the lowest receive address — and returns those two bases (the launch's
+/// buffer bases): a program whose buffers move from call to call, its groups' layout
+/// within them unchanged (one send and one receive buffer, say), reuses one plan.
+fn offsets_from_bases(ops: &mut [P2p]) -> (u64, u64) {
     let base = |send: bool| ops.iter().filter(|o| o.send == send).map(|o| o.addr).min().unwrap_or(0);
     let (send_base, recv_base) = (base(true), base(false));
-    let relative = ops.iter().map(|o| P2p { addr: o.addr - if o.send { send_base } else { recv_base }, ..*o }).collect();
-    (send_base, recv_base, relative)
+    for o in ops.iter_mut() {
+        o.addr -= if o.send { send_base } else { recv_base };
+    }
+    (send_base, recv_base)
 }
 
 /// The LL launch of `ops` (each within the LL limit) on `rank`: a lane per peer and
@@ -274,15 +266,17 @@ mod tests {
     fn groups_in_moved_buffers_share_a_plan_key() {
         let op = |send: bool, peer: usize, addr: u64| P2p { send, peer, addr, bytes: 1 << 20 };
         let group = |send: u64, recv: u64| vec![op(true, 1, send + 4096), op(false, 1, recv), op(true, 2, send), op(false, 2, recv + (1 << 20))];
-        let (s1, r1, a) = relative_to_bases(&group(0x7000_0000, 0x9000_0000));
-        let (s2, r2, b) = relative_to_bases(&group(0x7100_0200, 0x9300_0000));
+        let (mut a, mut b) = (group(0x7000_0000, 0x9000_0000), group(0x7100_0200, 0x9300_0000));
+        let (s1, r1) = offsets_from_bases(&mut a);
+        let (s2, r2) = offsets_from_bases(&mut b);
         assert_eq!(a, b);
         assert_eq!((s1, r1, s2, r2), (0x7000_0000, 0x9000_0000, 0x7100_0200, 0x9300_0000));
         for (o, rel) in group(0x7100_0200, 0x9300_0000).iter().zip(&b) {
             assert_eq!(o.addr, rel.addr + if o.send { s2 } else { r2 });
         }
         // Only receives: the send base is unused.
-        let (_, r, only) = relative_to_bases(&[op(false, 1, 0x5000), op(false, 2, 0x4000)]);
+        let mut only = [op(false, 1, 0x5000), op(false, 2, 0x4000)];
+        let (_, r) = offsets_from_bases(&mut only);
         assert_eq!((r, only[0].addr, only[1].addr), (0x4000, 0x1000, 0));
     }
 
