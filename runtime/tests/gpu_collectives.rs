@@ -692,3 +692,57 @@ fn suspend_releases_plans_and_resume_restores_service() {
         }
     });
 }
+
+/// More distinct plans than a communicator caches (512): send/recv groups of 4000 sizes on
+/// the Simple path, each a plan of its own, the first 2600 enqueued without waiting (the
+/// cache starts over in new arenas while the old ones' kernels are queued, and past four
+/// such arenas waits for the stream), the rest with a wait every 100 (old arenas reused).
+/// Every message is checked, and the plans' memory stays bounded.
+#[test]
+fn more_plans_than_the_cache_holds() {
+    let Some(g) = gpus() else { return };
+    let comms = DeviceComm::init_all(&[0, 1 % g], &config()).unwrap();
+    const QUEUED: usize = 2600;
+    const GROUPS: usize = 4000;
+    // Above the LL limit (64 KiB): the Simple path, whose groups are uploaded plans.
+    let bytes = |k: usize| 65_537 + 8 * k;
+    let at: Vec<usize> = (0..=GROUPS).scan(0, |at, k| Some(std::mem::replace(at, *at + bytes(k).next_multiple_of(64)))).collect();
+    std::thread::scope(|s| {
+        for c in &comms {
+            let at = &at;
+            s.spawn(move || {
+                let (rank, peer) = (c.rank(), 1 - c.rank());
+                let stream = c.stream().unwrap();
+                let total = at[GROUPS];
+                let (send, recv) = (c.alloc(total).unwrap(), c.alloc(total).unwrap());
+                let pattern = |from: usize, i: usize| ((from * 131 + i * 7 + i / 4099) % 251) as u8;
+                send.upload(&(0..total).map(|i| pattern(rank, i)).collect::<Vec<u8>>()).unwrap();
+                recv.upload(&vec![0xA5; total]).unwrap();
+                for (k, &offset) in at[..GROUPS].iter().enumerate() {
+                    let ops = [
+                        gpu::P2p { send: true, peer, addr: send.ptr() + offset as u64, bytes: bytes(k) },
+                        gpu::P2p { send: false, peer, addr: recv.ptr() + offset as u64, bytes: bytes(k) },
+                    ];
+                    // SAFETY: both ranges lie in the buffers, untouched until the waits below.
+                    unsafe { c.enqueue_p2p(&ops, stream.raw()) }.unwrap_or_else(|e| panic!("rank {rank}, group {k}: {e}"));
+                    if k >= QUEUED && k % 100 == 0 {
+                        c.wait(&stream).unwrap_or_else(|e| panic!("rank {rank}, group {k}: {e}"));
+                    }
+                }
+                c.wait(&stream).unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+                let mut got = vec![0u8; total];
+                recv.download(&mut got).unwrap();
+                for (k, &offset) in at[..GROUPS].iter().enumerate() {
+                    if let Some(i) = (offset..offset + bytes(k)).find(|&i| got[i] != pattern(peer, i)) {
+                        panic!("rank {rank}, group {k} ({} bytes): byte {} is {:#x}, expected {:#x}", bytes(k), i - offset, got[i], pattern(peer, i));
+                    }
+                }
+                // Plans of a few KiB each: the current arena and at most four old ones,
+                // a 4 MiB block each.
+                let stats = c.memory_stats();
+                assert!(stats.releasable <= 5 * (4 << 20), "rank {rank}: {stats:?}");
+                c.host().all_reduce_in_place(&mut [0u32], ReduceOp::Sum).unwrap();
+            });
+        }
+    });
+}

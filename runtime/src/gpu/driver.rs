@@ -181,11 +181,17 @@ impl DeviceMemory {
         self.upload_at(0, data)
     }
 
-    /// Copies `data` to `offset` bytes into the allocation (synchronously).
+    /// Copies `data` to `offset` bytes into the allocation, landed when this returns: on
+    /// a stream of the upload's own, so that it waits for no other work (see
+    /// [`upload_stream`]).
     pub fn upload_at(&self, offset: usize, data: &[u8]) -> Result<()> {
         assert!(offset + data.len() <= self.bytes);
-        // SAFETY: the allocation holds offset + data.len() bytes.
-        unsafe { copy_to_device(self.ptr + offset as u64, data) }
+        let stream = upload_stream()?;
+        // SAFETY: the allocation holds offset + data.len() bytes; the stream is of the
+        // current context.
+        check(unsafe { sys::cuMemcpyHtoDAsync_v2(self.ptr + offset as u64, data.as_ptr().cast(), data.len(), stream) }, || "copying to the GPU".into())?;
+        // SAFETY: as above.
+        check(unsafe { sys::cuStreamSynchronize(stream) }, || "copying to the GPU (waiting for the copy to land)".into())
     }
 
     /// Copies the start of the allocation into `out` (synchronously).
@@ -209,6 +215,27 @@ impl Drop for DeviceMemory {
         // SAFETY: frees what cuMemAlloc returned, once.
         unsafe { sys::cuMemFree_v2(self.ptr) };
     }
+}
+
+/// The current context's stream for the backend's own uploads (plans, connection tables):
+/// non-blocking, one per context, kept for the process. A copy on the legacy default
+/// stream would wait for all work queued on the program's blocking streams (PyTorch's
+/// default stream is one): every plan built would wait for the program's kernels.
+fn upload_stream() -> Result<CUstream> {
+    type Streams = std::collections::HashMap<usize, usize>;
+    static STREAMS: std::sync::LazyLock<parking_lot::Mutex<Streams>> = std::sync::LazyLock::new(Default::default);
+    let mut context: CUcontext = std::ptr::null_mut();
+    // SAFETY: writes one context handle.
+    check(unsafe { sys::cuCtxGetCurrent(&mut context) }, || "finding the current CUDA context".into())?;
+    let mut streams = STREAMS.lock();
+    if let Some(&stream) = streams.get(&(context as usize)) {
+        return Ok(stream as CUstream);
+    }
+    let stream = Stream::create()?;
+    let raw = stream.0;
+    std::mem::forget(stream);
+    streams.insert(context as usize, raw as usize);
+    Ok(raw)
 }
 
 /// Copies `data` to device memory at `dst`, landed when this returns.

@@ -135,7 +135,7 @@ impl DeviceComm {
     fn p2p_lanes(&self, ops: &[P2p]) -> Vec<Vec<algo::Step>> {
         let inner = &self.inner;
         let direct = inner.direct_channels(self.nranks());
-        lanes(ops, |bytes| inner.channels(bytes).min(direct), inner.geometry.slot_bytes)
+        lanes(ops, |bytes| inner.p2p_channels(bytes).min(direct), inner.geometry.slot_bytes)
     }
 }
 
