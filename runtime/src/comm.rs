@@ -168,7 +168,7 @@ impl Communicator {
         let socket = Arc::new(SocketNet::with_max_recvs(boot.listen_addr().ip(), config.socket_max_recvs));
         let abort = Arc::new(AtomicBool::new(false));
         let exec = Arc::new(Exec {
-            net: NetLinks::new(socket.clone()),
+            net: NetLinks::new(socket.clone(), config.proxy_threads),
             socket,
             boot,
             rank,

@@ -78,7 +78,8 @@ pub(crate) fn ensure(lanes: &[Lane], conns: &mut Connections, boot: &Bootstrap, 
             let (region, handle) = Region::create_shared(transports.geometry.slots, transports.geometry.slot_bytes).map_err(transport)?;
             (Receiver::new(region), [vec![KIND_SHM], handle].concat())
         } else {
-            let (receiver, handle) = net.listen(link, transports.geometry)?;
+            let (receiver, handle, proxy) = net.listen(link, transports.geometry)?;
+            conns.proxies.insert((link, false), proxy);
             (receiver, [vec![KIND_NET], handle].concat())
         };
         boot.send(link.peer as u32, HANDLE_TAG + link.channel as u64, &handle)?;
@@ -89,7 +90,11 @@ pub(crate) fn ensure(lanes: &[Lane], conns: &mut Connections, boot: &Bootstrap, 
         let handle = boot.recv(link.peer as u32, HANDLE_TAG + link.channel as u64)?;
         let sender = match handle.split_first() {
             Some((&KIND_SHM, rest)) => Sender::new(Region::open_shared(rest).map_err(transport)?),
-            Some((&KIND_NET, rest)) => net.connect(link, rest, transports.geometry)?,
+            Some((&KIND_NET, rest)) => {
+                let (sender, proxy) = net.connect(link, rest, transports.geometry)?;
+                conns.proxies.insert((link, true), proxy);
+                sender
+            }
             _ => return Err(Error::Transport(format!("rank {} sent a malformed connection handle", link.peer))),
         };
         conns.senders.insert(link, sender);

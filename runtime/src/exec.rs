@@ -39,6 +39,10 @@ pub(crate) struct Lane {
 pub(crate) struct Connections {
     pub senders: FxHashMap<Link, fifo::Sender>,
     pub receivers: FxHashMap<Link, fifo::Receiver>,
+    /// The proxy thread of each network link, woken when a step gives it work (a slot to
+    /// send, a slot free to receive into): a thread idle for long sleeps, and waiting for
+    /// it to look again would cost each ring step tens of µs.
+    pub proxies: FxHashMap<(Link, bool), std::thread::Thread>,
 }
 
 /// What the executor needs besides steps and buffers.
@@ -290,7 +294,7 @@ unsafe fn reduce_to(b: &Buffers, local: &Slice, dst: &Slice, received: &[u8], es
 /// The step's slices are within `b`'s buffers, which are valid.
 unsafe fn try_step(step: &Step, b: &Buffers, conns: &mut Connections, esize: usize, cx: &Context) -> Result<bool> {
     let bytes = step.count() * esize;
-    let Connections { senders, receivers } = conns;
+    let Connections { senders, receivers, proxies } = conns;
     // Everything is checked for readiness before anything is consumed.
     let mut rx = match step.receives() {
         Some(link) => {
@@ -349,11 +353,20 @@ unsafe fn try_step(step: &Step, b: &Buffers, conns: &mut Connections, esize: usi
     }
     if let Some((_, tx)) = tx {
         tx.post(bytes);
+        wake(proxies, step.sends(), true);
     }
     if let Some((_, rx)) = rx.as_mut() {
         rx.release();
+        wake(proxies, step.receives(), false);
     }
     Ok(true)
+}
+
+/// Wakes the proxy thread of `link`'s sending (`send`) or receiving end, if a network link.
+fn wake(proxies: &FxHashMap<(Link, bool), std::thread::Thread>, link: Option<Link>, send: bool) {
+    if let Some(thread) = link.and_then(|l| proxies.get(&(l, send))) {
+        thread.unpark();
+    }
 }
 
 fn rx_ptr(slot: &[u8]) -> *const u8 {

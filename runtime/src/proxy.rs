@@ -1,8 +1,15 @@
-//! The proxy engine: one progress thread per process, shared by every communicator, that
-//! moves network connections' FIFO slots through a [`Net`].
+//! The proxy engine: progress threads shared by every communicator of the process, that
+//! move network connections' FIFO slots through a [`Net`]. Each link (the sending or the
+//! receiving end of a connection) is progressed by one thread, dealt in turn as links are
+//! made, so that the copies through the sockets (the proxy's own work over TCP) of a
+//! rank's sends and receives, and of the ranks of one process, run on several cores:
+//! `OXCCL_PROXY_THREADS` threads, one per 4 cores by default (1 to 4), started by the
+//! first communicator to make a network link. The executor wakes a link's thread when it
+//! gives it work (a slot to send, a slot free to receive into), so an idle thread may
+//! sleep without holding up the next step.
 //!
-//! Communicators hand it links through a lock-free queue ([`Inbox`], model-checked with
-//! loom in oxccl-transports) and never wait for it. A send link watches the FIFO the executor fills and `isend`s each posted
+//! Communicators hand a thread its links through a lock-free queue ([`Inbox`],
+//! model-checked with loom in oxccl-transports) and never wait for it. A send link watches the FIFO the executor fills and `isend`s each posted
 //! slot, releasing it when the send completes. A receive link posts `irecv`s into the free
 //! slots of the FIFO the executor drains, and publishes slots as receives complete. The
 //! executor announces, per operation, how many messages each link will carry and whether
@@ -11,12 +18,12 @@
 //! the net's `max_recvs`; dependent ones (a ring's, where the next message needs this
 //! rank's previous one) one at a time, since a grouped receive completes only when all its
 //! buffers are filled.
-//! The loop never blocks on one peer: every net call is non-blocking and every link is
-//! visited in turn.
+//! A thread's loop never blocks on one peer: every net call is non-blocking and every
+//! link is visited in turn.
 
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -33,24 +40,37 @@ use crate::log_target;
 /// A communicator's network links, and the way to the process's proxy thread.
 pub(crate) struct NetLinks {
     net: Arc<dyn Net>,
-    expected: Mutex<FxHashMap<Link, Expected>>,
+    /// Threads to start, if this is the first communicator to make a network link.
+    threads: usize,
+    /// The process's proxy threads, once this communicator made a network link.
+    proxies: OnceLock<&'static Proxies>,
+    /// Receive links' announced messages, and the thread that progresses each.
+    expected: Mutex<FxHashMap<Link, (Expected, &'static Proxy)>>,
     failure: Arc<Mutex<Option<(usize, String)>>>,
     closed: Arc<AtomicBool>,
 }
 
 impl NetLinks {
-    pub fn new(net: Arc<dyn Net>) -> NetLinks {
-        NetLinks { net, expected: Mutex::new(FxHashMap::default()), failure: Arc::default(), closed: Arc::new(AtomicBool::new(false)) }
+    /// Links over `net`, progressed by the process's proxy threads (`threads` of them, 0:
+    /// automatic, if this is the first communicator to start them).
+    pub fn new(net: Arc<dyn Net>, threads: usize) -> NetLinks {
+        NetLinks { net, threads, proxies: OnceLock::new(), expected: Mutex::new(FxHashMap::default()), failure: Arc::default(), closed: Arc::new(AtomicBool::new(false)) }
     }
 
-    /// The receiving side of a network link: a local FIFO the proxy fills, and the handle
-    /// the sender connects with.
-    pub fn listen(&self, link: Link, geometry: Geometry) -> Result<(Receiver, Vec<u8>)> {
+    /// The thread for a new link (the process's threads start with the first link).
+    fn next_proxy(&self) -> &'static Proxy {
+        self.proxies.get_or_init(|| proxies(self.threads)).next()
+    }
+
+    /// The receiving side of a network link: a local FIFO the proxy fills, the handle the
+    /// sender connects with, and the proxy thread to wake when a slot is free again.
+    pub fn listen(&self, link: Link, geometry: Geometry) -> Result<(Receiver, Vec<u8>, std::thread::Thread)> {
         let region = Region::heap(geometry.slots, geometry.slot_bytes).map_err(transport)?;
         let (handle, listen) = self.net.listen(0).map_err(transport)?;
         let expected = Expected::default();
-        self.expected.lock().insert(link, expected.clone());
-        proxy().submit(Box::new(RecvLink {
+        let proxy = self.next_proxy();
+        self.expected.lock().insert(link, (expected.clone(), proxy));
+        proxy.submit(Box::new(RecvLink {
             link,
             net: self.net.clone(),
             listen: Some(listen),
@@ -63,11 +83,12 @@ impl NetLinks {
             tag: 0,
             shared: self.shared(),
         }));
-        Ok((Receiver::new(region), handle))
+        Ok((Receiver::new(region), handle, proxy.thread.clone()))
     }
 
-    /// The sending side: a local FIFO the proxy drains into the net.
-    pub fn connect(&self, link: Link, handle: &[u8], geometry: Geometry) -> Result<Sender> {
+    /// The sending side: a local FIFO the proxy drains into the net, and the proxy thread
+    /// to wake when a slot is filled.
+    pub fn connect(&self, link: Link, handle: &[u8], geometry: Geometry) -> Result<(Sender, std::thread::Thread)> {
         // A net's connect may need several calls (NCCL's non-blocking connect).
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         let mut comm = loop {
@@ -81,7 +102,8 @@ impl NetLinks {
         };
         let region = Region::heap(geometry.slots, geometry.slot_bytes).map_err(transport)?;
         let memory = self.net.register(&mut comm, std::ptr::null_mut(), 0, MemoryKind::Host).map_err(transport)?;
-        proxy().submit(Box::new(SendLink {
+        let proxy = self.next_proxy();
+        proxy.submit(Box::new(SendLink {
             link,
             net: self.net.clone(),
             comm,
@@ -91,15 +113,15 @@ impl NetLinks {
             tag: 0,
             shared: self.shared(),
         }));
-        Ok(Sender::new(region))
+        Ok((Sender::new(region), proxy.thread.clone()))
     }
 
     /// Announces that `messages` more messages will arrive on the receive link;
     /// `independent` when the sender sends them all without waiting for this rank.
     pub fn expect(&self, link: Link, messages: u64, independent: bool) {
-        if let Some(expected) = self.expected.lock().get(&link) {
+        if let Some((expected, proxy)) = self.expected.lock().get(&link) {
             expected.0.lock().push_back((messages, independent));
-            proxy().wake();
+            proxy.wake();
         }
     }
 
@@ -126,7 +148,9 @@ impl Drop for NetLinks {
     fn drop(&mut self) {
         // The proxy drops this communicator's links (and their comms) on its next pass.
         self.closed.store(true, Ordering::Release);
-        proxy().wake();
+        for proxy in self.proxies.get().map_or(&[][..], |p| &p.threads[..]) {
+            proxy.wake();
+        }
     }
 }
 
@@ -314,31 +338,58 @@ impl Progress for RecvLink {
     }
 }
 
-/// The process's proxy thread and its queue.
+/// The process's proxy threads, and the next to get a link.
+struct Proxies {
+    threads: Vec<Proxy>,
+    next: AtomicUsize,
+}
+
+/// One proxy thread and its queue of new links.
 struct Proxy {
     queue: Inbox<Box<dyn Progress>>,
     thread: std::thread::Thread,
 }
 
-static PROXY: OnceLock<Proxy> = OnceLock::new();
+static PROXIES: OnceLock<Proxies> = OnceLock::new();
 
-fn proxy() -> &'static Proxy {
-    PROXY.get_or_init(|| {
-        let thread = std::thread::Builder::new()
-            .name("oxccl-proxy".into())
-            .spawn(|| {
-                // The static is set as soon as this initializer returns.
-                let proxy = loop {
-                    match PROXY.get() {
-                        Some(p) => break p,
-                        None => std::thread::park_timeout(Duration::from_millis(1)),
-                    }
-                };
-                run(proxy)
+/// The process's proxy threads, started on first use with `threads` of them (0: one per 4
+/// cores, 1 to 4); later callers get those, whatever they ask.
+fn proxies(threads: usize) -> &'static Proxies {
+    let proxies = PROXIES.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let count = if threads == 0 { (cores / 4).clamp(1, 4) } else { threads };
+        let threads = (0..count)
+            .map(|i| {
+                let thread = std::thread::Builder::new()
+                    .name(format!("oxccl-proxy-{i}"))
+                    .spawn(move || {
+                        // The static is set as soon as this initializer returns.
+                        let proxies = loop {
+                            match PROXIES.get() {
+                                Some(p) => break p,
+                                None => std::thread::park_timeout(Duration::from_millis(1)),
+                            }
+                        };
+                        run(&proxies.threads[i])
+                    })
+                    .expect("starting an oxccl proxy thread");
+                Proxy { queue: Inbox::new(), thread: thread.thread().clone() }
             })
-            .expect("starting the oxccl proxy thread");
-        Proxy { queue: Inbox::new(), thread: thread.thread().clone() }
-    })
+            .collect();
+        tracing::info!(target: log_target::PROXY, "{count} proxy thread(s)");
+        Proxies { threads, next: AtomicUsize::new(0) }
+    });
+    if threads != 0 && threads != proxies.threads.len() {
+        tracing::debug!(target: log_target::PROXY, "OXCCL_PROXY_THREADS={threads} ignored: the process's {} proxy thread(s) are running", proxies.threads.len());
+    }
+    proxies
+}
+
+impl Proxies {
+    /// The thread for the next link: each in turn.
+    fn next(&self) -> &Proxy {
+        &self.threads[self.next.fetch_add(1, Ordering::Relaxed) % self.threads.len()]
+    }
 }
 
 impl Proxy {

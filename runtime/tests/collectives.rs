@@ -32,6 +32,9 @@ fn config_with(transport: Transport, algo: Option<&str>) -> Config {
     if let Transport::Net = transport {
         config.set("NCCL_SHM_DISABLE", "1").unwrap();
         config.set("OXCCL_SOCKET_MAX_RECVS", "8").unwrap();
+        // The links dealt over two proxy threads (the first communicator of this
+        // test process to make a network link starts them; this machine's default is one).
+        config.set("OXCCL_PROXY_THREADS", "2").unwrap();
     }
     config
 }

@@ -13,6 +13,9 @@ fn exchange(max_recvs: usize) -> Vec<(u64, u64)> {
     config.set("NCCL_SHM_DISABLE", "1").unwrap();
     config.set("OXCCL_COLL_TIMEOUT_MS", "60000").unwrap();
     config.set("OXCCL_SOCKET_MAX_RECVS", &max_recvs.to_string()).unwrap();
+    // Two proxy threads (the first communicator of this test process starts them): the
+    // ranks' links dealt over both.
+    config.set("OXCCL_PROXY_THREADS", "2").unwrap();
     // Small slots: every message below spans several, so a link carries many.
     config.set("NCCL_BUFFSIZE", &(64 * 1024).to_string()).unwrap();
     let comms = Communicator::init_all(4, &config).unwrap();
