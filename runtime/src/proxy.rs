@@ -37,7 +37,7 @@ use crate::conn::Geometry;
 use crate::error::{Error, Result};
 use crate::log_target;
 
-/// A communicator's network links, and the way to the process's proxy thread.
+/// A communicator's network links, and the way to the process's proxy threads.
 pub(crate) struct NetLinks {
     net: Arc<dyn Net>,
     /// Threads to start, if this is the first communicator to make a network link.
