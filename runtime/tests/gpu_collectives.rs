@@ -375,6 +375,7 @@ fn stop_a_waiting_kernel(g: usize, count: usize, receive: bool, stop: Stop, sepa
             c.enqueue(Collective::AllReduce, buf.ptr(), buf.ptr(), count, DataType::Float32, ReduceOp::Sum, 0, stream.raw()).unwrap();
         }
     }
+    let enqueued = Instant::now();
     let (result, returned, stopped_at) = std::thread::scope(|s| {
         let stopper = s.spawn(|| {
             std::thread::sleep(Duration::from_millis(300));
@@ -389,10 +390,12 @@ fn stop_a_waiting_kernel(g: usize, count: usize, receive: bool, stop: Stop, sepa
         (result, Instant::now(), stopper.join().unwrap())
     });
     let e = result.expect_err("the kernel cannot finish without rank 1");
+    // When, for a failure's message: the stop, and the wait's return, since the enqueue.
+    let when = format!("{stop:?} at {:.1?}, wait returned at {:.1?} after the enqueue", stopped_at - enqueued, returned - enqueued);
     match stop {
-        Stop::Abort => assert!(matches!(e, oxccl_runtime::Error::Aborted { .. }), "{e}"),
+        Stop::Abort => assert!(matches!(e, oxccl_runtime::Error::Aborted { .. }), "{e} ({when})"),
         // Staged, the host path names the peer as its Net connection ends.
-        Stop::PeerLeaves => assert!(matches!(e, oxccl_runtime::Error::PeerFailed { rank: 1, .. }) && (separate_hosts || e.to_string().contains("left")), "{e}"),
+        Stop::PeerLeaves => assert!(matches!(e, oxccl_runtime::Error::PeerFailed { rank: 1, .. }) && (separate_hosts || e.to_string().contains("left")), "{e} ({when})"),
     }
     assert!(c.async_error().is_some());
     let latency = returned.saturating_duration_since(stopped_at);
