@@ -727,10 +727,10 @@ impl DeviceComm {
     }
 }
 
-/// Whether every launch of `events` has run (a failed one counts: nothing of it runs any
-/// more).
-fn ran(events: &[Event]) -> bool {
-    events.iter().all(|e| e.done().unwrap_or(true))
+/// Whether every launch of `events` has run by `until` (polled until then; a failed one
+/// counts: nothing of it runs any more).
+fn ran_by<'a>(events: impl IntoIterator<Item = &'a Event>, until: Instant) -> bool {
+    events.into_iter().all(|e| e.done_by(until).unwrap_or(true))
 }
 
 impl Inner {
@@ -753,6 +753,7 @@ impl Inner {
     /// past [`MAX_OLD_ARENAS`] waiting, it first waits for every stream.
     fn store<'a>(&'a self, mut state: parking_lot::MutexGuard<'a, State>, key: CacheKey, image: &[u8], make: impl FnOnce(u64) -> Plan) -> Result<Arc<Plan>> {
         if state.plans.len() >= MAX_PLANS {
+            let ran = |events: &[Event]| ran_by(events, Instant::now());
             if state.old_arenas.len() >= MAX_OLD_ARENAS && !state.old_arenas.iter().any(|(_, e)| ran(e)) {
                 drop(state);
                 self.drain(self.timeout);
@@ -992,8 +993,7 @@ impl Inner {
     fn drain(&self, limit: Duration) -> bool {
         let _ = self.device.bind();
         let state = self.state.lock();
-        // A failed launch counts as done: nothing of it runs any more.
-        let all_done = |until: Instant| state.last.values().chain(state.old_arenas.iter().flat_map(|(_, e)| e)).all(|e| e.done_by(until).unwrap_or(true));
+        let all_done = |until: Instant| ran_by(state.last.values().chain(state.old_arenas.iter().flat_map(|(_, e)| e)), until);
         if all_done(Instant::now() + limit) {
             return true;
         }
