@@ -1051,10 +1051,13 @@ impl Drop for DeviceComm {
         let state = std::mem::take(&mut *self.inner.state.lock());
         let inner = self.inner.clone();
         let meet = staged.is_none();
+        let pending = Teardown::begin();
         let reaper = std::thread::Builder::new().name("oxccl-gpu-teardown".into()).spawn(move || {
+            let _pending = pending;
+            let (rank, start) = (comm.rank(), Instant::now());
             if meet {
                 if let Err(e) = comm.bootstrap().barrier() {
-                    tracing::warn!(target: crate::log_target::INIT, "rank {}: GPU teardown barrier failed: {e}", comm.rank());
+                    tracing::warn!(target: crate::log_target::INIT, "rank {rank}: GPU teardown barrier failed: {e}");
                 }
             }
             let _ = inner.device.bind();
@@ -1062,13 +1065,57 @@ impl Drop for DeviceComm {
             // host path learns it left), then the memory.
             let buffers = staged.map(Staged::finish);
             drop(comm);
+            // Freeing waits for every kernel on the GPU, other communicators' included, and
+            // meanwhile the driver holds up the process's other CUDA calls (GPU.md, "Using
+            // it"): the time it took says whether it met one.
+            let freeing = Instant::now();
             drop(buffers);
             drop(state);
+            tracing::info!(target: crate::log_target::INIT, "rank {rank}: GPU teardown done in {:.1?} (freeing the memory {:.1?})", start.elapsed(), freeing.elapsed());
         });
         if let Err(e) = reaper {
             tracing::warn!(target: crate::log_target::INIT, "no GPU teardown thread ({e}): the connection memory is leaked");
         }
     }
+}
+
+/// Teardowns of this process's communicators still running (their memory not yet freed).
+static TEARDOWNS: (Mutex<usize>, parking_lot::Condvar) = (Mutex::new(0), parking_lot::Condvar::new());
+
+/// One teardown in progress, counted until dropped.
+struct Teardown;
+
+impl Teardown {
+    fn begin() -> Teardown {
+        *TEARDOWNS.0.lock() += 1;
+        Teardown
+    }
+}
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        *TEARDOWNS.0.lock() -= 1;
+        TEARDOWNS.1.notify_all();
+    }
+}
+
+/// Waits up to `limit` until every communicator dropped so far has freed its GPU memory;
+/// whether they all did. Dropping a communicator returns at once and its teardown goes on
+/// in the background: it meets its peers, then frees its memory (a failed or aborted one
+/// meets nobody: its memory goes with its last handle, buffer or stream) — and freeing GPU memory
+/// waits for every kernel on the GPU while the driver holds up the process's other CUDA
+/// calls. A program that makes new communicators (or launches work that waits on other
+/// threads' CUDA calls) right after dropping old ones on the same GPUs can call this in
+/// between, as NCCL's blocking ncclCommDestroy would have.
+pub fn wait_for_teardowns(limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    let mut pending = TEARDOWNS.0.lock();
+    while *pending > 0 {
+        if TEARDOWNS.1.wait_until(&mut pending, deadline).timed_out() {
+            return *pending == 0;
+        }
+    }
+    true
 }
 
 /// Device memory from [`DeviceComm::alloc`].
@@ -1232,6 +1279,25 @@ mod tests {
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
         assert_eq!(counts, [(1, 2), (1, 1), (1, 2)]);
+    }
+
+    /// The teardown count needs no GPU: a wait ends when the last teardown does, and one
+    /// that outlasts the limit says so.
+    #[test]
+    fn waiting_for_teardowns_ends_with_the_last_one() {
+        let (first, second) = (Teardown::begin(), Teardown::begin());
+        assert!(!wait_for_teardowns(Duration::from_millis(20)), "two teardowns still run");
+        let start = Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                drop(first);
+                std::thread::sleep(Duration::from_millis(50));
+                drop(second);
+            });
+            assert!(wait_for_teardowns(Duration::from_secs(10)));
+        });
+        assert!(start.elapsed() >= Duration::from_millis(100), "returned after {:?}, before the second teardown ended", start.elapsed());
     }
 }
 
