@@ -15,11 +15,23 @@ use oxccl_runtime::check::{self, Case};
 use oxccl_runtime::gpu::{self, DeviceComm};
 use oxccl_runtime::{Collective, Communicator, DataType, ReduceOp};
 
+/// The GPUs, once the earlier tests' communicators have freed their memory: a free in the
+/// background would hold up this test's CUDA calls while its kernels wait for them.
 fn gpus() -> Option<usize> {
-    oxccl_testkit::gpus_or_skip(gpu::device_count())
+    let g = oxccl_testkit::gpus_or_skip(gpu::device_count())?;
+    settle();
+    Some(g)
+}
+
+fn settle() {
+    assert!(gpu::wait_for_teardowns(Duration::from_secs(120)), "the communicators dropped before did not finish their teardown within 120 s");
 }
 
 fn config() -> Config {
+    // NCCL_DEBUG (and NCCL_DEBUG_SUBSYS) set: the library's logs, as a program would see them.
+    if std::env::var_os("NCCL_DEBUG").is_some() {
+        oxccl_runtime::bootstrap::log::init(&Config::from_env().unwrap());
+    }
     let mut c = Config::defaults();
     c.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
     c.set("OXCCL_COLL_TIMEOUT_MS", "60000").unwrap();
@@ -116,7 +128,7 @@ fn threads(n: usize, gpus: usize, which: fn(usize) -> Vec<Case>) {
 
 fn threads_with(n: usize, gpus: usize, which: fn(usize) -> Vec<Case>, config: &Config) {
     let devices: Vec<usize> = (0..n).map(|r| r % gpus).collect();
-    run_matrix(DeviceComm::init_all(&devices, config).unwrap(), &devices, which, "threads");
+    run_matrix(init_all(&devices, config), &devices, which, "threads");
 }
 
 /// Runs `which` cases on every rank of `comms` (threads), checks them, and frees the ranks.
@@ -137,7 +149,15 @@ fn run_matrix(comms: Vec<DeviceComm>, devices: &[usize], which: fn(usize) -> Vec
 
 /// Ranks of one job as threads, each with a host id of its own (NCCL_HOSTID), as if on
 /// separate hosts.
+/// Ranks as threads on `devices`, made once the communicators dropped before have freed
+/// their memory (see [`gpus`]).
+fn init_all(devices: &[usize], config: &Config) -> Vec<DeviceComm> {
+    settle();
+    DeviceComm::init_all(devices, config).unwrap()
+}
+
 fn init_on_separate_hosts(devices: &[usize], config: &Config) -> Vec<DeviceComm> {
+    settle();
     let configs: Vec<Config> = (0..devices.len())
         .map(|rank| {
             let mut config = config.clone();
@@ -302,7 +322,7 @@ fn a_peer_that_leaves_stops_the_kernel_waiting_for_it() {
 /// so both fail naming rank 2 within a second.
 fn a_peer_that_leaves_stops_the_ring(g: usize) {
     let count = 1 << 20;
-    let comms = DeviceComm::init_all(&[0, 1 % g, 2 % g], &config()).unwrap();
+    let comms = init_all(&[0, 1 % g, 2 % g], &config());
     let mut comms = comms.into_iter();
     let (stay, mut leaver) = ([comms.next().unwrap(), comms.next().unwrap()], comms.next());
     // Memory first: allocating waits for the GPU's running kernels.
@@ -348,7 +368,7 @@ enum Stop {
 /// `separate_hosts`: the ranks look like separate hosts, so rank 0's operation is staged
 /// (its stream waits for the host path, which waits for rank 1 over the Net).
 fn stop_a_waiting_kernel(g: usize, count: usize, receive: bool, stop: Stop, separate_hosts: bool) {
-    let comms = if separate_hosts { init_on_separate_hosts(&[0, 1 % g], &config()) } else { DeviceComm::init_all(&[0, 1 % g], &config()).unwrap() };
+    let comms = if separate_hosts { init_on_separate_hosts(&[0, 1 % g], &config()) } else { init_all(&[0, 1 % g], &config()) };
     // Both ranks run one all_reduce: the connections exist, so the next call needs no
     // setup from the peer.
     std::thread::scope(|s| {
@@ -367,17 +387,16 @@ fn stop_a_waiting_kernel(g: usize, count: usize, receive: bool, stop: Stop, sepa
     let (c, mut peer) = (comms.next().unwrap(), comms.next());
     let stream = c.stream().unwrap();
     let buf = c.alloc(count * 4).unwrap();
-    // SAFETY: as above.
-    unsafe {
-        if receive {
-            c.enqueue_p2p(&[gpu::P2p { send: false, peer: 1, addr: buf.ptr(), bytes: count * 4 }], stream.raw()).unwrap();
-        } else {
-            c.enqueue(Collective::AllReduce, buf.ptr(), buf.ptr(), count, DataType::Float32, ReduceOp::Sum, 0, stream.raw()).unwrap();
-        }
-    }
-    let enqueued = Instant::now();
-    let (result, returned, stopped_at) = std::thread::scope(|s| {
-        let stopper = s.spawn(|| {
+    // The stop comes 300 ms after the enqueue returned, or after 2 s if it has not: a CUDA
+    // call may wait in the driver while another thread frees GPU memory (a communicator's
+    // teardown, here an earlier test's), and a free waits for every kernel on the GPU —
+    // this operation's included, until it is stopped.
+    let start = Instant::now();
+    let (enqueue_returned, returns) = std::sync::mpsc::channel::<()>();
+    let (result, enqueued, returned, stopped_at) = std::thread::scope(|s| {
+        let (c, peer) = (&c, &mut peer);
+        let stopper = s.spawn(move || {
+            let _ = returns.recv_timeout(Duration::from_secs(2));
             std::thread::sleep(Duration::from_millis(300));
             let at = Instant::now();
             match stop {
@@ -386,12 +405,23 @@ fn stop_a_waiting_kernel(g: usize, count: usize, receive: bool, stop: Stop, sepa
             }
             at
         });
-        let result = c.wait(&stream);
-        (result, Instant::now(), stopper.join().unwrap())
+        // SAFETY: as above.
+        let enqueue = unsafe {
+            if receive {
+                c.enqueue_p2p(&[gpu::P2p { send: false, peer: 1, addr: buf.ptr(), bytes: count * 4 }], stream.raw())
+            } else {
+                c.enqueue(Collective::AllReduce, buf.ptr(), buf.ptr(), count, DataType::Float32, ReduceOp::Sum, 0, stream.raw())
+            }
+        };
+        let enqueued = Instant::now();
+        let _ = enqueue_returned.send(());
+        // An enqueue that returns after the stop may fail with its error itself.
+        let result = enqueue.and_then(|()| c.wait(&stream));
+        (result, enqueued, Instant::now(), stopper.join().unwrap())
     });
-    let e = result.expect_err("the kernel cannot finish without rank 1");
-    // When, for a failure's message: the stop, and the wait's return, since the enqueue.
-    let when = format!("{stop:?} at {:.1?}, wait returned at {:.1?} after the enqueue", stopped_at - enqueued, returned - enqueued);
+    let e = result.expect_err("the operation cannot finish without rank 1");
+    // When, for a failure's message: the enqueue's return, the stop, the wait's return.
+    let when = format!("since the start: enqueued at {:.1?}, {stop:?} at {:.1?}, wait returned at {:.1?}", enqueued - start, stopped_at - start, returned - start);
     match stop {
         Stop::Abort => assert!(matches!(e, oxccl_runtime::Error::Aborted { .. }), "{e} ({when})"),
         // Staged, the host path names the peer as its Net connection ends.
@@ -399,7 +429,7 @@ fn stop_a_waiting_kernel(g: usize, count: usize, receive: bool, stop: Stop, sepa
     }
     assert!(c.async_error().is_some());
     let latency = returned.saturating_duration_since(stopped_at);
-    eprintln!("{count} floats ({}{}): synchronize returned {latency:.2?} after {stop:?}: {e}", if receive { "recv" } else { "all_reduce" }, if separate_hosts { ", staged" } else { "" });
+    eprintln!("{count} floats ({}{}): synchronize returned {latency:.2?} after {stop:?} ({when}): {e}", if receive { "recv" } else { "all_reduce" }, if separate_hosts { ", staged" } else { "" });
     // Staged, a receive from a peer that left without connecting its link waits out the
     // host path's grace for a network peer (2 s).
     let bound = Duration::from_secs(if separate_hosts && stop == Stop::PeerLeaves { 5 } else { 1 });
@@ -419,7 +449,7 @@ fn send_and_receive_between_every_pair() {
     let Some(g) = gpus() else { return };
     for n in [2, 4] {
         let devices: Vec<usize> = (0..n).map(|r| r % g).collect();
-        let comms = DeviceComm::init_all(&devices, &config()).unwrap();
+        let comms = init_all(&devices, &config());
         let pattern = |from: usize, to: usize, len: usize| -> Vec<u8> { (0..len).map(|i| ((from * 31 + to * 7 + i * 13) % 251) as u8).collect() };
         std::thread::scope(|s| {
             for c in &comms {
@@ -477,7 +507,7 @@ fn groups_of_small_and_large_messages() {
     config.set("OXCCL_COLL_TIMEOUT_MS", "20000").unwrap();
     for n in ranks {
         let devices: Vec<usize> = (0..n).map(|r| r % g).collect();
-        let comms = DeviceComm::init_all(&devices, &config).unwrap();
+        let comms = init_all(&devices, &config);
         let groups = p2p_groups(n, count);
         let start = Instant::now();
         std::thread::scope(|s| {
@@ -662,7 +692,7 @@ fn a_dead_peer_stops_the_kernel_waiting_for_it() {
 #[test]
 fn suspend_releases_plans_and_resume_restores_service() {
     let Some(g) = gpus() else { return };
-    let comms = DeviceComm::init_all(&[0, 1 % g], &config()).unwrap();
+    let comms = init_all(&[0, 1 % g], &config());
     let cases = [
         Case { collective: Collective::AllReduce, dtype: DataType::Float32, op: ReduceOp::Sum, count: 1 << 20, root: 0, in_place: false },
         Case { collective: Collective::AllReduce, dtype: DataType::Float32, op: ReduceOp::Sum, count: 999, root: 0, in_place: true },
@@ -704,7 +734,7 @@ fn suspend_releases_plans_and_resume_restores_service() {
 #[test]
 fn more_plans_than_the_cache_holds() {
     let Some(g) = gpus() else { return };
-    let comms = DeviceComm::init_all(&[0, 1 % g], &config()).unwrap();
+    let comms = init_all(&[0, 1 % g], &config());
     const QUEUED: usize = 2600;
     const GROUPS: usize = 4000;
     // Above the LL limit (64 KiB): the Simple path, whose groups are uploaded plans.
