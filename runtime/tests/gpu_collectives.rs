@@ -147,8 +147,6 @@ fn run_matrix(comms: Vec<DeviceComm>, devices: &[usize], which: fn(usize) -> Vec
     eprintln!("{n} ranks ({how}) on GPUs {devices:?}: {} cases ok in {:.1?}", which(n).len(), start.elapsed());
 }
 
-/// Ranks of one job as threads, each with a host id of its own (NCCL_HOSTID), as if on
-/// separate hosts.
 /// Ranks as threads on `devices`, made once the communicators dropped before have freed
 /// their memory (see [`gpus`]).
 fn init_all(devices: &[usize], config: &Config) -> Vec<DeviceComm> {
@@ -156,6 +154,8 @@ fn init_all(devices: &[usize], config: &Config) -> Vec<DeviceComm> {
     DeviceComm::init_all(devices, config).unwrap()
 }
 
+/// Ranks of one job as threads, each with a host id of its own (NCCL_HOSTID), as if on
+/// separate hosts (made as [`init_all`]'s are).
 fn init_on_separate_hosts(devices: &[usize], config: &Config) -> Vec<DeviceComm> {
     settle();
     let configs: Vec<Config> = (0..devices.len())

@@ -1102,11 +1102,11 @@ impl Drop for Teardown {
 /// Waits up to `limit` until every communicator dropped so far has freed its GPU memory;
 /// whether they all did. Dropping a communicator returns at once and its teardown goes on
 /// in the background: it meets its peers, then frees its memory (a failed or aborted one
-/// meets nobody: its memory goes with its last handle, buffer or stream) — and freeing GPU memory
-/// waits for every kernel on the GPU while the driver holds up the process's other CUDA
-/// calls. A program that makes new communicators (or launches work that waits on other
-/// threads' CUDA calls) right after dropping old ones on the same GPUs can call this in
-/// between, as NCCL's blocking ncclCommDestroy would have.
+/// meets nobody: its memory goes with its last handle, buffer or stream). Freeing GPU
+/// memory waits for every kernel on the GPU while the driver holds up the process's other
+/// CUDA calls. A program that makes new communicators (or launches work that waits on
+/// other threads' CUDA calls) right after dropping old ones on the same GPUs can call this
+/// in between, as NCCL's blocking ncclCommDestroy would have.
 pub fn wait_for_teardowns(limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
     let mut pending = TEARDOWNS.0.lock();
