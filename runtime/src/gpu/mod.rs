@@ -753,18 +753,22 @@ impl Inner {
     /// past [`MAX_OLD_ARENAS`] waiting, it first waits for every stream.
     fn store<'a>(&'a self, mut state: parking_lot::MutexGuard<'a, State>, key: CacheKey, image: &[u8], make: impl FnOnce(u64) -> Plan) -> Result<Arc<Plan>> {
         if state.plans.len() >= MAX_PLANS {
-            let ran = |events: &[Event]| ran_by(events, Instant::now());
-            if state.old_arenas.len() >= MAX_OLD_ARENAS && !state.old_arenas.iter().any(|(_, e)| ran(e)) {
+            // A set-aside arena whose launches have all run, asked once (each is a driver
+            // query per stream); none and no room for another: wait for every stream.
+            let reusable = |state: &State| state.old_arenas.iter().position(|(_, e)| ran_by(e, Instant::now()));
+            let mut reuse = reusable(&state);
+            if reuse.is_none() && state.old_arenas.len() >= MAX_OLD_ARENAS {
                 drop(state);
                 self.drain(self.timeout);
                 state = self.state.lock();
+                reuse = reusable(&state);
             }
             let state = &mut *state;
             state.plans.clear();
             // The launches so far are what the arena's plans wait for; the next launch on
             // each stream records an event of its own.
             let launched = std::mem::take(&mut state.last).into_values().collect();
-            let next = match state.old_arenas.iter().position(|(_, e)| ran(e)) {
+            let next = match reuse {
                 Some(i) => {
                     let mut arena = state.old_arenas.swap_remove(i).0;
                     arena.reset();
