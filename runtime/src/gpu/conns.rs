@@ -7,7 +7,10 @@
 //! Every rank sends all its announcements before it waits for any, so setup cannot
 //! deadlock; each wait is the bootstrap's (timed, aborted by failures).
 
-use rustc_hash::FxHashMap;
+use std::sync::LazyLock;
+
+use parking_lot::Mutex;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use oxccl_bootstrap::Bootstrap;
 use oxccl_kernels::device::DevConn;
@@ -95,11 +98,45 @@ impl Remote {
     }
 }
 
+/// This process's connection memory that is still allocated, by address: a rank writes
+/// from the host into a peer's memory (its goodbye flag, [`Connections::with_live_peer_inboxes`])
+/// only while the peer's allocation is here. A rank that failed frees its memory at once,
+/// without meeting its peers: a thread of this process that is its peer must not write
+/// into it then (its address may already be another allocation's). Peers in other
+/// processes hold IPC mappings, which keep the memory.
+static ALLOCATED: LazyLock<Mutex<FxHashSet<u64>>> = LazyLock::new(Default::default);
+
+/// Connection memory of this rank, listed in [`ALLOCATED`] while allocated.
+struct Local(DeviceMemory);
+
+impl Local {
+    fn new(memory: DeviceMemory) -> Local {
+        ALLOCATED.lock().insert(memory.ptr);
+        Local(memory)
+    }
+}
+
+impl std::ops::Deref for Local {
+    type Target = DeviceMemory;
+
+    fn deref(&self) -> &DeviceMemory {
+        &self.0
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        // Unlisted first (waiting for a write in progress, which holds the list), freed
+        // after (the field's drop).
+        ALLOCATED.lock().remove(&self.0.ptr);
+    }
+}
+
 struct Opened {
     conn: DevConn,
     // Field order: the peer's memory is closed before ours is freed.
     _remote: Remote,
-    _local: DeviceMemory,
+    _local: Local,
 }
 
 /// This rank's GPU connection ends.
@@ -107,7 +144,7 @@ struct Opened {
 pub(crate) struct Connections {
     ends: FxHashMap<End, Opened>,
     /// The LL kernels' inboxes, by kind: the peers' as opened here, then this rank's.
-    inboxes: Vec<(Inbox, Vec<Remote>, DeviceMemory)>,
+    inboxes: Vec<(Inbox, Vec<Remote>, Local)>,
     /// GPUs of this process that peers live on (kept retained for peer access).
     peers: Vec<Device>,
 }
@@ -148,7 +185,7 @@ impl Connections {
                 End::Recv(l) => (l, fifo_bytes, FIFO_TAG),
                 End::Send(l) => (l, HEADER, HEAD_TAG),
             };
-            let memory = DeviceMemory::zeroed(bytes)?;
+            let memory = Local::new(DeviceMemory::zeroed(bytes)?);
             let ipc = memory.ipc_handle()?;
             let record = Record { origin: cx.origin, ordinal: cx.device.ordinal, ptr: memory.ptr, ipc };
             cx.boot.send(link.peer as u32, tag + link.channel as u64, &record.to_bytes())?;
@@ -184,7 +221,7 @@ impl Connections {
         let (n, rank) = (cx.boot.nranks() as usize, cx.boot.rank() as usize);
         cx.device.bind()?;
         let table_at = bytes.next_multiple_of(16);
-        let memory = DeviceMemory::zeroed(table_at + n * 8)?;
+        let memory = Local::new(DeviceMemory::zeroed(table_at + n * 8)?);
         let record = Record { origin: cx.origin, ordinal: cx.device.ordinal, ptr: memory.ptr, ipc: memory.ipc_handle()? }.to_bytes();
         let peers = || (0..n).filter(move |&p| p != rank);
         for peer in peers() {
@@ -204,9 +241,24 @@ impl Connections {
         Ok(addresses)
     }
 
-    /// The peers' inboxes of `kind` as this GPU reaches them (none before they are set up).
-    pub fn peer_inboxes(&self, kind: Inbox) -> Vec<u64> {
-        self.inboxes.iter().filter(|(k, ..)| *k == kind).flat_map(|(_, remotes, _)| remotes.iter().map(Remote::ptr)).collect()
+    /// Calls `write` with the peers' inboxes of `kind` as this GPU reaches them (none before
+    /// they are set up), less those of peers in this process whose memory is freed, and
+    /// keeps those allocated until `write` returns: what it writes there must have landed
+    /// by then.
+    pub fn with_live_peer_inboxes<R>(&self, kind: Inbox, write: impl FnOnce(&[u64]) -> R) -> R {
+        let allocated = ALLOCATED.lock();
+        let live: Vec<u64> = self
+            .inboxes
+            .iter()
+            .filter(|(k, ..)| *k == kind)
+            .flat_map(|(_, remotes, _)| remotes.iter())
+            .filter(|r| match r {
+                Remote::Direct(ptr) => allocated.contains(ptr),
+                Remote::Ipc(_) => true,
+            })
+            .map(Remote::ptr)
+            .collect();
+        write(&live)
     }
 
     fn open(&mut self, record: &Record, peer: usize, cx: &Setup) -> Result<Remote> {

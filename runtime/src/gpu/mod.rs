@@ -911,11 +911,16 @@ impl Inner {
     /// still waiting for this rank waits for something it will never get. Whether the
     /// flags landed within 5 s (else their copies may still be pending).
     fn say_gone(&self, rank: usize) -> Result<bool> {
-        let slots: Vec<u64> = self.state.lock().conns.peer_inboxes(Inbox::Gone).into_iter().map(|gone| gone + 4 * rank as u64).collect();
         self.device.bind()?;
-        // SAFETY: this rank's slot in each peer's `gone` array (u32 per rank), opened at
-        // init and kept open until this communicator's memory is freed, after this.
-        unsafe { self.flags.copy_int_to_devices(ONE_WORD, &slots, Duration::from_secs(5)) }
+        let state = self.state.lock();
+        // Peers in this process that already freed their memory (they failed) are skipped.
+        state.conns.with_live_peer_inboxes(Inbox::Gone, |inboxes| {
+            let slots: Vec<u64> = inboxes.iter().map(|gone| gone + 4 * rank as u64).collect();
+            // SAFETY: this rank's slot in each peer's `gone` array (u32 per rank): opened
+            // at init and kept open until this communicator's memory is freed, after this;
+            // a peer's in this process stays allocated until the copies landed or timed out.
+            unsafe { self.flags.copy_int_to_devices(ONE_WORD, &slots, Duration::from_secs(5)) }
+        })
     }
 
     /// Why and where a kernel stopped, if one did.
