@@ -165,14 +165,19 @@ pub(crate) struct DeviceMemory {
 }
 
 impl DeviceMemory {
+    /// Allocates `bytes` in the current context and zeroes them on the upload stream: the
+    /// legacy default stream would wait for every kernel queued on the program's blocking
+    /// streams (connections are set up at enqueue, behind the program's own work).
     pub fn zeroed(bytes: usize) -> Result<DeviceMemory> {
         let mut ptr = 0;
         // SAFETY: writes one device pointer; the context is current (callers bind first).
         check(unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes.max(1)) }, || format!("allocating {bytes} bytes of GPU memory"))?;
         let memory = DeviceMemory { ptr, bytes };
-        // SAFETY: the allocation holds `bytes` bytes.
-        check(unsafe { sys::cuMemsetD8_v2(ptr, 0, bytes) }, || "zeroing GPU memory".into())?;
-        legacy_stream_sync("zeroing GPU memory")?;
+        let stream = upload_stream()?;
+        // SAFETY: the allocation holds `bytes` bytes; the stream is of the current context.
+        check(unsafe { sys::cuMemsetD8Async(ptr, 0, bytes, stream) }, || "zeroing GPU memory".into())?;
+        // SAFETY: as above.
+        check(unsafe { sys::cuStreamSynchronize(stream) }, || "zeroing GPU memory (waiting for it to land)".into())?;
         Ok(memory)
     }
 
