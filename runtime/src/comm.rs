@@ -35,6 +35,10 @@ pub use suspend::MemoryStats;
 /// Slots per connection (NCCL's NCCL_STEPS).
 pub const SLOTS: usize = 8;
 
+/// Most channels a host collective over the network uses (measured on 2xH200's 32 cores,
+/// staged all_reduce: 1.6 GB/s on one channel, 2.5 on two, 2.8 on four, no more on eight).
+const NET_CHANNELS: usize = 4;
+
 /// A communicator. Dropping it waits for its queued work, then closes its connections.
 pub struct Communicator {
     // Dropped first: waits for queued work, which holds `exec`.
@@ -824,7 +828,7 @@ impl Exec {
             nranks: self.nranks,
             root: key.root,
             chunk: (self.transports.geometry.slot_bytes / key.esize).max(1),
-            channels: 1,
+            channels: self.channels(&key),
         };
         let lanes = algo::plan_rank(shape, key.algorithm, self.rank).map_err(|e| Error::invalid(e.to_string()))?;
         let lanes: Vec<Lane> = lanes.into_iter().map(|steps| Lane { steps: steps.into_iter().map(|s| (s, 0)).collect() }).collect();
@@ -839,6 +843,20 @@ impl Exec {
         }
         plans.insert(key, prepared.clone());
         Ok(prepared)
+    }
+
+    /// Channels a ring or tree splits its data over. With network links, one per two FIFO
+    /// slots of data up to [`NET_CHANNELS`] (at most NCCL_MAX_NCHANNELS): each channel has
+    /// its own connections, dealt to the proxy threads in turn, so several sockets move
+    /// data at once (one loopback TCP stream is what held the staged GPU path to half of
+    /// NCCL's socket transport, docs/PERFORMANCE.md). Otherwise one: this rank's one
+    /// executor thread copies every byte in shared memory however the data is split.
+    fn channels(&self, key: &PlanKey) -> usize {
+        if !self.transports.any_net() || !matches!(key.algorithm, algo::Algorithm::Ring | algo::Algorithm::Tree) {
+            return 1;
+        }
+        let slots = key.count * key.esize / self.transports.geometry.slot_bytes;
+        (slots / 2).clamp(1, NET_CHANNELS).min(self.config.max_channels.max(1))
     }
 
     fn run_collective(&self, task: &CollectiveTask, connections: &mut Connections) -> Result<()> {

@@ -109,6 +109,63 @@ fn sixty_four_mebibytes() {
     }
 }
 
+/// Over the network a large ring or tree splits its data over up to four channels, one
+/// per two FIFO slots of data: with 4 KiB slots (NCCL_BUFFSIZE=32K) these sizes run on 1,
+/// 2, 3 and 4 channels, blocks not dividing evenly; all_reduce with ring and tree forced.
+#[test]
+fn network_channels() {
+    use oxccl_runtime::Collective;
+    for (n, algo) in [(2, None), (3, Some("ring")), (4, Some("tree")), (5, None)] {
+        let mut config = config_with(Transport::Net, algo);
+        config.set("NCCL_BUFFSIZE", "32768").unwrap();
+        run_threads_with(n, config, |n| {
+            let mut cases: Vec<Case> = [9 << 10, 19 << 10, 27 << 10, 61 << 10].into_iter().flat_map(|bytes| matrix::large_cases(n, bytes)).collect();
+            if algo.is_some() {
+                cases.retain(|c| c.collective == Collective::AllReduce);
+            }
+            cases
+        });
+    }
+}
+
+/// Each network channel has connections of its own: two ranks' FIFO memory grows fourfold
+/// from a one-channel all_reduce to a four-channel one (the ring's send and receive end per
+/// channel), and stays put over shared memory.
+#[test]
+fn network_channels_have_their_own_connections() {
+    use oxccl_runtime::ReduceOp;
+    for (transport, growth) in [(Transport::Net, 4), (Transport::Shm, 1)] {
+        let mut config = config_with(transport, Some("ring"));
+        config.set("NCCL_BUFFSIZE", "32768").unwrap();
+        let comms = Communicator::init_all(2, &config).unwrap();
+        let fifo_bytes: Vec<Vec<u64>> = std::thread::scope(|s| {
+            let handles: Vec<_> = comms
+                .iter()
+                .map(|c| {
+                    s.spawn(move || {
+                        // 4 KiB: one channel; 64 KiB: sixteen 4 KiB slots, four channels.
+                        [1024usize, 16 << 10]
+                            .into_iter()
+                            .map(|count| {
+                                let send = vec![1.0f32; count];
+                                let mut recv = vec![0.0f32; count];
+                                c.all_reduce(&send, &mut recv, ReduceOp::Sum).unwrap();
+                                assert!(recv.iter().all(|&x| x == 2.0));
+                                c.memory_stats().persistent
+                            })
+                            .collect()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for bytes in fifo_bytes {
+            assert!(bytes[0] > 0, "{transport:?}: no FIFO memory counted");
+            assert_eq!(bytes[1], growth * bytes[0], "{transport:?}: FIFO bytes after one channel, then four: {bytes:?}");
+        }
+    }
+}
+
 /// all_reduce with each algorithm forced (the tuner picks by size, so some would otherwise
 /// run only at some sizes): every dtype, op, size and placement.
 #[test]
