@@ -169,6 +169,10 @@ impl Communicator {
         });
         let slot_bytes = (config.buffsize / SLOTS).max(4096).next_multiple_of(64);
         let transports = Transports::new(same_host, !config.shm_disable, Geometry { slots: SLOTS, slot_bytes });
+        static ROOMY: std::sync::Once = std::sync::Once::new();
+        if let Some(warning) = transports.one_core_warning() {
+            ROOMY.call_once(|| tracing::warn!(target: log_target::NET, "rank {rank}: {warning}"));
+        }
         let socket = Arc::new(SocketNet::with_max_recvs(boot.listen_addr().ip(), config.socket_max_recvs));
         let abort = Arc::new(AtomicBool::new(false));
         let exec = Arc::new(Exec {
