@@ -884,8 +884,8 @@ impl Exec {
             oxccl_kernels::scale(task.dtype, factor, &mut scratch[..buffers.send_bytes], input)?;
             buffers.send = scratch.as_ptr();
         }
-        // Direct exchanges never send anything that waits for what its receiver received.
-        let independent = algorithm == algo::Algorithm::Direct;
+        // Whether the proxy may post a link's receives together (the algorithm's doc).
+        let independent = algorithm.sends_independently(task.collective, self.nranks);
         self.execute(&prepared.lanes, &prepared.net_expected, &[buffers], task.dtype, task.op, independent, true, connections)?;
         drop(scratch);
         if task.collective.reduces() && task.op.needs_final_division(task.dtype) && buffers.recv_bytes > 0 {

@@ -18,7 +18,8 @@
 //! (2(n-1) hops, 2(n-1)/n of the data), the double binary tree (2⌈log2 n⌉ hops, about twice
 //! the data) and the two-shot direct exchange (2 hops of n-1 messages each, the ring's
 //! traffic; on the Net its n-1 connections stream in parallel, in shared memory its
-//! scattered copies run at about half the ring's pipelined rate).
+//! scattered copies run at about half the ring's pipelined rate); with two ranks, direct
+//! is one shot (1 hop, the ring's traffic, twice its reductions).
 use std::collections::HashMap;
 
 use crate::algo::{Algorithm, Collective};
@@ -148,6 +149,8 @@ impl CostInput {
         let (hops, messages, moved, reduced) = match (collective, algorithm) {
             (Collective::AllReduce, Algorithm::Ring) => (2.0 * (n - 1.0), 2.0 * (n - 1.0), 2.0 * (n - 1.0) / n * s, (n - 1.0) / n * s),
             (Collective::AllReduce, Algorithm::Tree) => (2.0 * log2, 4.0 * log2, 2.0 * s, s),
+            // Two ranks: one shot (one hop, each rank reduces everything).
+            (Collective::AllReduce, Algorithm::Direct) if self.nranks == 2 => (1.0, 1.0, s, s),
             (Collective::AllReduce, Algorithm::Direct) => (2.0, 2.0 * (n - 1.0), 2.0 * (n - 1.0) / n * s / parallel, (n - 1.0) / n * s),
             (_, Algorithm::Direct) => (1.0, n - 1.0, (n - 1.0) / n * s, 0.0),
             _ => (n - 1.0, n - 1.0, s, 0.0),
@@ -189,6 +192,12 @@ mod tests {
         assert_eq!(t.choose(Collective::AllReduce, &CostInput { net: true, ..small(64) }).unwrap(), Algorithm::Tree);
         assert_eq!(t.choose(Collective::AllToAll, &big(4)).unwrap(), Algorithm::Direct);
         assert_eq!(t.choose(Collective::Broadcast, &small(4)).unwrap(), Algorithm::Ring);
+        // Two ranks: one shot's single hop for small data, the ring's halved reductions for
+        // large.
+        for net in [false, true] {
+            assert_eq!(t.choose(Collective::AllReduce, &CostInput { net, ..small(2) }).unwrap(), Algorithm::Direct, "net {net}");
+            assert_eq!(t.choose(Collective::AllReduce, &CostInput { net, ..big(2) }).unwrap(), Algorithm::Ring, "net {net}");
+        }
     }
 
     #[test]

@@ -166,6 +166,61 @@ fn network_channels_have_their_own_connections() {
     }
 }
 
+/// Two ranks' direct all_reduce is one shot: each rank folds the other's input into its
+/// own, with the operands in opposite order. Both still hold the same bits: signed zeros
+/// under max and min, infinities, a NaN on one side, sums whose rounding depends on the
+/// order of three or more terms (here two), over shared memory and the Net, in one chunk
+/// and in many, in place and not.
+#[test]
+fn two_ranks_in_one_shot_hold_the_same_bits() {
+    use oxccl_runtime::ReduceOp;
+    let special = [0.0f32, -0.0, 1.0, -1.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-30, 3.4e38, 0.1];
+    let input = |rank: usize, count: usize| -> Vec<f32> { (0..count).map(|i| if i % 3 == 0 { special[(i / 3 + rank) % special.len()] } else { (i as f32 * 0.37 + rank as f32).sin() * 1e3 }).collect() };
+    for transport in [Transport::Shm, Transport::Net] {
+        let comms = Communicator::init_all(2, &config_with(transport, Some("direct"))).unwrap();
+        for count in [1usize, 1000, 100_003] {
+            for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min] {
+                for in_place in [false, true] {
+                    let outputs: Vec<Vec<u32>> = std::thread::scope(|s| {
+                        let handles: Vec<_> = comms
+                            .iter()
+                            .enumerate()
+                            .map(|(rank, c)| {
+                                s.spawn(move || {
+                                    let send = input(rank, count);
+                                    let mut recv = vec![0.0f32; count];
+                                    if in_place {
+                                        recv.copy_from_slice(&send);
+                                        c.all_reduce_in_place(&mut recv, op).unwrap();
+                                    } else {
+                                        c.all_reduce(&send, &mut recv, op).unwrap();
+                                    }
+                                    recv.iter().map(|x| x.to_bits()).collect()
+                                })
+                            })
+                            .collect();
+                        handles.into_iter().map(|h| h.join().unwrap()).collect()
+                    });
+                    let what = format!("{transport:?}, {count} elements, {op:?}, in place {in_place}");
+                    let differ = (0..count).filter(|&i| outputs[0][i] != outputs[1][i]).count();
+                    assert_eq!(differ, 0, "{what}: the ranks' results differ in {differ} elements");
+                    let (a, b) = (input(0, count), input(1, count));
+                    for i in 0..count {
+                        let expected = match op {
+                            ReduceOp::Sum => a[i] + b[i],
+                            ReduceOp::Prod => a[i] * b[i],
+                            ReduceOp::Max => a[i].max(b[i]),
+                            _ => a[i].min(b[i]),
+                        };
+                        let got = f32::from_bits(outputs[0][i]);
+                        assert!(got == expected || (got.is_nan() && expected.is_nan()), "{what}: element {i}: {got} for {} and {}", a[i], b[i]);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// all_reduce with each algorithm forced (the tuner picks by size, so some would otherwise
 /// run only at some sizes): every dtype, op, size and placement.
 #[test]

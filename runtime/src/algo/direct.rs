@@ -13,6 +13,16 @@
 //! reduced by one rank only, so all ranks hold the same bits whatever the op. No message
 //! waits for anything its receiver has received, so any FIFO depth of one suffices; in
 //! place, a rank's chunk of block p is sent before p's reduced chunk can come back.
+//!
+//! With two ranks, all_reduce goes in one hop instead ("one shot"): each rank sends its
+//! whole input to the other and folds the other's into its own, half the two-shot's
+//! latency for the same traffic (each rank reduces every element). One lane per rank, per
+//! chunk: copy the input chunk into the output (in place, nothing), send it from there,
+//! then receive the peer's chunk and fold it in — each input element read once, a chunk
+//! sent before it is overwritten, one FIFO slot enough. Both ranks compute x0 ⊕ x1, with
+//! the operands in opposite order: the ops are commutative (sum and product exactly in
+//! IEEE arithmetic, max and min order their zeros, oxccl-kernels' element.rs), so both
+//! hold the same bits but for the payload of a NaN made of two NaNs.
 
 use super::{chunks, split, Collective, Lane, Link, Role, Shape, Slice, Step};
 
@@ -66,6 +76,9 @@ pub(super) fn lanes(shape: &Shape, rank: usize) -> Vec<Lane> {
 
 fn two_shot_all_reduce(shape: &Shape, rank: usize) -> Vec<Lane> {
     let (n, chunk) = (shape.nranks, shape.chunk);
+    if n == 2 {
+        return vec![one_shot_all_reduce(shape, rank)];
+    }
     let blocks: Vec<(usize, usize)> = split(shape.count, n).collect();
     let (own_offset, own_count) = blocks[rank];
     let peers = || (0..n).filter(move |&p| p != rank);
@@ -96,6 +109,18 @@ fn two_shot_all_reduce(shape: &Shape, rank: usize) -> Vec<Lane> {
     }
     lanes.push(Lane { role: Role::Local, steps: own });
     lanes
+}
+
+/// Two ranks' all_reduce in one hop: see the module's doc.
+fn one_shot_all_reduce(shape: &Shape, rank: usize) -> Lane {
+    let peer = 1 - rank;
+    let steps = chunks(0, shape.count, shape.chunk)
+        .flat_map(|(o, c)| {
+            let own = Slice::recv(o, c);
+            [Step::Copy { src: Slice::send(o, c), dst: own }, Step::Send { to: link(peer), src: own }, Step::RecvReduceCopy { from: link(peer), local: own, dst: own }]
+        })
+        .collect();
+    Lane { role: Role::Local, steps }
 }
 
 fn link(peer: usize) -> Link {

@@ -209,6 +209,14 @@ impl Algorithm {
         }
     }
 
+    /// Whether a plan's messages on each link are all sent without waiting for anything
+    /// their receiver sends, so that the receiving proxy may post them together and
+    /// complete them as a group: direct exchange, but for two ranks' one-shot all_reduce
+    /// (each rank's next send waits for its last receive from the same peer).
+    pub fn sends_independently(self, collective: Collective, nranks: usize) -> bool {
+        self == Algorithm::Direct && !(collective == Collective::AllReduce && nranks == 2)
+    }
+
     /// Whether [`plan`] accepts this algorithm for `collective`.
     pub fn supports(self, collective: Collective) -> bool {
         match self {
