@@ -87,11 +87,12 @@ struct PlanKey {
     count: usize,
     esize: usize,
     root: usize,
-    algorithm: algo::Algorithm,
 }
 
 /// A plan ready to run: lanes checked against buffers of its sizes, connections made.
 struct Prepared {
+    /// The tuner's choice for the key (fixed per communicator, so asked once).
+    algorithm: algo::Algorithm,
     lanes: Vec<Lane>,
     /// Messages each network receive link carries per run.
     net_expected: Vec<(algo::Link, u64)>,
@@ -809,7 +810,7 @@ impl Exec {
         }
         let health = || self.health();
         let departed = || self.boot.departed().into_iter().map(|r| r as usize).map(|r| (r, if self.transports.shared_memory(r) { exec::LEFT_GRACE } else { exec::NET_LEFT_GRACE })).collect();
-        let cx = exec::Context { dtype, combine: op.combine(), deadline: Instant::now() + self.config.coll_timeout, health: &health, departed: &departed };
+        let cx = exec::Context { dtype, combine: op.combine(), timeout: self.config.coll_timeout, health: &health, departed: &departed };
         let result = exec::run(lanes, buffers, connections, &cx, checked);
         if let Err(Error::PeerFailed { rank, reason }) = &result {
             // A peer that left while this rank waited for it: the others waiting (maybe
@@ -821,26 +822,28 @@ impl Exec {
         result
     }
 
-    /// The plan for `key`, made, connected and checked on first use.
+    /// The plan for `key`, its algorithm chosen, made, connected and checked on first use.
     fn prepared(&self, key: PlanKey, connections: &mut Connections) -> Result<Arc<Prepared>> {
         if let Some(p) = self.plans.lock().get(&key) {
             return Ok(p.clone());
         }
+        let cost = CostInput { bytes: key.count * key.esize, nranks: self.nranks, net: self.transports.any_net(), oversubscribed: self.transports.oversubscribed() };
+        let algorithm = self.tuner.choose(key.collective, &cost)?;
         let shape = Shape {
             collective: key.collective,
             count: key.count,
             nranks: self.nranks,
             root: key.root,
             chunk: (self.transports.geometry.slot_bytes / key.esize).max(1),
-            channels: self.channels(&key),
+            channels: self.channels(&key, algorithm),
         };
-        let lanes = algo::plan_rank(shape, key.algorithm, self.rank).map_err(|e| Error::invalid(e.to_string()))?;
+        let lanes = algo::plan_rank(shape, algorithm, self.rank).map_err(|e| Error::invalid(e.to_string()))?;
         let lanes: Vec<Lane> = lanes.into_iter().map(|steps| Lane { steps: steps.into_iter().map(|s| (s, 0)).collect() }).collect();
         self.connect(&lanes, connections)?;
         let (send_count, recv_count) = key.collective.buffer_counts(key.count, self.nranks, self.rank, key.root);
         let sizes = Buffers { send: std::ptr::null(), send_bytes: send_count * key.esize, recv: std::ptr::null_mut(), recv_bytes: recv_count * key.esize };
         exec::check_bounds(&lanes, &[sizes], connections, key.esize)?;
-        let prepared = Arc::new(Prepared { net_expected: self.net_expected(&lanes), lanes });
+        let prepared = Arc::new(Prepared { algorithm, net_expected: self.net_expected(&lanes), lanes });
         let mut plans = self.plans.lock();
         if plans.len() >= PLAN_CACHE {
             plans.clear();
@@ -855,8 +858,8 @@ impl Exec {
     /// data at once (one loopback TCP stream is what held the staged GPU path to half of
     /// NCCL's socket transport, docs/PERFORMANCE.md). Otherwise one: this rank's one
     /// executor thread copies every byte in shared memory however the data is split.
-    fn channels(&self, key: &PlanKey) -> usize {
-        if !self.transports.any_net() || !matches!(key.algorithm, algo::Algorithm::Ring | algo::Algorithm::Tree) {
+    fn channels(&self, key: &PlanKey, algorithm: algo::Algorithm) -> usize {
+        if !self.transports.any_net() || !matches!(algorithm, algo::Algorithm::Ring | algo::Algorithm::Tree) {
             return 1;
         }
         let slots = key.count * key.esize / self.transports.geometry.slot_bytes;
@@ -867,9 +870,7 @@ impl Exec {
         if task.count == 0 {
             return Ok(());
         }
-        let cost = CostInput { bytes: task.count * task.dtype.size(), nranks: self.nranks, net: self.transports.any_net(), oversubscribed: self.transports.oversubscribed() };
-        let algorithm = self.tuner.choose(task.collective, &cost)?;
-        let key = PlanKey { collective: task.collective, count: task.count, esize: task.dtype.size(), root: task.root, algorithm };
+        let key = PlanKey { collective: task.collective, count: task.count, esize: task.dtype.size(), root: task.root };
         let prepared = self.prepared(key, connections)?;
         let mut buffers = task.buffers;
         // Avg of floats and PreMulSum scale each rank's input once, before the reduction.
@@ -885,7 +886,7 @@ impl Exec {
             buffers.send = scratch.as_ptr();
         }
         // Whether the proxy may post a link's receives together (the algorithm's doc).
-        let independent = algorithm.sends_independently(task.collective, self.nranks);
+        let independent = prepared.algorithm.sends_independently(task.collective, self.nranks);
         self.execute(&prepared.lanes, &prepared.net_expected, &[buffers], task.dtype, task.op, independent, true, connections)?;
         drop(scratch);
         if task.collective.reduces() && task.op.needs_final_division(task.dtype) && buffers.recv_bytes > 0 {

@@ -49,7 +49,9 @@ pub(crate) struct Connections {
 pub(crate) struct Context<'a> {
     pub dtype: DataType,
     pub combine: Combine,
-    pub deadline: Instant,
+    /// How long the run may wait for its peers, counted from when it first has to (reading
+    /// the clock costs tens of ns a call, more than a small step: only waits read it).
+    pub timeout: Duration,
     /// Returns an error when the operation must stop (abort, a dead peer).
     pub health: &'a dyn Fn() -> Result<()>,
     /// Peers (ranks) that left the job, each with how long a run may stay blocked on it
@@ -74,7 +76,8 @@ pub(crate) fn run(lanes: &[Lane], buffers: &[Buffers], connections: &mut Connect
         many.resize(lanes.len(), 0);
         &mut many
     };
-    let started = Instant::now();
+    // When the run first had to wait: its timeout counts from there.
+    let mut waiting_since: Option<Instant> = None;
     let mut idle = Idle::default();
     // A peer this run waits on and that has left the job, and since when: still waited on
     // after LEFT_GRACE, the run fails rather than wait for the timeout.
@@ -122,9 +125,10 @@ pub(crate) fn run(lanes: &[Lane], buffers: &[Buffers], connections: &mut Connect
                 }
                 (gone, _) => gone.map(|(peer, grace)| (peer, grace, Instant::now())),
             };
-            if Instant::now() >= cx.deadline {
+            let since = *waiting_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= cx.timeout {
                 let stuck: Vec<String> = lanes.iter().zip(cursor.iter()).filter_map(|(l, &c)| l.steps.get(c).map(|(s, _)| format!("{s:?}"))).collect();
-                return Err(Error::Timeout { phase: format!("collective, waiting at {}", stuck.join("; ")), waited: started.elapsed() });
+                return Err(Error::Timeout { phase: format!("collective, waiting at {}", stuck.join("; ")), waited: since.elapsed() });
             }
         }
     }

@@ -144,7 +144,9 @@ impl CostInput {
         let reduce_rate = 4e9;
         let n = self.nranks.max(1) as f64;
         let s = self.bytes as f64;
-        let log2 = n.log2().ceil().max(1.0);
+        // ⌈log2 n⌉, at least 1, in integers (a float log2 per call showed in the small-call
+        // profile).
+        let log2 = (usize::BITS - self.nranks.saturating_sub(1).leading_zeros()).max(1) as f64;
         let parallel = if self.net { (n - 1.0).clamp(1.0, 2.0) } else { 0.5 };
         let (hops, messages, moved, reduced) = match (collective, algorithm) {
             (Collective::AllReduce, Algorithm::Ring) => (2.0 * (n - 1.0), 2.0 * (n - 1.0), 2.0 * (n - 1.0) / n * s, (n - 1.0) / n * s),
