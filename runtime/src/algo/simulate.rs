@@ -21,12 +21,17 @@ pub struct Options {
     pub in_place: bool,
     /// Track vector clocks and reject unordered conflicting accesses by two lanes of a rank.
     pub check_races: bool,
+    /// Receives a connection completes only together, as a network proxy that posts them
+    /// as one (the Net's `max_recvs`, for plans whose sends never wait on their receiver):
+    /// a message can be taken once the rest of its group — aligned runs of this many on the
+    /// connection, the last one shorter — has been sent too. 1: each on its own.
+    pub grouped_receives: usize,
 }
 
 impl Default for Options {
     /// NCCL's 8 slots (`NCCL_STEPS`), separate buffers, races checked.
     fn default() -> Options {
-        Options { slots: 8, in_place: false, check_races: true }
+        Options { slots: 8, in_place: false, check_races: true, grouped_receives: 1 }
     }
 }
 
@@ -258,6 +263,9 @@ struct Engine<'a, T, F> {
     combine: &'a F,
     options: &'a Options,
     fifos: HashMap<Key, VecDeque<Message<T>>>,
+    /// Per connection: messages received so far, and in all (receive steps).
+    taken: HashMap<Key, usize>,
+    expected: HashMap<Key, usize>,
     /// (rank, lane) of every global lane.
     lanes: Vec<(usize, usize)>,
     /// Per global lane: its next step, and its vector clock when tracking races.
@@ -291,7 +299,13 @@ pub(super) fn run<T: Clone, F: Fn(&T, &T) -> T>(
     let lanes: Vec<(usize, usize)> = program.ranks.iter().enumerate().flat_map(|(r, ls)| (0..ls.len()).map(move |l| (r, l))).collect();
     let clocks = if options.check_races { vec![vec![0; lanes.len()]; lanes.len()] } else { Vec::new() };
     let cursor = vec![0; lanes.len()];
-    let mut engine = Engine { program, memory, combine, options, fifos: HashMap::new(), lanes, cursor, clocks };
+    let mut expected: HashMap<Key, usize> = HashMap::new();
+    for (rank, lanes) in program.ranks.iter().enumerate() {
+        for l in lanes.iter().flat_map(|l| &l.steps).filter_map(|(_, s)| s.receives()) {
+            *expected.entry((l.peer, rank, l.channel)).or_default() += 1;
+        }
+    }
+    let mut engine = Engine { program, memory, combine, options, fifos: HashMap::new(), taken: HashMap::new(), expected, lanes, cursor, clocks };
     engine.run()?;
     Ok(engine.memory)
 }
@@ -330,7 +344,12 @@ impl<T: Clone, F: Fn(&T, &T) -> T> Engine<'_, T, F> {
     /// from with nothing there (`true`), or the link it sends to with no free slot (`false`).
     fn blocked(&self, rank: usize, step: &Step) -> Option<(Link, bool)> {
         if let Some(l) = step.receives() {
-            if self.fifos.get(&(l.peer, rank, l.channel)).is_none_or(VecDeque::is_empty) {
+            let key = (l.peer, rank, l.channel);
+            let waiting = self.fifos.get(&key).map_or(0, VecDeque::len);
+            let taken = self.taken.get(&key).copied().unwrap_or(0);
+            let group = self.options.grouped_receives.max(1);
+            let group_end = (taken - taken % group + group).min(self.expected.get(&key).copied().unwrap_or(0));
+            if waiting == 0 || taken + waiting < group_end {
                 return Some((l, true));
             }
         }
@@ -420,6 +439,7 @@ impl<T: Clone, F: Fn(&T, &T) -> T> Engine<'_, T, F> {
         let Some(l) = step.receives() else { return Ok(None) };
         let (rank, _) = self.lanes[g];
         let message = self.fifos.get_mut(&(l.peer, rank, l.channel)).and_then(VecDeque::pop_front).expect("blocked() saw a message");
+        *self.taken.entry((l.peer, rank, l.channel)).or_default() += 1;
         if message.data.len() != step.count() {
             return Err(ScheduleError::MessageSize { at: self.at(g, step), got: message.data.len() });
         }

@@ -95,7 +95,7 @@ pub fn validate(schedule: &Schedule, slots: usize) -> Result<(), ScheduleError> 
             continue;
         }
         let memory = (0..shape.nranks).map(|r| Memory::for_collective(shape, r, in_place, vec![(); shape.buffer_counts(r).0])).collect::<Result<_, _>>()?;
-        simulate::run(&program, memory, &|_: &(), _: &()| (), &Options { slots, in_place, check_races: true })?;
+        simulate::run(&program, memory, &|_: &(), _: &()| (), &Options { slots, in_place, check_races: true, grouped_receives: 1 })?;
     }
     Ok(())
 }
@@ -107,7 +107,7 @@ pub fn validate_point_to_point(plans: &[PointToPointPlan], transfers: &[Vec<Tran
     let sent = |t: &Transfer| if t.direction == Direction::Send { t.count } else { 0 };
     let inputs: Vec<Vec<Vec<()>>> = transfers.iter().map(|ts| ts.iter().map(|t| vec![(); sent(t)]).collect()).collect();
     let memory = Memory::for_point_to_point(transfers, inputs)?;
-    simulate::run(&program, memory, &|_: &(), _: &()| (), &Options { slots, in_place: false, check_races: true })?;
+    simulate::run(&program, memory, &|_: &(), _: &()| (), &Options { slots, in_place: false, check_races: true, grouped_receives: 1 })?;
     Ok(())
 }
 

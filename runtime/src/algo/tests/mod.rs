@@ -71,7 +71,7 @@ fn check(shape: Shape, algorithm: Algorithm, slots: usize) {
     for (name, op) in ops {
         let want = expected(&shape, &data, op);
         for &in_place in placements(shape.collective) {
-            let options = Options { slots, in_place, check_races: true };
+            let options = Options { slots, in_place, check_races: true, grouped_receives: 1 };
             let got = simulate(&schedule, &data, op, &options).unwrap_or_else(|e| panic!("{algorithm:?} {shape} {name} in_place={in_place}: {e}"));
             compare(&got, &want, &format!("{algorithm:?} {shape} {name} in_place={in_place}"), &schedule);
         }

@@ -198,3 +198,41 @@ fn schedules_print_readably() {
     let tree = plan(Shape { nranks: 4, ..shape }, Algorithm::Tree).unwrap().to_string();
     assert!(tree.contains("(tree 1 down, channel 0)") && tree.contains("-> recv["), "{tree}");
 }
+
+/// The network proxy posts a connection's receives together (up to `max_recvs`) and
+/// completes them as one only for plans whose sends never wait on their receiver
+/// ([`Algorithm::sends_independently`]): those finish with receives grouped by 8 (and 3,
+/// which ends groups mid-run), while two ranks' one-shot all_reduce, whose next send waits
+/// for its last receive, jams — as it did over the socket Net before it was excluded.
+#[test]
+fn grouped_receives_only_where_sends_are_independent() {
+    let grouped = |shape: Shape, algorithm: Algorithm, group: usize| {
+        let schedule = plan(shape, algorithm).unwrap();
+        simulate(&schedule, &inputs(&shape, value), |a, b| a.wrapping_add(*b), &Options { grouped_receives: group, ..Options::default() })
+    };
+    let mut checked = 0;
+    for collective in Collective::ALL {
+        for algorithm in Algorithm::ALL.into_iter().filter(|a| a.supports(collective)) {
+            for nranks in 2..=6 {
+                if !algorithm.sends_independently(collective, nranks) {
+                    continue;
+                }
+                for (count, chunk) in [(100, 3), (1000, 7), (5, 8)] {
+                    for group in [3, 8] {
+                        let shape = Shape { collective, count, nranks, root: nranks / 2, chunk, channels: 2 };
+                        grouped(shape, algorithm, group).unwrap_or_else(|e| panic!("{algorithm:?} {shape}, receives grouped by {group}: {e}"));
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "{checked} cases");
+    let one_shot = Shape { collective: Collective::AllReduce, count: 100, nranks: 2, root: 0, chunk: 3, channels: 1 };
+    assert!(!Algorithm::Direct.sends_independently(Collective::AllReduce, 2));
+    match grouped(one_shot, Algorithm::Direct, 8) {
+        Err(ScheduleError::Deadlock { .. }) => {}
+        other => panic!("expected the one-shot all_reduce to jam with grouped receives, got {:?}", other.map(|_| ())),
+    }
+    grouped(one_shot, Algorithm::Direct, 1).unwrap();
+}
