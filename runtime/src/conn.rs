@@ -30,7 +30,11 @@ pub(crate) struct Geometry {
 /// Which transport reaches each peer.
 pub(crate) struct Transports {
     pub same_host: Vec<bool>,
-    pub oversubscribed: bool,
+    /// This communicator's ranks on this host (this one included).
+    local: usize,
+    /// The host's cores online, not this process's affinity: launchers bind each rank to
+    /// its own.
+    cores: usize,
     pub shm_allowed: bool,
     pub geometry: Geometry,
 }
@@ -38,21 +42,16 @@ pub(crate) struct Transports {
 impl Transports {
     pub fn new(same_host: Vec<bool>, shm_allowed: bool, geometry: Geometry) -> Transports {
         let local = same_host.iter().filter(|&&same| same).count();
-        // The host's cores, not this process's affinity: launchers bind each rank to its own.
         // SAFETY: sysconf has no preconditions.
         let cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
-        let oversubscribed = local > cores;
-        Transports { same_host, oversubscribed, shm_allowed, geometry }
+        Transports { same_host, local, cores, shm_allowed, geometry }
     }
 
     /// A warning for a rank that uses the network while it may run on one core of a host
     /// with room for more (see [`one_core_warning`]).
     pub fn one_core_warning(&self) -> Option<String> {
         let allowed = std::thread::available_parallelism().map_or(1, |n| n.get());
-        // SAFETY: sysconf has no preconditions.
-        let cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
-        let local = self.same_host.iter().filter(|&&same| same).count();
-        self.any_net().then(|| one_core_warning(allowed, cores, local)).flatten()
+        self.any_net().then(|| one_core_warning(allowed, self.cores, self.local)).flatten()
     }
 
     pub(crate) fn shared_memory(&self, peer: usize) -> bool {
@@ -62,7 +61,7 @@ impl Transports {
 
     /// Whether this host runs more of the communicator's ranks than it has cores online.
     pub fn oversubscribed(&self) -> bool {
-        self.oversubscribed
+        self.local > self.cores
     }
 
     /// Whether some peer is reached through the network.

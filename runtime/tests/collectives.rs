@@ -44,16 +44,22 @@ fn run_threads(n: u32, transport: Transport, cases: impl Fn(usize) -> Vec<Case>)
     run_threads_with(n, config(transport), cases)
 }
 
+/// Runs `f(rank, communicator)` on a thread per rank; the results in rank order.
+fn on_every_rank<R: Send>(comms: &[Communicator], f: impl Fn(usize, &Communicator) -> R + Sync) -> Vec<R> {
+    std::thread::scope(|s| {
+        let f = &f;
+        let handles: Vec<_> = comms.iter().enumerate().map(|(rank, c)| s.spawn(move || f(rank, c))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
 fn run_threads_with(n: u32, config: Config, cases: impl Fn(usize) -> Vec<Case>) {
     let transport = if config.shm_disable { Transport::Net } else { Transport::Shm };
     let start = Instant::now();
     let comms = Communicator::init_all(n, &config).unwrap();
     let cases = cases(n as usize);
     let total = cases.len();
-    let failures: Vec<String> = std::thread::scope(|s| {
-        let handles: Vec<_> = comms.iter().map(|c| s.spawn(|| matrix::run_cases(c, &cases))).collect();
-        handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
-    });
+    let failures: Vec<String> = on_every_rank(&comms, |_, c| matrix::run_cases(c, &cases)).into_iter().flatten().collect();
     assert!(failures.is_empty(), "{n} ranks over {transport:?}: {} failures, first ones:\n{}", failures.len(), failures[..failures.len().min(20)].join("\n"));
     eprintln!("{n} ranks over {transport:?}: {total} cases in {:.2?}", start.elapsed());
     assert!(start.elapsed() < Duration::from_secs(600));
@@ -138,39 +144,28 @@ fn network_channels_have_their_own_connections() {
         let mut config = config_with(transport, Some("ring"));
         config.set("NCCL_BUFFSIZE", "32768").unwrap();
         let comms = Communicator::init_all(2, &config).unwrap();
-        let fifo_bytes: Vec<Vec<u64>> = std::thread::scope(|s| {
-            let handles: Vec<_> = comms
-                .iter()
-                .map(|c| {
-                    s.spawn(move || {
-                        // 4 KiB: one channel; 64 KiB: sixteen 4 KiB slots, four channels.
-                        [1024usize, 16 << 10]
-                            .into_iter()
-                            .map(|count| {
-                                let send = vec![1.0f32; count];
-                                let mut recv = vec![0.0f32; count];
-                                c.all_reduce(&send, &mut recv, ReduceOp::Sum).unwrap();
-                                assert!(recv.iter().all(|&x| x == 2.0));
-                                c.memory_stats().persistent
-                            })
-                            .collect()
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        for bytes in fifo_bytes {
-            assert!(bytes[0] > 0, "{transport:?}: no FIFO memory counted");
-            assert_eq!(bytes[1], growth * bytes[0], "{transport:?}: FIFO bytes after one channel, then four: {bytes:?}");
+        // 4 KiB: one channel; 64 KiB: sixteen 4 KiB slots, four channels.
+        let fifo_bytes_after = |count: usize| {
+            on_every_rank(&comms, |_, c| {
+                let send = vec![1.0f32; count];
+                let mut recv = vec![0.0f32; count];
+                c.all_reduce(&send, &mut recv, ReduceOp::Sum).unwrap();
+                assert!(recv.iter().all(|&x| x == 2.0));
+                c.memory_stats().persistent
+            })
+        };
+        let (one, four) = (fifo_bytes_after(1024), fifo_bytes_after(16 << 10));
+        for (one, four) in one.into_iter().zip(four) {
+            assert!(one > 0, "{transport:?}: no FIFO memory counted");
+            assert_eq!(four, growth * one, "{transport:?}: FIFO bytes after one channel {one}, then four {four}");
         }
     }
 }
 
 /// Two ranks' direct all_reduce is one shot: each rank folds the other's input into its
 /// own, with the operands in opposite order. Both still hold the same bits: signed zeros
-/// under max and min, infinities, a NaN on one side, sums whose rounding depends on the
-/// order of three or more terms (here two), over shared memory and the Net, in one chunk
-/// and in many, in place and not.
+/// under max and min, infinities, a NaN on one side, over shared memory and the Net, in
+/// one chunk and in many, in place and not.
 #[test]
 fn two_ranks_in_one_shot_hold_the_same_bits() {
     use oxccl_runtime::ReduceOp;
@@ -181,25 +176,16 @@ fn two_ranks_in_one_shot_hold_the_same_bits() {
         for count in [1usize, 1000, 100_003] {
             for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min] {
                 for in_place in [false, true] {
-                    let outputs: Vec<Vec<u32>> = std::thread::scope(|s| {
-                        let handles: Vec<_> = comms
-                            .iter()
-                            .enumerate()
-                            .map(|(rank, c)| {
-                                s.spawn(move || {
-                                    let send = input(rank, count);
-                                    let mut recv = vec![0.0f32; count];
-                                    if in_place {
-                                        recv.copy_from_slice(&send);
-                                        c.all_reduce_in_place(&mut recv, op).unwrap();
-                                    } else {
-                                        c.all_reduce(&send, &mut recv, op).unwrap();
-                                    }
-                                    recv.iter().map(|x| x.to_bits()).collect()
-                                })
-                            })
-                            .collect();
-                        handles.into_iter().map(|h| h.join().unwrap()).collect()
+                    let outputs: Vec<Vec<u32>> = on_every_rank(&comms, |rank, c| {
+                        let send = input(rank, count);
+                        let mut recv = vec![0.0f32; count];
+                        if in_place {
+                            recv.copy_from_slice(&send);
+                            c.all_reduce_in_place(&mut recv, op).unwrap();
+                        } else {
+                            c.all_reduce(&send, &mut recv, op).unwrap();
+                        }
+                        recv.iter().map(|x| x.to_bits()).collect()
                     });
                     let what = format!("{transport:?}, {count} elements, {op:?}, in place {in_place}");
                     let differ = (0..count).filter(|&i| outputs[0][i] != outputs[1][i]).count();
