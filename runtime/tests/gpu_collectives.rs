@@ -177,8 +177,16 @@ fn ranks_on_separate_hosts_stage_through_host_memory() {
     let Some(g) = gpus() else { return };
     for n in [2, 3] {
         let devices: Vec<usize> = (0..n).map(|r| r % g).collect();
-        run_matrix(init_on_separate_hosts(&devices, &config()), &devices, cases, "threads, separate hosts, staged");
+        run_matrix(init_on_separate_hosts(&devices, &config()), &devices, staged_cases, "threads, separate hosts, staged");
     }
+}
+
+/// The matrix, and element-wise collectives large enough to be staged in the most pieces
+/// (36 MiB + 3 floats: eight pieces, the last shorter), in and out of place.
+fn staged_cases(n: usize) -> Vec<Case> {
+    let mut all = cases(n);
+    all.extend(check::large_cases(n, 36 << 20).into_iter().filter(|c| c.dtype == DataType::Float32 && matches!(c.collective, Collective::AllReduce | Collective::Broadcast | Collective::Reduce)));
+    all
 }
 
 /// Send/recv groups between ranks on separate hosts, staged like the collectives; the data
@@ -220,6 +228,8 @@ fn a_staged_operation_stops_on_abort_and_when_its_peer_leaves() {
         for receive in [false, true] {
             stop_a_waiting_kernel(g, 1 << 20, receive, stop, true);
         }
+        // An all_reduce staged in pieces (16 MiB: four), stopped in its first.
+        stop_a_waiting_kernel(g, 4 << 20, false, stop, true);
     }
 }
 

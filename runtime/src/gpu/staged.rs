@@ -8,6 +8,14 @@
 //! until the stream reached the operation's kernel (which says so in mapped host memory:
 //! the input copies before it are done), runs it, and releases the stream.
 //!
+//! Pieces: a large all_reduce, broadcast or reduce (element-wise: any range of elements is
+//! a collective of its own) runs as up to eight host operations on consecutive ranges.
+//! Only the first piece's input is copied on the caller's stream before the kernel, and
+//! only the last piece's output after it; the worker copies the other pieces' inputs on a
+//! stream of its own as soon as the kernel is reached, and each finished piece's output on
+//! another, so the PCIe copies overlap the host operations. The worker waits for its copies
+//! before it releases the stream.
+//!
 //! Order: operations run on the worker in enqueue order, and each one's stream work waits
 //! for the previous operation's (an event), whatever streams they were enqueued on, so one
 //! pair of staging buffers serves them all. The buffers grow when an operation needs more
@@ -19,15 +27,27 @@
 //! undefined, as after an abort). An abort or a dead peer stops the host operation through
 //! the communicator, and the waiting kernel through the abort flag.
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use super::driver::{self, Event, PinnedHost};
+use super::driver::{self, Event, PinnedHost, Stream};
 use super::{CUstream, Inner, P2p, Pause};
 use crate::error::{Error, Result};
 use crate::{Collective, Communicator, DataType, ReduceOp};
+
+/// An all_reduce, broadcast or reduce of at least twice this many bytes is staged in
+/// pieces (up to [`MAX_PIECES`]), each its own host operation, so that the copies of one
+/// piece overlap the host operation of another: only the first piece's input copy and the
+/// last piece's output copy are not hidden (the whole input and output, one after the
+/// other, before). Every rank splits alike: the split depends on the count and datatype
+/// only, which the collective's ranks share.
+const PIECE_BYTES: usize = 4 << 20;
+const MAX_PIECES: usize = 8;
+/// Pieces start at multiples of this many bytes (every datatype's size divides it).
+const PIECE_ALIGN: usize = 4096;
 
 /// The staging state of a communicator that spans hosts.
 pub(super) struct Staged {
@@ -49,11 +69,29 @@ pub(super) struct Buffers {
     enqueued: u64,
 }
 
-/// One operation for the worker: run `work` once the stream reached operation `seq`'s
-/// kernel, then publish `seq` as done.
+/// One operation for the worker: once the stream reached operation `seq`'s kernel, run
+/// its pieces in order, then publish `seq` as done. The first piece's input copies and the
+/// last piece's output copies are on the caller's stream (before and after the kernel);
+/// the worker makes the rest on streams of its own.
 struct Job {
     seq: u64,
+    pieces: Vec<Piece>,
+}
+
+/// A part of an operation: the copies its host work needs, the work, the copies of what
+/// it produced.
+struct Piece {
+    copy_in: Vec<Transfer>,
     work: Work,
+    copy_out: Vec<Transfer>,
+}
+
+/// `bytes` between device address `device` and staging memory at `host`.
+#[derive(Clone, Copy)]
+struct Transfer {
+    device: u64,
+    host: *mut u8,
+    bytes: usize,
 }
 
 enum Work {
@@ -63,26 +101,31 @@ enum Work {
 }
 
 // SAFETY: the pointers are into the staging buffers, which outlive every job (retired
-// buffers are kept until the communicator goes); only the worker touches them while the
-// job runs.
+// buffers are kept until the communicator goes), and into the caller's device buffers,
+// which stay valid until the stream passes the operation; only the worker touches them
+// while the job runs.
 unsafe impl Send for Job {}
 
 impl Staged {
     /// Starts the worker of `comm`, which publishes finished operations in `inner`'s
-    /// done word.
+    /// done word. The GPU's context is current.
     pub fn new(comm: Arc<Communicator>, inner: Arc<Inner>) -> Result<Staged> {
         let (jobs, queue) = crossbeam_channel::unbounded::<Job>();
         let rank = comm.rank();
+        let mut worker = Worker::new(comm, inner)?;
         let worker = std::thread::Builder::new()
             .name(format!("oxccl-gpu-staged-{rank}"))
             .spawn(move || {
+                if let Err(e) = worker.inner.device.bind() {
+                    worker.inner.fail(e);
+                }
                 for job in queue {
-                    let result = run(&comm, &inner, &job);
+                    let result = worker.run(&job);
                     if let Err(e) = result {
                         tracing::warn!(target: crate::log_target::COLL, "rank {rank}: staged operation {} failed: {e}", job.seq);
-                        inner.fail(e);
+                        worker.inner.fail(e);
                     }
-                    inner.set_host_done(job.seq);
+                    worker.inner.set_host_done(job.seq);
                 }
             })
             .map_err(|e| Error::Internal(format!("starting the staging thread: {e}")))?;
@@ -127,19 +170,27 @@ impl Staged {
         let mut buffers = self.buffers.lock();
         buffers.fit(in_bytes, out_bytes)?;
         let (input, output) = (buffers.input.ptr, buffers.output.ptr);
-        // SAFETY: the caller's stream; the staging buffers hold the bytes (just fitted).
-        unsafe {
-            buffers.after_last(stream)?;
-            if in_bytes > 0 {
-                driver::copy_to_host_async(input, send, in_bytes, stream)?;
+        let esize = dtype.size();
+        let elementwise = matches!(collective, Collective::AllReduce | Collective::Broadcast | Collective::Reduce);
+        let ranges = if elementwise { piece_ranges(count, esize) } else { std::iter::once(0..count).collect() };
+        let pieces = ranges.into_iter().map(|r| {
+            // Element-wise, a piece is the same elements of the input and the output (a side
+            // without bytes, a broadcast's input off the root, stays empty); otherwise the
+            // one piece is the whole of both.
+            let at = r.start * esize;
+            let side = |total: usize| if total == 0 || !elementwise { total } else { r.len() * esize };
+            // The staging buffers hold the piece's bytes where it has any (a side without
+            // any is not read or written).
+            let (input, output) = (input.wrapping_add(at), output.wrapping_add(at));
+            let transfer = |device: u64, host: *mut u8, bytes: usize| (bytes > 0).then_some(Transfer { device: device + at as u64, host, bytes });
+            Piece {
+                copy_in: transfer(send, input, side(in_bytes)).into_iter().collect(),
+                work: Work::Collective { collective, input, output, count: r.len(), dtype, op, root },
+                copy_out: transfer(recv, output, side(out_bytes)).into_iter().collect(),
             }
-            let work = Work::Collective { collective, input, output, count, dtype, op, root };
-            self.hand_over(inner, &mut buffers, work, stream)?;
-            if out_bytes > 0 {
-                driver::copy_to_device_async(recv, output, out_bytes, stream)?;
-            }
-            buffers.mark_last(stream)
-        }
+        });
+        // SAFETY: the caller's stream and buffers; the staging buffers hold the bytes.
+        unsafe { self.enqueue(inner, &mut buffers, pieces.collect(), stream) }
     }
 
     /// Enqueues a send/recv group on `stream`: the caller checked the operations.
@@ -158,17 +209,33 @@ impl Staged {
         let mut buffers = self.buffers.lock();
         buffers.fit(span(true), span(false))?;
         let (input, output) = (buffers.input.ptr, buffers.output.ptr);
-        // SAFETY: the caller's stream and buffers; every offset is within the fitted spans.
+        // SAFETY: every offset is within the fitted spans.
+        let transfers = |send: bool, base: *mut u8| placed(send).map(move |(o, offset)| Transfer { device: o.addr, host: unsafe { base.add(offset) }, bytes: o.bytes });
+        let copy_in: Vec<Transfer> = transfers(true, input).collect();
+        let copy_out: Vec<Transfer> = transfers(false, output).collect();
+        let ops = copy_in.iter().zip(placed(true)).map(|(t, (o, _))| (true, o.peer, t.host, t.bytes)).chain(copy_out.iter().zip(placed(false)).map(|(t, (o, _))| (false, o.peer, t.host, t.bytes))).collect();
+        // SAFETY: the caller's stream and buffers.
+        unsafe { self.enqueue(inner, &mut buffers, vec![Piece { copy_in, work: Work::Group { ops }, copy_out }], stream) }
+    }
+
+    /// Enqueues `pieces` on `stream`: the first piece's input copies, the kernel that holds
+    /// the stream until the worker finished them all, the last piece's output copies.
+    ///
+    /// # Safety
+    /// `stream` is a stream of this GPU's context; the transfers are within the fitted
+    /// staging buffers and the caller's buffers.
+    unsafe fn enqueue(&self, inner: &Inner, buffers: &mut Buffers, mut pieces: Vec<Piece>, stream: CUstream) -> Result<()> {
+        let first = std::mem::take(&mut pieces[0].copy_in);
+        let last = std::mem::take(&mut pieces.last_mut().expect("at least one piece").copy_out);
+        // SAFETY: per this function's contract.
         unsafe {
             buffers.after_last(stream)?;
-            for (o, offset) in placed(true) {
-                driver::copy_to_host_async(input.add(offset), o.addr, o.bytes, stream)?;
+            for t in &first {
+                driver::copy_to_host_async(t.host, t.device, t.bytes, stream)?;
             }
-            let sends = placed(true).map(|(o, offset)| (true, o.peer, input.add(offset), o.bytes));
-            let recvs = placed(false).map(|(o, offset)| (false, o.peer, output.add(offset), o.bytes));
-            self.hand_over(inner, &mut buffers, Work::Group { ops: sends.chain(recvs).collect() }, stream)?;
-            for (o, offset) in placed(false) {
-                driver::copy_to_device_async(o.addr, output.add(offset), o.bytes, stream)?;
+            self.hand_over(inner, buffers, pieces, stream)?;
+            for t in &last {
+                driver::copy_to_device_async(t.device, t.host, t.bytes, stream)?;
             }
             buffers.mark_last(stream)
         }
@@ -179,14 +246,23 @@ impl Staged {
     ///
     /// # Safety
     /// `stream` is a stream of this GPU's context.
-    unsafe fn hand_over(&self, inner: &Inner, buffers: &mut Buffers, work: Work, stream: CUstream) -> Result<()> {
+    unsafe fn hand_over(&self, inner: &Inner, buffers: &mut Buffers, pieces: Vec<Piece>, stream: CUstream) -> Result<()> {
         let seq = buffers.enqueued + 1;
         // SAFETY: the caller's stream; the kernel writes the reached word and reads the
         // done word and the watch words.
         unsafe { inner.launch_wait_host(seq, self.rank, stream)? };
         buffers.enqueued = seq;
-        self.jobs.send(Job { seq, work }).map_err(|_| Error::Internal("the staging thread is gone".into()))
+        self.jobs.send(Job { seq, pieces }).map_err(|_| Error::Internal("the staging thread is gone".into()))
     }
+}
+
+/// The element ranges a staged element-wise collective of `count` elements of `esize`
+/// bytes runs in: one piece per [`PIECE_BYTES`] (one below twice that), at most
+/// [`MAX_PIECES`], of equal length rounded up to [`PIECE_ALIGN`] bytes (the last shorter).
+fn piece_ranges(count: usize, esize: usize) -> Vec<Range<usize>> {
+    let pieces = (count * esize / PIECE_BYTES).clamp(1, MAX_PIECES);
+    let per = count.div_ceil(pieces).next_multiple_of(PIECE_ALIGN / esize).max(1);
+    (0..count).step_by(per).map(|start| start..(start + per).min(count)).collect()
 }
 
 impl Buffers {
@@ -232,9 +308,99 @@ impl Buffers {
     }
 }
 
-/// Waits until the stream reached the job's kernel (its input is copied), then runs its
-/// host operation.
-fn run(comm: &Communicator, inner: &Inner, job: &Job) -> Result<()> {
+/// The staging thread's state: the communicator that runs the host operations, and the
+/// streams (with a mark per piece) on which it copies the inner pieces' data.
+struct Worker {
+    comm: Arc<Communicator>,
+    inner: Arc<Inner>,
+    copy_in: Stream,
+    copy_out: Stream,
+    /// `marks[k]`: recorded on `copy_in` after piece k's input copies.
+    marks: Vec<Event>,
+    /// Recorded on `copy_in` and `copy_out` after a job's copies: drained when done.
+    ends: [Event; 2],
+}
+
+impl Worker {
+    /// Makes the worker's streams: the GPU's context is current.
+    fn new(comm: Arc<Communicator>, inner: Arc<Inner>) -> Result<Worker> {
+        let (copy_in, copy_out) = (Stream::create()?, Stream::create()?);
+        // SAFETY: streams of the current context, just made.
+        let ends = unsafe { [Event::record(copy_in.raw())?, Event::record(copy_out.raw())?] };
+        Ok(Worker { comm, inner, copy_in, copy_out, marks: Vec::new(), ends })
+    }
+
+    /// Waits until the stream reached the job's kernel (the first piece's input is
+    /// copied), then runs the pieces; returns once none of the job's copies is pending.
+    fn run(&mut self, job: &Job) -> Result<()> {
+        let inner = self.inner.clone();
+        wait(&inner, || Ok(inner.stream_reached() >= job.seq), || format!("waiting for the GPU to copy staged operation {}'s input", job.seq))?;
+        let result = self.pieces(job);
+        if job.pieces.len() == 1 {
+            // The worker made no copies.
+            return result;
+        }
+        // Whatever happened, the stream is released only once no copy of this job reads or
+        // writes the caller's buffers or the staging buffers (the next job's).
+        let drained = self.drain(job.seq);
+        result.and(drained)
+    }
+
+    /// Every piece's remaining input copies first (a mark after each piece's), then each
+    /// piece's host work once its input is in, then its output copies: the copies of one
+    /// piece run while the host works on another.
+    fn pieces(&mut self, job: &Job) -> Result<()> {
+        if job.pieces.len() == 1 {
+            // Nothing to overlap: both copies are on the caller's stream.
+            // SAFETY: the staging buffers hold the operation's input and output.
+            return unsafe { job.pieces[0].work.run(&self.comm) };
+        }
+        for (k, piece) in job.pieces.iter().enumerate() {
+            for t in &piece.copy_in {
+                // SAFETY: the caller's input (the stream reached the kernel: the work before
+                // it is done) into the staging buffer; nobody else uses them meanwhile.
+                unsafe { driver::copy_to_host_async(t.host, t.device, t.bytes, self.copy_in.raw())? };
+            }
+            // SAFETY: a stream of this context.
+            unsafe {
+                match self.marks.get(k) {
+                    Some(mark) => mark.rerecord(self.copy_in.raw())?,
+                    None => self.marks.push(Event::record(self.copy_in.raw())?),
+                }
+            }
+        }
+        for (k, piece) in job.pieces.iter().enumerate() {
+            let (inner, mark) = (&self.inner, &self.marks[k]);
+            wait(inner, || mark.done(), || format!("waiting for the GPU to copy piece {k} of staged operation {}'s input", job.seq))?;
+            // SAFETY: the piece's input is in the staging buffer; its output goes to its
+            // place there, which nothing else touches until the job is done.
+            unsafe { piece.work.run(&self.comm)? };
+            for t in &piece.copy_out {
+                // SAFETY: the piece's output, finished, to the caller's output buffer.
+                unsafe { driver::copy_to_device_async(t.device, t.host, t.bytes, self.copy_out.raw())? };
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until the copies the worker made for the job are done, within the
+    /// communicator's timeout (copies wait for nobody: only a broken GPU outlasts it).
+    fn drain(&mut self, seq: u64) -> Result<()> {
+        let deadline = Instant::now() + self.inner.timeout;
+        for (end, stream) in self.ends.iter().zip([&self.copy_in, &self.copy_out]) {
+            // SAFETY: a stream of this context.
+            unsafe { end.rerecord(stream.raw())? };
+            if !end.done_by(deadline)? {
+                return Err(Error::Timeout { phase: format!("waiting for the copies of staged operation {seq}"), waited: self.inner.timeout });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Polls `ready` until it holds, the communicator failed (its error), or its timeout
+/// passes (a timeout naming `phase`).
+fn wait(inner: &Inner, mut ready: impl FnMut() -> Result<bool>, phase: impl FnOnce() -> String) -> Result<()> {
     let deadline = Instant::now() + inner.timeout;
     let mut pause = Pause::default();
     loop {
@@ -242,31 +408,66 @@ fn run(comm: &Communicator, inner: &Inner, job: &Job) -> Result<()> {
         if let Some(e) = inner.failure.lock().clone() {
             return Err(e);
         }
-        if inner.stream_reached() >= job.seq {
-            break;
+        if ready()? {
+            return Ok(());
         }
         if Instant::now() >= deadline {
-            return Err(Error::Timeout { phase: format!("waiting for the GPU to copy staged operation {}'s input", job.seq), waited: inner.timeout });
+            return Err(Error::Timeout { phase: phase(), waited: inner.timeout });
         }
         pause.pause();
     }
-    match job.work {
-        // SAFETY: the staging buffers hold the operation's input and output (fitted at
-        // enqueue) and nothing else touches them until the job is published done.
-        Work::Collective { collective, input, output, count, dtype, op, root } => unsafe { comm.run_raw(collective, input, output, count, dtype, op, root) },
-        Work::Group { ref ops } => {
-            let mut group = comm.group();
-            for &(send, peer, at, bytes) in ops {
-                // SAFETY: as above.
-                unsafe {
-                    if send {
-                        group.send_raw(at, bytes, peer)?;
-                    } else {
-                        group.recv_raw(at, bytes, peer)?;
+}
+
+impl Work {
+    /// Runs the host operation.
+    ///
+    /// # Safety
+    /// The staging buffers hold its input and room for its output, and nothing else
+    /// touches them until it returns.
+    unsafe fn run(&self, comm: &Communicator) -> Result<()> {
+        match *self {
+            // SAFETY: per this function's contract.
+            Work::Collective { collective, input, output, count, dtype, op, root } => unsafe { comm.run_raw(collective, input, output, count, dtype, op, root) },
+            Work::Group { ref ops } => {
+                let mut group = comm.group();
+                for &(send, peer, at, bytes) in ops {
+                    // SAFETY: as above.
+                    unsafe {
+                        if send {
+                            group.send_raw(at, bytes, peer)?;
+                        } else {
+                            group.recv_raw(at, bytes, peer)?;
+                        }
                     }
                 }
+                group.end()
             }
-            group.end()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pieces cover every element once, in order, start on aligned bytes, and come in the
+    /// number the rule gives: one up to twice the piece size, at most eight.
+    #[test]
+    fn pieces_cover_the_elements_once_in_aligned_parts() {
+        for esize in [1, 2, 4, 8] {
+            for bytes in [esize, 4096, PIECE_BYTES, 2 * PIECE_BYTES - esize, 2 * PIECE_BYTES, 2 * PIECE_BYTES + 3 * esize, 5 * PIECE_BYTES + 7 * esize, 64 << 20, (256 << 20) + esize] {
+                let count = bytes / esize;
+                let ranges = piece_ranges(count, esize);
+                let expected = (bytes / PIECE_BYTES).clamp(1, MAX_PIECES);
+                assert_eq!(ranges.len(), expected, "{bytes} bytes of {esize}-byte elements: {ranges:?}");
+                assert_eq!(ranges.first().map(|r| r.start), Some(0));
+                assert_eq!(ranges.last().map(|r| r.end), Some(count));
+                for pair in ranges.windows(2) {
+                    assert_eq!(pair[0].end, pair[1].start, "{ranges:?}");
+                    assert_eq!(pair[1].start * esize % PIECE_ALIGN, 0, "{ranges:?}");
+                }
+                assert!(ranges.iter().all(|r| !r.is_empty()), "{ranges:?}");
+            }
         }
     }
 }
