@@ -181,8 +181,9 @@ fn ranks_on_separate_hosts_stage_through_host_memory() {
     }
 }
 
-/// The matrix, and element-wise collectives large enough to be staged in the most pieces
-/// (36 MiB + 3 floats: eight pieces, the last shorter), in and out of place.
+/// The matrix, and all_reduce and broadcast large enough to be staged in several pieces
+/// (36 MiB + 3 floats: nine, the last shorter), in and out of place; reduce at that size
+/// beside them (staged whole).
 fn staged_cases(n: usize) -> Vec<Case> {
     let mut all = cases(n);
     all.extend(check::large_cases(n, 36 << 20).into_iter().filter(|c| c.dtype == DataType::Float32 && matches!(c.collective, Collective::AllReduce | Collective::Broadcast | Collective::Reduce)));
