@@ -16,6 +16,9 @@ use oxccl_kernels::Scalar;
 
 use crate::{Collective, Communicator, DataType, ReduceOp};
 
+mod reference;
+pub use reference::{gpu_reference, random_input, run_random_case_on_gpu};
+
 /// Element counts of the small sizes: 0, 1, 7 and 4 KiB + 3.
 pub const SMALL_COUNTS: [usize; 4] = [0, 1, 7, 4099];
 
@@ -176,14 +179,24 @@ pub fn run_case(comm: &Communicator, case: &Case) -> crate::Result<Option<Mismat
 /// results in them — on the host, or copied to a GPU and back. Then checks the output, the
 /// guard bytes after it, and that an out-of-place input was left alone.
 pub fn run_case_with(case: &Case, rank: usize, n: usize, run: impl FnOnce(&mut [u8], &mut [u8], Placement, ReduceOp) -> crate::Result<()>) -> crate::Result<Option<Mismatch>> {
+    run_checked(case, rank, n, &input(case, rank, n), run, &expected_output(case, rank, n), |got, expected| compare(case, n, got, expected))
+}
+
+/// [`run_case_with`] with this rank's input and the output it must hold given, and
+/// `compare(got, expected)` judging the output.
+fn run_checked(
+    case: &Case,
+    rank: usize,
+    n: usize,
+    my_input: &[u8],
+    run: impl FnOnce(&mut [u8], &mut [u8], Placement, ReduceOp) -> crate::Result<()>,
+    expected: &[u8],
+    compare: impl FnOnce(&[u8], &[u8]) -> Option<Mismatch>,
+) -> crate::Result<Option<Mismatch>> {
     let es = case.dtype.size();
     let (send_count, recv_count) = case.collective.buffer_counts(case.count, n, rank, case.root);
-    let my_input = input(case, rank, n);
     assert_eq!(my_input.len(), send_count * es);
-    let op = match case.op {
-        ReduceOp::PreMulSum(_) => ReduceOp::PreMulSum(Scalar::F64((rank + 1) as f64)),
-        op => op,
-    };
+    assert_eq!(expected.len(), recv_count * es);
     // In place, the input lives inside the output buffer (or the output inside the input)
     // where NCCL's conventions put it.
     let send_offset = case.collective.in_place_send_offset(case.count, rank, case.root).unwrap_or(0) * es;
@@ -192,27 +205,26 @@ pub fn run_case_with(case: &Case, rank: usize, n: usize, run: impl FnOnce(&mut [
     let mut recv = vec![POISON; recv_count * es + GUARD];
     let output_in_input = case.in_place && case.collective.in_place_recv_offset(case.count, rank, case.root).is_some();
     let placement = if !case.in_place {
-        send[..my_input.len()].copy_from_slice(&my_input);
+        send[..my_input.len()].copy_from_slice(my_input);
         Placement::Separate
     } else if output_in_input {
-        send[..my_input.len()].copy_from_slice(&my_input);
+        send[..my_input.len()].copy_from_slice(my_input);
         Placement::OutputInInput { recv_offset }
     } else {
         if recv.len() < send_offset + my_input.len() + GUARD {
             recv.resize(send_offset + my_input.len() + GUARD, POISON);
         }
-        recv[send_offset..send_offset + my_input.len()].copy_from_slice(&my_input);
+        recv[send_offset..send_offset + my_input.len()].copy_from_slice(my_input);
         Placement::InputInOutput { send_offset }
     };
-    run(&mut send, &mut recv, placement, op)?;
+    run(&mut send, &mut recv, placement, rank_op(case.op, rank))?;
 
-    let expected = expected_output(case, rank, n);
     let (out, guard) = if output_in_input {
         (&send[recv_offset..recv_offset + expected.len()], &send[my_input.len()..])
     } else {
         (&recv[..expected.len()], &recv[recv.len() - GUARD..])
     };
-    if let Some(m) = compare(case, n, out, &expected) {
+    if let Some(m) = compare(out, expected) {
         return Ok(Some(m));
     }
     if guard.iter().any(|&b| b != POISON) {
@@ -222,6 +234,14 @@ pub fn run_case_with(case: &Case, rank: usize, n: usize, run: impl FnOnce(&mut [
         return Ok(Some(Mismatch::one("changed the send buffer")));
     }
     Ok(None)
+}
+
+/// The op rank `rank` passes for a case of `op`: PreMulSum's scalar is rank + 1.
+fn rank_op(op: ReduceOp, rank: usize) -> ReduceOp {
+    match op {
+        ReduceOp::PreMulSum(_) => ReduceOp::PreMulSum(Scalar::F64((rank + 1) as f64)),
+        op => op,
+    }
 }
 
 /// This rank's input bytes.
@@ -251,22 +271,31 @@ fn value(case: &Case, rank: usize, i: usize) -> f64 {
 
 /// The output this rank must hold, in bytes.
 fn expected_output(case: &Case, rank: usize, n: usize) -> Vec<u8> {
-    let es = case.dtype.size();
-    let count = case.count;
     let inputs: Vec<Vec<u8>> = (0..n).map(|r| input(case, r, n)).collect();
-    let block = |r: usize, b: usize| inputs[r][b * count * es..(b + 1) * count * es].to_vec();
     let is_root = rank == case.root;
     match case.collective {
         Collective::AllReduce => reduced(case, n, 0),
         Collective::Reduce if is_root => reduced(case, n, 0),
         Collective::Reduce => vec![],
-        Collective::ReduceScatter => reduced(case, n, rank * count),
+        Collective::ReduceScatter => reduced(case, n, rank * case.count),
+        _ => copied(case, &inputs, rank),
+    }
+}
+
+/// What a collective that only copies (broadcast, all_gather, gather, scatter, alltoall)
+/// leaves on `rank`, from every rank's input (reducing ones are not copies).
+fn copied(case: &Case, inputs: &[Vec<u8>], rank: usize) -> Vec<u8> {
+    let bytes = case.count * case.dtype.size();
+    let block = |r: usize, b: usize| inputs[r][b * bytes..(b + 1) * bytes].to_vec();
+    let is_root = rank == case.root;
+    match case.collective {
         Collective::Broadcast => inputs[case.root].clone(),
         Collective::AllGather => inputs.concat(),
         Collective::Gather if is_root => inputs.concat(),
         Collective::Gather => vec![],
         Collective::Scatter => block(case.root, rank),
-        Collective::AllToAll => (0..n).flat_map(|p| block(p, rank)).collect(),
+        Collective::AllToAll => (0..inputs.len()).flat_map(|p| block(p, rank)).collect(),
+        reducing => unreachable!("{} reduces: it is not a copy", reducing.name()),
     }
 }
 
@@ -410,7 +439,19 @@ pub fn decode(dtype: DataType, b: &[u8]) -> f64 {
 /// and `recv` (device buffers large enough for the case, laid out the same way), the
 /// collective runs on `stream`, and the buffers come back to be checked.
 pub fn run_case_on_gpu(comm: &crate::gpu::DeviceComm, stream: &crate::gpu::Stream, send: &crate::gpu::DeviceBuffer, recv: &crate::gpu::DeviceBuffer, case: &Case) -> crate::Result<Option<Mismatch>> {
-    run_case_with(case, comm.rank(), comm.nranks(), |host_send, host_recv, placement, op| {
+    run_case_with(case, comm.rank(), comm.nranks(), on_gpu(comm, stream, send, recv, case))
+}
+
+/// The `run` of [`run_case_with`] that runs `case` on `comm`'s GPU through `send` and
+/// `recv` (see [`run_case_on_gpu`]).
+fn on_gpu<'a>(
+    comm: &'a crate::gpu::DeviceComm,
+    stream: &'a crate::gpu::Stream,
+    send: &'a crate::gpu::DeviceBuffer,
+    recv: &'a crate::gpu::DeviceBuffer,
+    case: &'a Case,
+) -> impl FnOnce(&mut [u8], &mut [u8], Placement, ReduceOp) -> crate::Result<()> + 'a {
+    move |host_send, host_recv, placement, op| {
         send.upload(host_send)?;
         recv.upload(host_recv)?;
         let (s, r) = match placement {
@@ -424,5 +465,5 @@ pub fn run_case_on_gpu(comm: &crate::gpu::DeviceComm, stream: &crate::gpu::Strea
         comm.wait(stream)?;
         send.download(host_send)?;
         recv.download(host_recv)
-    })
+    }
 }

@@ -71,12 +71,27 @@ impl Buffers {
     }
 }
 
-fn run_cases(comm: &DeviceComm, cases: &[Case]) -> Vec<String> {
+/// What a case runs on and is checked against.
+#[derive(Clone, Copy, Debug)]
+enum Inputs {
+    /// The matrix's small integers, the output checked against the collective's
+    /// definition (`check::run_case_on_gpu`).
+    Exact,
+    /// Random bits and values, the output checked bit for bit against the CPU running the
+    /// route the call takes (`check::run_random_case_on_gpu`); case i draws from seed i.
+    Random,
+}
+
+fn run_cases(comm: &DeviceComm, cases: &[Case], inputs: Inputs) -> Vec<String> {
     let stream = comm.stream().unwrap();
     let buffers = Buffers::for_cases(comm, cases);
     let mut failures = Vec::new();
-    for case in cases {
-        match check::run_case_on_gpu(comm, &stream, &buffers.send, &buffers.recv, case) {
+    for (i, case) in cases.iter().enumerate() {
+        let result = match inputs {
+            Inputs::Exact => check::run_case_on_gpu(comm, &stream, &buffers.send, &buffers.recv, case),
+            Inputs::Random => check::run_random_case_on_gpu(comm, &stream, &buffers.send, &buffers.recv, case, i as u64),
+        };
+        match result {
             Ok(None) => {}
             Ok(Some(m)) => failures.push(format!("rank {}: {case}: {m}", comm.rank())),
             Err(e) => {
@@ -123,19 +138,19 @@ fn simple_config() -> Config {
 }
 
 fn threads(n: usize, gpus: usize, which: fn(usize) -> Vec<Case>) {
-    threads_with(n, gpus, which, &config());
+    threads_with(n, gpus, which, Inputs::Exact, &config());
 }
 
-fn threads_with(n: usize, gpus: usize, which: fn(usize) -> Vec<Case>, config: &Config) {
+fn threads_with(n: usize, gpus: usize, which: fn(usize) -> Vec<Case>, inputs: Inputs, config: &Config) {
     let devices: Vec<usize> = (0..n).map(|r| r % gpus).collect();
-    run_matrix(init_all(&devices, config), &devices, which, "threads");
+    run_matrix(init_all(&devices, config), &devices, which, inputs, "threads");
 }
 
 /// Runs `which` cases on every rank of `comms` (threads), checks them, and frees the ranks.
-fn run_matrix(comms: Vec<DeviceComm>, devices: &[usize], which: fn(usize) -> Vec<Case>, how: &str) {
+fn run_matrix(comms: Vec<DeviceComm>, devices: &[usize], which: fn(usize) -> Vec<Case>, inputs: Inputs, how: &str) {
     let (start, n) = (Instant::now(), comms.len());
     let failures: Vec<String> = std::thread::scope(|s| {
-        let handles: Vec<_> = comms.iter().map(|c| s.spawn(move || run_cases(c, &which(c.nranks())))).collect();
+        let handles: Vec<_> = comms.iter().map(|c| s.spawn(move || run_cases(c, &which(c.nranks()), inputs))).collect();
         handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
     });
     std::thread::scope(|s| {
@@ -143,8 +158,8 @@ fn run_matrix(comms: Vec<DeviceComm>, devices: &[usize], which: fn(usize) -> Vec
             s.spawn(move || drop(c));
         }
     });
-    assert!(failures.is_empty(), "{n} ranks on GPUs {devices:?}: {} failures:\n{}", failures.len(), failures[..failures.len().min(30)].join("\n"));
-    eprintln!("{n} ranks ({how}) on GPUs {devices:?}: {} cases ok in {:.1?}", which(n).len(), start.elapsed());
+    assert!(failures.is_empty(), "{n} ranks on GPUs {devices:?}, {inputs:?} inputs: {} failures:\n{}", failures.len(), failures[..failures.len().min(30)].join("\n"));
+    eprintln!("{n} ranks ({how}) on GPUs {devices:?}: {} cases ok ({inputs:?} inputs) in {:.1?}", which(n).len(), start.elapsed());
 }
 
 /// Ranks as threads on `devices`, made once the communicators dropped before have freed
@@ -177,7 +192,7 @@ fn ranks_on_separate_hosts_stage_through_host_memory() {
     let Some(g) = gpus() else { return };
     for n in [2, 3] {
         let devices: Vec<usize> = (0..n).map(|r| r % g).collect();
-        run_matrix(init_on_separate_hosts(&devices, &config()), &devices, staged_cases, "threads, separate hosts, staged");
+        run_matrix(init_on_separate_hosts(&devices, &config()), &devices, staged_cases, Inputs::Exact, "threads, separate hosts, staged");
     }
 }
 
@@ -243,8 +258,46 @@ fn ranks_as_threads() {
     if g > 2 {
         threads(g, g, cases);
     }
-    threads_with(2, g, simple_cases, &simple_config());
-    threads_with(3, g, simple_cases, &simple_config());
+    threads_with(2, g, simple_cases, Inputs::Exact, &simple_config());
+    threads_with(3, g, simple_cases, Inputs::Exact, &simple_config());
+}
+
+/// Random inputs (every bit pattern of every datatype: NaN, infinities, subnormals, sums
+/// and products that round) through every route a call takes — the direct kernel, the LL
+/// exchanges, the ring and direct-exchange schedules on one and on many channels — each
+/// output bit for bit what the CPU computes running the same route
+/// (`check::gpu_reference`: the schedule the kernel ran, interpreted step by step with the
+/// host executor's arithmetic, or the direct kernel's rank-order fold). Then the small
+/// sizes with LL excluded, so that the ring runs every datatype and op.
+#[test]
+fn every_route_matches_the_cpu_bit_for_bit() {
+    let Some(g) = gpus() else { return };
+    warm_kernel_cache();
+    let mut ranks = vec![2, 4];
+    if g > 2 {
+        ranks.push(g);
+    }
+    for n in ranks {
+        threads_with(n, g, random_cases, Inputs::Random, &config());
+    }
+    threads_with(3, g, simple_cases, Inputs::Random, &simple_config());
+}
+
+/// The random-input matrix: every collective × datatype × op at 1, 7 and 4099 elements, in
+/// and out of place; all_reduce on both sides of the direct kernel's limit (the largest
+/// direct call, the smallest ring call) in every datatype (sum; PreMulSum and Avg for the
+/// floats); and every collective at 3 MiB per rank (the ring or the direct exchange on
+/// many channels) with the odd datatypes' all_reduce at that size.
+fn random_cases(n: usize) -> Vec<Case> {
+    let mut cases = check::full_matrix(n, &check::SMALL_COUNTS);
+    for dtype in DataType::ALL {
+        let at_limit = (1 << 20) / (n - 1) / dtype.size();
+        let edge = check::full_matrix(n, &[at_limit, at_limit + 1]);
+        let op_kept = |op: ReduceOp| op == ReduceOp::Sum || (dtype.is_float() && matches!(op, ReduceOp::Avg | ReduceOp::PreMulSum(_)));
+        cases.extend(edge.into_iter().filter(|c| c.dtype == dtype && c.collective == Collective::AllReduce && op_kept(c.op)));
+    }
+    cases.extend(check::large_cases(n, 3 << 20));
+    cases
 }
 
 /// Every collective at 256 MiB + 3 elements per rank (in and out of place), and all_reduce
@@ -273,10 +326,12 @@ fn child() {
     assert_eq!(comm.nranks().to_string(), ranks);
     let rank = comm.rank();
     let dev = DeviceComm::new(comm, rank % gpus).unwrap();
-    let failures = run_cases(&dev, &cases(dev.nranks()));
+    let n = dev.nranks();
+    let mut failures = run_cases(&dev, &cases(n), Inputs::Exact);
+    failures.extend(run_cases(&dev, &random_cases(n), Inputs::Random));
     drop(dev);
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures[..failures.len().min(30)].join("\n"));
-    println!("rank {rank}: GPU matrix ok");
+    println!("rank {rank}: GPU matrix ok (exact and random inputs)");
 }
 
 #[test]

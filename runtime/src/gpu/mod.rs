@@ -20,6 +20,7 @@ mod conns;
 mod driver;
 mod encode;
 mod p2p;
+mod route;
 mod staged;
 #[cfg(test)]
 mod direct_model;
@@ -35,7 +36,7 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
 use oxccl_kernels::cuda::{Specialization, Toolchain, DIRECT, DIVIDE, P2P, RUN, THREADS, WAIT_HOST};
-use oxccl_kernels::device::{direct, status, DevArgs, DevConn, DevDirect, DevStep, DevWatch, LL_LINE_BYTES, LL_LINE_DATA};
+use oxccl_kernels::device::{status, DevArgs, DevConn, DevDirect, DevStep, DevWatch, LL_LINE_BYTES, LL_LINE_DATA};
 
 use crate::algo::{self, Algorithm, Collective, Shape};
 use crate::error::{Error, Result};
@@ -50,6 +51,7 @@ use arena::Arena;
 use encode::End;
 use staged::Staged;
 pub use p2p::P2p;
+pub use route::Route;
 
 /// Slots per GPU connection (NCCL_STEPS).
 const SLOTS: usize = 8;
@@ -504,7 +506,8 @@ impl DeviceComm {
         }
         let inner = &self.inner;
         inner.device.bind()?;
-        if let Some(staged) = &self.staged {
+        let route = self.route(collective, count, dtype, root)?;
+        if let (Route::Staged, Some(staged)) = (route, &self.staged) {
             // SAFETY: the caller's contract; the sizes are the collective's.
             unsafe { staged.collective(inner, collective, send, recv, send_count * esize, recv_count * esize, count, dtype, op, root, stream)? };
             return self.mark(stream);
@@ -513,35 +516,19 @@ impl DeviceComm {
         let spec = if reduces { Specialization { dtype, op: op.combine() } } else { Specialization { dtype: DataType::Uint8, op: oxccl_kernels::Combine::Sum } };
         let loaded = inner.loaded(spec)?;
         let scale = if reduces { op.input_scale(dtype, n) } else { None };
-        if let Some(mode) = inner.direct_mode(collective, count * esize, n) {
-            inner.launch_direct(&loaded, mode, send, recv, count * esize, root, rank, n, scale, stream)?;
-        } else if let Some(ops) = self.exchange_over_ll(collective, send, recv, count * esize, root) {
-            // In place, alltoall reads every block it overwrites: send from a copy.
-            let ops = if collective == Collective::AllToAll && send == recv {
-                let copy = inner.scratch_copy(send, send_count * esize, stream)?;
-                ops.into_iter().map(|o| if o.send { P2p { addr: o.addr - send + copy, ..o } } else { o }).collect()
-            } else {
-                ops
-            };
-            self.launch_group(&ops, stream)?;
-        } else {
-            if !inner.protocols.allows(collective, Protocols::SIMPLE) {
-                return Err(Error::invalid(format!(
-                    "NCCL_PROTO excludes Simple for {}, and {} bytes from each of {} peers is more than LL's one-hop path carries (OXCCL_GPU_DIRECT_BYTES={})",
-                    collective.name(),
-                    count * esize,
-                    n - 1,
-                    inner.direct.get().map_or(0, |d| d.limit)
-                )));
+        // In place, alltoall reads every block it overwrites: it runs from a copy.
+        let send = if collective == Collective::AllToAll && send == recv { inner.scratch_copy(send, send_count * esize, stream)? } else { send };
+        match route {
+            Route::Direct => {
+                let mode = route::direct_mode(collective).ok_or_else(|| Error::Internal(format!("{} routed to the direct kernel", collective.name())))?;
+                inner.launch_direct(&loaded, mode, send, recv, count * esize, root, rank, n, scale, stream)?;
             }
-            let plan = self.plan(PlanKey { collective, count, esize, root })?;
-            let mut send = send;
-            if collective == Collective::AllToAll && send == recv {
-                // In place, every block is read and overwritten: run from a copy of the
-                // input (the schedule itself needs separate buffers).
-                send = inner.scratch_copy(send, send_count * esize, stream)?;
+            Route::Exchange => self.launch_group(&p2p::exchange_ops(collective, send, recv, count * esize, root, rank, n), stream)?,
+            Route::Schedule { shape, algorithm } => {
+                let plan = self.plan(PlanKey { collective, count, esize, root }, shape, algorithm)?;
+                inner.launch(&loaded, &plan, send, recv, scale, stream)?;
             }
-            inner.launch(&loaded, &plan, send, recv, scale, stream)?;
+            Route::Staged => return Err(Error::Internal("a call routed through host memory on a communicator with no staging".into())),
         }
         if reduces && op.needs_final_division(dtype) && recv_count > 0 {
             let (mut buf, mut elements, mut divisor) = (recv, recv_count as u64, n as u64);
@@ -665,19 +652,12 @@ impl DeviceComm {
         Stream::create()
     }
 
-    fn plan(&self, key: PlanKey) -> Result<Arc<Plan>> {
+    /// The plan of `algorithm`'s schedule for `shape` (the call `key` describes, routed to
+    /// the executor kernel), cached by `key`.
+    fn plan(&self, key: PlanKey, shape: Shape, algorithm: Algorithm) -> Result<Arc<Plan>> {
         if let Some(p) = self.inner.cached(&CacheKey::Collective(key)) {
             return Ok(p);
         }
-        let inner = &self.inner;
-        let n = self.nranks();
-        let algorithm = match key.collective {
-            Collective::AllToAll | Collective::Gather | Collective::Scatter => Algorithm::Direct,
-            _ => Algorithm::Ring,
-        };
-        let chunk = inner.geometry.slot_bytes / key.esize;
-        let channels = if algorithm == Algorithm::Direct { inner.channels(key.count * key.esize).min(inner.direct_channels(n)) } else { inner.channels(key.count * key.esize) };
-        let shape = Shape { collective: key.collective, count: key.count, nranks: n, root: key.root, chunk, channels };
         let lanes = algo::plan_rank(shape, algorithm, self.rank()).map_err(|e| Error::invalid(e.to_string()))?;
         let mut lanes: Vec<_> = lanes.into_iter().filter(|l| !l.is_empty()).collect();
         if key.collective == Collective::Broadcast {
@@ -688,7 +668,7 @@ impl DeviceComm {
             lanes.retain(|l| !l.is_empty());
             lanes.extend(copies);
         }
-        tracing::debug!(target: crate::log_target::COLL, "GPU plan {key:?}: {channels} channel(s), {} lane(s)", lanes.len());
+        tracing::debug!(target: crate::log_target::COLL, "GPU plan {key:?}: {} channel(s), {} lane(s)", shape.channels, lanes.len());
         self.upload(CacheKey::Collective(key), &lanes, key.esize)
     }
 
@@ -804,22 +784,6 @@ impl Inner {
             _pad: 0,
         };
         loaded.run.launch(lanes, THREADS, stream, &mut [(&mut args as *mut DevArgs).cast::<c_void>()])
-    }
-
-    /// The direct kernel's mode for `collective` with `bytes` per rank, when it takes it:
-    /// the collective has one, what a rank receives is within OXCCL_GPU_DIRECT_BYTES, and
-    /// NCCL_PROTO allows LL.
-    fn direct_mode(&self, collective: Collective, bytes: usize, nranks: usize) -> Option<u32> {
-        let mode = match collective {
-            Collective::AllReduce => direct::ALL_REDUCE,
-            Collective::Reduce => direct::REDUCE,
-            Collective::AllGather => direct::ALL_GATHER,
-            Collective::ReduceScatter => direct::REDUCE_SCATTER,
-            Collective::Broadcast => direct::BROADCAST,
-            _ => return None,
-        };
-        let fits = self.direct.get().is_some_and(|d| d.carries(bytes, nranks));
-        (fits && self.protocols.allows(collective, Protocols::LL)).then_some(mode)
     }
 
     /// Launches the direct kernel: `bytes` per rank, one thread per LL line (up to

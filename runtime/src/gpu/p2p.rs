@@ -116,21 +116,6 @@ impl DeviceComm {
         Ok(())
     }
 
-    /// alltoall, gather and scatter of blocks up to the LL send/recv limit, as the group of
-    /// sends and receives they are (every rank makes the same choice: it depends on the
-    /// block size alone): one LL launch instead of the Simple exchange's FIFO steps.
-    /// `None` when the collective is none of these, the blocks are larger, or NCCL_PROTO
-    /// excludes LL for it.
-    pub(super) fn exchange_over_ll(&self, collective: Collective, send: u64, recv: u64, bytes: usize, root: usize) -> Option<Vec<P2p>> {
-        let limit = self.inner.p2p_ll.get().map_or(0, |p| p.limit);
-        let exchanges = matches!(collective, Collective::AllToAll | Collective::Gather | Collective::Scatter);
-        if !exchanges || bytes > limit || !self.inner.protocols.allows(collective, super::Protocols::LL) {
-            return None;
-        }
-        Some(exchange_ops(collective, send, recv, bytes, root, self.rank(), self.nranks()))
-    }
-
-
     /// A lane per peer, direction and channel (see [`lanes`]).
     fn p2p_lanes(&self, ops: &[P2p]) -> Vec<Vec<algo::Step>> {
         let inner = &self.inner;
@@ -142,7 +127,7 @@ impl DeviceComm {
 /// The sends and receives of an alltoall, gather or scatter with blocks of `bytes` on
 /// `rank` (this rank's own block a send to itself, paired with its receive; none where
 /// in place leaves it where it is).
-fn exchange_ops(collective: Collective, send: u64, recv: u64, bytes: usize, root: usize, rank: usize, n: usize) -> Vec<P2p> {
+pub(super) fn exchange_ops(collective: Collective, send: u64, recv: u64, bytes: usize, root: usize, rank: usize, n: usize) -> Vec<P2p> {
     let block = |base: u64, i: usize| base + (i * bytes) as u64;
     let op = |send: bool, peer: usize, addr: u64| P2p { send, peer, addr, bytes };
     let mut ops = Vec::new();

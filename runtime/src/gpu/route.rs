@@ -1,0 +1,75 @@
+//! Which path a collective call takes on a GPU communicator, decided in one place:
+//! [`DeviceComm::enqueue`] follows it, and the checks ask it what the CPU must compute to
+//! hold the same bits (`check::gpu_reference`).
+
+use oxccl_kernels::device::direct;
+
+use super::{DeviceComm, Protocols};
+use crate::algo::{Algorithm, Collective, Shape};
+use crate::error::{Error, Result};
+use crate::DataType;
+
+/// The path one collective call takes on a [`DeviceComm`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Through host memory and the host data path: some ranks are on other hosts.
+    Staged,
+    /// The direct kernel, one hop over LL (all_reduce, reduce, reduce_scatter, all_gather,
+    /// broadcast of small messages). Reductions fold the ranks' contributions, each scaled
+    /// by its rank's factor, in rank order: `((x0 op x1) op x2) ...` on every rank.
+    Direct,
+    /// The group of sends and receives the collective is (alltoall, gather and scatter of
+    /// blocks up to NCCL_P2P_LL_THRESHOLD), over LL: copies only.
+    Exchange,
+    /// The executor kernel running `algorithm`'s schedule for `shape` (`algo::plan`) on the
+    /// Simple FIFOs, each rank's input scaled as it is read.
+    Schedule { shape: Shape, algorithm: Algorithm },
+}
+
+impl DeviceComm {
+    /// The path a call of `collective` on `count` elements of `dtype` (root `root`) takes
+    /// on this rank; the same on every rank of the communicator (it depends on the call and
+    /// the communicator's settings alone). An error where NCCL_PROTO leaves no path.
+    pub fn route(&self, collective: Collective, count: usize, dtype: DataType, root: usize) -> Result<Route> {
+        if self.staged.is_some() {
+            return Ok(Route::Staged);
+        }
+        let inner = &self.inner;
+        let (n, bytes) = (self.nranks(), count * dtype.size());
+        let allows_ll = inner.protocols.allows(collective, Protocols::LL);
+        if allows_ll && direct_mode(collective).is_some() && inner.direct.get().is_some_and(|d| d.carries(bytes, n)) {
+            return Ok(Route::Direct);
+        }
+        let exchanges = matches!(collective, Collective::AllToAll | Collective::Gather | Collective::Scatter);
+        if allows_ll && exchanges && bytes <= inner.p2p_ll.get().map_or(0, |p| p.limit) {
+            return Ok(Route::Exchange);
+        }
+        if !inner.protocols.allows(collective, Protocols::SIMPLE) {
+            return Err(Error::invalid(format!(
+                "NCCL_PROTO excludes Simple for {}, and {bytes} bytes from each of {} peers is more than LL's one-hop path carries (OXCCL_GPU_DIRECT_BYTES={})",
+                collective.name(),
+                n - 1,
+                inner.direct.get().map_or(0, |d| d.limit)
+            )));
+        }
+        let algorithm = if exchanges { Algorithm::Direct } else { Algorithm::Ring };
+        let channels = match algorithm {
+            Algorithm::Direct => inner.channels(bytes).min(inner.direct_channels(n)),
+            _ => inner.channels(bytes),
+        };
+        let shape = Shape { collective, count, nranks: n, root, chunk: inner.geometry.slot_bytes / dtype.size(), channels };
+        Ok(Route::Schedule { shape, algorithm })
+    }
+}
+
+/// The direct kernel's mode for `collective`, if it has one.
+pub(super) fn direct_mode(collective: Collective) -> Option<u32> {
+    match collective {
+        Collective::AllReduce => Some(direct::ALL_REDUCE),
+        Collective::Reduce => Some(direct::REDUCE),
+        Collective::AllGather => Some(direct::ALL_GATHER),
+        Collective::ReduceScatter => Some(direct::REDUCE_SCATTER),
+        Collective::Broadcast => Some(direct::BROADCAST),
+        _ => None,
+    }
+}
