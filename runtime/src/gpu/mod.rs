@@ -19,15 +19,18 @@ mod arena;
 mod conns;
 mod driver;
 mod encode;
+mod init;
+mod launch;
+mod memory;
 mod p2p;
 mod route;
 mod staged;
+mod teardown;
 #[cfg(test)]
 mod direct_model;
 #[cfg(test)]
 mod p2p_model;
 
-use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,8 +38,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
-use oxccl_kernels::cuda::{Specialization, Toolchain, DIRECT, DIVIDE, P2P, RUN, THREADS, WAIT_HOST};
-use oxccl_kernels::device::{status, DevArgs, DevConn, DevDirect, DevStep, DevWatch, LL_LINE_BYTES, LL_LINE_DATA};
+use oxccl_kernels::cuda::{Specialization, Toolchain};
+use oxccl_kernels::device::{status, DevConn, DevStep, DevWatch, LL_LINE_DATA};
 
 use crate::algo::{self, Algorithm, Collective, Shape};
 use crate::error::{Error, Result};
@@ -45,13 +48,14 @@ use crate::{Communicator, DataType, ReduceOp};
 pub use cudarc::driver::sys::CUstream;
 pub use driver::{device_count, Stream};
 
-use conns::{Connections, Geometry, Inbox, Origin, Setup};
+use conns::{Connections, Geometry, Inbox, Origin};
 use driver::{Device, DeviceMemory, Event, Function, MappedHost, Module};
 use arena::Arena;
-use encode::End;
 use staged::Staged;
 pub use p2p::P2p;
 pub use route::Route;
+pub use memory::{copy_from_device, copy_to_device, current_device, mem_alloc, mem_free, set_current_device, DeviceBuffer};
+pub use teardown::wait_for_teardowns;
 
 /// Slots per GPU connection (NCCL_STEPS).
 const SLOTS: usize = 8;
@@ -306,147 +310,6 @@ impl DeviceComm {
         // Connecting is collective: every rank on its own thread.
         let handles: Vec<_> = comms.into_iter().zip(devices.iter().copied()).map(|(c, d)| std::thread::spawn(move || DeviceComm::new(c, d))).collect();
         handles.into_iter().map(|h| h.join().map_err(|_| Error::Internal("a GPU init thread panicked".into()))?).collect()
-    }
-
-    fn with_device(comm: Communicator, device: Device) -> Result<DeviceComm> {
-        device.bind()?;
-        let (major, minor) = device.capability()?;
-        let arch = oxccl_kernels::cuda::arch_name(major, minor).map_err(|e| Error::Cuda(e.to_string()))?;
-        let toolchain = Toolchain::find().map_err(|e| Error::Cuda(e.to_string()))?;
-        let config = comm.config();
-        let slot_bytes = config.gpu_slot_bytes.next_multiple_of(128);
-        // Ranks sharing this GPU run their kernels side by side, and a kernel whose blocks
-        // wait for a peer's kernel needs all of both resident: each rank gets at most its
-        // share of the multiprocessors, one 512-thread block each (4 ranks on one H200
-        // with 64 channels each deadlocked in an 8 MiB all_reduce).
-        let (sharing, sharing_here) = ranks_on_this_gpu(&comm, device.ordinal as u32)?;
-        if sharing_here > 1 {
-            warn_streams_may_share_queues(device.ordinal, sharing_here);
-        }
-        let max_channels = config.max_channels.clamp(1, 64).min((device.multiprocessors()? / sharing).max(1));
-        let min_channels = config.min_channels.clamp(1, max_channels);
-        let protocols = Protocols::new(&crate::tune::Tuner::new(None, config.proto.as_deref())?);
-        let inner = Arc::new(Inner {
-            arch,
-            toolchain,
-            origin: Origin::here(&crate::comm::host_id(config)),
-            geometry: Geometry { slots: SLOTS, slot_bytes },
-            max_channels,
-            min_channels,
-            timeout: config.coll_timeout,
-            direct: std::sync::OnceLock::new(),
-            p2p_ll: std::sync::OnceLock::new(),
-            gone: std::sync::OnceLock::new(),
-            protocols,
-            state: Mutex::new(State::default()),
-            flags: {
-                let flags = MappedHost::zeroed(FLAG_WORDS)?;
-                flags.set(ONE_WORD, 1);
-                flags
-            },
-            stop: AtomicBool::new(false),
-            failure: Mutex::new(None),
-            device,
-        });
-        // The watcher raises the kernels' abort flag when the control plane sees a failure
-        // or the communicator is aborted, and tells every rank when a kernel here stopped
-        // because a peer left (the ranks waiting on this one learn it too, as of a death).
-        let health = comm.health_probe();
-        let announce = comm.failure_announcer();
-        let watched = inner.clone();
-        let watcher = std::thread::Builder::new()
-            .name(format!("oxccl-gpu-watch-{}", comm.rank()))
-            .spawn(move || {
-                let mut announced = false;
-                while !watched.stop.load(Ordering::Acquire) {
-                    if let Err(e) = health() {
-                        watched.fail(e);
-                        return;
-                    }
-                    if let Some(Error::PeerFailed { rank, reason }) = watched.kernel_stop().and_then(|stop| watched.stop_error(&stop)).filter(|_| !announced) {
-                        announced = true;
-                        announce(rank, &reason);
-                    }
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-            })
-            .map_err(|e| Error::Internal(format!("starting the GPU watcher thread: {e}")))?;
-        let comm = Arc::new(comm);
-        if comm.same_host().iter().any(|&same| !same) {
-            // Some ranks are on other hosts, which the GPU connections cannot reach: every
-            // operation is staged through host memory and run by the host data path.
-            let gone = DeviceMemory::zeroed(comm.nranks() * 4)?;
-            let _ = inner.gone.set(gone.ptr);
-            inner.state.lock().gone = Some(gone);
-            let staged = Staged::new(comm.clone(), inner.clone())?;
-            tracing::info!(target: crate::log_target::INIT, "rank {}: GPU {} ({arch}); ranks on other hosts: collectives and send/recv staged through host memory", comm.rank(), inner.device.ordinal);
-            return Ok(DeviceComm { inner, watcher: Some(watcher), comm, staged: Some(staged) });
-        }
-        let dev = DeviceComm { inner, watcher: Some(watcher), comm, staged: None };
-        dev.connect_all()?;
-        let (limit, n) = (dev.comm.config().gpu_direct_bytes, dev.nranks());
-        // A u32 per rank, which that rank raises in its peers' memory when it leaves.
-        let (gone, _) = dev.inner.state.lock().conns.inboxes(Inbox::Gone, n * 4, &dev.setup())?;
-        let _ = dev.inner.gone.set(gone);
-        if limit > 0 && n > 1 {
-            // A row per sender holds the largest per-rank message; two halves of rows.
-            let cap_lines = (limit / (n - 1)).div_ceil(LL_LINE_DATA).max(1);
-            let ack_offset = 2 * n * cap_lines * LL_LINE_BYTES;
-            let inner = &dev.inner;
-            // Rows, then one acknowledgement per rank.
-            let (inbox, table) = inner.state.lock().conns.inboxes(Inbox::Direct, ack_offset + n * 8, &dev.setup())?;
-            let direct = Direct { limit, inbox, table, cap_lines: cap_lines as u32, ack_offset: ack_offset as u64, launches: AtomicU64::new(0) };
-            let _ = inner.direct.set(direct);
-        }
-        let limit = dev.comm.config().p2p_ll_bytes;
-        if limit > 0 && n > 1 {
-            // Per sender two halves of one message each; acknowledgements (u64 per rank),
-            // then this rank's message counters (u64 sent and received per rank).
-            let cap_lines = limit.div_ceil(LL_LINE_DATA);
-            let ack_offset = 2 * n * cap_lines * LL_LINE_BYTES;
-            let count_offset = ack_offset + n * 8;
-            let inner = &dev.inner;
-            let (inbox, table) = inner.state.lock().conns.inboxes(Inbox::PointToPoint, count_offset + 2 * n * 8, &dev.setup())?;
-            let p2p = P2pLl { limit, inbox, table, cap_lines: cap_lines as u32, ack_offset: ack_offset as u64, count_offset: count_offset as u64, rank: dev.rank() as u32, nranks: n as u32 };
-            let _ = inner.p2p_ll.set(p2p);
-        }
-        tracing::info!(target: crate::log_target::INIT, "rank {}: GPU {} ({arch}), slots of {} KiB, up to {max_channels} channels", dev.rank(), dev.inner.device.ordinal, slot_bytes >> 10);
-        Ok(dev)
-    }
-
-    /// Connects, at init, every link a collective can use: the ring's channels and the
-    /// direct exchange with every peer (collective: every rank calls it). Allocating GPU
-    /// memory later, while a rank sharing this GPU waits in a kernel, could serialize the
-    /// two (allocations and memsets synchronize); at init no kernel runs.
-    fn connect_all(&self) -> Result<()> {
-        let (n, rank) = (self.nranks(), self.rank());
-        if n == 1 {
-            return Ok(());
-        }
-        let mut ends = std::collections::BTreeSet::new();
-        for channel in 0..self.inner.max_channels {
-            ends.insert(End::Send(algo::Link { peer: (rank + 1) % n, channel }));
-            ends.insert(End::Recv(algo::Link { peer: (rank + n - 1) % n, channel }));
-        }
-        for peer in (0..n).filter(|&p| p != rank) {
-            for channel in 0..self.inner.direct_channels(n) {
-                ends.insert(End::Send(algo::Link { peer, channel }));
-                ends.insert(End::Recv(algo::Link { peer, channel }));
-            }
-        }
-        let ends: Vec<End> = ends.into_iter().collect();
-        let inner = &self.inner;
-        let mut state = inner.state.lock();
-        state.conns.ensure(&ends, &self.setup())?;
-        // One arena block ahead, for the first plans.
-        state.arena.reserve()?;
-        Ok(())
-    }
-
-    /// What connecting needs: the bootstrap, the GPU, who this rank is, the FIFO shape.
-    fn setup(&self) -> Setup<'_> {
-        let inner = &self.inner;
-        Setup { boot: self.comm.bootstrap(), device: &inner.device, origin: inner.origin, geometry: inner.geometry }
     }
 
     pub fn rank(&self) -> usize {
@@ -765,89 +628,6 @@ impl Inner {
         Ok(plan)
     }
 
-    /// Launches the executor kernel of `plan` on `stream`: one block per lane, over the
-    /// buffers at `send` and `recv`, reads of the input scaled by `scale` if given.
-    ///
-    /// # Safety
-    /// As [`DeviceComm::enqueue`]: the buffers and stream are the caller's contract.
-    unsafe fn launch(&self, loaded: &Loaded, plan: &Plan, send: u64, recv: u64, scale: Option<f64>, stream: CUstream) -> Result<()> {
-        let &Plan::Steps { lanes, conns, bounds, steps } = plan else { return Err(Error::Internal("the executor kernel launched with a point-to-point LL plan".into())) };
-        let mut args = DevArgs {
-            steps,
-            bounds,
-            conns,
-            send,
-            recv,
-            watch: self.watch(),
-            scale: scale.unwrap_or(1.0),
-            scaled: scale.is_some() as u32,
-            _pad: 0,
-        };
-        loaded.run.launch(lanes, THREADS, stream, &mut [(&mut args as *mut DevArgs).cast::<c_void>()])
-    }
-
-    /// Launches the direct kernel: `bytes` per rank, one thread per LL line (up to
-    /// NCCL_MAX_NCHANNELS blocks, then several lines per thread).
-    ///
-    /// # Safety
-    /// As [`DeviceComm::enqueue`].
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn launch_direct(&self, loaded: &Loaded, mode: u32, send: u64, recv: u64, bytes: usize, root: usize, rank: usize, nranks: usize, scale: Option<f64>, stream: CUstream) -> Result<()> {
-        let d = self.direct.get().ok_or_else(|| Error::Internal("no direct inboxes".into()))?;
-        let (launch, epoch) = d.next_launch();
-        let mut args = DevDirect {
-            send,
-            recv,
-            inbox: d.inbox,
-            peers: d.table,
-            watch: self.watch(),
-            scale: scale.unwrap_or(1.0),
-            bytes: bytes as u64,
-            launch,
-            ack_offset: d.ack_offset,
-            cap_lines: d.cap_lines,
-            epoch,
-            rank: rank as u32,
-            nranks: nranks as u32,
-            root: root as u32,
-            mode,
-            scaled: scale.is_some() as u32,
-            _pad: 0,
-        };
-        let blocks = bytes.div_ceil(LL_LINE_DATA).div_ceil(THREADS as usize).clamp(1, self.max_channels) as u32;
-        loaded.direct.launch(blocks, THREADS, stream, &mut [(&mut args as *mut DevDirect).cast::<c_void>()])
-    }
-
-    /// Copies `bytes` from `src` into this rank's scratch buffer on `stream`; its address.
-    /// The buffer grows (never shrinks) and is freed with the communicator.
-    fn scratch_copy(&self, src: u64, bytes: usize, stream: CUstream) -> Result<u64> {
-        let mut state = self.state.lock();
-        if state.scratch.as_ref().is_none_or(|m| m.bytes < bytes) {
-            // Growing waits for the GPU (allocation), like cudaMalloc; the old buffer may
-            // still be read by an earlier launch, so it is kept until teardown.
-            if let Some(old) = state.scratch.take() {
-                state.retired.push(old);
-            }
-            state.scratch = Some(DeviceMemory::zeroed(bytes)?);
-        }
-        let scratch = state.scratch.as_ref().expect("just made").ptr;
-        // SAFETY: both ranges hold `bytes` bytes (the caller's input; the scratch buffer).
-        driver::check(unsafe { cudarc::driver::sys::cuMemcpyDtoDAsync_v2(scratch, src, bytes, stream) }, || "copying an in-place alltoall's input aside".into())?;
-        Ok(scratch)
-    }
-
-    /// Holds `stream` until the host finished staged operation `seq` (`ox_wait_host`).
-    ///
-    /// # Safety
-    /// `stream` is a stream of this GPU's context.
-    unsafe fn launch_wait_host(&self, seq: u64, rank: u32, stream: CUstream) -> Result<()> {
-        let loaded = self.loaded(Specialization { dtype: DataType::Uint8, op: oxccl_kernels::Combine::Sum })?;
-        let (mut done, mut reached, mut target, mut watch, mut rank) = (self.flags.device_at(DONE_WORD), self.flags.device_at(REACHED_WORD), seq, self.watch(), rank);
-        let params = [(&mut done as *mut u64).cast::<c_void>(), (&mut reached as *mut u64).cast(), (&mut target as *mut u64).cast(), (&mut watch as *mut DevWatch).cast(), (&mut rank as *mut u32).cast()];
-        // SAFETY: the kernel's five parameters, in order; the caller's stream.
-        unsafe { loaded.wait_host.launch(1, 1, stream, &mut { params }) }
-    }
-
     /// Publishes that the host finished staged operation `seq`.
     fn set_host_done(&self, seq: u64) {
         self.flags.set_u64(DONE_WORD, seq);
@@ -942,25 +722,6 @@ impl Inner {
         (self.max_channels / nranks.saturating_sub(1).max(1)).max(1)
     }
 
-    /// The kernels for `spec`, loaded once per GPU and process: the primary context is
-    /// shared by every rank of this process on this GPU, and loading a module waits for the
-    /// GPU's running kernels — a rank sharing the GPU may be in one, waiting for this
-    /// rank's next launch, so the first rank to need a module loads it for all.
-    fn loaded(&self, spec: Specialization) -> Result<Arc<Loaded>> {
-        type ByDevice = FxHashMap<(i32, Specialization), Arc<Loaded>>;
-        static LOADED: std::sync::LazyLock<Mutex<ByDevice>> = std::sync::LazyLock::new(Default::default);
-        let mut loaded = LOADED.lock();
-        if let Some(l) = loaded.get(&(self.device.ordinal, spec)) {
-            return Ok(l.clone());
-        }
-        let compiled = self.toolchain.compile(spec, self.arch).map_err(|e| Error::Cuda(e.to_string()))?;
-        self.device.bind()?;
-        let module = Module::load(&compiled.ptx)?;
-        let kernels = Arc::new(Loaded { run: module.function(RUN)?, direct: module.function(DIRECT)?, p2p: module.function(P2P)?, divide: module.function(DIVIDE)?, wait_host: module.function(WAIT_HOST)?, _module: module, _device: Device::open(self.device.ordinal as usize)? });
-        loaded.insert((self.device.ordinal, spec), kernels.clone());
-        Ok(kernels)
-    }
-
     /// Waits up to `limit` for every stream's last launch; past it, raises the abort flag
     /// and waits up to 5 s more. Whether everything finished.
     fn drain(&self, limit: Duration) -> bool {
@@ -974,303 +735,3 @@ impl Inner {
         all_done(Instant::now() + Duration::from_secs(5))
     }
 }
-
-impl Drop for DeviceComm {
-    fn drop(&mut self) {
-        let healthy = self.inner.failure.lock().is_none();
-        let mut finished = self.inner.drain(if healthy { self.inner.timeout } else { Duration::ZERO });
-        if finished {
-            // Nothing more will come from this rank: a peer's kernel still waiting for it
-            // (the ranks' calls differ) stops now rather than at the collective timeout.
-            match self.inner.say_gone(self.comm.rank()) {
-                Ok(true) => {}
-                Ok(false) => {
-                    // Copies into peers' memory still pending: nothing may be unmapped.
-                    tracing::warn!(target: crate::log_target::INIT, "rank {}: telling the peers' GPU kernels that it leaves did not finish within 5 s", self.comm.rank());
-                    finished = false;
-                }
-                Err(e) => tracing::warn!(target: crate::log_target::INIT, "rank {}: could not tell the peers' GPU kernels that it leaves: {e}", self.comm.rank()),
-            }
-        }
-        self.inner.stop.store(true, Ordering::Release);
-        if let Some(w) = self.watcher.take() {
-            let _ = w.join();
-        }
-        let staged = self.staged.take();
-        let comm = self.comm.clone();
-        if !finished {
-            // A kernel or copy is still running on this memory: leaking it is the only safe
-            // choice.
-            tracing::error!(target: crate::log_target::INIT, "rank {}: GPU work did not stop; leaking its memory", comm.rank());
-            std::mem::forget(std::mem::take(&mut *self.inner.state.lock()));
-            if let Some(staged) = staged {
-                staged.leak();
-            }
-            return;
-        }
-        if !healthy {
-            // Aborted or failed: nobody is waited for.
-            if let Some(staged) = staged {
-                staged.abandon();
-            }
-            return;
-        }
-        // Peers may still write heads and tails into this rank's memory until their own
-        // kernels end: meet them (a timed barrier that fails fast on a dead peer) before
-        // freeing it — on a thread of its own, so that destroy returns at once and one
-        // thread may destroy every rank of a job in turn (as with NCCL). Staged, no peer
-        // reaches this rank's GPU memory: nobody is met (a peer still waiting for this rank
-        // in the host path then learns at once that it left).
-        let state = std::mem::take(&mut *self.inner.state.lock());
-        let inner = self.inner.clone();
-        let meet = staged.is_none();
-        let pending = Teardown::begin();
-        let reaper = std::thread::Builder::new().name("oxccl-gpu-teardown".into()).spawn(move || {
-            let _pending = pending;
-            let (rank, start) = (comm.rank(), Instant::now());
-            if meet {
-                if let Err(e) = comm.bootstrap().barrier() {
-                    tracing::warn!(target: crate::log_target::INIT, "rank {rank}: GPU teardown barrier failed: {e}");
-                }
-            }
-            let _ = inner.device.bind();
-            // Staged: the communicator goes first (a peer still waiting for this rank in the
-            // host path learns it left), then the memory.
-            let buffers = staged.map(Staged::finish);
-            drop(comm);
-            // Freeing waits for every kernel on the GPU, other communicators' included, and
-            // meanwhile the driver holds up the process's other CUDA calls (GPU.md, "Using
-            // it"): the time it took says whether it met one.
-            let freeing = Instant::now();
-            drop(buffers);
-            drop(state);
-            tracing::info!(target: crate::log_target::INIT, "rank {rank}: GPU teardown done in {:.1?} (freeing the memory {:.1?})", start.elapsed(), freeing.elapsed());
-        });
-        if let Err(e) = reaper {
-            tracing::warn!(target: crate::log_target::INIT, "no GPU teardown thread ({e}): the connection memory is leaked");
-        }
-    }
-}
-
-/// Teardowns of this process's communicators still running (their memory not yet freed).
-static TEARDOWNS: (Mutex<usize>, parking_lot::Condvar) = (Mutex::new(0), parking_lot::Condvar::new());
-
-/// One teardown in progress, counted until dropped.
-struct Teardown;
-
-impl Teardown {
-    fn begin() -> Teardown {
-        *TEARDOWNS.0.lock() += 1;
-        Teardown
-    }
-}
-
-impl Drop for Teardown {
-    fn drop(&mut self) {
-        *TEARDOWNS.0.lock() -= 1;
-        TEARDOWNS.1.notify_all();
-    }
-}
-
-/// Waits up to `limit` until every communicator dropped so far has freed its GPU memory;
-/// whether they all did. Dropping a communicator returns at once and its teardown goes on
-/// in the background: it meets its peers, then frees its memory (a failed or aborted one
-/// meets nobody: its memory goes with its last handle, buffer or stream). Freeing GPU
-/// memory waits for every kernel on the GPU while the driver holds up the process's other
-/// CUDA calls. A program that makes new communicators (or launches work that waits on
-/// other threads' CUDA calls) right after dropping old ones on the same GPUs can call this
-/// in between, as NCCL's blocking ncclCommDestroy would have.
-pub fn wait_for_teardowns(limit: Duration) -> bool {
-    let deadline = Instant::now() + limit;
-    let mut pending = TEARDOWNS.0.lock();
-    while *pending > 0 {
-        if TEARDOWNS.1.wait_until(&mut pending, deadline).timed_out() {
-            return *pending == 0;
-        }
-    }
-    true
-}
-
-/// Device memory from [`DeviceComm::alloc`].
-pub struct DeviceBuffer {
-    memory: DeviceMemory,
-    inner: Arc<Inner>,
-}
-
-impl DeviceBuffer {
-    /// The device address.
-    pub fn ptr(&self) -> u64 {
-        self.memory.ptr
-    }
-
-    pub fn len(&self) -> usize {
-        self.memory.bytes
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.memory.bytes == 0
-    }
-
-    /// Copies `data` to the start of the buffer (synchronously).
-    pub fn upload(&self, data: &[u8]) -> Result<()> {
-        if data.len() > self.len() {
-            return Err(Error::invalid(format!("{} bytes do not fit a buffer of {}", data.len(), self.len())));
-        }
-        self.inner.device.bind()?;
-        self.memory.upload(data)
-    }
-
-    /// Copies the start of the buffer into `out` (synchronously).
-    pub fn download(&self, out: &mut [u8]) -> Result<()> {
-        if out.len() > self.len() {
-            return Err(Error::invalid(format!("{} bytes are more than a buffer of {}", out.len(), self.len())));
-        }
-        self.inner.device.bind()?;
-        self.memory.download(out)
-    }
-}
-
-/// How many ranks of `comm` (this one included) run on GPU `ordinal` of this host, and
-/// how many on that GPU in this very process — whatever host each claims (NCCL_HOSTID):
-/// ranks posing as separate hosts still share the GPU's queues (collective: every rank
-/// calls it at init; who shares the host is known already).
-fn ranks_on_this_gpu(comm: &Communicator, ordinal: u32) -> Result<(usize, usize)> {
-    // This process, told apart from every other on any host.
-    static PROCESS: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
-        use std::hash::{BuildHasher, Hasher};
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u32(std::process::id());
-        h.finish()
-    });
-    let mine = [&ordinal.to_le_bytes()[..], &PROCESS.to_le_bytes()].concat();
-    let all = comm.bootstrap().allgather(&mine)?;
-    let ranks: Vec<&[u8]> = all.chunks_exact(mine.len()).collect();
-    let on_gpu = ranks.iter().zip(comm.same_host()).filter(|(r, &host)| host && r[..4] == mine[..4]).count();
-    let in_process = ranks.iter().filter(|r| **r == mine.as_slice()).count();
-    Ok((on_gpu.max(1), in_process.max(1)))
-}
-
-/// Ranks sharing a GPU in one process wait for each other's kernels, so the GPU must run
-/// their streams side by side; CUDA multiplexes a context's streams onto
-/// CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 by default), and a rank's stream queued
-/// behind another's waiting kernel in the same queue cannot start: both wait until the
-/// collective timeout. Said once per process, when the limit is below its maximum (32).
-fn warn_streams_may_share_queues(ordinal: i32, ranks: usize) {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    let queues = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok().and_then(|v| v.parse::<u32>().ok()).unwrap_or(8);
-    if queues >= 32 {
-        return;
-    }
-    ONCE.call_once(|| {
-        tracing::warn!(
-            target: crate::log_target::INIT,
-            "{ranks} ranks share GPU {ordinal} in this process: their kernels wait for each other, which needs the GPU to run their streams side by side, \
-             but CUDA puts a context's streams on CUDA_DEVICE_MAX_CONNECTIONS={queues} hardware queues and two ranks' streams in one queue wait for each other \
-             until the collective timeout; set CUDA_DEVICE_MAX_CONNECTIONS=32 before CUDA starts, or give each rank a GPU of its own (NCCL refuses ranks sharing a GPU)"
-        );
-    });
-}
-
-/// The calling thread's current GPU (what `cudaSetDevice` chose; 0 when none was).
-pub fn current_device() -> Result<usize> {
-    Ok(Device::current()?.ordinal as usize)
-}
-
-/// Makes GPU `ordinal`'s primary context current on the calling thread, as `cudaSetDevice`
-/// does, keeping it alive for the rest of the process as the CUDA runtime does (for Rust
-/// callers without the runtime API: tests, tools).
-pub fn set_current_device(ordinal: usize) -> Result<()> {
-    static RETAINED: std::sync::LazyLock<Mutex<FxHashMap<usize, Device>>> = std::sync::LazyLock::new(Default::default);
-    let mut retained = RETAINED.lock();
-    let device = match retained.entry(ordinal) {
-        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-        std::collections::hash_map::Entry::Vacant(e) => e.insert(Device::open(ordinal)?),
-    };
-    device.bind()
-}
-
-/// Copies `data` to GPU memory at `dst` (`cudaMemcpy` host to device: done when it returns).
-///
-/// # Safety
-/// `dst` is device memory of the current context with room for `data.len()` bytes.
-pub unsafe fn copy_to_device(dst: u64, data: &[u8]) -> Result<()> {
-    // SAFETY: per this function's contract.
-    unsafe { driver::copy_to_device(dst, data) }
-}
-
-/// Copies GPU memory at `src` into `out` (`cudaMemcpy` device to host, on the legacy
-/// default stream: after the work queued there).
-///
-/// # Safety
-/// `src` is device memory of the current context holding `out.len()` bytes.
-pub unsafe fn copy_from_device(src: u64, out: &mut [u8]) -> Result<()> {
-    // SAFETY: per this function's contract.
-    unsafe { driver::copy_from_device(src, out) }
-}
-
-/// Allocations of [`mem_alloc`] still live: `mem_free` knows them from host pointers.
-static ALLOCATIONS: std::sync::LazyLock<Mutex<FxHashMap<u64, DeviceMemory>>> = std::sync::LazyLock::new(Default::default);
-
-/// `bytes` of memory on the calling thread's current GPU (ncclMemAlloc), zeroed.
-pub fn mem_alloc(bytes: usize) -> Result<u64> {
-    let device = Device::current()?;
-    device.bind()?;
-    let memory = DeviceMemory::zeroed(bytes)?;
-    let ptr = memory.ptr;
-    ALLOCATIONS.lock().insert(ptr, memory);
-    Ok(ptr)
-}
-
-/// Frees what [`mem_alloc`] returned; `false` when `ptr` is not one of its allocations.
-pub fn mem_free(ptr: u64) -> Result<bool> {
-    Ok(ALLOCATIONS.lock().remove(&ptr).is_some())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::bootstrap::Config;
-
-    /// Counting the ranks that share a GPU needs no GPU: ranks 0 and 2 of three threads
-    /// name GPU 0, rank 1 GPU 1; ranks 0 and 1 claim host "a", rank 2 host "b". On GPU 0
-    /// of host "a" only rank 0 runs, but in this process ranks 0 and 2 share GPU 0 (the
-    /// staged test's layout that hung on 2×H200).
-    #[test]
-    fn ranks_sharing_a_gpu_are_counted_per_host_and_per_process() {
-        let configs: Vec<Config> = ["a", "a", "b"]
-            .iter()
-            .map(|host| {
-                let mut c = Config::defaults();
-                c.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
-                c.set("NCCL_HOSTID", host).unwrap();
-                c
-            })
-            .collect();
-        let comms = Communicator::init_all_with(&configs).unwrap();
-        let counts: Vec<(usize, usize)> = std::thread::scope(|s| {
-            let handles: Vec<_> = comms.iter().zip([0u32, 1, 0]).map(|(c, gpu)| s.spawn(move || ranks_on_this_gpu(c, gpu).unwrap())).collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        assert_eq!(counts, [(1, 2), (1, 1), (1, 2)]);
-    }
-
-    /// The teardown count needs no GPU: a wait ends when the last teardown does, and one
-    /// that outlasts the limit says so.
-    #[test]
-    fn waiting_for_teardowns_ends_with_the_last_one() {
-        let (first, second) = (Teardown::begin(), Teardown::begin());
-        assert!(!wait_for_teardowns(Duration::from_millis(20)), "two teardowns still run");
-        let start = Instant::now();
-        std::thread::scope(|s| {
-            s.spawn(move || {
-                std::thread::sleep(Duration::from_millis(50));
-                drop(first);
-                std::thread::sleep(Duration::from_millis(50));
-                drop(second);
-            });
-            assert!(wait_for_teardowns(Duration::from_secs(10)));
-        });
-        assert!(start.elapsed() >= Duration::from_millis(100), "returned after {:?}, before the second teardown ended", start.elapsed());
-    }
-}
-

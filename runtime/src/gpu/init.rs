@@ -1,0 +1,234 @@
+//! Making a [`DeviceComm`]: the GPU's settings, the watcher thread that stops kernels when
+//! a peer fails, and every connection and inbox a call can use, set up with the peers
+//! before the first call.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use oxccl_kernels::cuda::Toolchain;
+use oxccl_kernels::device::{LL_LINE_BYTES, LL_LINE_DATA};
+
+use super::conns::{Geometry, Inbox, Origin, Setup};
+use super::driver::{Device, DeviceMemory, MappedHost};
+use super::encode::End;
+use super::staged::Staged;
+use super::{DeviceComm, Direct, Inner, P2pLl, Protocols, State, FLAG_WORDS, ONE_WORD, SLOTS};
+use crate::algo;
+use crate::error::{Error, Result};
+use crate::Communicator;
+
+impl DeviceComm {
+    pub(super) fn with_device(comm: Communicator, device: Device) -> Result<DeviceComm> {
+        device.bind()?;
+        let (major, minor) = device.capability()?;
+        let arch = oxccl_kernels::cuda::arch_name(major, minor).map_err(|e| Error::Cuda(e.to_string()))?;
+        let toolchain = Toolchain::find().map_err(|e| Error::Cuda(e.to_string()))?;
+        let config = comm.config();
+        let slot_bytes = config.gpu_slot_bytes.next_multiple_of(128);
+        // Ranks sharing this GPU run their kernels side by side, and a kernel whose blocks
+        // wait for a peer's kernel needs all of both resident: each rank gets at most its
+        // share of the multiprocessors, one 512-thread block each (4 ranks on one H200
+        // with 64 channels each deadlocked in an 8 MiB all_reduce).
+        let (sharing, sharing_here) = ranks_on_this_gpu(&comm, device.ordinal as u32)?;
+        if sharing_here > 1 {
+            warn_streams_may_share_queues(device.ordinal, sharing_here);
+        }
+        let max_channels = config.max_channels.clamp(1, 64).min((device.multiprocessors()? / sharing).max(1));
+        let min_channels = config.min_channels.clamp(1, max_channels);
+        let protocols = Protocols::new(&crate::tune::Tuner::new(None, config.proto.as_deref())?);
+        let inner = Arc::new(Inner {
+            arch,
+            toolchain,
+            origin: Origin::here(&crate::comm::host_id(config)),
+            geometry: Geometry { slots: SLOTS, slot_bytes },
+            max_channels,
+            min_channels,
+            timeout: config.coll_timeout,
+            direct: std::sync::OnceLock::new(),
+            p2p_ll: std::sync::OnceLock::new(),
+            gone: std::sync::OnceLock::new(),
+            protocols,
+            state: Mutex::new(State::default()),
+            flags: {
+                let flags = MappedHost::zeroed(FLAG_WORDS)?;
+                flags.set(ONE_WORD, 1);
+                flags
+            },
+            stop: AtomicBool::new(false),
+            failure: Mutex::new(None),
+            device,
+        });
+        // The watcher raises the kernels' abort flag when the control plane sees a failure
+        // or the communicator is aborted, and tells every rank when a kernel here stopped
+        // because a peer left (the ranks waiting on this one learn it too, as of a death).
+        let health = comm.health_probe();
+        let announce = comm.failure_announcer();
+        let watched = inner.clone();
+        let watcher = std::thread::Builder::new()
+            .name(format!("oxccl-gpu-watch-{}", comm.rank()))
+            .spawn(move || {
+                let mut announced = false;
+                while !watched.stop.load(Ordering::Acquire) {
+                    if let Err(e) = health() {
+                        watched.fail(e);
+                        return;
+                    }
+                    if let Some(Error::PeerFailed { rank, reason }) = watched.kernel_stop().and_then(|stop| watched.stop_error(&stop)).filter(|_| !announced) {
+                        announced = true;
+                        announce(rank, &reason);
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            })
+            .map_err(|e| Error::Internal(format!("starting the GPU watcher thread: {e}")))?;
+        let comm = Arc::new(comm);
+        if comm.same_host().iter().any(|&same| !same) {
+            // Some ranks are on other hosts, which the GPU connections cannot reach: every
+            // operation is staged through host memory and run by the host data path.
+            let gone = DeviceMemory::zeroed(comm.nranks() * 4)?;
+            let _ = inner.gone.set(gone.ptr);
+            inner.state.lock().gone = Some(gone);
+            let staged = Staged::new(comm.clone(), inner.clone())?;
+            tracing::info!(target: crate::log_target::INIT, "rank {}: GPU {} ({arch}); ranks on other hosts: collectives and send/recv staged through host memory", comm.rank(), inner.device.ordinal);
+            return Ok(DeviceComm { inner, watcher: Some(watcher), comm, staged: Some(staged) });
+        }
+        let dev = DeviceComm { inner, watcher: Some(watcher), comm, staged: None };
+        dev.connect_all()?;
+        let (limit, n) = (dev.comm.config().gpu_direct_bytes, dev.nranks());
+        // A u32 per rank, which that rank raises in its peers' memory when it leaves.
+        let (gone, _) = dev.inner.state.lock().conns.inboxes(Inbox::Gone, n * 4, &dev.setup())?;
+        let _ = dev.inner.gone.set(gone);
+        if limit > 0 && n > 1 {
+            // A row per sender holds the largest per-rank message; two halves of rows.
+            let cap_lines = (limit / (n - 1)).div_ceil(LL_LINE_DATA).max(1);
+            let ack_offset = 2 * n * cap_lines * LL_LINE_BYTES;
+            let inner = &dev.inner;
+            // Rows, then one acknowledgement per rank.
+            let (inbox, table) = inner.state.lock().conns.inboxes(Inbox::Direct, ack_offset + n * 8, &dev.setup())?;
+            let direct = Direct { limit, inbox, table, cap_lines: cap_lines as u32, ack_offset: ack_offset as u64, launches: AtomicU64::new(0) };
+            let _ = inner.direct.set(direct);
+        }
+        let limit = dev.comm.config().p2p_ll_bytes;
+        if limit > 0 && n > 1 {
+            // Per sender two halves of one message each; acknowledgements (u64 per rank),
+            // then this rank's message counters (u64 sent and received per rank).
+            let cap_lines = limit.div_ceil(LL_LINE_DATA);
+            let ack_offset = 2 * n * cap_lines * LL_LINE_BYTES;
+            let count_offset = ack_offset + n * 8;
+            let inner = &dev.inner;
+            let (inbox, table) = inner.state.lock().conns.inboxes(Inbox::PointToPoint, count_offset + 2 * n * 8, &dev.setup())?;
+            let p2p = P2pLl { limit, inbox, table, cap_lines: cap_lines as u32, ack_offset: ack_offset as u64, count_offset: count_offset as u64, rank: dev.rank() as u32, nranks: n as u32 };
+            let _ = inner.p2p_ll.set(p2p);
+        }
+        tracing::info!(target: crate::log_target::INIT, "rank {}: GPU {} ({arch}), slots of {} KiB, up to {max_channels} channels", dev.rank(), dev.inner.device.ordinal, slot_bytes >> 10);
+        Ok(dev)
+    }
+
+    /// Connects, at init, every link a collective can use: the ring's channels and the
+    /// direct exchange with every peer (collective: every rank calls it). Allocating GPU
+    /// memory later, while a rank sharing this GPU waits in a kernel, could serialize the
+    /// two (allocations and memsets synchronize); at init no kernel runs.
+    fn connect_all(&self) -> Result<()> {
+        let (n, rank) = (self.nranks(), self.rank());
+        if n == 1 {
+            return Ok(());
+        }
+        let mut ends = std::collections::BTreeSet::new();
+        for channel in 0..self.inner.max_channels {
+            ends.insert(End::Send(algo::Link { peer: (rank + 1) % n, channel }));
+            ends.insert(End::Recv(algo::Link { peer: (rank + n - 1) % n, channel }));
+        }
+        for peer in (0..n).filter(|&p| p != rank) {
+            for channel in 0..self.inner.direct_channels(n) {
+                ends.insert(End::Send(algo::Link { peer, channel }));
+                ends.insert(End::Recv(algo::Link { peer, channel }));
+            }
+        }
+        let ends: Vec<End> = ends.into_iter().collect();
+        let inner = &self.inner;
+        let mut state = inner.state.lock();
+        state.conns.ensure(&ends, &self.setup())?;
+        // One arena block ahead, for the first plans.
+        state.arena.reserve()?;
+        Ok(())
+    }
+
+    /// What connecting needs: the bootstrap, the GPU, who this rank is, the FIFO shape.
+    pub(super) fn setup(&self) -> Setup<'_> {
+        let inner = &self.inner;
+        Setup { boot: self.comm.bootstrap(), device: &inner.device, origin: inner.origin, geometry: inner.geometry }
+    }
+}
+
+/// How many ranks of `comm` (this one included) run on GPU `ordinal` of this host, and
+/// how many on that GPU in this very process — whatever host each claims (NCCL_HOSTID):
+/// ranks posing as separate hosts still share the GPU's queues (collective: every rank
+/// calls it at init; who shares the host is known already).
+fn ranks_on_this_gpu(comm: &Communicator, ordinal: u32) -> Result<(usize, usize)> {
+    // This process, told apart from every other on any host.
+    static PROCESS: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.finish()
+    });
+    let mine = [&ordinal.to_le_bytes()[..], &PROCESS.to_le_bytes()].concat();
+    let all = comm.bootstrap().allgather(&mine)?;
+    let ranks: Vec<&[u8]> = all.chunks_exact(mine.len()).collect();
+    let on_gpu = ranks.iter().zip(comm.same_host()).filter(|(r, &host)| host && r[..4] == mine[..4]).count();
+    let in_process = ranks.iter().filter(|r| **r == mine.as_slice()).count();
+    Ok((on_gpu.max(1), in_process.max(1)))
+}
+
+/// Ranks sharing a GPU in one process wait for each other's kernels, so the GPU must run
+/// their streams side by side; CUDA multiplexes a context's streams onto
+/// CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 by default), and a rank's stream queued
+/// behind another's waiting kernel in the same queue cannot start: both wait until the
+/// collective timeout. Said once per process, when the limit is below its maximum (32).
+fn warn_streams_may_share_queues(ordinal: i32, ranks: usize) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    let queues = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok().and_then(|v| v.parse::<u32>().ok()).unwrap_or(8);
+    if queues >= 32 {
+        return;
+    }
+    ONCE.call_once(|| {
+        tracing::warn!(
+            target: crate::log_target::INIT,
+            "{ranks} ranks share GPU {ordinal} in this process: their kernels wait for each other, which needs the GPU to run their streams side by side, \
+             but CUDA puts a context's streams on CUDA_DEVICE_MAX_CONNECTIONS={queues} hardware queues and two ranks' streams in one queue wait for each other \
+             until the collective timeout; set CUDA_DEVICE_MAX_CONNECTIONS=32 before CUDA starts, or give each rank a GPU of its own (NCCL refuses ranks sharing a GPU)"
+        );
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bootstrap::Config;
+
+    /// Counting the ranks that share a GPU needs no GPU: ranks 0 and 2 of three threads
+    /// name GPU 0, rank 1 GPU 1; ranks 0 and 1 claim host "a", rank 2 host "b". On GPU 0
+    /// of host "a" only rank 0 runs, but in this process ranks 0 and 2 share GPU 0 (the
+    /// staged test's layout that hung on 2×H200).
+    #[test]
+    fn ranks_sharing_a_gpu_are_counted_per_host_and_per_process() {
+        let configs: Vec<Config> = ["a", "a", "b"]
+            .iter()
+            .map(|host| {
+                let mut c = Config::defaults();
+                c.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+                c.set("NCCL_HOSTID", host).unwrap();
+                c
+            })
+            .collect();
+        let comms = Communicator::init_all_with(&configs).unwrap();
+        let counts: Vec<(usize, usize)> = std::thread::scope(|s| {
+            let handles: Vec<_> = comms.iter().zip([0u32, 1, 0]).map(|(c, gpu)| s.spawn(move || ranks_on_this_gpu(c, gpu).unwrap())).collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(counts, [(1, 2), (1, 1), (1, 2)]);
+    }
+}

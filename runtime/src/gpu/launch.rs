@@ -1,0 +1,121 @@
+//! Launching the kernels on a caller's stream: the executor kernel over a plan, the
+//! direct kernel, the staged path's wait for the host, and the modules they come from
+//! (compiled per specialisation, loaded once per GPU and process).
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use rustc_hash::FxHashMap;
+
+use oxccl_kernels::cuda::{Specialization, DIRECT, DIVIDE, P2P, RUN, THREADS, WAIT_HOST};
+use oxccl_kernels::device::{DevArgs, DevDirect, DevWatch, LL_LINE_DATA};
+
+use super::driver::{self, Device, DeviceMemory, Module};
+use super::{CUstream, Inner, Loaded, Plan, DONE_WORD, REACHED_WORD};
+use crate::error::{Error, Result};
+use crate::DataType;
+
+impl Inner {
+    /// Launches the executor kernel of `plan` on `stream`: one block per lane, over the
+    /// buffers at `send` and `recv`, reads of the input scaled by `scale` if given.
+    ///
+    /// # Safety
+    /// As [`DeviceComm::enqueue`]: the buffers and stream are the caller's contract.
+    pub(super) unsafe fn launch(&self, loaded: &Loaded, plan: &Plan, send: u64, recv: u64, scale: Option<f64>, stream: CUstream) -> Result<()> {
+        let &Plan::Steps { lanes, conns, bounds, steps } = plan else { return Err(Error::Internal("the executor kernel launched with a point-to-point LL plan".into())) };
+        let mut args = DevArgs {
+            steps,
+            bounds,
+            conns,
+            send,
+            recv,
+            watch: self.watch(),
+            scale: scale.unwrap_or(1.0),
+            scaled: scale.is_some() as u32,
+            _pad: 0,
+        };
+        loaded.run.launch(lanes, THREADS, stream, &mut [(&mut args as *mut DevArgs).cast::<c_void>()])
+    }
+
+    /// Launches the direct kernel: `bytes` per rank, one thread per LL line (up to
+    /// NCCL_MAX_NCHANNELS blocks, then several lines per thread).
+    ///
+    /// # Safety
+    /// As [`DeviceComm::enqueue`].
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn launch_direct(&self, loaded: &Loaded, mode: u32, send: u64, recv: u64, bytes: usize, root: usize, rank: usize, nranks: usize, scale: Option<f64>, stream: CUstream) -> Result<()> {
+        let d = self.direct.get().ok_or_else(|| Error::Internal("no direct inboxes".into()))?;
+        let (launch, epoch) = d.next_launch();
+        let mut args = DevDirect {
+            send,
+            recv,
+            inbox: d.inbox,
+            peers: d.table,
+            watch: self.watch(),
+            scale: scale.unwrap_or(1.0),
+            bytes: bytes as u64,
+            launch,
+            ack_offset: d.ack_offset,
+            cap_lines: d.cap_lines,
+            epoch,
+            rank: rank as u32,
+            nranks: nranks as u32,
+            root: root as u32,
+            mode,
+            scaled: scale.is_some() as u32,
+            _pad: 0,
+        };
+        let blocks = bytes.div_ceil(LL_LINE_DATA).div_ceil(THREADS as usize).clamp(1, self.max_channels) as u32;
+        loaded.direct.launch(blocks, THREADS, stream, &mut [(&mut args as *mut DevDirect).cast::<c_void>()])
+    }
+
+    /// Copies `bytes` from `src` into this rank's scratch buffer on `stream`; its address.
+    /// The buffer grows (never shrinks) and is freed with the communicator.
+    pub(super) fn scratch_copy(&self, src: u64, bytes: usize, stream: CUstream) -> Result<u64> {
+        let mut state = self.state.lock();
+        if state.scratch.as_ref().is_none_or(|m| m.bytes < bytes) {
+            // Growing waits for the GPU (allocation), like cudaMalloc; the old buffer may
+            // still be read by an earlier launch, so it is kept until teardown.
+            if let Some(old) = state.scratch.take() {
+                state.retired.push(old);
+            }
+            state.scratch = Some(DeviceMemory::zeroed(bytes)?);
+        }
+        let scratch = state.scratch.as_ref().expect("just made").ptr;
+        // SAFETY: both ranges hold `bytes` bytes (the caller's input; the scratch buffer).
+        driver::check(unsafe { cudarc::driver::sys::cuMemcpyDtoDAsync_v2(scratch, src, bytes, stream) }, || "copying an in-place alltoall's input aside".into())?;
+        Ok(scratch)
+    }
+
+    /// Holds `stream` until the host finished staged operation `seq` (`ox_wait_host`).
+    ///
+    /// # Safety
+    /// `stream` is a stream of this GPU's context.
+    pub(super) unsafe fn launch_wait_host(&self, seq: u64, rank: u32, stream: CUstream) -> Result<()> {
+        let loaded = self.loaded(Specialization { dtype: DataType::Uint8, op: oxccl_kernels::Combine::Sum })?;
+        let (mut done, mut reached, mut target, mut watch, mut rank) = (self.flags.device_at(DONE_WORD), self.flags.device_at(REACHED_WORD), seq, self.watch(), rank);
+        let params = [(&mut done as *mut u64).cast::<c_void>(), (&mut reached as *mut u64).cast(), (&mut target as *mut u64).cast(), (&mut watch as *mut DevWatch).cast(), (&mut rank as *mut u32).cast()];
+        // SAFETY: the kernel's five parameters, in order; the caller's stream.
+        unsafe { loaded.wait_host.launch(1, 1, stream, &mut { params }) }
+    }
+
+    /// The kernels for `spec`, loaded once per GPU and process: the primary context is
+    /// shared by every rank of this process on this GPU, and loading a module waits for the
+    /// GPU's running kernels — a rank sharing the GPU may be in one, waiting for this
+    /// rank's next launch, so the first rank to need a module loads it for all.
+    pub(super) fn loaded(&self, spec: Specialization) -> Result<Arc<Loaded>> {
+        type ByDevice = FxHashMap<(i32, Specialization), Arc<Loaded>>;
+        static LOADED: std::sync::LazyLock<Mutex<ByDevice>> = std::sync::LazyLock::new(Default::default);
+        let mut loaded = LOADED.lock();
+        if let Some(l) = loaded.get(&(self.device.ordinal, spec)) {
+            return Ok(l.clone());
+        }
+        let compiled = self.toolchain.compile(spec, self.arch).map_err(|e| Error::Cuda(e.to_string()))?;
+        self.device.bind()?;
+        let module = Module::load(&compiled.ptx)?;
+        let kernels = Arc::new(Loaded { run: module.function(RUN)?, direct: module.function(DIRECT)?, p2p: module.function(P2P)?, divide: module.function(DIVIDE)?, wait_host: module.function(WAIT_HOST)?, _module: module, _device: Device::open(self.device.ordinal as usize)? });
+        loaded.insert((self.device.ordinal, spec), kernels.clone());
+        Ok(kernels)
+    }
+}
