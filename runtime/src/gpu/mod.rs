@@ -2,10 +2,11 @@
 //! (`kernels/cuda/collective.cu`) over FIFOs in GPU memory, on the caller's stream.
 //!
 //! A [`DeviceComm`] is a [`Communicator`] (bootstrap, failure detection, abort) plus a GPU.
-//! A collective call validates its arguments, finds or makes the plan for its shape (the
-//! same schedules the host executor runs, encoded for the kernel, with the connections they
-//! use set up over the bootstrap and the encoding uploaded once), and launches one thread
-//! block per lane on the caller's stream; it returns at once. Results are visible once the
+//! A collective call validates its arguments, takes its [`Route`] (the direct kernel for
+//! small calls, an LL exchange, or the executor kernel), finds or makes the plan for its
+//! shape (the same schedules the host executor runs, encoded for the kernel, with the
+//! connections they use set up over the bootstrap and the encoding uploaded once), and
+//! launches one thread block per lane on the caller's stream; it returns at once. Results are visible once the
 //! stream reaches that point; [`DeviceComm::synchronize`] waits for a stream with a timeout
 //! and the abort and failure checks of every wait in oxccl.
 //!
@@ -14,6 +15,13 @@
 //! waiting on a dead peer exits. Kernels also give up on a wait that lasts longer than the
 //! communicator's collective timeout (`OXCCL_COLL_TIMEOUT_MS`, docs/CONFIG.md), and
 //! report why through a status word that [`DeviceComm::async_error`] reads.
+//!
+//! Where things are: `init` makes a communicator (connections, inboxes, the watcher),
+//! `route` picks a call's path, `encode` and `arena` turn schedules into uploaded plans,
+//! `launch` starts the kernels, `p2p` runs send/recv groups, `staged` runs calls across
+//! hosts through host memory, `teardown` ends a communicator, `conns` and `driver` hold the
+//! connections and the CUDA driver calls, `memory` the buffers and copies for callers
+//! without the CUDA runtime.
 
 mod arena;
 mod conns;
