@@ -2,7 +2,8 @@
 # Runs, on a machine with GPUs, the GPU test matrix (exact and random inputs, the
 # `child` of gpu-bin/gpu_collectives) as two processes, each under compute-sanitizer, once
 # per tool: memcheck (out-of-bounds and misaligned accesses), racecheck (shared-memory
-# hazards), synccheck (barriers misused); SANITIZER_TOOLS narrows them. The ranks join
+# hazards), synccheck (barriers misused), initcheck (reads of uninitialized device
+# memory); SANITIZER_TOOLS narrows them. The ranks join
 # through the torchrun-style environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) on
 # GPUs 0 and 1 % GPUs: on one GPU the two processes share it, time-sliced. One log per
 # tool and rank into $OUT (or gpu-out/), a line per tool in summary.txt; the exit code is
@@ -18,7 +19,7 @@ export XDG_CACHE_HOME="${XDG_CACHE_HOME:-/tmp/oxccl-cache}"
 sanitizer=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
 status=0
 port=${SANITIZER_PORT:-29550}
-for tool in ${SANITIZER_TOOLS:-memcheck racecheck synccheck}; do
+for tool in ${SANITIZER_TOOLS:-memcheck racecheck synccheck initcheck}; do
   start=$SECONDS
   pids=()
   for rank in 0 1; do
