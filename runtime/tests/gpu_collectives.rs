@@ -285,7 +285,7 @@ fn every_route_matches_the_cpu_bit_for_bit() {
     threads_with(3, g, simple_cases, Inputs::Random, &simple_config());
 }
 
-/// The random-input matrix: every collective × datatype × op at 1, 7 and 4099 elements, in
+/// The random-input matrix: every collective × datatype × op at 0, 1, 7 and 4099 elements, in
 /// and out of place; all_reduce on both sides of the direct kernel's limit (the largest
 /// direct call, the smallest ring call) in every datatype (sum; PreMulSum and Avg for the
 /// floats); and every collective at 3 MiB per rank (the ring or the direct exchange on
