@@ -271,14 +271,13 @@ fn value(case: &Case, rank: usize, i: usize) -> f64 {
 
 /// The output this rank must hold, in bytes.
 fn expected_output(case: &Case, rank: usize, n: usize) -> Vec<u8> {
-    let inputs: Vec<Vec<u8>> = (0..n).map(|r| input(case, r, n)).collect();
     let is_root = rank == case.root;
     match case.collective {
         Collective::AllReduce => reduced(case, n, 0),
         Collective::Reduce if is_root => reduced(case, n, 0),
         Collective::Reduce => vec![],
         Collective::ReduceScatter => reduced(case, n, rank * case.count),
-        _ => copied(case, &inputs, rank),
+        _ => copied(case, &(0..n).map(|r| input(case, r, n)).collect::<Vec<_>>(), rank),
     }
 }
 

@@ -130,15 +130,13 @@ fn folded_in_rank_order(case: &Case, prepared: &[Vec<u8>]) -> Result<Vec<Vec<u8>
         }
         Ok(acc)
     };
-    (0..prepared.len())
-        .map(|rank| match case.collective {
-            Collective::AllReduce => fold(0),
-            Collective::Reduce if rank == case.root => fold(0),
-            Collective::Reduce => Ok(Vec::new()),
-            Collective::ReduceScatter => fold(rank),
-            other => Err(Error::Internal(format!("{} does not reduce on the direct kernel", other.name()))),
-        })
-        .collect()
+    let n = prepared.len();
+    match case.collective {
+        Collective::AllReduce => Ok(vec![fold(0)?; n]),
+        Collective::Reduce => (0..n).map(|rank| if rank == case.root { fold(0) } else { Ok(Vec::new()) }).collect(),
+        Collective::ReduceScatter => (0..n).map(fold).collect(),
+        other => Err(Error::Internal(format!("{} does not reduce on the direct kernel", other.name()))),
+    }
 }
 
 /// Whether `got` holds `expected`'s bits, element by element; where a reduction made a NaN
