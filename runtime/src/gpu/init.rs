@@ -36,7 +36,8 @@ impl DeviceComm {
         if sharing_here > 1 {
             warn_streams_may_share_queues(device.ordinal, sharing_here);
         }
-        let max_channels = config.max_channels.clamp(1, 64).min((device.multiprocessors()? / sharing).max(1));
+        let mine = config.max_channels.clamp(1, 64).min((device.multiprocessors()? / sharing).max(1));
+        let max_channels = agree_on_max_channels(&comm, mine)?;
         let min_channels = config.min_channels.clamp(1, max_channels);
         let protocols = Protocols::new(&crate::tune::Tuner::new(None, config.proto.as_deref())?);
         let inner = Arc::new(Inner {
@@ -183,6 +184,17 @@ fn ranks_on_this_gpu(comm: &Communicator, ordinal: u32) -> Result<(usize, usize)
     Ok((on_gpu.max(1), in_process.max(1)))
 }
 
+/// The most channels every rank allows (collective: every rank calls it at init). A
+/// rank's limit depends on its GPU's multiprocessors and on how many ranks share that GPU,
+/// which need not be the same for all (5 ranks on 2 GPUs: 3 on one, 2 on the other), yet
+/// every schedule's channel count derives from it, so all ranks must plan with one value:
+/// with two, a large all_reduce is split over 44 channels on one rank and 64 on its peer.
+fn agree_on_max_channels(comm: &Communicator, mine: usize) -> Result<usize> {
+    let all = comm.bootstrap().allgather(&(mine as u32).to_le_bytes())?;
+    // Each rank sent 4 bytes (u32::from_le_bytes of a 4-byte chunk cannot fail).
+    Ok(all.chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize).min().unwrap_or(mine))
+}
+
 /// Ranks sharing a GPU in one process wait for each other's kernels, so the GPU must run
 /// their streams side by side; CUDA multiplexes a context's streams onto
 /// CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 by default), and a rank's stream queued
@@ -230,5 +242,18 @@ mod tests {
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
         assert_eq!(counts, [(1, 2), (1, 1), (1, 2)]);
+    }
+
+    /// Ranks whose GPUs allow different channel counts plan with the smallest.
+    #[test]
+    fn ranks_agree_on_the_fewest_channels() {
+        let mut config = Config::defaults();
+        config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+        let comms = Communicator::init_all(3, &config).unwrap();
+        let agreed: Vec<usize> = std::thread::scope(|s| {
+            let handles: Vec<_> = comms.iter().zip([64, 44, 64]).map(|(c, mine)| s.spawn(move || agree_on_max_channels(c, mine).unwrap())).collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(agreed, [44, 44, 44]);
     }
 }
