@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use oxccl_transports::fifo::{Receiver, Region, Sender};
 use oxccl_transports::inbox::Inbox;
-use oxccl_transports::net::{MemoryHandle, MemoryKind, Net, Opaque, RecvBuffer, RecvComm, Request, SendComm};
+use oxccl_transports::net::{MrHandle, MemoryKind, Net, Opaque, RecvBuffer, RecvComm, Request, SendComm};
 use parking_lot::Mutex;
 
 use crate::algo::Link;
@@ -101,7 +101,7 @@ impl NetLinks {
             std::thread::sleep(Duration::from_millis(1));
         };
         let region = Region::heap(geometry.slots, geometry.slot_bytes).map_err(transport)?;
-        let memory = self.net.register(&mut comm, std::ptr::null_mut(), 0, MemoryKind::Host).map_err(transport)?;
+        let memory = self.net.reg_mr(&mut comm, std::ptr::null_mut(), 0, MemoryKind::Host).map_err(transport)?;
         let proxy = self.next_proxy();
         proxy.submit(Box::new(SendLink {
             link,
@@ -199,7 +199,7 @@ struct SendLink {
     link: Link,
     net: Arc<dyn Net>,
     comm: SendComm,
-    memory: MemoryHandle,
+    memory: MrHandle,
     fifo: Receiver,
     inflight: VecDeque<Request>,
     tag: u32,
@@ -254,7 +254,7 @@ struct RecvLink {
     net: Arc<dyn Net>,
     listen: Option<Opaque>,
     comm: Option<RecvComm>,
-    memory: Option<MemoryHandle>,
+    memory: Option<MrHandle>,
     fifo: Sender,
     /// Messages announced by the executor and not yet posted.
     expected: Expected,
@@ -272,7 +272,7 @@ impl Progress for RecvLink {
             let listen = self.listen.as_mut().expect("listening until accepted");
             match self.net.accept(listen).map_err(|e| e.to_string())? {
                 Some(mut comm) => {
-                    self.memory = Some(self.net.register(&mut comm, std::ptr::null_mut(), 0, MemoryKind::Host).map_err(|e| e.to_string())?);
+                    self.memory = Some(self.net.reg_mr(&mut comm, std::ptr::null_mut(), 0, MemoryKind::Host).map_err(|e| e.to_string())?);
                     self.comm = Some(comm);
                     if let Some(l) = self.listen.take() {
                         let _ = self.net.close_listen(l);
@@ -294,7 +294,7 @@ impl Progress for RecvLink {
             let buffers: Vec<RecvBuffer> = (0..n)
                 .map(|i| RecvBuffer { data: self.fifo.free_slot_ptr(self.posted + i), len: self.fifo.slot_bytes(), tag: self.tag.wrapping_add(i as u32) })
                 .collect();
-            let handles: Vec<&MemoryHandle> = (0..n).map(|_| memory).collect();
+            let handles: Vec<&MrHandle> = (0..n).map(|_| memory).collect();
             // SAFETY: the slots are free and stay unpublished until the receive completes.
             match unsafe { self.net.irecv(comm, &buffers, &handles) }.map_err(|e| e.to_string())? {
                 Some(request) => {

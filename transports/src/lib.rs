@@ -1,6 +1,6 @@
 //! oxccl-transports: moving bytes between two ranks.
 //!
-//! A connection is a one-way FIFO of slots with head and tail counters ([`shm`]), placed
+//! A connection is a one-way FIFO of slots with head and tail counters ([`fifo`]), placed
 //! where both ends can see it: a mapping under /dev/shm for ranks on one host, or local
 //! memory that the runtime's proxy engine moves through a [`net::Net`] for ranks on other
 //! hosts. Executors only see FIFOs.
@@ -8,20 +8,17 @@
 //! Exchanging connection handles between ranks is the caller's job: every handle here is an
 //! opaque byte vector (at most [`net::HANDLE_MAX_BYTES`] for the net, as in NCCL).
 //!
-//! `unsafe` lives in three places: [`shm`] (the mapping and the slots handed out in place),
-//! [`inbox`] (the nodes of its lock-free list) and `net::lent` (the raw buffers that cross the [`net::Net`] boundary, as in NCCL's C
-//! plugin API). Everything else is safe code.
+//! `unsafe` lives in three places: [`fifo`] (the mapping and the slots handed out in place),
+//! [`inbox`] (the nodes of its lock-free list) and `net::lent` (the raw buffers that cross
+//! the [`net::Net`] boundary, as in NCCL's C plugin API). Everything else is safe code.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod fifo;
 pub mod inbox;
 pub mod net;
-pub mod shm;
 mod sync;
-
-/// The FIFO module under the name the runtime imports it by (same items as [`shm`]).
-pub use shm as fifo;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! The atomics of the lock-free FIFO protocol, from std or, under `cfg(loom)`, from loom.
 //!
-//! The FIFO code in [`crate::shm`] takes its atomics from here so that the same code runs
+//! The FIFO code in [`crate::fifo`] takes its atomics from here so that the same code runs
 //! under the loom model checker:
 //!
 //! ```text

@@ -87,9 +87,6 @@ pub struct NetProperties {
     pub max_coll_bytes: usize,
 }
 
-/// The name the runtime knows [`NetProperties`] by.
-pub type Properties = NetProperties;
-
 /// The kind of memory a registration covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemoryKind {
@@ -129,8 +126,6 @@ pub type RecvComm = Opaque;
 pub type Request = Opaque;
 /// A memory registration (NCCL's mhandle).
 pub type MrHandle = Opaque;
-/// The name the runtime knows [`MrHandle`] by.
-pub type MemoryHandle = MrHandle;
 
 /// One receive buffer of an `irecv`: where to put the message with this tag.
 #[derive(Clone, Copy, Debug)]
@@ -196,15 +191,5 @@ pub trait Net: Send + Sync {
     /// follow.
     fn finalize(&self) -> Result<()> {
         Ok(())
-    }
-
-    /// [`reg_mr`](Self::reg_mr) under the name the runtime uses.
-    fn register(&self, comm: &mut Opaque, data: *mut u8, len: usize, kind: MemoryKind) -> Result<MrHandle> {
-        self.reg_mr(comm, data, len, kind)
-    }
-
-    /// [`dereg_mr`](Self::dereg_mr) under the name the runtime uses.
-    fn deregister(&self, comm: &mut Opaque, handle: MrHandle) -> Result<()> {
-        self.dereg_mr(comm, handle)
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{child_role, hex, segments_of, stream, unhex, ChildProcess};
-use oxccl_transports::shm::{cleanup_stale, Geometry, Receiver, Region, Sender};
+use oxccl_transports::fifo::{cleanup_stale, Geometry, Receiver, Region, Sender};
 use oxccl_transports::Error;
 
 const HANDLE_VAR: &str = "OXCCL_TEST_SHM_HANDLE";
