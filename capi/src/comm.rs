@@ -2,10 +2,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use oxccl_runtime::bootstrap::config::Backend as Choice;
 use oxccl_kernels::{DataType, ReduceOp, Scalar};
-use oxccl_runtime::gpu::{self, DeviceComm};
-use oxccl_runtime::{Communicator, Error, PendingCommunicator};
+use oxccl_runtime::{Communicator, Error, Memory, PendingCommunicator};
 use parking_lot::Mutex;
 
 use crate::result::Failure;
@@ -13,77 +11,19 @@ use crate::result::Failure;
 /// Tells a live communicator from garbage or a freed one.
 const MAGIC: u64 = 0x6f78_6363_6c5f_636d; // "oxccl_cm"
 
-/// Whether OXCCL_BACKEND's `choice` means the GPU backend on this machine (auto: when a
-/// GPU is visible); `gpu` without one is an error.
-pub fn wants_gpu(choice: Choice) -> Result<bool, Failure> {
-    let visible = gpu::device_count() > 0;
-    match choice {
-        Choice::Host => Ok(false),
-        Choice::Auto => Ok(visible),
-        Choice::Gpu if visible => Ok(true),
-        Choice::Gpu => Err(Failure::usage("OXCCL_BACKEND=gpu, but no GPU is visible (no driver, or CUDA_VISIBLE_DEVICES is empty)")),
-    }
-}
-
-/// Where a communicator's collectives run.
-pub enum Backend {
-    /// Host memory, NULL stream: calls complete before they return.
-    Host(Communicator),
-    /// Device buffers on one GPU, calls enqueued on the caller's stream.
-    Gpu(DeviceComm),
-}
-
-impl Backend {
-    /// The backend OXCCL_BACKEND asks for, for a communicator of this thread's current GPU
-    /// (`cudaSetDevice`) or of GPU `device`. Making a GPU communicator connects its ranks:
-    /// every rank does it (as every rank calls the creating function).
-    pub fn choose(comm: Communicator, device: Option<usize>) -> Result<Backend, Failure> {
-        if !wants_gpu(comm.config().backend)? {
-            return Ok(Backend::Host(comm));
-        }
-        Ok(Backend::Gpu(match device {
-            Some(d) => DeviceComm::new(comm, d)?,
-            None => DeviceComm::on_current_device(comm)?,
-        }))
-    }
-
-    pub fn host(&self) -> &Communicator {
-        match self {
-            Backend::Host(c) => c,
-            Backend::Gpu(d) => d.host(),
-        }
-    }
-
-    /// ncclCommSuspend on either backend.
-    pub fn suspend(&self, release_memory: bool) -> oxccl_runtime::Result<()> {
-        match self {
-            Backend::Host(c) => c.suspend(release_memory),
-            Backend::Gpu(d) => d.suspend(release_memory),
-        }
-    }
-
-    /// ncclCommResume on either backend.
-    pub fn resume(&self) -> oxccl_runtime::Result<()> {
-        match self {
-            Backend::Host(c) => c.resume(),
-            Backend::Gpu(d) => d.resume(),
-        }
-    }
-
-    /// ncclCommMemStats' figures: host memory on the host backend, GPU memory on the GPU one.
-    pub fn memory_stats(&self) -> oxccl_runtime::MemoryStats {
-        match self {
-            Backend::Host(c) => c.memory_stats(),
-            Backend::Gpu(d) => d.memory_stats(),
-        }
-    }
+/// `comm` on the memory OXCCL_BACKEND asks for ([`Memory::from_config`]), for GPU `device`
+/// or this thread's current GPU. Moving onto a GPU connects the ranks: every rank does it
+/// (as every rank calls the creating function).
+pub fn on_configured_memory(comm: Communicator, device: Option<usize>) -> Result<Communicator, Failure> {
+    let memory = Memory::from_config(comm.config(), device)?;
+    Ok(comm.with_memory(memory)?)
 }
 
 /// The object behind `ncclComm_t`.
 pub struct NcclComm {
     magic: u64,
     /// The communicator once created.
-    ready: OnceLock<Backend>,
+    ready: OnceLock<Communicator>,
     /// A non-blocking creation still running, or how it failed.
     pending: Mutex<Option<Pending>>,
     /// PreMulSum ops made on this communicator: op value `NUM_OPS + i` is entry `i`.
@@ -110,25 +50,27 @@ enum Pending {
     Running(PendingCommunicator),
     /// A creation whose result is then connected to a GPU (or made a host backend) on a
     /// thread of its own; `creation` is kept here so that an abort reaches its waits.
-    Connecting { thread: std::thread::JoinHandle<Result<Backend, Failure>>, creation: Arc<PendingCommunicator> },
+    Connecting { thread: std::thread::JoinHandle<Result<Communicator, Failure>>, creation: Arc<PendingCommunicator> },
     Failed(Error),
     FailedCall(Failure),
 }
 
 impl NcclComm {
-    /// A handle for `comm` on the backend OXCCL_BACKEND chooses (see [`Backend::choose`]).
+    /// A handle for `comm` on the memory OXCCL_BACKEND chooses (see
+    /// [`on_configured_memory`]).
     pub fn boxed(comm: Communicator) -> Result<*mut NcclComm, Failure> {
-        Ok(NcclComm::boxed_backend(Backend::choose(comm, None)?))
+        Ok(NcclComm::boxed_ready(on_configured_memory(comm, None)?))
     }
 
-    pub fn boxed_backend(backend: Backend) -> *mut NcclComm {
+    /// A handle for a communicator ready as it is.
+    pub fn boxed_ready(comm: Communicator) -> *mut NcclComm {
         let ready = OnceLock::new();
-        let _ = ready.set(backend);
+        let _ = ready.set(comm);
         Box::into_raw(Box::new(NcclComm { magic: MAGIC, ready, pending: Mutex::new(None), ops: Mutex::new(Vec::new()) }))
     }
 
-    /// A handle for a communicator being created (`creation`) and then given a backend on
-    /// `device` ([`Backend::choose`]) on a thread of its own. Aborting the handle aborts
+    /// A handle for a communicator being created (`creation`) and then moved onto the
+    /// configured memory of `device` ([`on_configured_memory`]) on a thread of its own. Aborting the handle aborts
     /// the creation (its waits end within about 100 ms); the backend's connection that
     /// follows is bounded by the bootstrap timeouts.
     pub fn boxed_connecting(creation: PendingCommunicator, device: Option<usize>) -> Result<*mut NcclComm, Failure> {
@@ -138,7 +80,7 @@ impl NcclComm {
         let bound = std::time::Duration::from_secs(24 * 3600);
         let thread = std::thread::Builder::new()
             .name("oxccl-connect".into())
-            .spawn(move || Backend::choose(waited.wait(bound)?, device))
+            .spawn(move || on_configured_memory(waited.wait(bound)?, device))
             .map_err(|e| Failure { code: crate::result::SYSTEM_ERROR, message: format!("cannot start the thread creating the communicator: {e}") })?;
         let pending = Pending::Connecting { thread, creation };
         Ok(Box::into_raw(Box::new(NcclComm { magic: MAGIC, ready: OnceLock::new(), pending: Mutex::new(Some(pending)), ops: Mutex::new(Vec::new()) })))
@@ -152,32 +94,18 @@ impl NcclComm {
     /// The communicator; `ncclInProgress` while a non-blocking creation runs, its error if
     /// it failed.
     pub fn comm(&self) -> Result<&Communicator, Failure> {
-        self.backend().map(Backend::host)
-    }
-
-    /// The GPU communicator, if this one runs on the GPU backend.
-    pub fn gpu(&self) -> Result<Option<&DeviceComm>, Failure> {
-        Ok(match self.backend()? {
-            Backend::Gpu(d) => Some(d),
-            Backend::Host(_) => None,
-        })
-    }
-
-    /// The backend; `ncclInProgress` while a non-blocking creation runs, its error if it
-    /// failed.
-    pub fn backend(&self) -> Result<&Backend, Failure> {
         if let Some(b) = self.ready.get() {
             return Ok(b);
         }
         let mut pending = self.pending.lock();
         let in_progress = || Failure { code: crate::result::IN_PROGRESS, message: "the communicator is still being created (poll ncclCommGetAsyncError)".into() };
-        let outcome: Result<Backend, Failure> = match pending.take() {
+        let outcome: Result<Communicator, Failure> = match pending.take() {
             Some(Pending::Running(p)) => match p.try_take() {
                 None => {
                     *pending = Some(Pending::Running(p));
                     return Err(in_progress());
                 }
-                Some(Ok(c)) => Ok(Backend::Host(c)),
+                Some(Ok(c)) => Ok(c),
                 Some(Err(e)) => {
                     *pending = Some(Pending::Failed(e.clone()));
                     return Err(e.into());
@@ -214,9 +142,8 @@ impl NcclComm {
 
     /// ncclCommGetAsyncError's answer.
     pub fn async_error(&self) -> crate::result::NcclResult {
-        match self.backend() {
-            Ok(Backend::Gpu(d)) => d.async_error().map_or(crate::result::SUCCESS, |e| crate::result::code_of(&e)),
-            Ok(Backend::Host(c)) => c.error().map_or(crate::result::SUCCESS, |e| crate::result::code_of(&e)),
+        match self.comm() {
+            Ok(c) => c.error().map_or(crate::result::SUCCESS, |e| crate::result::code_of(&e)),
             Err(f) => f.code,
         }
     }
@@ -226,9 +153,8 @@ impl NcclComm {
     /// one second at most), so that its peers have been told when this returns. For
     /// ncclCommAbort, which then frees the handle.
     pub fn abort(&self) {
-        match self.backend() {
-            Ok(Backend::Gpu(d)) => d.abort(),
-            Ok(Backend::Host(c)) => c.abort(),
+        match self.comm() {
+            Ok(c) => c.abort(),
             Err(_) => {
                 let pending = self.pending.lock();
                 let creation = match &*pending {

@@ -12,7 +12,8 @@ use std::sync::Once;
 use oxccl_runtime::bootstrap::{Bootstrap, Config, UniqueId, UNIQUE_ID_BYTES};
 use oxccl_runtime::{Collective, Communicator};
 
-use crate::comm::{dtype, host_stream, index, wants_gpu, Backend, NcclComm};
+use crate::comm::{dtype, host_stream, index, NcclComm};
+use oxccl_runtime::Memory;
 use crate::group::{self, Op};
 use crate::result::{self, guard, Failure, NcclResult};
 
@@ -165,7 +166,7 @@ exports! {
             let comms = out(comms, "comm")?;
             let n = u32::try_from(ndev).ok().filter(|&n| n > 0).ok_or_else(|| Failure::argument(format!("ndev {ndev} must be positive")))?;
             let config = config()?;
-            if wants_gpu(config.backend)? {
+            if Memory::wants_gpu(&config)? {
                 let gpus = oxccl_runtime::gpu::device_count();
                 // devlist NULL: GPUs 0..ndev, as NCCL.
                 let devices: Vec<usize> = if devlist.is_null() {
@@ -174,16 +175,16 @@ exports! {
                     // SAFETY: the caller passes ndev device numbers.
                     unsafe { std::slice::from_raw_parts(devlist, n as usize) }.iter().map(|&d| index(d, gpus, "devlist entry")).collect::<Result<_, _>>()?
                 };
-                for (i, d) in oxccl_runtime::gpu::DeviceComm::init_all(&devices, &config)?.into_iter().enumerate() {
+                for (i, d) in Communicator::init_all_gpus(&devices, &config)?.into_iter().enumerate() {
                     // SAFETY: the caller passes an array of ndev handles.
-                    unsafe { *comms.add(i) = NcclComm::boxed_backend(Backend::Gpu(d)) };
+                    unsafe { *comms.add(i) = NcclComm::boxed_ready(d) };
                 }
                 return Ok(());
             }
             let all = Communicator::init_all(n, &config)?;
             for (i, c) in all.into_iter().enumerate() {
                 // SAFETY: the caller passes an array of ndev handles.
-                unsafe { *comms.add(i) = NcclComm::boxed_backend(Backend::Host(c)) };
+                unsafe { *comms.add(i) = NcclComm::boxed_ready(c) };
             }
             Ok(())
         })
@@ -354,21 +355,21 @@ exports! {
                 return Err(Failure::argument(format!("flags {flags:#x}: only NCCL_SUSPEND_MEM (0x1) is defined")));
             }
             // SAFETY: the caller's handle.
-            let c = unsafe { NcclComm::from_handle(comm)? }.backend()?;
+            let c = unsafe { NcclComm::from_handle(comm)? }.comm()?;
             Ok(c.suspend(flags & SUSPEND_MEM != 0)?)
         })
     }
 
     fn ncclCommResume / pncclCommResume(comm: Comm) -> NcclResult {
         // SAFETY: the caller's handle.
-        guard("ncclCommResume", || Ok(unsafe { NcclComm::from_handle(comm)? }.backend()?.resume()?))
+        guard("ncclCommResume", || Ok(unsafe { NcclComm::from_handle(comm)? }.comm()?.resume()?))
     }
 
     fn ncclCommMemStats / pncclCommMemStats(comm: Comm, stat: c_int, value: *mut u64) -> NcclResult {
         guard("ncclCommMemStats", || {
             let out = out(value, "value")?;
             // SAFETY: the caller's handle.
-            let stats = unsafe { NcclComm::from_handle(comm)? }.backend()?.memory_stats();
+            let stats = unsafe { NcclComm::from_handle(comm)? }.comm()?.memory_stats();
             let v = match stat {
                 0 => stats.releasable,
                 1 => u64::from(stats.suspended),
@@ -397,7 +398,10 @@ exports! {
             // SAFETY: the caller's handle.
             let c = unsafe { NcclComm::from_handle(comm)? };
             // The host backend has no CUDA device.
-            let device = c.gpu()?.map_or(-1, |d| d.device() as c_int);
+            let device = match c.comm()?.memory() {
+                Memory::Gpu { device } => device as c_int,
+                Memory::Host => -1,
+            };
             // SAFETY: checked non-NULL.
             unsafe { *out = device };
             Ok(())
@@ -711,7 +715,7 @@ fn init_rank(comm: *mut Comm, nranks: c_int, id: &NcclUniqueId, rank: c_int, con
     let n = u32::try_from(nranks).ok().filter(|&n| n > 0).ok_or_else(|| Failure::argument(format!("nranks {nranks} must be positive")))?;
     let rank = index(rank, n as usize, "rank")? as u32;
     let id = UniqueId::from_bytes(&id.internal).map_err(|e| Failure::argument(format!("commId: {e}")))?;
-    let gpu = wants_gpu(config.backend)?;
+    let gpu = Memory::wants_gpu(&config)?;
     if group::active() || (!config.blocking && gpu) {
         // Inside a group (one thread may create every rank of a job), or non-blocking on
         // a GPU: create, and connect the GPU current here, on a thread of its own;
@@ -741,7 +745,7 @@ fn init_rank(comm: *mut Comm, nranks: c_int, id: &NcclUniqueId, rank: c_int, con
 
 /// Whether ncclMemAlloc hands out GPU memory (the GPU backend) or host memory.
 fn gpu_memory() -> Result<bool, Failure> {
-    wants_gpu(config()?.backend)
+    Ok(Memory::wants_gpu(&config()?)?)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -753,14 +757,14 @@ fn collective(collective: Collective, send: *const c_void, recv: *mut c_void, co
         Some(op) => c.op(op, dtype)?,
         None => oxccl_kernels::ReduceOp::Sum,
     };
-    let n = c.comm()?.nranks();
-    let root = if collective.rooted() { index(root, n, "root")? } else { 0 };
-    if let Some(dev) = c.gpu()? {
+    let communicator = c.comm()?;
+    let root = if collective.rooted() { index(root, communicator.nranks(), "root")? } else { 0 };
+    if let Memory::Gpu { .. } = communicator.memory() {
         // GPU: the launch is asynchronous on the caller's stream, so inside a group it
         // runs at once too (nothing waits on the host).
         // SAFETY: the caller's device buffers and stream, valid until the stream passes
         // this call (NCCL's contract).
-        return Ok(unsafe { dev.enqueue(collective, send as u64, recv as u64, count, dtype, op, root, stream as oxccl_runtime::gpu::CUstream) }?);
+        return Ok(unsafe { communicator.launch_collective(collective, send as u64, recv as u64, count, dtype, op, root, stream as oxccl_runtime::gpu::CUstream) }?);
     }
     host_stream(stream)?;
     let (send, recv) = (send as *const u8, recv as *mut u8);
@@ -770,13 +774,13 @@ fn collective(collective: Collective, send: *const c_void, recv: *mut c_void, co
     }
     // SAFETY: the caller's buffers, valid for the collective's sizes and untouched until
     // this returns (NULL stream).
-    Ok(unsafe { c.comm()?.run_raw(collective, send, recv, count, dtype, op, root) }?)
+    Ok(unsafe { communicator.run_raw(collective, send, recv, count, dtype, op, root) }?)
 }
 
 fn point_to_point(is_send: bool, data: *mut c_void, count: usize, datatype: c_int, peer: c_int, comm: Comm, stream: Stream) -> Result<(), Failure> {
     // SAFETY: the caller's handle.
     let c = unsafe { NcclComm::from_handle(comm)? };
-    let gpu = c.gpu()?.is_some();
+    let gpu = matches!(c.comm()?.memory(), Memory::Gpu { .. });
     if !gpu {
         host_stream(stream)?;
     }

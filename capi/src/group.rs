@@ -55,7 +55,7 @@ fn finish_inits() -> Result<(), Failure> {
         // destroyed it before ncclGroupEnd returned it.
         let nccl = unsafe { NcclComm::from_handle(handle)? };
         loop {
-            match nccl.backend() {
+            match nccl.comm() {
                 Ok(_) => break,
                 Err(f) if f.code == crate::result::IN_PROGRESS => std::thread::sleep(std::time::Duration::from_micros(200)),
                 Err(f) => {
@@ -112,9 +112,9 @@ pub fn run(ops: Vec<Op>) -> Result<(), Failure> {
     let mut first: Option<Failure> = None;
     for &handle in &comms {
         // SAFETY: every op's comm was checked live when the op was queued.
-        let gpu = unsafe { NcclComm::from_handle(handle) }.and_then(|c| c.gpu());
-        match gpu {
-            Ok(Some(dev)) => {
+        let comm = unsafe { NcclComm::from_handle(handle) }.and_then(|c| c.comm());
+        match comm {
+            Ok(dev) if matches!(dev.memory(), oxccl_runtime::Memory::Gpu { .. }) => {
                 // GPU: the sends and receives of this communicator as one launch on the
                 // stream of its first (NCCL wants one stream per communicator in a group).
                 let mine: Vec<&Op> = ops.iter().filter(|op| op.comm() == handle).collect();
@@ -133,7 +133,7 @@ pub fn run(ops: Vec<Op>) -> Result<(), Failure> {
                 if let Some(stream) = stream {
                     // SAFETY: the caller's device buffers and stream, valid until the
                     // stream passes this point (NCCL's contract).
-                    if let Err(e) = unsafe { dev.enqueue_p2p(&p2p, stream as oxccl_runtime::gpu::CUstream) } {
+                    if let Err(e) = unsafe { dev.launch_p2p(&p2p, stream as oxccl_runtime::gpu::CUstream) } {
                         first.get_or_insert(e.into());
                     }
                 }
@@ -143,7 +143,7 @@ pub fn run(ops: Vec<Op>) -> Result<(), Failure> {
                 first.get_or_insert(f);
                 continue;
             }
-            Ok(None) => {}
+            Ok(_) => {}
         }
         match launch(handle, ops.iter().filter(|op| op.comm() == handle)) {
             Ok(work) => works.push(work),

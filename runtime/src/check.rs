@@ -437,14 +437,14 @@ pub fn decode(dtype: DataType, b: &[u8]) -> f64 {
 /// Runs one case on a GPU communicator: the checker's host buffers are copied into `send`
 /// and `recv` (device buffers large enough for the case, laid out the same way), the
 /// collective runs on `stream`, and the buffers come back to be checked.
-pub fn run_case_on_gpu(comm: &crate::gpu::DeviceComm, stream: &crate::gpu::Stream, send: &crate::gpu::DeviceBuffer, recv: &crate::gpu::DeviceBuffer, case: &Case) -> crate::Result<Option<Mismatch>> {
+pub fn run_case_on_gpu(comm: &crate::Communicator, stream: &crate::gpu::Stream, send: &crate::gpu::DeviceBuffer, recv: &crate::gpu::DeviceBuffer, case: &Case) -> crate::Result<Option<Mismatch>> {
     run_case_with(case, comm.rank(), comm.nranks(), on_gpu(comm, stream, send, recv, case))
 }
 
 /// The `run` of [`run_case_with`] that runs `case` on `comm`'s GPU through `send` and
 /// `recv` (see [`run_case_on_gpu`]).
 fn on_gpu<'a>(
-    comm: &'a crate::gpu::DeviceComm,
+    comm: &'a crate::Communicator,
     stream: &'a crate::gpu::Stream,
     send: &'a crate::gpu::DeviceBuffer,
     recv: &'a crate::gpu::DeviceBuffer,
@@ -460,7 +460,7 @@ fn on_gpu<'a>(
         };
         // SAFETY: both addresses lie in device buffers the caller sized for this case and
         // touches nothing else in until the stream is synchronized below.
-        unsafe { comm.enqueue(case.collective, s, r, case.count, case.dtype, op, case.root, stream.raw())? };
+        unsafe { comm.launch_collective(case.collective, s, r, case.count, case.dtype, op, case.root, stream.raw())? };
         comm.wait(stream)?;
         send.download(host_send)?;
         recv.download(host_recv)

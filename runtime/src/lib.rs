@@ -13,24 +13,21 @@
 pub use oxccl_bootstrap as bootstrap;
 
 pub mod algo;
+mod call;
 pub mod check;
 mod comm;
-mod conn;
 mod error;
-mod exec;
-mod pending;
 pub mod gpu;
+mod host;
 mod proxy;
-mod stream;
-mod task;
 mod tune;
 mod types;
 
 pub use algo::Collective;
-pub use comm::{Communicator, Group, MemoryStats, SLOTS};
-pub use pending::PendingCommunicator;
+pub use comm::{host_id, Communicator, Group, Memory, MemoryStats, PendingCommunicator};
 pub use error::{Error, Result};
-pub use stream::Work;
+pub use host::stream::Work;
+pub use host::SLOTS;
 pub use types::{DataType, Element, Fp8E4M3, Fp8E5M2, ReduceOp};
 
 pub(crate) use oxccl_bootstrap::log::target as log_target;

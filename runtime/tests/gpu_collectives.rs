@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use oxccl_runtime::bootstrap::Config;
 use oxccl_runtime::check::{self, Case};
-use oxccl_runtime::gpu::{self, DeviceComm};
+use oxccl_runtime::gpu;
+use oxccl_runtime::Memory;
 use oxccl_runtime::{Collective, Communicator, DataType, ReduceOp};
 
 /// The GPUs, once the earlier tests' communicators have freed their memory: a free in the
@@ -66,7 +67,7 @@ struct Buffers {
 }
 
 impl Buffers {
-    fn for_cases(comm: &DeviceComm, cases: &[Case]) -> Buffers {
+    fn for_cases(comm: &Communicator, cases: &[Case]) -> Buffers {
         let n = comm.nranks();
         let bytes = cases.iter().map(|c| (n * c.count + 64) * c.dtype.size()).max().unwrap_or(64);
         Buffers { send: comm.alloc(bytes).unwrap(), recv: comm.alloc(bytes).unwrap() }
@@ -84,7 +85,7 @@ enum Inputs {
     Random,
 }
 
-fn run_cases(comm: &DeviceComm, cases: &[Case], inputs: Inputs) -> Vec<String> {
+fn run_cases(comm: &Communicator, cases: &[Case], inputs: Inputs) -> Vec<String> {
     let stream = comm.stream().unwrap();
     let buffers = Buffers::for_cases(comm, cases);
     let mut failures = Vec::new();
@@ -149,7 +150,7 @@ fn threads_with(n: usize, gpus: usize, which: fn(usize) -> Vec<Case>, inputs: In
 }
 
 /// Runs `which` cases on every rank of `comms` (threads), checks them, and frees the ranks.
-fn run_matrix(comms: Vec<DeviceComm>, devices: &[usize], which: fn(usize) -> Vec<Case>, inputs: Inputs, how: &str) {
+fn run_matrix(comms: Vec<Communicator>, devices: &[usize], which: fn(usize) -> Vec<Case>, inputs: Inputs, how: &str) {
     let (start, n) = (Instant::now(), comms.len());
     let failures: Vec<String> = std::thread::scope(|s| {
         let handles: Vec<_> = comms.iter().map(|c| s.spawn(move || run_cases(c, &which(c.nranks()), inputs))).collect();
@@ -166,14 +167,14 @@ fn run_matrix(comms: Vec<DeviceComm>, devices: &[usize], which: fn(usize) -> Vec
 
 /// Ranks as threads on `devices`, made once the communicators dropped before have freed
 /// their memory (see [`gpus`]).
-fn init_all(devices: &[usize], config: &Config) -> Vec<DeviceComm> {
+fn init_all(devices: &[usize], config: &Config) -> Vec<Communicator> {
     settle();
-    DeviceComm::init_all(devices, config).unwrap()
+    Communicator::init_all_gpus(devices, config).unwrap()
 }
 
 /// Ranks of one job as threads, each with a host id of its own (NCCL_HOSTID), as if on
 /// separate hosts (made as [`init_all`]'s are).
-fn init_on_separate_hosts(devices: &[usize], config: &Config) -> Vec<DeviceComm> {
+fn init_on_separate_hosts(devices: &[usize], config: &Config) -> Vec<Communicator> {
     settle();
     let configs: Vec<Config> = (0..devices.len())
         .map(|rank| {
@@ -182,7 +183,7 @@ fn init_on_separate_hosts(devices: &[usize], config: &Config) -> Vec<DeviceComm>
             config
         })
         .collect();
-    DeviceComm::init_all_with(devices, &configs).unwrap()
+    Communicator::init_all_gpus_with(devices, &configs).unwrap()
 }
 
 /// Ranks on separate hosts (as far as oxccl can tell): the GPU connections cannot reach
@@ -216,7 +217,7 @@ fn staged_send_recv_groups() {
     for n in [2, 3] {
         let devices: Vec<usize> = (0..n).map(|r| r % g).collect();
         let comms = init_on_separate_hosts(&devices, &config());
-        let before: Vec<u64> = comms.iter().map(|c| c.host().net_receive_stats().0).collect();
+        let before: Vec<u64> = comms.iter().map(|c| c.net_receive_stats().0).collect();
         let groups = p2p_groups(n, 20);
         let start = Instant::now();
         std::thread::scope(|s| {
@@ -227,7 +228,7 @@ fn staged_send_recv_groups() {
         });
         // The data went over the Net: every rank received through it.
         for (c, before) in comms.iter().zip(before) {
-            assert!(c.host().net_receive_stats().0 > before, "rank {}: no receive over the Net", c.rank());
+            assert!(c.net_receive_stats().0 > before, "rank {}: no receive over the Net", c.rank());
         }
         std::thread::scope(|s| {
             for c in comms {
@@ -327,7 +328,7 @@ fn child() {
     let comm = Communicator::from_env(&config).unwrap();
     assert_eq!(comm.nranks().to_string(), ranks);
     let rank = comm.rank();
-    let dev = DeviceComm::new(comm, rank % gpus).unwrap();
+    let dev = comm.with_memory(Memory::Gpu { device: rank % gpus }).unwrap();
     let n = dev.nranks();
     let mut failures = run_cases(&dev, &cases(n), Inputs::Exact);
     failures.extend(run_cases(&dev, &random_cases(n), Inputs::Random));
@@ -399,7 +400,7 @@ fn a_peer_that_leaves_stops_the_ring(g: usize) {
             .map(|(c, (stream, buf))| {
                 s.spawn(move || {
                     // SAFETY: a buffer of `count` floats, synchronized before it is freed.
-                    unsafe { c.enqueue(Collective::AllReduce, buf.ptr(), buf.ptr(), count, DataType::Float32, ReduceOp::Sum, 0, stream.raw()).unwrap() };
+                    unsafe { c.launch_collective(Collective::AllReduce, buf.ptr(), buf.ptr(), count, DataType::Float32, ReduceOp::Sum, 0, stream.raw()).unwrap() };
                     (c.wait(stream), Instant::now())
                 })
             })
@@ -441,7 +442,7 @@ fn stop_a_waiting_kernel(g: usize, count: usize, receive: bool, stop: Stop, sepa
                 let stream = c.stream().unwrap();
                 let buf = c.alloc(count * 4).unwrap();
                 // SAFETY: a buffer of `count` floats, synchronized before it is freed.
-                unsafe { c.enqueue(Collective::AllReduce, buf.ptr(), buf.ptr(), count, DataType::Float32, ReduceOp::Sum, 0, stream.raw()).unwrap() };
+                unsafe { c.launch_collective(Collective::AllReduce, buf.ptr(), buf.ptr(), count, DataType::Float32, ReduceOp::Sum, 0, stream.raw()).unwrap() };
                 c.wait(&stream).unwrap();
             });
         }
@@ -472,9 +473,9 @@ fn stop_a_waiting_kernel(g: usize, count: usize, receive: bool, stop: Stop, sepa
         // SAFETY: as above.
         let enqueue = unsafe {
             if receive {
-                c.enqueue_p2p(&[gpu::P2p { send: false, peer: 1, addr: buf.ptr(), bytes: count * 4 }], stream.raw())
+                c.launch_p2p(&[gpu::P2p { send: false, peer: 1, addr: buf.ptr(), bytes: count * 4 }], stream.raw())
             } else {
-                c.enqueue(Collective::AllReduce, buf.ptr(), buf.ptr(), count, DataType::Float32, ReduceOp::Sum, 0, stream.raw())
+                c.launch_collective(Collective::AllReduce, buf.ptr(), buf.ptr(), count, DataType::Float32, ReduceOp::Sum, 0, stream.raw())
             }
         };
         let enqueued = Instant::now();
@@ -491,7 +492,7 @@ fn stop_a_waiting_kernel(g: usize, count: usize, receive: bool, stop: Stop, sepa
         // Staged, the host path names the peer as its Net connection ends.
         Stop::PeerLeaves => assert!(matches!(e, oxccl_runtime::Error::PeerFailed { rank: 1, .. }) && (separate_hosts || e.to_string().contains("left")), "{e} ({when})"),
     }
-    assert!(c.async_error().is_some());
+    assert!(c.error().is_some());
     let latency = returned.saturating_duration_since(stopped_at);
     eprintln!("{count} floats ({}{}): synchronize returned {latency:.2?} after {stop:?} ({when}): {e}", if receive { "recv" } else { "all_reduce" }, if separate_hosts { ", staged" } else { "" });
     // Staged, a receive from a peer that left without connecting its link waits out the
@@ -534,7 +535,7 @@ fn send_and_receive_between_every_pair() {
                             ops.push(gpu::P2p { send: false, peer: p, addr: recvs[p].ptr(), bytes: len });
                         }
                         // SAFETY: buffers of `len` bytes, synchronized before they are read or freed.
-                        unsafe { c.enqueue_p2p(&ops, stream.raw()).unwrap() };
+                        unsafe { c.launch_p2p(&ops, stream.raw()).unwrap() };
                         c.wait(&stream).unwrap();
                         for (p, recv) in recvs.iter().enumerate() {
                             let mut got = vec![0u8; len];
@@ -630,7 +631,7 @@ fn p2p_pattern(group: usize, index: usize, bytes: usize) -> Vec<u8> {
 
 /// Runs `groups` as this rank's part: its sends and receives of each group in an order of
 /// its own (a shuffle seeded by rank and group), then checks what arrived.
-fn run_p2p_groups(c: &DeviceComm, groups: &[Vec<Message>]) {
+fn run_p2p_groups(c: &Communicator, groups: &[Vec<Message>]) {
     let rank = c.rank();
     let stream = c.stream().unwrap();
     let most = groups.iter().map(|g| g.iter().map(|m| m.bytes.next_multiple_of(64)).sum::<usize>()).max().unwrap();
@@ -676,7 +677,7 @@ fn run_p2p_groups(c: &DeviceComm, groups: &[Vec<Message>]) {
         sends.upload(&send_image).unwrap();
         recvs.upload(&vec![0xA5; most]).unwrap();
         // SAFETY: every range lies in these buffers, synchronized before they are read.
-        unsafe { c.enqueue_p2p(&calls, stream.raw()).unwrap() };
+        unsafe { c.launch_p2p(&calls, stream.raw()).unwrap() };
         c.wait(&stream).unwrap_or_else(|e| panic!("rank {rank}, group {gi} {group:?}: {e}"));
         let mut got = vec![0u8; most];
         recvs.download(&mut got).unwrap();
@@ -692,7 +693,7 @@ fn run_p2p_groups(c: &DeviceComm, groups: &[Vec<Message>]) {
     // kernel may wait for a launch still to come (without this the 3-rank run hung in
     // its last group, on one H100). A host all_reduce is the meeting: bounded by the
     // collective timeout, so a rank that failed before it fails the others, not hangs them.
-    c.host().all_reduce_in_place(&mut [0u32], ReduceOp::Sum).unwrap_or_else(|e| panic!("rank {rank}: meeting the others before freeing: {e}"));
+    c.barrier().unwrap_or_else(|e| panic!("rank {rank}: meeting the others before freeing: {e}"));
 }
 
 /// One rank of the dead-peer job (does nothing when run as an ordinary test): both ranks
@@ -707,21 +708,21 @@ fn death_child() {
     let gpus = gpu::device_count();
     let comm = Communicator::from_env(&Config::from_env().unwrap()).unwrap();
     let rank = comm.rank();
-    let dev = DeviceComm::new(comm, rank % gpus).unwrap();
+    let dev = comm.with_memory(Memory::Gpu { device: rank % gpus }).unwrap();
     let stream = dev.stream().unwrap();
     let count = 1 << 20;
     let buf = dev.alloc(count * 4).unwrap();
     // SAFETY: a buffer of `count` floats, waited for before it is freed.
-    unsafe { dev.enqueue(Collective::AllReduce, buf.ptr(), buf.ptr(), count, DataType::Float32, ReduceOp::Sum, 0, stream.raw()).unwrap() };
+    unsafe { dev.launch_collective(Collective::AllReduce, buf.ptr(), buf.ptr(), count, DataType::Float32, ReduceOp::Sum, 0, stream.raw()).unwrap() };
     dev.wait(&stream).unwrap();
     // Both ranks are past the first all_reduce (a host all_reduce as the barrier).
-    dev.host().all_reduce_in_place(&mut [0f32], ReduceOp::Sum).unwrap();
+    dev.barrier().unwrap();
     if rank == 1 {
         // SAFETY: raising a signal has no preconditions.
         unsafe { libc::raise(libc::SIGKILL) };
     }
     // SAFETY: as above.
-    unsafe { dev.enqueue(Collective::AllReduce, buf.ptr(), buf.ptr(), count, DataType::Float32, ReduceOp::Sum, 0, stream.raw()).unwrap() };
+    unsafe { dev.launch_collective(Collective::AllReduce, buf.ptr(), buf.ptr(), count, DataType::Float32, ReduceOp::Sum, 0, stream.raw()).unwrap() };
     let start = Instant::now();
     let e = dev.wait(&stream).expect_err("rank 1 is dead: the all_reduce cannot finish");
     let took = start.elapsed();
@@ -772,11 +773,11 @@ fn suspend_releases_plans_and_resume_restores_service() {
                 let during = c.memory_stats();
                 assert!(during.suspended && during.releasable == 0 && during.persistent == before.persistent, "{during:?}");
                 // SAFETY: refused before anything is launched.
-                let e = unsafe { c.enqueue(Collective::AllReduce, buffers.send.ptr(), buffers.recv.ptr(), 8, DataType::Float32, ReduceOp::Sum, 0, stream.raw()) }.unwrap_err();
+                let e = unsafe { c.launch_collective(Collective::AllReduce, buffers.send.ptr(), buffers.recv.ptr(), 8, DataType::Float32, ReduceOp::Sum, 0, stream.raw()) }.unwrap_err();
                 assert!(e.to_string().contains("suspended"), "{e}");
                 let p2p = [gpu::P2p { send: true, peer: 1 - c.rank(), addr: buffers.send.ptr(), bytes: 64 }];
                 // SAFETY: as above.
-                let e = unsafe { c.enqueue_p2p(&p2p, stream.raw()) }.unwrap_err();
+                let e = unsafe { c.launch_p2p(&p2p, stream.raw()) }.unwrap_err();
                 assert!(e.to_string().contains("suspended"), "{e}");
                 assert!(c.suspend(false).is_err(), "a second suspension is refused");
                 c.resume().unwrap();
@@ -819,7 +820,7 @@ fn more_plans_than_the_cache_holds() {
                         gpu::P2p { send: false, peer, addr: recv.ptr() + offset as u64, bytes: bytes(k) },
                     ];
                     // SAFETY: both ranges lie in the buffers, untouched until the waits below.
-                    unsafe { c.enqueue_p2p(&ops, stream.raw()) }.unwrap_or_else(|e| panic!("rank {rank}, group {k}: {e}"));
+                    unsafe { c.launch_p2p(&ops, stream.raw()) }.unwrap_or_else(|e| panic!("rank {rank}, group {k}: {e}"));
                     if k >= QUEUED && k % 100 == 0 {
                         c.wait(&stream).unwrap_or_else(|e| panic!("rank {rank}, group {k}: {e}"));
                     }
@@ -836,7 +837,7 @@ fn more_plans_than_the_cache_holds() {
                 // a 4 MiB block each.
                 let stats = c.memory_stats();
                 assert!(stats.releasable <= 5 * (4 << 20), "rank {rank}: {stats:?}");
-                c.host().all_reduce_in_place(&mut [0u32], ReduceOp::Sum).unwrap();
+                c.barrier().unwrap();
             });
         }
     });

@@ -23,7 +23,8 @@ use oxccl_kernels::{combine_into, Combine, ReducePlan};
 use super::{copied, decode, encode, on_gpu, rank_op, run_checked, Case, Mismatch};
 use crate::algo::{self, Algorithm, Options, Shape};
 use crate::error::{Error, Result};
-use crate::gpu::{DeviceBuffer, DeviceComm, Route, Stream};
+use crate::gpu::{DeviceBuffer, Route, Stream};
+use crate::Communicator;
 use crate::{Collective, DataType};
 
 /// Rank `rank`'s input for `case`, drawn from `seed` (every rank can draw every rank's):
@@ -84,7 +85,7 @@ pub fn gpu_reference(route: &Route, case: &Case, inputs: &[Vec<u8>]) -> Result<V
 /// Runs `case` on `comm`'s GPU with inputs drawn from `seed`, and checks the output bit
 /// for bit against [`gpu_reference`] for the route the call takes (a NaN a reduction made
 /// matching any NaN), and the guard bytes and the input as [`super::run_case_on_gpu`] does.
-pub fn run_random_case_on_gpu(comm: &DeviceComm, stream: &Stream, send: &DeviceBuffer, recv: &DeviceBuffer, case: &Case, seed: u64) -> Result<Option<Mismatch>> {
+pub fn run_random_case_on_gpu(comm: &Communicator, stream: &Stream, send: &DeviceBuffer, recv: &DeviceBuffer, case: &Case, seed: u64) -> Result<Option<Mismatch>> {
     let (rank, n) = (comm.rank(), comm.nranks());
     let inputs: Vec<Vec<u8>> = (0..n).map(|r| random_input(case, r, n, seed)).collect();
     let route = comm.route(case.collective, case.count, case.dtype, case.root)?;

@@ -8,7 +8,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{Communicator, Exec};
+use super::{Backend, Communicator};
 use crate::error::{Error, Result};
 
 /// A communicator's memory, in bytes, as `ncclCommMemStats` reports it (on the host
@@ -33,92 +33,52 @@ impl MemoryStats {
 }
 
 impl Communicator {
-    /// Suspends the communicator (ncclCommSuspend): waits for the work queued so far, then
-    /// refuses collectives and point-to-point operations with `InvalidUsage` naming the
-    /// suspension until [`Communicator::resume`]. With `release_memory`
-    /// (`NCCL_SUSPEND_MEM`) it also frees what the communicator re-creates on demand (see
-    /// [`MemoryStats`]). Local to this rank. Suspending a suspended communicator is
-    /// `InvalidUsage`.
+    /// Suspends the communicator (ncclCommSuspend): waits for the work queued so far (on a
+    /// GPU: until every stream's launches of this communicator have run), then refuses
+    /// collectives and point-to-point operations with `InvalidUsage` naming the suspension
+    /// until [`Communicator::resume`]. With `release_memory` (`NCCL_SUSPEND_MEM`) it also
+    /// frees what the communicator re-creates on demand (see [`MemoryStats`]). Local to
+    /// this rank. Suspending a suspended communicator is `InvalidUsage`.
     pub fn suspend(&self, release_memory: bool) -> Result<()> {
-        if self.exec.suspended.swap(true, Ordering::AcqRel) {
-            return Err(Error::InvalidUsage { what: format!("{}: it is already suspended", self.name()) });
+        if self.core.suspended.swap(true, Ordering::AcqRel) {
+            return Err(Error::InvalidUsage { what: format!("{}: it is already suspended", self.core.name()) });
         }
-        // Calls from now on are refused at their entry; work queued before runs to its end
-        // (its failure stays its own), and the release below waits for the task running
-        // (which holds the connections). A call racing this one on another thread may run
-        // and re-create what it needs: memory re-created on demand, never a wrong result.
-        let _ = self.stream.synchronize();
-        if release_memory {
-            self.exec.release_memory();
+        // Calls from now on are refused at their entry.
+        match &self.backend {
+            Backend::Host(host) => host.suspend(release_memory),
+            Backend::Gpu(gpu) => gpu.suspend(release_memory)?,
         }
-        tracing::info!(target: crate::log_target::INIT, "{} suspended{}", self.name(), if release_memory { ", memory released" } else { "" });
+        tracing::info!(target: crate::log_target::INIT, "{} suspended{}", self.core.name(), if release_memory { ", memory released" } else { "" });
         Ok(())
     }
 
-    /// Resumes a suspended communicator (ncclCommResume): the scratch buffer released by
-    /// the suspension is allocated again at its former size, and operations are accepted
-    /// again. Resuming a communicator that is not suspended is `InvalidUsage`.
+    /// Resumes a suspended communicator (ncclCommResume): what the suspension released is
+    /// allocated again (the host scratch buffer at its former size; a GPU's first block of
+    /// plan memory), and operations are accepted again. Resuming a communicator that is
+    /// not suspended is `InvalidUsage`.
     pub fn resume(&self) -> Result<()> {
-        let exec = &self.exec;
-        let _connections = exec.connections.lock();
-        if !exec.suspended.load(Ordering::Acquire) {
-            return Err(Error::InvalidUsage { what: format!("{}: resume without a suspension", self.name()) });
+        if !self.suspended() {
+            return Err(Error::InvalidUsage { what: format!("{}: resume without a suspension", self.core.name()) });
         }
-        let released = std::mem::take(&mut *exec.released_scratch.lock());
-        if released > 0 {
-            let mut scratch = exec.scratch.lock();
-            scratch.try_reserve_exact(released).map_err(|e| Error::Internal(format!("re-allocating {released} bytes of scratch on resume: {e}")))?;
-            scratch.resize(released, 0);
-            exec.scratch_bytes.store(released as u64, Ordering::Release);
+        match &self.backend {
+            Backend::Host(host) => host.resume()?,
+            Backend::Gpu(gpu) => gpu.resume()?,
         }
-        exec.suspended.store(false, Ordering::Release);
-        Ok(())
-    }
-
-    /// `InvalidUsage` naming the suspension, while suspended.
-    pub(crate) fn refuse_if_suspended(&self) -> Result<()> {
-        if self.suspended() {
-            return Err(self.exec.suspended_error());
-        }
+        self.core.suspended.store(false, Ordering::Release);
         Ok(())
     }
 
     /// Whether the communicator is suspended.
     pub fn suspended(&self) -> bool {
-        self.exec.suspended.load(Ordering::Acquire)
+        self.core.suspended.load(Ordering::Acquire)
     }
 
-    /// What the communicator's memory holds now (never waits on running work).
+    /// What the communicator's memory holds now (never waits on running work): host memory
+    /// on host memory, GPU memory on a GPU.
     pub fn memory_stats(&self) -> MemoryStats {
-        let exec = &self.exec;
-        let plans: u64 = exec.plans.lock().values().map(|p| p.bytes()).sum();
-        MemoryStats {
-            releasable: exec.scratch_bytes.load(Ordering::Acquire) + plans,
-            persistent: exec.fifo_bytes.load(Ordering::Acquire),
-            suspended: exec.suspended.load(Ordering::Acquire),
+        match &self.backend {
+            Backend::Host(host) => host.memory_stats(),
+            Backend::Gpu(gpu) => gpu.memory_stats(),
         }
-    }
-
-    /// "rank r of n", for messages.
-    fn name(&self) -> String {
-        format!("communicator rank {} of {}", self.rank(), self.nranks())
-    }
-}
-
-impl Exec {
-    /// The error for work that meets a suspended communicator.
-    pub(super) fn suspended_error(&self) -> Error {
-        Error::InvalidUsage { what: format!("communicator rank {} of {} is suspended (ncclCommSuspend): resume it (ncclCommResume) before using it", self.rank, self.nranks) }
-    }
-
-    /// Frees the scratch buffer (remembering its size for the resumption) and the plans,
-    /// once no task runs (a task holds the connections throughout).
-    fn release_memory(&self) {
-        let _connections = self.connections.lock();
-        let mut scratch = self.scratch.lock();
-        *self.released_scratch.lock() += scratch.len();
-        *scratch = Vec::new();
-        self.scratch_bytes.store(0, Ordering::Release);
-        self.plans.lock().clear();
     }
 }

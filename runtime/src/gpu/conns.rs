@@ -14,6 +14,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use oxccl_bootstrap::Bootstrap;
 use oxccl_kernels::device::DevConn;
+use oxccl_transports::fifo::Geometry;
 
 use super::driver::{Device, DeviceMemory, IpcMemory};
 use super::encode::End;
@@ -25,13 +26,6 @@ const HEAD_TAG: u64 = (1 << 61) | (1 << 40);
 const INBOX_TAG: u64 = (1 << 61) | (1 << 41);
 /// Bytes before the slots of a FIFO (tail, counter; the slots start 128-byte aligned).
 const HEADER: usize = 128;
-
-/// FIFO shape of every GPU connection.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Geometry {
-    pub slots: usize,
-    pub slot_bytes: usize,
-}
 
 /// Who announces memory: the process (to tell threads of one process from processes) and
 /// the host (to refuse ranks on other hosts, which the GPU backend cannot reach).

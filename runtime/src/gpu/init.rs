@@ -1,4 +1,4 @@
-//! Making a [`DeviceComm`]: the GPU's settings, the watcher thread that stops kernels when
+//! Making a [`GpuBackend`]: the GPU's settings, the watcher thread that stops kernels when
 //! a peer fails, and every connection and inbox a call can use, set up with the peers
 //! before the first call.
 
@@ -11,39 +11,47 @@ use parking_lot::Mutex;
 use oxccl_kernels::cuda::Toolchain;
 use oxccl_kernels::device::{LL_LINE_BYTES, LL_LINE_DATA};
 
-use super::conns::{Geometry, Inbox, Origin, Setup};
+use oxccl_transports::fifo::Geometry;
+
+use super::conns::{Inbox, Origin, Setup};
 use super::driver::{Device, DeviceMemory, MappedHost};
 use super::encode::End;
 use super::staged::Staged;
-use super::{DeviceComm, Direct, Inner, P2pLl, Protocols, State, FLAG_WORDS, ONE_WORD, SLOTS};
+use super::{Direct, GpuBackend, Inner, P2pLl, Protocols, State, FLAG_WORDS, ONE_WORD};
 use crate::algo;
+use crate::comm::core::Core;
+use crate::comm::{host_id, Memory};
 use crate::error::{Error, Result};
+use crate::host::SLOTS;
 use crate::Communicator;
 
-impl DeviceComm {
-    pub(super) fn with_device(comm: Communicator, device: Device) -> Result<DeviceComm> {
+impl GpuBackend {
+    /// The GPU backend of `core`'s communicator on GPU `ordinal`: every connection and
+    /// inbox a call can use is set up with the peers here (collective: every rank calls it).
+    pub fn new(core: Arc<Core>, ordinal: usize) -> Result<GpuBackend> {
+        let device = Device::open(ordinal)?;
         device.bind()?;
         let (major, minor) = device.capability()?;
         let arch = oxccl_kernels::cuda::arch_name(major, minor).map_err(|e| Error::Cuda(e.to_string()))?;
         let toolchain = Toolchain::find().map_err(|e| Error::Cuda(e.to_string()))?;
-        let config = comm.config();
+        let config = &core.config;
         let slot_bytes = config.gpu_slot_bytes.next_multiple_of(128);
         // Ranks sharing this GPU run their kernels side by side, and a kernel whose blocks
         // wait for a peer's kernel needs all of both resident: each rank gets at most its
         // share of the multiprocessors, one 512-thread block each (4 ranks on one H200
         // with 64 channels each deadlocked in an 8 MiB all_reduce).
-        let (sharing, sharing_here) = ranks_on_this_gpu(&comm, device.ordinal as u32)?;
+        let (sharing, sharing_here) = ranks_on_this_gpu(&core, device.ordinal as u32)?;
         if sharing_here > 1 {
             warn_streams_may_share_queues(device.ordinal, sharing_here);
         }
         let mine = config.max_channels.clamp(1, 64).min((device.multiprocessors()? / sharing).max(1));
-        let max_channels = agree_on_max_channels(&comm, mine)?;
+        let max_channels = agree_on_max_channels(&core, mine)?;
         let min_channels = config.min_channels.clamp(1, max_channels);
         let protocols = Protocols::new(&crate::tune::Tuner::new(None, config.proto.as_deref())?);
         let inner = Arc::new(Inner {
             arch,
             toolchain,
-            origin: Origin::here(&crate::comm::host_id(config)),
+            origin: Origin::here(&host_id(config)),
             geometry: Geometry { slots: SLOTS, slot_bytes },
             max_channels,
             min_channels,
@@ -65,40 +73,39 @@ impl DeviceComm {
         // The watcher raises the kernels' abort flag when the control plane sees a failure
         // or the communicator is aborted, and tells every rank when a kernel here stopped
         // because a peer left (the ranks waiting on this one learn it too, as of a death).
-        let health = comm.health_probe();
-        let announce = comm.failure_announcer();
-        let watched = inner.clone();
+        let (watched, watching) = (inner.clone(), core.clone());
         let watcher = std::thread::Builder::new()
-            .name(format!("oxccl-gpu-watch-{}", comm.rank()))
+            .name(format!("oxccl-gpu-watch-{}", core.rank))
             .spawn(move || {
                 let mut announced = false;
                 while !watched.stop.load(Ordering::Acquire) {
-                    if let Err(e) = health() {
+                    if let Err(e) = watching.health() {
                         watched.fail(e);
                         return;
                     }
                     if let Some(Error::PeerFailed { rank, reason }) = watched.kernel_stop().and_then(|stop| watched.stop_error(&stop)).filter(|_| !announced) {
                         announced = true;
-                        announce(rank, &reason);
+                        watching.announce_failed(rank, &reason);
                     }
                     std::thread::sleep(Duration::from_millis(2));
                 }
             })
             .map_err(|e| Error::Internal(format!("starting the GPU watcher thread: {e}")))?;
-        let comm = Arc::new(comm);
-        if comm.same_host().iter().any(|&same| !same) {
+        if core.same_host.iter().any(|&same| !same) {
             // Some ranks are on other hosts, which the GPU connections cannot reach: every
-            // operation is staged through host memory and run by the host data path.
-            let gone = DeviceMemory::zeroed(comm.nranks() * 4)?;
+            // operation is staged through host memory and run by the host data path (a
+            // host-memory communicator over the same core).
+            let gone = DeviceMemory::zeroed(core.nranks * 4)?;
             let _ = inner.gone.set(gone.ptr);
             inner.state.lock().gone = Some(gone);
-            let staged = Staged::new(comm.clone(), inner.clone())?;
-            tracing::info!(target: crate::log_target::INIT, "rank {}: GPU {} ({arch}); ranks on other hosts: collectives and send/recv staged through host memory", comm.rank(), inner.device.ordinal);
-            return Ok(DeviceComm { inner, watcher: Some(watcher), comm, staged: Some(staged) });
+            let host = Arc::new(Communicator::over(core.clone(), Memory::Host)?);
+            let staged = Staged::new(host, inner.clone())?;
+            tracing::info!(target: crate::log_target::INIT, "rank {}: GPU {} ({arch}); ranks on other hosts: collectives and send/recv staged through host memory", core.rank, inner.device.ordinal);
+            return Ok(GpuBackend { inner, watcher: Some(watcher), core, staged: Some(staged) });
         }
-        let dev = DeviceComm { inner, watcher: Some(watcher), comm, staged: None };
+        let dev = GpuBackend { inner, watcher: Some(watcher), core, staged: None };
         dev.connect_all()?;
-        let (limit, n) = (dev.comm.config().gpu_direct_bytes, dev.nranks());
+        let (limit, n) = (dev.core.config.gpu_direct_bytes, dev.nranks());
         // A u32 per rank, which that rank raises in its peers' memory when it leaves.
         let (gone, _) = dev.inner.state.lock().conns.inboxes(Inbox::Gone, n * 4, &dev.setup())?;
         let _ = dev.inner.gone.set(gone);
@@ -112,7 +119,7 @@ impl DeviceComm {
             let direct = Direct { limit, inbox, table, cap_lines: cap_lines as u32, ack_offset: ack_offset as u64, launches: AtomicU64::new(0) };
             let _ = inner.direct.set(direct);
         }
-        let limit = dev.comm.config().p2p_ll_bytes;
+        let limit = dev.core.config.p2p_ll_bytes;
         if limit > 0 && n > 1 {
             // Per sender two halves of one message each; acknowledgements (u64 per rank),
             // then this rank's message counters (u64 sent and received per rank).
@@ -160,7 +167,7 @@ impl DeviceComm {
     /// What connecting needs: the bootstrap, the GPU, who this rank is, the FIFO shape.
     pub(super) fn setup(&self) -> Setup<'_> {
         let inner = &self.inner;
-        Setup { boot: self.comm.bootstrap(), device: &inner.device, origin: inner.origin, geometry: inner.geometry }
+        Setup { boot: &self.core.boot, device: &inner.device, origin: inner.origin, geometry: inner.geometry }
     }
 }
 
@@ -168,7 +175,7 @@ impl DeviceComm {
 /// how many on that GPU in this very process — whatever host each claims (NCCL_HOSTID):
 /// ranks posing as separate hosts still share the GPU's queues (collective: every rank
 /// calls it at init; who shares the host is known already).
-fn ranks_on_this_gpu(comm: &Communicator, ordinal: u32) -> Result<(usize, usize)> {
+fn ranks_on_this_gpu(core: &Core, ordinal: u32) -> Result<(usize, usize)> {
     // This process, told apart from every other on any host.
     static PROCESS: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
         use std::hash::{BuildHasher, Hasher};
@@ -177,9 +184,9 @@ fn ranks_on_this_gpu(comm: &Communicator, ordinal: u32) -> Result<(usize, usize)
         h.finish()
     });
     let mine = [&ordinal.to_le_bytes()[..], &PROCESS.to_le_bytes()].concat();
-    let all = comm.bootstrap().allgather(&mine)?;
+    let all = core.boot.allgather(&mine)?;
     let ranks: Vec<&[u8]> = all.chunks_exact(mine.len()).collect();
-    let on_gpu = ranks.iter().zip(comm.same_host()).filter(|(r, &host)| host && r[..4] == mine[..4]).count();
+    let on_gpu = ranks.iter().zip(&core.same_host).filter(|(r, &host)| host && r[..4] == mine[..4]).count();
     let in_process = ranks.iter().filter(|r| **r == mine.as_slice()).count();
     Ok((on_gpu.max(1), in_process.max(1)))
 }
@@ -189,8 +196,8 @@ fn ranks_on_this_gpu(comm: &Communicator, ordinal: u32) -> Result<(usize, usize)
 /// which need not be the same for all (5 ranks on 2 GPUs: 3 on one, 2 on the other), yet
 /// every schedule's channel count derives from it, so all ranks must plan with one value:
 /// with two, a large all_reduce is split over 44 channels on one rank and 64 on its peer.
-fn agree_on_max_channels(comm: &Communicator, mine: usize) -> Result<usize> {
-    let all = comm.bootstrap().allgather(&(mine as u32).to_le_bytes())?;
+fn agree_on_max_channels(core: &Core, mine: usize) -> Result<usize> {
+    let all = core.boot.allgather(&(mine as u32).to_le_bytes())?;
     // Each rank sent 4 bytes (u32::from_le_bytes of a 4-byte chunk cannot fail).
     Ok(all.chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize).min().unwrap_or(mine))
 }
@@ -238,7 +245,7 @@ mod tests {
             .collect();
         let comms = Communicator::init_all_with(&configs).unwrap();
         let counts: Vec<(usize, usize)> = std::thread::scope(|s| {
-            let handles: Vec<_> = comms.iter().zip([0u32, 1, 0]).map(|(c, gpu)| s.spawn(move || ranks_on_this_gpu(c, gpu).unwrap())).collect();
+            let handles: Vec<_> = comms.iter().zip([0u32, 1, 0]).map(|(c, gpu)| s.spawn(move || ranks_on_this_gpu(c.core(), gpu).unwrap())).collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
         assert_eq!(counts, [(1, 2), (1, 1), (1, 2)]);
@@ -251,7 +258,7 @@ mod tests {
         config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
         let comms = Communicator::init_all(3, &config).unwrap();
         let agreed: Vec<usize> = std::thread::scope(|s| {
-            let handles: Vec<_> = comms.iter().zip([64, 44, 64]).map(|(c, mine)| s.spawn(move || agree_on_max_channels(c, mine).unwrap())).collect();
+            let handles: Vec<_> = comms.iter().zip([64, 44, 64]).map(|(c, mine)| s.spawn(move || agree_on_max_channels(c.core(), mine).unwrap())).collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
         assert_eq!(agreed, [44, 44, 44]);

@@ -21,7 +21,7 @@ impl Inner {
     /// buffers at `send` and `recv`, reads of the input scaled by `scale` if given.
     ///
     /// # Safety
-    /// As [`DeviceComm::enqueue`]: the buffers and stream are the caller's contract.
+    /// As [`GpuBackend::enqueue`]: the buffers and stream are the caller's contract.
     pub(super) unsafe fn launch(&self, loaded: &Loaded, plan: &Plan, send: u64, recv: u64, scale: Option<f64>, stream: CUstream) -> Result<()> {
         let &Plan::Steps { lanes, conns, bounds, steps } = plan else { return Err(Error::Internal("the executor kernel launched with a point-to-point LL plan".into())) };
         let mut args = DevArgs {
@@ -42,7 +42,7 @@ impl Inner {
     /// NCCL_MAX_NCHANNELS blocks, then several lines per thread).
     ///
     /// # Safety
-    /// As [`DeviceComm::enqueue`].
+    /// As [`GpuBackend::enqueue`].
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn launch_direct(&self, loaded: &Loaded, mode: u32, send: u64, recv: u64, bytes: usize, root: usize, rank: usize, nranks: usize, scale: Option<f64>, stream: CUstream) -> Result<()> {
         let d = self.direct.get().ok_or_else(|| Error::Internal("no direct inboxes".into()))?;

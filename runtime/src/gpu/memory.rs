@@ -11,7 +11,7 @@ use super::driver::{self, Device, DeviceMemory};
 use super::Inner;
 use crate::error::{Error, Result};
 
-/// Device memory from [`DeviceComm::alloc`](super::DeviceComm::alloc).
+/// Device memory from [`GpuBackend::alloc`](super::GpuBackend::alloc).
 pub struct DeviceBuffer {
     pub(super) memory: DeviceMemory,
     pub(super) inner: Arc<Inner>,

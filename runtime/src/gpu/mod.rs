@@ -1,20 +1,21 @@
 //! The GPU backend: collectives on device buffers, run by the CUDA executor kernel
 //! (`kernels/cuda/collective.cu`) over FIFOs in GPU memory, on the caller's stream.
 //!
-//! A [`DeviceComm`] is a [`Communicator`] (bootstrap, failure detection, abort) plus a GPU.
-//! A collective call validates its arguments, takes its [`Route`] (the direct kernel for
+//! A [`GpuBackend`] is the backend of a [`Communicator`](crate::Communicator) on GPU
+//! memory: the communicator's core (bootstrap, failure detection, abort) plus a GPU. A
+//! collective call, its arguments checked by the communicator, takes its [`Route`] (the direct kernel for
 //! small calls, an LL exchange, or the executor kernel), finds or makes the plan for its
 //! shape (the same schedules the host executor runs, encoded for the kernel, with the
 //! connections they use set up over the bootstrap and the encoding uploaded once), and
 //! launches one thread block per lane on the caller's stream; it returns at once. Results are visible once the
-//! stream reaches that point; [`DeviceComm::synchronize`] waits for a stream with a timeout
+//! stream reaches that point; [`GpuBackend::synchronize`] waits for a stream with a timeout
 //! and the abort and failure checks of every wait in oxccl.
 //!
-//! Kernels watch an abort flag in mapped host memory: [`DeviceComm::abort`] raises it, and
+//! Kernels watch an abort flag in mapped host memory: [`GpuBackend::fail`] raises it, and
 //! so does a watcher thread when the control plane reports a failed peer, so a kernel
 //! waiting on a dead peer exits. Kernels also give up on a wait that lasts longer than the
 //! communicator's collective timeout (`OXCCL_COLL_TIMEOUT_MS`, docs/CONFIG.md), and
-//! report why through a status word that [`DeviceComm::async_error`] reads.
+//! report why through a status word that [`GpuBackend::async_error`] reads.
 //!
 //! Where things are: `init` makes a communicator (connections, inboxes, the watcher),
 //! `route` picks a call's path, `encode` and `arena` turn schedules into uploaded plans,
@@ -50,13 +51,17 @@ use oxccl_kernels::cuda::{Specialization, Toolchain};
 use oxccl_kernels::device::{status, DevConn, DevStep, DevWatch, LL_LINE_DATA};
 
 use crate::algo::{self, Algorithm, Collective, Shape};
+use crate::call::PlanKey;
+use crate::comm::core::Core;
+use crate::comm::MemoryStats;
 use crate::error::{Error, Result};
-use crate::{Communicator, DataType, ReduceOp};
+use crate::{DataType, ReduceOp};
 
 pub use cudarc::driver::sys::CUstream;
 pub use driver::{device_count, Stream};
 
-use conns::{Connections, Geometry, Inbox, Origin};
+use conns::{Connections, Inbox, Origin};
+use oxccl_transports::fifo::Geometry;
 use driver::{Device, DeviceMemory, Event, Function, MappedHost, Module};
 use arena::Arena;
 use staged::Staged;
@@ -65,8 +70,6 @@ pub use route::Route;
 pub use memory::{copy_from_device, copy_to_device, current_device, mem_alloc, mem_free, set_current_device, DeviceBuffer};
 pub use teardown::wait_for_teardowns;
 
-/// Slots per GPU connection (NCCL_STEPS).
-const SLOTS: usize = 8;
 /// Plans cached per communicator before the cache starts over in another arena.
 const MAX_PLANS: usize = 512;
 /// Arenas kept for reuse while launches may still read them; past this, starting over
@@ -117,13 +120,12 @@ struct KernelStop {
     place: String,
 }
 
-/// A communicator whose collectives run on one GPU per rank.
-pub struct DeviceComm {
+/// The GPU backend of a communicator whose collectives run on one GPU per rank.
+pub(crate) struct GpuBackend {
     inner: Arc<Inner>,
     watcher: Option<std::thread::JoinHandle<()>>,
-    // Shared with the staging thread; Drop's teardown drops it after the GPU state (before
-    // it when staged: see Drop).
-    comm: Arc<Communicator>,
+    // Kept by Drop's teardown until the peers are met (the bootstrap lives as long).
+    core: Arc<Core>,
     /// Ranks on other hosts: every operation staged through host memory (staged.rs).
     staged: Option<Staged>,
 }
@@ -250,14 +252,6 @@ struct Loaded {
     _device: Device,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-struct PlanKey {
-    collective: Collective,
-    count: usize,
-    esize: usize,
-    root: usize,
-}
-
 /// What a cached plan is for.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 enum CacheKey {
@@ -292,40 +286,13 @@ enum Plan {
 unsafe impl Send for Inner {}
 unsafe impl Sync for Inner {}
 
-impl DeviceComm {
-    /// Runs `comm`'s collectives on GPU `ordinal`.
-    pub fn new(comm: Communicator, ordinal: usize) -> Result<DeviceComm> {
-        DeviceComm::with_device(comm, Device::open(ordinal)?)
-    }
-
-    /// Runs `comm`'s collectives on the calling thread's current GPU (`cudaSetDevice`).
-    pub fn on_current_device(comm: Communicator) -> Result<DeviceComm> {
-        DeviceComm::with_device(comm, Device::current()?)
-    }
-
-    /// `devices.len()` ranks of one job in this process, rank i on GPU `devices[i]`.
-    pub fn init_all(devices: &[usize], config: &crate::bootstrap::Config) -> Result<Vec<DeviceComm>> {
-        DeviceComm::init_all_with(devices, &vec![config.clone(); devices.len()])
-    }
-
-    /// As [`DeviceComm::init_all`], rank i with `configs[i]` (see
-    /// [`Communicator::init_all_with`]).
-    pub fn init_all_with(devices: &[usize], configs: &[crate::bootstrap::Config]) -> Result<Vec<DeviceComm>> {
-        if devices.len() != configs.len() {
-            return Err(Error::invalid(format!("{} GPUs but {} configurations", devices.len(), configs.len())));
-        }
-        let comms = Communicator::init_all_with(configs)?;
-        // Connecting is collective: every rank on its own thread.
-        let handles: Vec<_> = comms.into_iter().zip(devices.iter().copied()).map(|(c, d)| std::thread::spawn(move || DeviceComm::new(c, d))).collect();
-        handles.into_iter().map(|h| h.join().map_err(|_| Error::Internal("a GPU init thread panicked".into()))?).collect()
-    }
-
+impl GpuBackend {
     pub fn rank(&self) -> usize {
-        self.comm.rank()
+        self.core.rank
     }
 
     pub fn nranks(&self) -> usize {
-        self.comm.nranks()
+        self.core.nranks
     }
 
     /// The GPU this rank runs on.
@@ -338,40 +305,19 @@ impl DeviceComm {
         self.inner.device.bind()
     }
 
-    /// The host communicator underneath (bootstrap, host collectives).
-    pub fn host(&self) -> &Communicator {
-        &self.comm
-    }
-
-    /// Enqueues a collective on `stream` and returns; see [`Communicator::run`] for the
-    /// buffer sizes and in-place conventions, which are NCCL's.
+    /// Enqueues a collective whose arguments the communicator checked (`checked`) on
+    /// `stream` and returns; see [`Communicator::run`] for the buffer sizes and in-place
+    /// conventions, which are NCCL's.
     ///
     /// # Safety
     /// `send` and `recv` must be device addresses this GPU can access (or host memory mapped
     /// into it), sized for the collective, not touched by anything else until the stream
     /// passes this point; `stream` must be a stream of this GPU's primary context, or null.
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn enqueue(&self, collective: Collective, send: u64, recv: u64, count: usize, dtype: DataType, op: ReduceOp, root: usize, stream: CUstream) -> Result<()> {
+    pub unsafe fn enqueue(&self, collective: Collective, send: u64, recv: u64, count: usize, dtype: DataType, op: ReduceOp, root: usize, checked: crate::call::Checked, stream: CUstream) -> Result<()> {
         let (n, rank) = (self.nranks(), self.rank());
-        if collective.rooted() && root >= n {
-            return Err(Error::invalid(format!("root {root} is not a rank of this communicator of {n}")));
-        }
-
-        let (send_count, recv_count) = collective.buffer_counts(count, n, rank, root);
         let esize = dtype.size();
-        for (name, ptr, elements) in [("send", send, send_count), ("recv", recv, recv_count)] {
-            if elements > 0 && ptr == 0 {
-                return Err(Error::invalid(format!("{name} buffer is null but holds {elements} elements")));
-            }
-            if ptr % esize as u64 != 0 {
-                return Err(Error::invalid(format!("{name} buffer 0x{ptr:x} is not aligned to its {} elements ({esize} bytes)", dtype.name())));
-            }
-        }
-        count.checked_mul(n * esize).ok_or_else(|| Error::invalid(format!("count {count} overflows")))?;
-        self.comm.refuse_if_suspended()?;
-        if let Some(e) = self.async_error() {
-            return Err(e);
-        }
+        let (send_bytes, recv_bytes) = (checked.send_bytes, checked.recv_bytes);
         if count == 0 {
             return Ok(());
         }
@@ -380,7 +326,7 @@ impl DeviceComm {
         let route = self.route(collective, count, dtype, root)?;
         if let (Route::Staged, Some(staged)) = (route, &self.staged) {
             // SAFETY: the caller's contract; the sizes are the collective's.
-            unsafe { staged.collective(inner, collective, send, recv, send_count * esize, recv_count * esize, count, dtype, op, root, stream)? };
+            unsafe { staged.collective(inner, collective, send, recv, send_bytes, recv_bytes, count, dtype, op, root, stream)? };
             return self.mark(stream);
         }
         let reduces = collective.reduces();
@@ -388,7 +334,7 @@ impl DeviceComm {
         let loaded = inner.loaded(spec)?;
         let scale = if reduces { op.input_scale(dtype, n) } else { None };
         // In place, alltoall reads every block it overwrites: it runs from a copy.
-        let send = if collective == Collective::AllToAll && send == recv { inner.scratch_copy(send, send_count * esize, stream)? } else { send };
+        let send = if collective == Collective::AllToAll && send == recv { inner.scratch_copy(send, send_bytes, stream)? } else { send };
         match route {
             Route::Direct => {
                 let mode = route::direct_mode(collective).ok_or_else(|| Error::Internal(format!("{} routed to the direct kernel", collective.name())))?;
@@ -401,8 +347,8 @@ impl DeviceComm {
             }
             Route::Staged => return Err(Error::Internal("a call routed through host memory on a communicator with no staging".into())),
         }
-        if reduces && op.needs_final_division(dtype) && recv_count > 0 {
-            let (mut buf, mut elements, mut divisor) = (recv, recv_count as u64, n as u64);
+        if reduces && op.needs_final_division(dtype) && recv_bytes > 0 {
+            let (mut buf, mut elements, mut divisor) = (recv, (recv_bytes / esize) as u64, n as u64);
             let blocks = elements.div_ceil(256).clamp(1, 4096) as u32;
             loaded.divide.launch(blocks, 256, stream, &mut [(&mut buf as *mut u64).cast(), (&mut elements as *mut u64).cast(), (&mut divisor as *mut u64).cast()])?;
         }
@@ -442,7 +388,7 @@ impl DeviceComm {
         }
     }
 
-    /// [`DeviceComm::synchronize`] on a stream made by [`DeviceComm::stream`].
+    /// [`GpuBackend::synchronize`] on a stream made by [`GpuBackend::stream`].
     pub fn wait(&self, stream: &Stream) -> Result<()> {
         // SAFETY: a live stream oxccl created (on a GPU's primary context; one of another
         // GPU is refused by the driver, not misused).
@@ -456,29 +402,43 @@ impl DeviceComm {
             return Some(e);
         }
         if let Some(stop) = self.inner.kernel_stop() {
-            let e = self.inner.stop_error(&stop).or_else(|| self.comm.error()).unwrap_or(Error::Aborted { reason: format!("a GPU kernel stopped ({})", stop.place) });
+            let e = self.inner.stop_error(&stop).or_else(|| self.core.error()).unwrap_or(Error::Aborted { reason: format!("a GPU kernel stopped ({})", stop.place) });
             self.inner.fail(e.clone());
             return Some(e);
         }
-        self.comm.error()
+        if let Some(staged) = &self.staged {
+            return staged.error();
+        }
+        None
     }
 
-    /// Stops every kernel of this communicator and fails its waits; returns at once.
-    pub fn abort(&self) {
-        self.inner.fail(Error::Aborted { reason: String::new() });
-        self.comm.abort();
+    /// Stops every kernel of this communicator and fails its waits with `e`; returns at
+    /// once.
+    pub fn fail(&self, e: Error) {
+        self.inner.fail(e);
+    }
+
+    /// Tells the kernels to stop (a revocation: the communicator's error says why).
+    pub fn stop_kernels(&self) {
+        let reason = self.core.boot.revoked().unwrap_or_default();
+        self.inner.fail(Error::Aborted { reason });
+    }
+
+    /// Waits for the staged work (nothing else runs off the streams): the streams are the
+    /// caller's to wait on.
+    pub fn finalize(&self) -> Result<()> {
+        self.async_error().map_or(Ok(()), Err)
     }
 
     /// Suspends the communicator (ncclCommSuspend): waits until every stream's launches
     /// of this communicator have run, then refuses collectives and send/recv with
-    /// `InvalidUsage` until [`DeviceComm::resume`]. With `release_memory`
+    /// `InvalidUsage` until [`GpuBackend::resume`]. With `release_memory`
     /// (`NCCL_SUSPEND_MEM`) it also frees what is made again on demand: the uploaded plans
     /// (their arena) and the in-place alltoall scratch copy. The FIFOs and the direct
     /// inboxes stay: each is connected with a peer. Freeing GPU memory waits for the whole
     /// GPU, as cudaFree does: do not suspend while a rank sharing this GPU waits in a
     /// collective for a launch of this one.
     pub fn suspend(&self, release_memory: bool) -> Result<()> {
-        self.comm.suspend(false)?;
         if !self.inner.drain(self.inner.timeout) {
             let e = Error::Timeout { phase: "suspending: waiting for the GPU's launches".into(), waited: self.inner.timeout };
             self.inner.fail(e.clone());
@@ -498,17 +458,17 @@ impl DeviceComm {
     /// Resumes a suspended communicator (ncclCommResume); the plans' first block of GPU
     /// memory is allocated again here, not in the next collective.
     pub fn resume(&self) -> Result<()> {
-        self.comm.resume()?;
         self.inner.device.bind()?;
         self.inner.state.lock().arena.reserve()
     }
 
     /// What this communicator's GPU memory holds now (ncclCommMemStats): releasable (plans,
     /// scratch) and persistent (connections, inboxes) bytes.
-    pub fn memory_stats(&self) -> crate::MemoryStats {
+    pub fn memory_stats(&self) -> MemoryStats {
         let state = self.inner.state.lock();
         let scratch: usize = state.scratch.iter().chain(&state.retired).map(|m| m.bytes).sum();
-        crate::MemoryStats { releasable: (state.arena.bytes() + state.old_arenas.iter().map(|(a, _)| a.bytes()).sum::<usize>() + scratch) as u64, persistent: state.conns.bytes() as u64, suspended: self.comm.suspended() }
+        let suspended = self.core.suspended.load(Ordering::Acquire);
+        MemoryStats { releasable: (state.arena.bytes() + state.old_arenas.iter().map(|(a, _)| a.bytes()).sum::<usize>() + scratch) as u64, persistent: state.conns.bytes() as u64, suspended }
     }
 
     /// Device memory for tests and benchmarks, freed on drop.

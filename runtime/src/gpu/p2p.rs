@@ -8,7 +8,7 @@ use oxccl_kernels::cuda::Specialization;
 
 use oxccl_kernels::device::{lane, DevP2p, DevP2pLane, DevP2pMsg};
 
-use super::{driver, CUstream, CacheKey, DeviceComm, Inner, Loaded, Plan};
+use super::{driver, CUstream, CacheKey, GpuBackend, Inner, Loaded, Plan};
 use crate::algo::{self, Collective};
 use crate::error::{Error, Result};
 use crate::DataType;
@@ -22,34 +22,17 @@ pub struct P2p {
     pub bytes: usize,
 }
 
-impl DeviceComm {
-    /// Enqueues a group of sends and receives on `stream` and returns. Sends to and
-    /// receives from each peer pair up in order with the peer's (equal sizes, as NCCL
-    /// requires); each transfer is split over the direct channels and runs beside the
-    /// others, so a group exchanging with many peers never waits on one. Transfers with
-    /// this rank itself are copies, paired in order.
+impl GpuBackend {
+    /// Enqueues a group of sends and receives, checked by the communicator, on `stream`
+    /// and returns. Sends to and receives from each peer pair up in order with the peer's
+    /// (equal sizes, as NCCL requires); each transfer is split over the direct channels and
+    /// runs beside the others, so a group exchanging with many peers never waits on one.
+    /// Transfers with this rank itself are copies, paired in order.
     ///
     /// # Safety
     /// Every address must be device memory this GPU can access, holding `bytes`, untouched
-    /// until the stream passes this point; `stream` as for [`DeviceComm::enqueue`].
+    /// until the stream passes this point; `stream` as for [`GpuBackend::enqueue`].
     pub unsafe fn enqueue_p2p(&self, ops: &[P2p], stream: CUstream) -> Result<()> {
-        let n = self.nranks();
-        for op in ops {
-            if op.peer >= n {
-                return Err(Error::invalid(format!("peer {} is not a rank of this communicator of {n}", op.peer)));
-            }
-            if op.bytes > 0 && op.addr == 0 {
-                return Err(Error::invalid(format!("{} buffer is null with {} bytes", if op.send { "send" } else { "recv" }, op.bytes)));
-            }
-        }
-        // Zero-byte transfers move nothing: they are left out (the staged path drops them
-        // too before the host path sees the group).
-        let own = |send: bool| ops.iter().filter(move |o| o.send == send && o.peer == self.rank() && o.bytes > 0).map(|o| o.bytes);
-        crate::comm::check_own_transfers(own(true), own(false))?;
-        self.comm.refuse_if_suspended()?;
-        if let Some(e) = self.async_error() {
-            return Err(e);
-        }
         self.inner.device.bind()?;
         if let Some(staged) = &self.staged {
             // SAFETY: the caller's contract.
@@ -64,11 +47,11 @@ impl DeviceComm {
     /// Enqueues the group `ops`, whose peers and buffers the caller checked.
     ///
     /// # Safety
-    /// As [`DeviceComm::enqueue_p2p`].
+    /// As [`GpuBackend::enqueue_p2p`].
     pub(super) unsafe fn launch_group(&self, ops: &[P2p], stream: CUstream) -> Result<()> {
         let (inner, rank) = (&self.inner, self.rank());
         // Transfers with oneself: copies, the k-th send with the k-th receive (paired as
-        // `comm::check_own_transfers` checked).
+        // `call::check_own_transfers` checked).
         let own = |send: bool| ops.iter().filter(move |o| o.send == send && o.peer == rank && o.bytes > 0);
         let ll_limit = inner.p2p_ll.get().map_or(0, |p| p.limit);
         // Copies up to the LL limit run in the LL launch (a lane of their own: no copy
@@ -160,7 +143,7 @@ impl Inner {
     /// at offsets from `send_base` and `recv_base`.
     ///
     /// # Safety
-    /// As [`DeviceComm::enqueue_p2p`].
+    /// As [`GpuBackend::enqueue_p2p`].
     unsafe fn launch_p2p_ll(&self, loaded: &Loaded, plan: &Plan, send_base: u64, recv_base: u64, stream: CUstream) -> Result<()> {
         let &Plan::Messages { lanes, at, msgs } = plan else { return Err(Error::Internal("the LL send/recv kernel launched with an executor plan".into())) };
         let p = self.p2p_ll.get().ok_or_else(|| Error::Internal("no send/recv inboxes".into()))?;

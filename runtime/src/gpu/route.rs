@@ -1,15 +1,15 @@
 //! Which path a collective call takes on a GPU communicator, decided in one place:
-//! [`DeviceComm::enqueue`] follows it, and the checks ask it what the CPU must compute to
+//! [`GpuBackend::enqueue`] follows it, and the checks ask it what the CPU must compute to
 //! hold the same bits (`check::gpu_reference`).
 
 use oxccl_kernels::device::direct;
 
-use super::{DeviceComm, Protocols};
+use super::{GpuBackend, Protocols};
 use crate::algo::{Algorithm, Collective, Shape};
 use crate::error::{Error, Result};
 use crate::DataType;
 
-/// The path one collective call takes on a [`DeviceComm`].
+/// The path one collective call takes on a [`GpuBackend`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
     /// Through host memory and the host data path: some ranks are on other hosts.
@@ -26,7 +26,7 @@ pub enum Route {
     Schedule { shape: Shape, algorithm: Algorithm },
 }
 
-impl DeviceComm {
+impl GpuBackend {
     /// The path a call of `collective` on `count` elements of `dtype` (root `root`) takes
     /// on this rank; the same on every rank of the communicator (it depends on the call and
     /// the communicator's settings alone). An error where NCCL_PROTO leaves no path.

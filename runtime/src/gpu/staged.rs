@@ -56,6 +56,8 @@ const PIECE_ALIGN: usize = 4096;
 /// The staging state of a communicator that spans hosts.
 pub(super) struct Staged {
     rank: u32,
+    /// The host-memory communicator (over the same core) that runs the host operations.
+    host: Arc<Communicator>,
     jobs: crossbeam_channel::Sender<Job>,
     worker: std::thread::JoinHandle<()>,
     buffers: Mutex<Buffers>,
@@ -116,6 +118,7 @@ impl Staged {
     pub fn new(comm: Arc<Communicator>, inner: Arc<Inner>) -> Result<Staged> {
         let (jobs, queue) = crossbeam_channel::unbounded::<Job>();
         let rank = comm.rank();
+        let host = comm.clone();
         let mut worker = Worker::new(comm, inner)?;
         let worker = std::thread::Builder::new()
             .name(format!("oxccl-gpu-staged-{rank}"))
@@ -133,7 +136,12 @@ impl Staged {
                 }
             })
             .map_err(|e| Error::Internal(format!("starting the staging thread: {e}")))?;
-        Ok(Staged { rank: rank as u32, jobs, worker, buffers: Mutex::new(Buffers { input: PinnedHost::new(0)?, output: PinnedHost::new(0)?, retired: Vec::new(), last: None, enqueued: 0 }) })
+        Ok(Staged { rank: rank as u32, host, jobs, worker, buffers: Mutex::new(Buffers { input: PinnedHost::new(0)?, output: PinnedHost::new(0)?, retired: Vec::new(), last: None, enqueued: 0 }) })
+    }
+
+    /// The host operations' error, if one failed.
+    pub fn error(&self) -> Option<Error> {
+        self.host.error()
     }
 
     /// Ends the staging thread but leaks the buffers: a copy may still be pending on them.
@@ -168,7 +176,7 @@ impl Staged {
     /// Enqueues a collective on `stream`: the caller checked the arguments.
     ///
     /// # Safety
-    /// As [`super::DeviceComm::enqueue`].
+    /// As [`super::GpuBackend::enqueue`].
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn collective(&self, inner: &Inner, collective: Collective, send: u64, recv: u64, in_bytes: usize, out_bytes: usize, count: usize, dtype: DataType, op: ReduceOp, root: usize, stream: CUstream) -> Result<()> {
         let mut buffers = self.buffers.lock();
@@ -203,7 +211,7 @@ impl Staged {
     /// Enqueues a send/recv group on `stream`: the caller checked the operations.
     ///
     /// # Safety
-    /// As [`super::DeviceComm::enqueue_p2p`].
+    /// As [`super::GpuBackend::enqueue_p2p`].
     pub unsafe fn group(&self, inner: &Inner, ops: &[P2p], stream: CUstream) -> Result<()> {
         // Sends packed into the input buffer, receives into the output buffer; transfers of
         // 0 bytes move nothing (on either side).

@@ -1,4 +1,4 @@
-//! A communicator's end: [`DeviceComm`]'s drop, which returns at once and leaves the
+//! A communicator's end: [`GpuBackend`]'s drop, which returns at once and leaves the
 //! meeting with the peers and the freeing of GPU memory to a thread of its own, and
 //! [`wait_for_teardowns`], which waits for those threads.
 
@@ -8,23 +8,23 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::staged::Staged;
-use super::DeviceComm;
+use super::GpuBackend;
 
-impl Drop for DeviceComm {
+impl Drop for GpuBackend {
     fn drop(&mut self) {
         let healthy = self.inner.failure.lock().is_none();
         let mut finished = self.inner.drain(if healthy { self.inner.timeout } else { Duration::ZERO });
         if finished {
             // Nothing more will come from this rank: a peer's kernel still waiting for it
             // (the ranks' calls differ) stops now rather than at the collective timeout.
-            match self.inner.say_gone(self.comm.rank()) {
+            match self.inner.say_gone(self.core.rank) {
                 Ok(true) => {}
                 Ok(false) => {
                     // Copies into peers' memory still pending: nothing may be unmapped.
-                    tracing::warn!(target: crate::log_target::INIT, "rank {}: telling the peers' GPU kernels that it leaves did not finish within 5 s", self.comm.rank());
+                    tracing::warn!(target: crate::log_target::INIT, "rank {}: telling the peers' GPU kernels that it leaves did not finish within 5 s", self.core.rank);
                     finished = false;
                 }
-                Err(e) => tracing::warn!(target: crate::log_target::INIT, "rank {}: could not tell the peers' GPU kernels that it leaves: {e}", self.comm.rank()),
+                Err(e) => tracing::warn!(target: crate::log_target::INIT, "rank {}: could not tell the peers' GPU kernels that it leaves: {e}", self.core.rank),
             }
         }
         self.inner.stop.store(true, Ordering::Release);
@@ -32,11 +32,11 @@ impl Drop for DeviceComm {
             let _ = w.join();
         }
         let staged = self.staged.take();
-        let comm = self.comm.clone();
+        let core = self.core.clone();
         if !finished {
             // A kernel or copy is still running on this memory: leaking it is the only safe
             // choice.
-            tracing::error!(target: crate::log_target::INIT, "rank {}: GPU work did not stop; leaking its memory", comm.rank());
+            tracing::error!(target: crate::log_target::INIT, "rank {}: GPU work did not stop; leaking its memory", core.rank);
             std::mem::forget(std::mem::take(&mut *self.inner.state.lock()));
             if let Some(staged) = staged {
                 staged.leak();
@@ -62,17 +62,18 @@ impl Drop for DeviceComm {
         let pending = Teardown::begin();
         let reaper = std::thread::Builder::new().name("oxccl-gpu-teardown".into()).spawn(move || {
             let _pending = pending;
-            let (rank, start) = (comm.rank(), Instant::now());
+            let (rank, start) = (core.rank, Instant::now());
             if meet {
-                if let Err(e) = comm.bootstrap().barrier() {
+                if let Err(e) = core.boot.barrier() {
                     tracing::warn!(target: crate::log_target::INIT, "rank {rank}: GPU teardown barrier failed: {e}");
                 }
             }
             let _ = inner.device.bind();
-            // Staged: the communicator goes first (a peer still waiting for this rank in the
-            // host path learns it left), then the memory.
+            // Staged: the communicator goes first (its staging host communicator, then with
+            // the last handle of the core the bootstrap: a peer still waiting for this rank
+            // in the host path learns it left), then the memory.
             let buffers = staged.map(Staged::finish);
-            drop(comm);
+            drop(core);
             // Freeing waits for every kernel on the GPU, other communicators' included, and
             // meanwhile the driver holds up the process's other CUDA calls (GPU.md, "Using
             // it"): the time it took says whether it met one.

@@ -14,7 +14,8 @@
 use std::ffi::c_void;
 use std::sync::Barrier;
 
-use oxccl_runtime::gpu::{self, DeviceBuffer, DeviceComm, Stream};
+use oxccl_runtime::gpu::{self, DeviceBuffer, Stream};
+use oxccl_runtime::Communicator;
 
 use super::*;
 
@@ -36,9 +37,9 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
         for (rank, c) in configs.iter_mut().enumerate() {
             c.set("NCCL_HOSTID", &format!("oxccl-perf-host-{rank}"))?;
         }
-        DeviceComm::init_all_with(&devices, &configs)?
+        Communicator::init_all_gpus_with(&devices, &configs)?
     } else {
-        DeviceComm::init_all(&devices, config)?
+        Communicator::init_all_gpus(&devices, config)?
     };
     let nccl = match plan.args.baseline.as_deref() {
         Some(_) => {
@@ -79,7 +80,7 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
     );
     println!("#");
     for r in &ranks {
-        println!("#  rank {} on GPU {}", r.comm.rank(), r.comm.device());
+        println!("#  rank {} on GPU {}", r.comm.rank(), r.comm.device().unwrap_or_default());
     }
     if n > visible {
         println!("#  {n} ranks share {visible} GPU(s): these times are not NVLink's");
@@ -161,7 +162,7 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
 
 /// One rank's communicator, stream and buffers.
 struct Rank<'a> {
-    comm: &'a DeviceComm,
+    comm: &'a Communicator,
     stream: Stream,
     send: DeviceBuffer,
     recv: DeviceBuffer,
@@ -278,8 +279,8 @@ unsafe fn enqueue(plan: &Plan, r: &Rank, rank: usize, n: usize, send: u64, recv:
     // SAFETY: the caller's contract.
     unsafe {
         match plan.kind {
-            Kind::Collective(c) => r.comm.enqueue(c, send, recv, count, plan.dtype, plan.op, plan.args.root, stream),
-            Kind::SendRecv => r.comm.enqueue_p2p(&ring_exchange(rank, n, send, recv, count * plan.dtype.size()), stream),
+            Kind::Collective(c) => r.comm.launch_collective(c, send, recv, count, plan.dtype, plan.op, plan.args.root, stream),
+            Kind::SendRecv => r.comm.launch_p2p(&ring_exchange(rank, n, send, recv, count * plan.dtype.size()), stream),
         }
     }
     .map_err(|e| e.to_string())
@@ -305,7 +306,7 @@ fn check_sendrecv(ranks: &[Rank], bytes: usize, es: usize) -> Result<usize, Stri
                     r.send.upload(&pattern(rank)).map_err(fail)?;
                     r.recv.upload(&vec![0xA5; bytes]).map_err(fail)?;
                     // SAFETY: both buffers hold `bytes`; synchronized before they are read.
-                    unsafe { r.comm.enqueue_p2p(&ring_exchange(rank, n, r.send.ptr(), r.recv.ptr(), bytes), r.stream.raw()) }.map_err(fail)?;
+                    unsafe { r.comm.launch_p2p(&ring_exchange(rank, n, r.send.ptr(), r.recv.ptr(), bytes), r.stream.raw()) }.map_err(fail)?;
                     r.comm.wait(&r.stream).map_err(fail)?;
                     let mut got = vec![0u8; bytes];
                     r.recv.download(&mut got).map_err(fail)?;
@@ -414,7 +415,7 @@ mod nccl {
         /// Enqueues the collective on `stream` through rank `rank`'s communicator.
         ///
         /// # Safety
-        /// Buffers and stream as for `DeviceComm::enqueue`, on the rank's GPU.
+        /// Buffers and stream as for `Communicator::launch_collective`, on the rank's GPU.
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn launch(&self, rank: usize, collective: Collective, send: u64, recv: u64, count: usize, dtype: DataType, op: ReduceOp, root: usize, stream: *mut c_void) -> Result<(), String> {
             let comm = self.comms[rank];

@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use oxccl_bootstrap::{Config, UniqueId, NOCOLOR};
 use parking_lot::{Condvar, Mutex};
 
-use crate::comm::Communicator;
+use super::core::Core;
+use super::create::{join, shrink_agreed, shrunk};
+use super::Communicator;
 use crate::error::{Error, Result};
 
 /// A communicator being created on a background thread. Poll
@@ -47,19 +49,12 @@ enum State {
 /// A creation running from a parent communicator: the parent reports `InProgress` while
 /// this lives, and aborts the creation when aborted.
 pub(crate) struct Busy {
-    parent: Arc<dyn Parent>,
+    parent: Arc<Core>,
     abort: Arc<AtomicBool>,
 }
 
-/// What a creation needs of its parent (the communicator's shared part).
-pub(crate) trait Parent: Send + Sync {
-    fn start_creation(&self, abort: &Arc<AtomicBool>);
-    fn end_creation(&self, abort: &Arc<AtomicBool>);
-    fn record_background_error(&self, error: Error);
-}
-
 impl Busy {
-    pub(crate) fn new(parent: Arc<dyn Parent>, abort: Arc<AtomicBool>) -> Busy {
+    pub(crate) fn new(parent: Arc<Core>, abort: Arc<AtomicBool>) -> Busy {
         parent.start_creation(&abort);
         Busy { parent, abort }
     }
@@ -215,7 +210,7 @@ impl Communicator {
     pub fn init_nonblocking(id: &UniqueId, rank: u32, nranks: u32, config: &Config) -> PendingCommunicator {
         let (id, config) = (*id, config.clone());
         let abort = Arc::new(AtomicBool::new(false));
-        PendingCommunicator::spawn("init", rank as usize, nranks as usize, None, abort, move |abort| Ok((crate::comm::join(&id, rank, nranks, &config, abort, None)?, Vec::new())))
+        PendingCommunicator::spawn("init", rank as usize, nranks as usize, None, abort, move |abort| Ok((join(&id, rank, nranks, &config, abort, None)?, Vec::new())))
     }
 
     /// [`Communicator::split`] on a background thread: returns at once. `Ok(None)` for
@@ -228,11 +223,11 @@ impl Communicator {
             self.check_usable()?;
         }
         let abort = Arc::new(AtomicBool::new(false));
-        let busy = Busy::new(self.parent(), abort.clone());
-        let parent = self.parent();
+        let busy = Busy::new(self.core.clone(), abort.clone());
+        let parent = self.core.clone();
         if color == NOCOLOR {
             let spawned = std::thread::Builder::new().name("oxccl-split".into()).spawn(move || {
-                if let Err(e) = parent.bootstrap().split_abortable(color, key, abort) {
+                if let Err(e) = parent.boot.split_abortable(color, key, abort) {
                     busy.parent.record_background_error(e.into());
                 }
                 drop(busy);
@@ -242,11 +237,11 @@ impl Communicator {
                 Err(e) => Err(Error::Internal(format!("cannot start the split thread: {e}"))),
             };
         }
-        let config = self.config().clone();
+        let (config, memory) = (self.config().clone(), self.memory());
         // The rank and size are known only after the exchange.
         Ok(Some(PendingCommunicator::spawn("split", self.rank(), self.nranks(), Some(busy), abort, move |abort| {
-            let boot = parent.bootstrap().split_abortable(color, key, abort)?.ok_or_else(|| Error::Internal("a split with a color joined nothing".into()))?;
-            Ok((Communicator::from_bootstrap(boot, &config)?, Vec::new()))
+            let boot = parent.boot.split_abortable(color, key, abort)?.ok_or_else(|| Error::Internal("a split with a color joined nothing".into()))?;
+            Ok((Communicator::from_bootstrap(boot, &config)?.with_memory(memory)?, Vec::new()))
         })))
     }
 
@@ -259,11 +254,11 @@ impl Communicator {
         let abort = Arc::new(AtomicBool::new(false));
         let exclude: Vec<u32> = exclude.iter().map(|&r| u32::try_from(r).unwrap_or(u32::MAX)).collect();
         // No message is exchanged: the new bootstrap is made here, in call order.
-        let boot = self.bootstrap().shrink_abortable(&exclude, abort.clone())?;
+        let boot = self.core.boot.shrink_abortable(&exclude, abort.clone())?;
         let (rank, nranks) = (boot.rank() as usize, boot.nranks() as usize);
-        let busy = Busy::new(self.parent(), abort.clone());
-        let parent = self.parent();
-        Ok(PendingCommunicator::spawn("shrink", rank, nranks, Some(busy), abort, move |_| Ok((parent.shrunk(boot, &exclude)?, Vec::new()))))
+        let busy = Busy::new(self.core.clone(), abort.clone());
+        let (parent, memory) = (self.core.clone(), self.memory());
+        Ok(PendingCommunicator::spawn("shrink", rank, nranks, Some(busy), abort, move |_| Ok((shrunk(&parent, boot, &exclude, memory)?, Vec::new()))))
     }
 
     /// [`Communicator::shrink_failed`] on a background thread: returns at once; the
@@ -275,9 +270,9 @@ impl Communicator {
             self.abort();
         }
         let abort = Arc::new(AtomicBool::new(false));
-        let busy = Busy::new(self.parent(), abort.clone());
-        let parent = self.parent();
-        PendingCommunicator::spawn("shrink", self.rank(), self.nranks(), Some(busy), abort, move |abort| crate::comm::shrink_agreed(&parent, &abort))
+        let busy = Busy::new(self.core.clone(), abort.clone());
+        let (parent, memory) = (self.core.clone(), self.memory());
+        PendingCommunicator::spawn("shrink", self.rank(), self.nranks(), Some(busy), abort, move |abort| shrink_agreed(&parent, memory, &abort))
     }
 
     /// [`Communicator::grow`] on a background thread: returns at once. Arguments are
@@ -285,10 +280,10 @@ impl Communicator {
     pub fn grow_nonblocking(&self, nranks: usize, id: &UniqueId) -> Result<PendingCommunicator> {
         let n = self.check_grow(nranks)?;
         let abort = Arc::new(AtomicBool::new(false));
-        let busy = Busy::new(self.parent(), abort.clone());
-        let (id, rank, config, parent) = (*id, self.rank() as u32, self.config().clone(), self.parent());
+        let busy = Busy::new(self.core.clone(), abort.clone());
+        let (id, rank, config, parent, memory) = (*id, self.rank() as u32, self.config().clone(), self.core.clone(), self.memory());
         Ok(PendingCommunicator::spawn("grow", self.rank(), nranks, Some(busy), abort, move |abort| {
-            Ok((crate::comm::join(&id, rank, n, &config, abort, Some(parent.bootstrap()))?, Vec::new()))
+            Ok((join(&id, rank, n, &config, abort, Some(&parent.boot))?.with_memory(memory)?, Vec::new()))
         }))
     }
 }

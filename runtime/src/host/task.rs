@@ -3,7 +3,7 @@
 use oxccl_kernels::{DataType, ReduceOp};
 
 use crate::algo::Collective;
-use crate::exec::Buffers;
+use super::exec::Buffers;
 
 /// One collective call.
 #[derive(Clone, Copy, Debug)]

@@ -27,13 +27,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use oxccl_transports::fifo::{Receiver, Region, Sender};
+use oxccl_transports::fifo::{Geometry, Receiver, Region, Sender};
 use oxccl_transports::inbox::Inbox;
 use oxccl_transports::net::{MrHandle, MemoryKind, Net, Opaque, RecvBuffer, RecvComm, Request, SendComm};
 use parking_lot::Mutex;
 
 use crate::algo::Link;
-use crate::conn::Geometry;
 use crate::error::{Error, Result};
 use crate::log_target;
 

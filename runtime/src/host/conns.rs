@@ -7,11 +7,11 @@
 use std::collections::BTreeSet;
 
 use oxccl_bootstrap::Bootstrap;
-use oxccl_transports::fifo::{Receiver, Region, Sender};
+use oxccl_transports::fifo::{Geometry, Receiver, Region, Sender};
 
 use crate::algo::Link;
 use crate::error::{Error, Result};
-use crate::exec::{Connections, Lane};
+use super::exec::{Connections, Lane};
 use crate::log_target;
 use crate::proxy::NetLinks;
 
@@ -19,13 +19,6 @@ use crate::proxy::NetLinks;
 const HANDLE_TAG: u64 = 1 << 62;
 const KIND_SHM: u8 = 1;
 const KIND_NET: u8 = 2;
-
-/// FIFO geometry for every connection.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Geometry {
-    pub slots: usize,
-    pub slot_bytes: usize,
-}
 
 /// Which transport reaches each peer.
 pub(crate) struct Transports {

@@ -1,0 +1,140 @@
+//! What every backend of a communicator shares: who is in it and who shares this rank's
+//! host, its settings, the network links the proxy engine progresses for it, and its fault
+//! state (abort flag, failure announcements, creations running from it, suspension).
+//! Backends hold an `Arc<Core>`; nothing here knows how a collective runs.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use oxccl_bootstrap::{Bootstrap, Config};
+use oxccl_transports::net::socket::SocketNet;
+use parking_lot::Mutex;
+
+use crate::error::{Error, Result};
+use crate::proxy::NetLinks;
+
+/// The shared part of a communicator.
+pub(crate) struct Core {
+    pub boot: Bootstrap,
+    pub rank: usize,
+    pub nranks: usize,
+    pub config: Config,
+    /// Raised by [`Core::abort`]: every wait of the communicator watches it.
+    pub abort: Arc<AtomicBool>,
+    /// Which ranks share this rank's host (NCCL_HOSTID, else host name and boot id), this
+    /// one included.
+    pub same_host: Vec<bool>,
+    /// The network links of both backends, progressed by the process's proxy threads.
+    pub net: NetLinks,
+    /// The socket Net under `net` (its counters are reported by
+    /// [`Communicator::net_receive_stats`](crate::Communicator::net_receive_stats)).
+    pub socket: Arc<SocketNet>,
+    /// Set by a suspension: calls are refused until the communicator is resumed.
+    pub suspended: AtomicBool,
+    /// Abort flags of the non-blocking splits, shrinks and grows running from this
+    /// communicator: it reports `InProgress` while there are any, and aborts them when
+    /// aborted.
+    creating: Mutex<Vec<Arc<AtomicBool>>>,
+    /// How the exchange of a non-blocking split that joined nothing (NOCOLOR) failed.
+    background_error: Mutex<Option<Error>>,
+}
+
+impl Core {
+    /// The core over a joined bootstrap, once the ranks know who shares their host.
+    pub fn new(boot: Bootstrap, same_host: Vec<bool>, config: &Config) -> Arc<Core> {
+        let socket = Arc::new(SocketNet::with_max_recvs(boot.listen_addr().ip(), config.socket_max_recvs));
+        Arc::new(Core {
+            rank: boot.rank() as usize,
+            nranks: boot.nranks() as usize,
+            net: NetLinks::new(socket.clone(), config.proxy_threads),
+            socket,
+            boot,
+            config: config.clone(),
+            abort: Arc::new(AtomicBool::new(false)),
+            same_host,
+            suspended: AtomicBool::new(false),
+            creating: Mutex::new(Vec::new()),
+            background_error: Mutex::new(None),
+        })
+    }
+
+    /// An error once the communicator is aborted or a peer has failed (the control plane
+    /// or a network link saw it).
+    pub fn health(&self) -> Result<()> {
+        if self.abort.load(Ordering::Acquire) {
+            return Err(Error::Aborted { reason: String::new() });
+        }
+        self.boot.check("collective")?;
+        if let Err(e) = self.net.check() {
+            // The data path saw the peer go before the control plane did: tell the job, so
+            // that every rank names the same failed rank.
+            if let Error::PeerFailed { rank, reason } = &e {
+                self.announce_failed(*rank, reason);
+            }
+            return Err(self.boot.check("collective").err().map(Error::from).unwrap_or(e));
+        }
+        Ok(())
+    }
+
+    /// Tells every rank that `rank` can no longer take part (`reason`): their waits fail
+    /// naming it, this rank's too.
+    pub fn announce_failed(&self, rank: u32, reason: &str) {
+        let named = reason.starts_with(&format!("rank {rank} "));
+        self.boot.announce_failure(&if named { reason.to_string() } else { format!("rank {rank}: {reason}") }, &[rank]);
+    }
+
+    /// Raises the abort flag of the communicator and of the creations running from it.
+    pub fn abort(&self) {
+        self.abort.store(true, Ordering::Release);
+        self.boot.abort();
+        for creation in self.creating.lock().iter() {
+            creation.store(true, Ordering::Release);
+        }
+    }
+
+    /// The communicator's own error state, without its backend's: aborted, revoked, busy
+    /// with a creation, or a failed background exchange.
+    pub fn error(&self) -> Option<Error> {
+        if self.abort.load(Ordering::Acquire) {
+            return Some(Error::Aborted { reason: String::new() });
+        }
+        if let Some(reason) = self.boot.revoked() {
+            return Some(Error::Aborted { reason });
+        }
+        let creating = self.creating.lock().len();
+        if creating > 0 {
+            return Some(Error::InProgress { what: format!("{creating} non-blocking split, shrink or grow of this communicator still running") });
+        }
+        self.background_error.lock().clone()
+    }
+
+    /// `InvalidUsage` naming the suspension, while suspended.
+    pub fn refuse_if_suspended(&self) -> Result<()> {
+        if self.suspended.load(Ordering::Acquire) {
+            return Err(Error::InvalidUsage { what: format!("{} is suspended (ncclCommSuspend): resume it (ncclCommResume) before using it", self.name()) });
+        }
+        Ok(())
+    }
+
+    /// A creation from this communicator starts: it reports `InProgress` until
+    /// [`Core::end_creation`], and aborting it raises `abort`.
+    pub fn start_creation(&self, abort: &Arc<AtomicBool>) {
+        self.creating.lock().push(abort.clone());
+    }
+
+    /// The creation of [`Core::start_creation`] is done.
+    pub fn end_creation(&self, abort: &Arc<AtomicBool>) {
+        self.creating.lock().retain(|a| !Arc::ptr_eq(a, abort));
+    }
+
+    /// How a background exchange of this communicator failed (reported by
+    /// [`Core::error`] from now on).
+    pub fn record_background_error(&self, error: Error) {
+        *self.background_error.lock() = Some(error);
+    }
+
+    /// "communicator rank r of n", for messages.
+    pub fn name(&self) -> String {
+        format!("communicator rank {} of {}", self.rank, self.nranks)
+    }
+}
