@@ -229,6 +229,12 @@ impl Region {
         self.geometry.slot_bytes
     }
 
+    /// The slots' memory, as one range (`slots` strides of `slot_bytes` rounded up to 64):
+    /// what a network registers for the FIFO's sends and receives.
+    pub fn slots_memory(&self) -> (*mut u8, usize) {
+        (self.slots.as_ptr(), self.geometry.slots * self.geometry.stride())
+    }
+
     /// The segment's name under /dev/shm, for shared FIFOs (gone from there once opened).
     pub fn segment_name(&self) -> Option<&str> {
         self.memory.segment_name()

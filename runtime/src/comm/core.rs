@@ -46,7 +46,7 @@ impl Core {
         Arc::new(Core {
             rank: boot.rank() as usize,
             nranks: boot.nranks() as usize,
-            net: NetLinks::new(socket.clone(), config.proxy_threads),
+            net: NetLinks::new(socket.clone(), config.proxy_threads, config.bootstrap_timeout),
             socket,
             boot,
             config: config.clone(),

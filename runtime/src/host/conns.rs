@@ -13,7 +13,7 @@ use crate::algo::Link;
 use crate::error::{Error, Result};
 use super::exec::{Connections, Lane};
 use crate::log_target;
-use crate::proxy::NetLinks;
+use crate::proxy::{Driver, NetLinks};
 
 /// Bootstrap tags for connection handles: one per channel, above user tags' usual range.
 const HANDLE_TAG: u64 = 1 << 62;
@@ -97,9 +97,10 @@ pub(crate) fn ensure(lanes: &[Lane], conns: &mut Connections, boot: &Bootstrap, 
             let (region, handle) = Region::create_shared(transports.geometry.slots, transports.geometry.slot_bytes).map_err(transport)?;
             (Receiver::new(region), [vec![KIND_SHM], handle].concat())
         } else {
-            let (receiver, handle, proxy) = net.listen(link, transports.geometry)?;
+            let region = Region::heap(transports.geometry.slots, transports.geometry.slot_bytes).map_err(transport)?;
+            let (handle, proxy) = net.listen(link, region.clone(), Driver::Host)?;
             conns.proxies.insert((link, false), proxy);
-            (receiver, [vec![KIND_NET], handle].concat())
+            (Receiver::new(region), [vec![KIND_NET], handle].concat())
         };
         boot.send(link.peer as u32, HANDLE_TAG + link.channel as u64, &handle)?;
         conns.receivers.insert(link, receiver);
@@ -110,9 +111,10 @@ pub(crate) fn ensure(lanes: &[Lane], conns: &mut Connections, boot: &Bootstrap, 
         let sender = match handle.split_first() {
             Some((&KIND_SHM, rest)) => Sender::new(Region::open_shared(rest).map_err(transport)?),
             Some((&KIND_NET, rest)) => {
-                let (sender, proxy) = net.connect(link, rest, transports.geometry)?;
+                let region = Region::heap(transports.geometry.slots, transports.geometry.slot_bytes).map_err(transport)?;
+                let proxy = net.connect(link, rest, region.clone(), Driver::Host)?;
                 conns.proxies.insert((link, true), proxy);
-                sender
+                Sender::new(region)
             }
             _ => return Err(Error::Transport(format!("rank {} sent a malformed connection handle", link.peer))),
         };

@@ -25,6 +25,7 @@ use crate::comm::core::Core;
 use crate::comm::MemoryStats;
 use crate::error::{Error, Result};
 use crate::log_target;
+use crate::proxy::Direction;
 use conns::Transports;
 use exec::{Buffers, Connections, Lane};
 use stream::{HostStream, Work};
@@ -73,15 +74,15 @@ struct Prepared {
     /// The tuner's choice for the key (fixed per communicator, so asked once).
     algorithm: algo::Algorithm,
     lanes: Vec<Lane>,
-    /// Messages each network receive link carries per run.
-    net_expected: Vec<(algo::Link, u64)>,
+    /// Messages each network link carries per run.
+    net_expected: Vec<(algo::Link, Direction, u64)>,
 }
 
 impl Prepared {
     /// Heap bytes the plan holds.
     fn bytes(&self) -> u64 {
         let steps: usize = self.lanes.iter().map(|l| l.steps.capacity() * std::mem::size_of::<(Step, usize)>()).sum();
-        (steps + self.lanes.capacity() * std::mem::size_of::<Lane>() + self.net_expected.capacity() * std::mem::size_of::<(algo::Link, u64)>()) as u64
+        (steps + self.lanes.capacity() * std::mem::size_of::<Lane>() + self.net_expected.capacity() * std::mem::size_of::<(algo::Link, Direction, u64)>()) as u64
     }
 }
 
@@ -254,25 +255,27 @@ impl Exec {
         result
     }
 
-    /// Messages each network receive link of `lanes` carries.
-    fn net_expected(&self, lanes: &[Lane]) -> Vec<(algo::Link, u64)> {
-        let mut expected: FxHashMap<algo::Link, u64> = FxHashMap::default();
+    /// Messages each network link of `lanes` carries.
+    fn net_expected(&self, lanes: &[Lane]) -> Vec<(algo::Link, Direction, u64)> {
+        let net = &self.core.net;
+        let mut expected: FxHashMap<(algo::Link, Direction), u64> = FxHashMap::default();
         for (step, _) in lanes.iter().flat_map(|l| &l.steps) {
-            if let Some(link) = step.receives().filter(|l| self.core.net.is_net_receive(l)) {
-                *expected.entry(link).or_default() += 1;
+            let ends = [(step.receives(), Direction::Recv), (step.sends(), Direction::Send)];
+            for (link, direction) in ends.into_iter().filter_map(|(l, d)| l.filter(|l| net.is_net(l, d)).map(|l| (l, d))) {
+                *expected.entry((link, direction)).or_default() += 1;
             }
         }
-        expected.into_iter().collect()
+        expected.into_iter().map(|((link, direction), n)| (link, direction, n)).collect()
     }
 
     /// Runs lanes whose connections exist; `independent`: every message is sent without
     /// waiting for its receiver (point-to-point, direct exchange), so the proxy may post
     /// receives together.
     #[allow(clippy::too_many_arguments)]
-    fn execute(&self, lanes: &[Lane], net_expected: &[(algo::Link, u64)], buffers: &[Buffers], dtype: DataType, op: ReduceOp, independent: bool, checked: bool, connections: &mut Connections) -> Result<()> {
+    fn execute(&self, lanes: &[Lane], net_expected: &[(algo::Link, Direction, u64)], buffers: &[Buffers], dtype: DataType, op: ReduceOp, independent: bool, checked: bool, connections: &mut Connections) -> Result<()> {
         let core = &self.core;
-        for &(link, n) in net_expected {
-            core.net.expect(link, n, independent);
+        for &(link, direction, n) in net_expected {
+            core.net.announce(link, direction, n, independent);
         }
         let health = || core.health();
         let departed = || core.boot.departed().into_iter().map(|r| r as usize).map(|r| (r, if self.transports.shared_memory(r) { exec::LEFT_GRACE } else { exec::NET_LEFT_GRACE })).collect();

@@ -1,59 +1,101 @@
 //! The proxy engine: progress threads shared by every communicator of the process, that
-//! move network connections' FIFO slots through a [`Net`]. Each link (the sending or the
-//! receiving end of a connection) is progressed by one thread, dealt in turn as links are
-//! made, so that the copies through the sockets (the proxy's own work over TCP) of a
-//! rank's sends and receives, and of the ranks of one process, run on several cores:
-//! `OXCCL_PROXY_THREADS` threads, one per 4 cores by default (1 to 4), started by the
-//! first communicator to make a network link. The executor wakes a link's thread when it
-//! gives it work (a slot to send, a slot free to receive into), so an idle thread may
-//! sleep without holding up the next step.
+//! move network connections' FIFO slots through a [`Net`]. What a link does next is decided
+//! by its sans-IO core ([`core`]); this module is the edge: the threads, the Net calls, the
+//! FIFOs and the clock.
 //!
-//! Communicators hand a thread its links through a lock-free queue ([`Inbox`],
-//! model-checked with loom in oxccl-transports) and never wait for it. A send link watches the FIFO the executor fills and `isend`s each posted
-//! slot, releasing it when the send completes. A receive link posts `irecv`s into the free
-//! slots of the FIFO the executor drains, and publishes slots as receives complete. The
-//! executor announces, per operation, how many messages each link will carry and whether
-//! they are independent (the sender sends them without waiting for this rank, as in
-//! point-to-point and direct exchanges): independent messages are posted together, up to
-//! the net's `max_recvs`; dependent ones (a ring's, where the next message needs this
-//! rank's previous one) one at a time, since a grouped receive completes only when all its
-//! buffers are filled.
-//! A thread's loop never blocks on one peer: every net call is non-blocking and every
-//! link is visited in turn.
+//! Each link (the sending or the receiving end of a connection) is progressed by one
+//! thread, dealt in turn as links are made, so that the copies through the sockets (the
+//! proxy's own work over TCP) of a rank's sends and receives, and of the ranks of one
+//! process, run on several cores: `OXCCL_PROXY_THREADS` threads, one per 4 cores by default
+//! (1 to 4), started by the first communicator to make a network link.
+//!
+//! A link's FIFO is made by its caller: heap memory for the host executor, pinned host
+//! memory mapped into the GPU for the GPU backend's kernels. A send link connects (in the
+//! proxy thread, bounded by the bootstrap timeout), registers the FIFO's slots with the
+//! Net, and `isend`s each filled slot, releasing it when the send completes. A receive link
+//! accepts, registers, posts `irecv`s into the free slots for the messages announced to it,
+//! and publishes slots as receives complete. Before an operation runs, its connections'
+//! messages are announced ([`NetLinks::announce`]): how many each link carries, and for a
+//! receive link whether they are independent (the sender sends them without waiting for
+//! this rank, as in point-to-point and direct exchanges) — independent ones are posted
+//! together, up to the Net's `max_recvs`.
+//!
+//! Wake-ups: the host executor wakes a link's thread when it gives it work (a slot to send,
+//! a slot free to receive into), so an idle thread may sleep without holding up the next
+//! step. A GPU kernel cannot wake a thread: while a link whose other end is a kernel has
+//! announced work outstanding, its thread keeps polling. A thread's loop never blocks on
+//! one peer: every Net call is non-blocking and every link is visited in turn.
+
+pub(crate) mod core;
+#[cfg(test)]
+mod sim;
 
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use oxccl_transports::fifo::{Geometry, Receiver, Region, Sender};
+use oxccl_transports::fifo::{Receiver, Region, Sender};
 use oxccl_transports::inbox::Inbox;
-use oxccl_transports::net::{MrHandle, MemoryKind, Net, Opaque, RecvBuffer, RecvComm, Request, SendComm};
+use oxccl_transports::net::{MemoryKind, MrHandle, Net, Opaque, RecvBuffer, RecvComm, Request, SendComm};
 use parking_lot::Mutex;
 
+use self::core::{RecvCore, RecvStep, SendCore, SendStep};
 use crate::algo::Link;
 use crate::error::{Error, Result};
 use crate::log_target;
+
+/// Which end of a connection a link is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Direction {
+    Send,
+    Recv,
+}
+
+/// Who fills or drains a link's FIFO on this rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Driver {
+    /// The host executor, which wakes the link's thread when it gives it work.
+    Host,
+    /// A GPU kernel, which cannot: the thread polls while the link has work announced.
+    Device,
+}
 
 /// A communicator's network links, and the way to the process's proxy threads.
 pub(crate) struct NetLinks {
     net: Arc<dyn Net>,
     /// Threads to start, if this is the first communicator to make a network link.
     threads: usize,
+    /// How long a link may take to connect or be accepted.
+    setup_timeout: Duration,
     /// The process's proxy threads, once this communicator made a network link.
     proxies: OnceLock<&'static Proxies>,
-    /// Receive links' announced messages, and the thread that progresses each.
-    expected: Mutex<FxHashMap<Link, (Expected, &'static Proxy)>>,
+    /// Each link's mailbox for announcements, and the thread that progresses it.
+    links: Mutex<FxHashMap<(Link, Direction), (Mailbox, &'static Proxy)>>,
+    shared: Shared,
+}
+
+/// Announcements for one link, from the communicator's threads to its proxy thread:
+/// (messages, independent).
+type Mailbox = Arc<Mutex<Vec<(u64, bool)>>>;
+
+/// What the links of a communicator share with it.
+#[derive(Clone)]
+struct Shared {
+    /// The first failure of any link: the peer (communicator rank) and why.
     failure: Arc<Mutex<Option<(usize, String)>>>,
+    /// Set when the communicator goes: its links are dropped on their thread's next pass.
     closed: Arc<AtomicBool>,
 }
 
 impl NetLinks {
     /// Links over `net`, progressed by the process's proxy threads (`threads` of them, 0:
-    /// automatic, if this is the first communicator to start them).
-    pub fn new(net: Arc<dyn Net>, threads: usize) -> NetLinks {
-        NetLinks { net, threads, proxies: OnceLock::new(), expected: Mutex::new(FxHashMap::default()), failure: Arc::default(), closed: Arc::new(AtomicBool::new(false)) }
+    /// automatic, if this is the first communicator to start them); a link must connect
+    /// within `setup_timeout`.
+    pub fn new(net: Arc<dyn Net>, threads: usize, setup_timeout: Duration) -> NetLinks {
+        let shared = Shared { failure: Arc::default(), closed: Arc::new(AtomicBool::new(false)) };
+        NetLinks { net, threads, setup_timeout, proxies: OnceLock::new(), links: Mutex::new(FxHashMap::default()), shared }
     }
 
     /// The thread for a new link (the process's threads start with the first link).
@@ -61,178 +103,171 @@ impl NetLinks {
         self.proxies.get_or_init(|| proxies(self.threads)).next()
     }
 
-    /// The receiving side of a network link: a local FIFO the proxy fills, the handle the
-    /// sender connects with, and the proxy thread to wake when a slot is free again.
-    pub fn listen(&self, link: Link, geometry: Geometry) -> Result<(Receiver, Vec<u8>, std::thread::Thread)> {
-        let region = Region::heap(geometry.slots, geometry.slot_bytes).map_err(transport)?;
-        let (handle, listen) = self.net.listen(0).map_err(transport)?;
-        let expected = Expected::default();
-        let proxy = self.next_proxy();
-        self.expected.lock().insert(link, (expected.clone(), proxy));
-        proxy.submit(Box::new(RecvLink {
-            link,
-            net: self.net.clone(),
-            listen: Some(listen),
-            comm: None,
-            memory: None,
-            fifo: Sender::new(region.clone()),
-            expected,
-            posted: 0,
-            inflight: VecDeque::new(),
-            tag: 0,
-            shared: self.shared(),
-        }));
-        Ok((Receiver::new(region), handle, proxy.thread.clone()))
+    /// The receiving side of a network link over `region`, which the proxy fills (the
+    /// caller reads it through a [`Receiver`]): the handle the sender connects with, and
+    /// the proxy thread to wake when a slot is free again.
+    pub fn listen(&self, link: Link, region: Arc<Region>, driver: Driver) -> Result<(Vec<u8>, std::thread::Thread)> {
+        let (handle, edge) = RecvLink::new(link, self.net.clone(), region, driver, self.shared.clone(), Instant::now(), self.setup_timeout)?;
+        Ok((handle, self.submit(link, Direction::Recv, edge.mailbox.clone(), Box::new(edge))))
     }
 
-    /// The sending side: a local FIFO the proxy drains into the net, and the proxy thread
-    /// to wake when a slot is filled.
-    pub fn connect(&self, link: Link, handle: &[u8], geometry: Geometry) -> Result<(Sender, std::thread::Thread)> {
-        // A net's connect may need several calls (NCCL's non-blocking connect).
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        let mut comm = loop {
-            if let Some(comm) = self.net.connect(0, handle).map_err(transport)? {
-                break comm;
-            }
-            if std::time::Instant::now() >= deadline {
-                return Err(Error::Timeout { phase: format!("connecting to rank {} over the network", link.peer), waited: Duration::from_secs(30) });
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        };
-        let region = Region::heap(geometry.slots, geometry.slot_bytes).map_err(transport)?;
-        let memory = self.net.reg_mr(&mut comm, std::ptr::null_mut(), 0, MemoryKind::Host).map_err(transport)?;
-        let proxy = self.next_proxy();
-        proxy.submit(Box::new(SendLink {
-            link,
-            net: self.net.clone(),
-            comm,
-            memory,
-            fifo: Receiver::new(region.clone()),
-            inflight: VecDeque::new(),
-            tag: 0,
-            shared: self.shared(),
-        }));
-        Ok((Sender::new(region), proxy.thread.clone()))
+    /// The sending side of a network link over `region`, which the caller fills through a
+    /// [`Sender`] and the proxy drains into the Net once connected to the peer's `handle`:
+    /// the proxy thread to wake when a slot is filled.
+    pub fn connect(&self, link: Link, handle: &[u8], region: Arc<Region>, driver: Driver) -> Result<std::thread::Thread> {
+        let edge = SendLink::new(link, self.net.clone(), handle, region, driver, self.shared.clone(), Instant::now(), self.setup_timeout);
+        Ok(self.submit(link, Direction::Send, edge.mailbox.clone(), Box::new(edge)))
     }
 
-    /// Announces that `messages` more messages will arrive on the receive link;
-    /// `independent` when the sender sends them all without waiting for this rank.
-    pub fn expect(&self, link: Link, messages: u64, independent: bool) {
-        if let Some((expected, proxy)) = self.expected.lock().get(&link) {
-            expected.0.lock().push_back((messages, independent));
+    fn submit(&self, link: Link, direction: Direction, mailbox: Mailbox, edge: Box<dyn Progress>) -> std::thread::Thread {
+        let proxy = self.next_proxy();
+        self.links.lock().insert((link, direction), (mailbox, proxy));
+        proxy.submit(edge);
+        proxy.thread.clone()
+    }
+
+    /// Announces that `messages` more messages will go over the link (an operation starts);
+    /// for a receive link, `independent` when the sender sends them all without waiting
+    /// for this rank.
+    pub fn announce(&self, link: Link, direction: Direction, messages: u64, independent: bool) {
+        if let Some((mailbox, proxy)) = self.links.lock().get(&(link, direction)) {
+            mailbox.lock().push((messages, independent));
             proxy.wake();
         }
     }
 
-    /// Whether `link` is a network receive link.
-    pub fn is_net_receive(&self, link: &Link) -> bool {
-        self.expected.lock().contains_key(link)
+    /// Whether `link` has a network end in `direction`.
+    pub fn is_net(&self, link: &Link, direction: Direction) -> bool {
+        self.links.lock().contains_key(&(*link, direction))
     }
 
     /// The first failure of any of this communicator's links.
     pub fn check(&self) -> Result<()> {
-        match &*self.failure.lock() {
+        match &*self.shared.failure.lock() {
             // A link ends when its peer does: name the peer, as the bootstrap would.
             Some((peer, reason)) => Err(Error::PeerFailed { rank: *peer as u32, reason: reason.clone() }),
             None => Ok(()),
         }
     }
-
-    fn shared(&self) -> Shared {
-        Shared { failure: self.failure.clone(), closed: self.closed.clone() }
-    }
 }
 
 impl Drop for NetLinks {
     fn drop(&mut self) {
-        // The proxy drops this communicator's links (and their comms) on its next pass.
-        self.closed.store(true, Ordering::Release);
+        // The proxy drops this communicator's links (and closes their comms) on its next
+        // pass.
+        self.shared.closed.store(true, Ordering::Release);
         for proxy in self.proxies.get().map_or(&[][..], |p| &p.threads[..]) {
             proxy.wake();
         }
     }
 }
 
-/// Announced messages of a receive link, in order: (count, independent).
-#[derive(Clone, Default)]
-struct Expected(Arc<Mutex<VecDeque<(u64, bool)>>>);
-
-impl Expected {
-    /// How many receives to post now: at most `limit`, from the front batch, one at a
-    /// time unless the batch is independent. Takes them off the announcement.
-    fn take(&self, max_recvs: usize, free: usize) -> usize {
-        let mut batches = self.0.lock();
-        while batches.front().is_some_and(|(n, _)| *n == 0) {
-            batches.pop_front();
-        }
-        let Some((left, independent)) = batches.front_mut() else { return 0 };
-        let n = (if *independent { max_recvs } else { 1 }).min(free).min(*left as usize);
-        *left -= n as u64;
-        n
-    }
-
-    /// Returns receives that could not be posted after all.
-    fn give_back(&self, n: usize) {
-        if let Some((left, _)) = self.0.lock().front_mut() {
-            *left += n as u64;
-        }
-    }
-}
-
-#[derive(Clone)]
-struct Shared {
-    failure: Arc<Mutex<Option<(usize, String)>>>,
-    closed: Arc<AtomicBool>,
-}
-
-/// A link the proxy progresses. `Ok(true)` when it did something.
+/// A link the proxy progresses.
 trait Progress: Send {
-    fn progress(&mut self) -> Result<bool, String>;
+    /// One pass at `now`: `Ok(true)` when it did something, an error when the link failed.
+    fn progress(&mut self, now: Instant) -> Result<bool, String>;
+    /// Whether its thread must keep polling (a kernel drives it and work is announced).
+    fn needs_polling(&self) -> bool;
     fn shared(&self) -> &Shared;
     fn describe(&self) -> String;
     /// The peer (communicator rank) at the other end.
     fn peer(&self) -> usize;
 }
 
+/// The sending end of a network connection.
 struct SendLink {
     link: Link,
     net: Arc<dyn Net>,
-    comm: SendComm,
-    memory: MrHandle,
+    /// The peer's listen handle.
+    handle: Vec<u8>,
+    comm: Option<SendComm>,
+    /// The registration of the FIFO's slots on `comm`.
+    memory: Option<MrHandle>,
     fifo: Receiver,
-    inflight: VecDeque<Request>,
-    tag: u32,
+    region: Arc<Region>,
+    /// Sends in flight, oldest first.
+    requests: VecDeque<Request>,
+    core: SendCore,
+    mailbox: Mailbox,
+    driver: Driver,
     shared: Shared,
 }
 
+impl SendLink {
+    /// The sending end of `link` over `region`, to connect to the peer's `handle` by
+    /// `now + timeout`.
+    #[allow(clippy::too_many_arguments)]
+    fn new(link: Link, net: Arc<dyn Net>, handle: &[u8], region: Arc<Region>, driver: Driver, shared: Shared, now: Instant, timeout: Duration) -> SendLink {
+        SendLink {
+            link,
+            net,
+            handle: handle.to_vec(),
+            comm: None,
+            memory: None,
+            fifo: Receiver::new(region.clone()),
+            region,
+            requests: VecDeque::new(),
+            core: SendCore::new(now, timeout),
+            mailbox: Mailbox::default(),
+            driver,
+            shared,
+        }
+    }
+}
+
 impl Progress for SendLink {
-    fn progress(&mut self) -> Result<bool, String> {
+    fn progress(&mut self, now: Instant) -> Result<bool, String> {
+        for (messages, _) in self.mailbox.lock().drain(..) {
+            self.core.announce(messages);
+        }
+        self.core.new_pass();
         let mut busy = false;
-        let filled = self.fifo.filled();
-        while self.inflight.len() < filled {
-            let (data, len) = self.fifo.filled_slot(self.inflight.len());
-            // SAFETY: the slot stays filled and unchanged until released below, after the
-            // send completed.
-            match unsafe { self.net.isend(&mut self.comm, data, len, self.tag, &self.memory) }.map_err(|e| e.to_string())? {
-                Some(request) => {
-                    self.inflight.push_back(request);
-                    self.tag = self.tag.wrapping_add(1);
-                    busy = true;
+        loop {
+            let filled = if self.comm.is_some() { self.fifo.filled() } else { 0 };
+            match self.core.next(filled, now).map_err(|s| s.to_string())? {
+                SendStep::Connect => match self.net.connect(0, &self.handle).map_err(|e| format!("connect: {e}"))? {
+                    Some(mut comm) => {
+                        let (data, len) = self.region.slots_memory();
+                        self.memory = Some(self.net.reg_mr(&mut comm, data, len, MemoryKind::Host).map_err(|e| format!("registering the FIFO: {e}"))?);
+                        self.comm = Some(comm);
+                        self.core.connected();
+                        busy = true;
+                    }
+                    None => return Ok(busy),
+                },
+                SendStep::Send { slot, tag } => {
+                    let (comm, memory) = (self.comm.as_mut().expect("connected"), self.memory.as_ref().expect("registered"));
+                    let (data, len) = self.fifo.filled_slot(slot);
+                    // SAFETY: the slot stays filled and unchanged until released below,
+                    // after the send completed.
+                    match unsafe { self.net.isend(comm, data, len, tag, memory) }.map_err(|e| format!("isend: {e}"))? {
+                        Some(request) => {
+                            self.requests.push_back(request);
+                            self.core.sent();
+                            busy = true;
+                        }
+                        None => self.core.refused(),
+                    }
                 }
-                None => break,
+                SendStep::Test => {
+                    let front = self.requests.front_mut().expect("a send in flight");
+                    match self.net.test(front).map_err(|e| format!("test: {e}"))? {
+                        Some(_) => {
+                            self.requests.pop_front();
+                            self.fifo.release();
+                            self.core.completed();
+                            busy = true;
+                        }
+                        None => return Ok(busy),
+                    }
+                }
+                SendStep::Idle => return Ok(busy),
             }
         }
-        while let Some(front) = self.inflight.front_mut() {
-            match self.net.test(front).map_err(|e| e.to_string())? {
-                Some(_) => {
-                    self.inflight.pop_front();
-                    self.fifo.release();
-                    busy = true;
-                }
-                None => break,
-            }
-        }
-        Ok(busy)
+    }
+
+    fn needs_polling(&self) -> bool {
+        self.driver == Driver::Device && self.core.active()
     }
 
     fn shared(&self) -> &Shared {
@@ -248,80 +283,127 @@ impl Progress for SendLink {
     }
 }
 
+impl Drop for SendLink {
+    fn drop(&mut self) {
+        // Requests go with their comm: closing it ends them.
+        self.requests.clear();
+        if let Some(mut comm) = self.comm.take() {
+            if let Some(memory) = self.memory.take() {
+                let _ = self.net.dereg_mr(&mut comm, memory);
+            }
+            let _ = self.net.close_send(comm);
+        }
+    }
+}
+
+/// The receiving end of a network connection.
 struct RecvLink {
     link: Link,
     net: Arc<dyn Net>,
     listen: Option<Opaque>,
     comm: Option<RecvComm>,
+    /// The registration of the FIFO's slots on `comm`.
     memory: Option<MrHandle>,
     fifo: Sender,
-    /// Messages announced by the executor and not yet posted.
-    expected: Expected,
-    /// Free slots handed to posted receives.
-    posted: usize,
-    inflight: VecDeque<(Request, usize)>,
-    tag: u32,
+    region: Arc<Region>,
+    /// Receives in flight, oldest first.
+    requests: VecDeque<Request>,
+    core: RecvCore,
+    mailbox: Mailbox,
+    driver: Driver,
     shared: Shared,
 }
 
+impl RecvLink {
+    /// The receiving end of `link` over `region`, listening for a peer that must connect
+    /// by `now + timeout`; the handle to give the peer.
+    fn new(link: Link, net: Arc<dyn Net>, region: Arc<Region>, driver: Driver, shared: Shared, now: Instant, timeout: Duration) -> Result<(Vec<u8>, RecvLink)> {
+        let (handle, listen) = net.listen(0).map_err(transport)?;
+        let max_recvs = net.properties(0).map_err(transport)?.max_recvs;
+        let edge = RecvLink {
+            link,
+            net,
+            listen: Some(listen),
+            comm: None,
+            memory: None,
+            fifo: Sender::new(region.clone()),
+            region,
+            requests: VecDeque::new(),
+            core: RecvCore::new(now, timeout, max_recvs),
+            mailbox: Mailbox::default(),
+            driver,
+            shared,
+        };
+        Ok((handle, edge))
+    }
+}
+
 impl Progress for RecvLink {
-    fn progress(&mut self) -> Result<bool, String> {
+    fn progress(&mut self, now: Instant) -> Result<bool, String> {
+        for (messages, independent) in self.mailbox.lock().drain(..) {
+            self.core.announce(messages, independent);
+        }
+        self.core.new_pass();
         let mut busy = false;
-        if self.comm.is_none() {
-            let listen = self.listen.as_mut().expect("listening until accepted");
-            match self.net.accept(listen).map_err(|e| e.to_string())? {
-                Some(mut comm) => {
-                    self.memory = Some(self.net.reg_mr(&mut comm, std::ptr::null_mut(), 0, MemoryKind::Host).map_err(|e| e.to_string())?);
-                    self.comm = Some(comm);
-                    if let Some(l) = self.listen.take() {
-                        let _ = self.net.close_listen(l);
-                    }
-                    busy = true;
-                }
-                None => return Ok(false),
-            }
-        }
-        let comm = self.comm.as_mut().expect("accepted above");
-        let memory = self.memory.as_ref().expect("registered with the comm");
-        let max_recvs = self.net.properties(0).map(|p| p.max_recvs).unwrap_or(1).max(1);
         loop {
-            let free = self.fifo.free() - self.posted;
-            let n = self.expected.take(max_recvs, free);
-            if n == 0 {
-                break;
-            }
-            let buffers: Vec<RecvBuffer> = (0..n)
-                .map(|i| RecvBuffer { data: self.fifo.free_slot_ptr(self.posted + i), len: self.fifo.slot_bytes(), tag: self.tag.wrapping_add(i as u32) })
-                .collect();
-            let handles: Vec<&MrHandle> = (0..n).map(|_| memory).collect();
-            // SAFETY: the slots are free and stay unpublished until the receive completes.
-            match unsafe { self.net.irecv(comm, &buffers, &handles) }.map_err(|e| e.to_string())? {
-                Some(request) => {
-                    self.inflight.push_back((request, n));
-                    self.posted += n;
-                    self.tag = self.tag.wrapping_add(n as u32);
-                    busy = true;
-                }
-                None => {
-                    self.expected.give_back(n);
-                    break;
-                }
-            }
-        }
-        while let Some((front, n)) = self.inflight.front_mut() {
-            match self.net.test(front).map_err(|e| e.to_string())? {
-                Some(sizes) => {
-                    for size in sizes {
-                        self.fifo.post(size);
+            let free = if self.comm.is_some() { self.fifo.free() } else { 0 };
+            match self.core.next(free, now).map_err(|s| s.to_string())? {
+                RecvStep::Accept => {
+                    let listen = self.listen.as_mut().expect("listening until accepted");
+                    match self.net.accept(listen).map_err(|e| format!("accept: {e}"))? {
+                        Some(mut comm) => {
+                            let (data, len) = self.region.slots_memory();
+                            self.memory = Some(self.net.reg_mr(&mut comm, data, len, MemoryKind::Host).map_err(|e| format!("registering the FIFO: {e}"))?);
+                            self.comm = Some(comm);
+                            if let Some(listen) = self.listen.take() {
+                                let _ = self.net.close_listen(listen);
+                            }
+                            self.core.accepted();
+                            busy = true;
+                        }
+                        None => return Ok(busy),
                     }
-                    self.posted -= *n;
-                    self.inflight.pop_front();
-                    busy = true;
                 }
-                None => break,
+                RecvStep::Post { first, count, tag } => {
+                    let (comm, memory) = (self.comm.as_mut().expect("accepted"), self.memory.as_ref().expect("registered"));
+                    let buffers: Vec<RecvBuffer> =
+                        (0..count).map(|i| RecvBuffer { data: self.fifo.free_slot_ptr(first + i), len: self.fifo.slot_bytes(), tag: tag.wrapping_add(i as u32) }).collect();
+                    let handles: Vec<&MrHandle> = vec![memory; count];
+                    // SAFETY: the slots are free and stay unpublished until the receive
+                    // completes.
+                    match unsafe { self.net.irecv(comm, &buffers, &handles) }.map_err(|e| format!("irecv: {e}"))? {
+                        Some(request) => {
+                            self.requests.push_back(request);
+                            self.core.posted(count);
+                            busy = true;
+                        }
+                        None => self.core.refused(),
+                    }
+                }
+                RecvStep::Test => {
+                    let front = self.requests.front_mut().expect("a receive in flight");
+                    match self.net.test(front).map_err(|e| format!("test: {e}"))? {
+                        Some(sizes) => {
+                            self.requests.pop_front();
+                            let count = self.core.completed();
+                            if sizes.len() != count {
+                                return Err(format!("a receive of {count} buffers completed with {} sizes", sizes.len()));
+                            }
+                            for size in sizes {
+                                self.fifo.post(size);
+                            }
+                            busy = true;
+                        }
+                        None => return Ok(busy),
+                    }
+                }
+                RecvStep::Idle => return Ok(busy),
             }
         }
-        Ok(busy)
+    }
+
+    fn needs_polling(&self) -> bool {
+        self.driver == Driver::Device && self.core.active()
     }
 
     fn shared(&self) -> &Shared {
@@ -334,6 +416,21 @@ impl Progress for RecvLink {
 
     fn peer(&self) -> usize {
         self.link.peer
+    }
+}
+
+impl Drop for RecvLink {
+    fn drop(&mut self) {
+        self.requests.clear();
+        if let Some(mut comm) = self.comm.take() {
+            if let Some(memory) = self.memory.take() {
+                let _ = self.net.dereg_mr(&mut comm, memory);
+            }
+            let _ = self.net.close_recv(comm);
+        }
+        if let Some(listen) = self.listen.take() {
+            let _ = self.net.close_listen(listen);
+        }
     }
 }
 
@@ -402,25 +499,13 @@ impl Proxy {
     }
 }
 
+/// One proxy thread's loop.
 fn run(proxy: &Proxy) {
     let mut links: Vec<Box<dyn Progress>> = Vec::new();
     let mut idle: u32 = 0;
     loop {
         proxy.queue.take_into(&mut links);
-        links.retain(|l| !l.shared().closed.load(Ordering::Acquire));
-        let mut busy = false;
-        links.retain_mut(|link| match link.progress() {
-            Ok(did) => {
-                busy |= did;
-                true
-            }
-            Err(reason) => {
-                let reason = format!("{}: {reason}", link.describe());
-                tracing::warn!(target: log_target::PROXY, "network link failed: {reason}");
-                link.shared().failure.lock().get_or_insert((link.peer(), reason));
-                false
-            }
-        });
+        let busy = progress_all(&mut links, Instant::now());
         if busy {
             idle = 0;
             continue;
@@ -428,12 +513,32 @@ fn run(proxy: &Proxy) {
         idle = idle.saturating_add(1);
         if links.is_empty() {
             std::thread::park_timeout(Duration::from_millis(100));
-        } else if idle < 256 {
+        } else if idle < 256 || links.iter().any(|l| l.needs_polling()) {
             std::thread::yield_now();
         } else {
             std::thread::park_timeout(Duration::from_micros(50));
         }
     }
+}
+
+/// One pass over `links` at `now`: links of closed communicators are dropped, failed links
+/// are recorded in their communicator and dropped. Whether any link did something.
+fn progress_all(links: &mut Vec<Box<dyn Progress>>, now: Instant) -> bool {
+    links.retain(|l| !l.shared().closed.load(Ordering::Acquire));
+    let mut busy = false;
+    links.retain_mut(|link| match link.progress(now) {
+        Ok(did) => {
+            busy |= did;
+            true
+        }
+        Err(reason) => {
+            let reason = format!("{}: {reason}", link.describe());
+            tracing::warn!(target: log_target::PROXY, "network link failed: {reason}");
+            link.shared().failure.lock().get_or_insert((link.peer(), reason));
+            false
+        }
+    });
+    busy
 }
 
 fn transport(e: oxccl_transports::Error) -> Error {

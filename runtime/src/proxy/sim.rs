@@ -1,0 +1,468 @@
+//! A simulated [`Net`] and a deterministic driver for the proxy's links: one thread, a
+//! virtual clock, a seeded random order of the executor's and the proxy's moves, a Net
+//! that answers "busy" and completes requests late at random — and fails where a test
+//! says. Each test runs many seeds; a failing seed reproduces exactly.
+//!
+//! The simulated Net keeps NCCL's contract (plugins/net/README.md): messages of a
+//! connection arrive in the order they were sent; one receive of n buffers is one request,
+//! done when n messages have arrived, each into the buffer whose tag it carries; a buffer
+//! may be larger than its message, never smaller; at most [`MAX_REQUESTS`] requests in
+//! flight per comm.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use oxccl_transports::fifo::{Receiver, Region, Sender};
+use oxccl_transports::net::{ListenComm, MemoryKind, MrHandle, Net, NetProperties, Opaque, RecvBuffer, RecvComm, Request, SendComm, MAX_REQUESTS};
+use oxccl_transports::{Error as NetError, Result as NetResult};
+use parking_lot::Mutex;
+
+use super::{progress_all, Driver, Progress, RecvLink, SendLink, Shared};
+use crate::algo::Link;
+
+/// xorshift64*: small, seeded, the same sequence everywhere.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// True with probability `percent`/100.
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// How the simulated Net misbehaves.
+#[derive(Clone, Copy, Default)]
+struct Faults {
+    /// Percent of `connect`, `accept`, `isend` and `irecv` calls that answer "not now".
+    busy: u64,
+    /// Most `test` calls a request needs before it may complete.
+    delay: u64,
+    /// The n-th `isend` (from 0) fails.
+    fail_send: Option<u64>,
+}
+
+#[derive(Default)]
+struct State {
+    next_id: u64,
+    /// Listen id → the connection accepted on it, once a sender connected.
+    listens: HashMap<u64, Option<u64>>,
+    /// Connection id → messages sent and not yet received, in order: (tag, bytes).
+    wires: HashMap<u64, VecDeque<(u32, Vec<u8>)>>,
+    requests: HashMap<u64, Pending>,
+    /// Per comm (connection id and side): requests in flight.
+    in_flight: HashMap<(u64, bool), usize>,
+    sends: u64,
+    stats: Stats,
+}
+
+/// What the Net was asked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Stats {
+    irecv_calls: u64,
+    grouped: u64,
+    largest_group: usize,
+    registered: u64,
+    deregistered: u64,
+    closed: u64,
+}
+
+struct Pending {
+    conn: u64,
+    send: bool,
+    /// `test` calls left before it may complete.
+    wait: u64,
+    /// A receive's buffers; a send's size.
+    buffers: Vec<RecvBuffer>,
+    sent: usize,
+    done: Option<Vec<usize>>,
+}
+
+struct SimNet {
+    max_recvs: usize,
+    faults: Faults,
+    rng: Mutex<Rng>,
+    state: Mutex<State>,
+}
+
+// SAFETY: the raw pointers in pending receives are the proxy's FIFO slots, written only
+// under the state's lock from the one thread that drives the simulation.
+unsafe impl Send for Pending {}
+
+struct Comm(u64);
+
+impl SimNet {
+    fn new(seed: u64, max_recvs: usize, faults: Faults) -> SimNet {
+        SimNet { max_recvs, faults, rng: Mutex::new(Rng::new(seed)), state: Mutex::default() }
+    }
+
+    fn busy(&self) -> bool {
+        self.rng.lock().chance(self.faults.busy)
+    }
+
+    fn request(&self, state: &mut State, conn: u64, send: bool, buffers: Vec<RecvBuffer>, sent: usize) -> Option<Request> {
+        let in_flight = state.in_flight.entry((conn, send)).or_default();
+        let limit = if send { MAX_REQUESTS * self.max_recvs } else { MAX_REQUESTS };
+        if *in_flight >= limit {
+            return None;
+        }
+        *in_flight += 1;
+        state.next_id += 1;
+        let id = state.next_id;
+        let wait = self.rng.lock().below(self.faults.delay + 1);
+        state.requests.insert(id, Pending { conn, send, wait, buffers, sent, done: None });
+        Some(Opaque::new(Comm(id)))
+    }
+
+    fn stats(&self) -> Stats {
+        self.state.lock().stats
+    }
+}
+
+fn id(o: &Opaque) -> NetResult<u64> {
+    Ok(o.get_ref::<Comm>("simulated comm")?.0)
+}
+
+impl Net for SimNet {
+    fn name(&self) -> &str {
+        "Sim"
+    }
+
+    fn devices(&self) -> NetResult<usize> {
+        Ok(1)
+    }
+
+    fn properties(&self, _device: usize) -> NetResult<NetProperties> {
+        Ok(NetProperties {
+            name: "sim0".into(),
+            pci_path: None,
+            guid: 0,
+            ptr_support: Default::default(),
+            reg_is_global: false,
+            force_flush: false,
+            speed_mbps: 100_000,
+            port: 0,
+            latency_us: 0.0,
+            max_comms: 1024,
+            max_recvs: self.max_recvs,
+            offload: Default::default(),
+            max_p2p_bytes: 1 << 30,
+            max_coll_bytes: 1 << 30,
+        })
+    }
+
+    fn listen(&self, _device: usize) -> NetResult<(Vec<u8>, ListenComm)> {
+        let mut state = self.state.lock();
+        state.next_id += 1;
+        let id = state.next_id;
+        state.listens.insert(id, None);
+        Ok((id.to_le_bytes().to_vec(), Opaque::new(Comm(id))))
+    }
+
+    fn connect(&self, _device: usize, handle: &[u8]) -> NetResult<Option<SendComm>> {
+        if self.busy() {
+            return Ok(None);
+        }
+        let listen = u64::from_le_bytes(handle.try_into().map_err(|_| NetError::InvalidArgument("handle".into()))?);
+        let mut state = self.state.lock();
+        state.next_id += 1;
+        let conn = state.next_id;
+        *state.listens.get_mut(&listen).ok_or_else(|| NetError::Closed("no such listener".into()))? = Some(conn);
+        state.wires.insert(conn, VecDeque::new());
+        Ok(Some(Opaque::new(Comm(conn))))
+    }
+
+    fn accept(&self, listen: &mut ListenComm) -> NetResult<Option<RecvComm>> {
+        if self.busy() {
+            return Ok(None);
+        }
+        let state = self.state.lock();
+        Ok(state.listens.get(&id(listen)?).copied().flatten().map(|conn| Opaque::new(Comm(conn))))
+    }
+
+    fn reg_mr(&self, _comm: &mut Opaque, _data: *mut u8, len: usize, kind: MemoryKind) -> NetResult<MrHandle> {
+        assert!(len > 0 && kind == MemoryKind::Host, "the FIFO's slots are registered");
+        self.state.lock().stats.registered += 1;
+        Ok(Opaque::new(()))
+    }
+
+    fn dereg_mr(&self, _comm: &mut Opaque, _handle: MrHandle) -> NetResult<()> {
+        self.state.lock().stats.deregistered += 1;
+        Ok(())
+    }
+
+    unsafe fn isend(&self, comm: &mut SendComm, data: *const u8, len: usize, tag: u32, _handle: &MrHandle) -> NetResult<Option<Request>> {
+        if self.busy() {
+            return Ok(None);
+        }
+        let conn = id(comm)?;
+        let mut state = self.state.lock();
+        if self.faults.fail_send == Some(state.sends) {
+            return Err(NetError::Closed(format!("simulated failure of send {}", state.sends)));
+        }
+        let Some(request) = self.request(&mut state, conn, true, Vec::new(), len) else { return Ok(None) };
+        state.sends += 1;
+        // SAFETY: the caller's contract: `len` readable bytes at `data` until the send is
+        // done; the bytes are taken now (a Net may copy at once).
+        let bytes = unsafe { std::slice::from_raw_parts(data, len) }.to_vec();
+        state.wires.get_mut(&conn).expect("connected").push_back((tag, bytes));
+        Ok(Some(request))
+    }
+
+    unsafe fn irecv(&self, comm: &mut RecvComm, buffers: &[RecvBuffer], handles: &[&MrHandle]) -> NetResult<Option<Request>> {
+        assert!((1..=self.max_recvs).contains(&buffers.len()) && handles.len() == buffers.len(), "a receive of {} buffers", buffers.len());
+        if self.busy() {
+            return Ok(None);
+        }
+        let conn = id(comm)?;
+        let mut state = self.state.lock();
+        let Some(request) = self.request(&mut state, conn, false, buffers.to_vec(), 0) else { return Ok(None) };
+        let stats = &mut state.stats;
+        stats.irecv_calls += 1;
+        stats.grouped += u64::from(buffers.len() > 1);
+        stats.largest_group = stats.largest_group.max(buffers.len());
+        Ok(Some(request))
+    }
+
+    fn test(&self, request: &mut Request) -> NetResult<Option<Vec<usize>>> {
+        let mut state = self.state.lock();
+        let id = id(request)?;
+        let pending = state.requests.get_mut(&id).ok_or_else(|| NetError::InvalidArgument("unknown request".into()))?;
+        if let Some(done) = &pending.done {
+            return Ok(Some(done.clone()));
+        }
+        if pending.wait > 0 {
+            pending.wait -= 1;
+            return Ok(None);
+        }
+        let (conn, send, n) = (pending.conn, pending.send, pending.buffers.len());
+        let done = if send {
+            vec![pending.sent]
+        } else {
+            let wire = state.wires.get_mut(&conn).expect("accepted");
+            if wire.len() < n {
+                return Ok(None);
+            }
+            let messages: Vec<(u32, Vec<u8>)> = wire.drain(..n).collect();
+            let pending = state.requests.get_mut(&id).expect("looked up above");
+            let mut sizes = vec![0; n];
+            for (tag, bytes) in messages {
+                let i = pending.buffers.iter().position(|b| b.tag == tag).ok_or_else(|| NetError::Malformed { what: "message", reason: format!("tag {tag} matches no posted buffer") })?;
+                let buffer = pending.buffers[i];
+                if bytes.len() > buffer.len {
+                    return Err(NetError::MessageTooLarge { message: bytes.len(), buffer: buffer.len, tag });
+                }
+                // SAFETY: the caller's contract: the buffer is valid and untouched by others
+                // until the receive is done.
+                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buffer.data, bytes.len()) };
+                sizes[i] = bytes.len();
+            }
+            sizes
+        };
+        *state.in_flight.get_mut(&(conn, send)).expect("counted when posted") -= 1;
+        state.requests.get_mut(&id).expect("looked up above").done = Some(done.clone());
+        Ok(Some(done))
+    }
+
+    fn close_send(&self, _comm: SendComm) -> NetResult<()> {
+        self.state.lock().stats.closed += 1;
+        Ok(())
+    }
+
+    fn close_recv(&self, _comm: RecvComm) -> NetResult<()> {
+        self.state.lock().stats.closed += 1;
+        Ok(())
+    }
+
+    fn close_listen(&self, _comm: ListenComm) -> NetResult<()> {
+        Ok(())
+    }
+}
+
+/// One connection's two links over `net`, their FIFOs' executor ends, and the clock.
+struct Pair {
+    send: SendLink,
+    recv: RecvLink,
+    /// What the executor fills (the send link's FIFO) and drains (the receive link's).
+    producer: Sender,
+    consumer: Receiver,
+    shared: Shared,
+    now: Instant,
+}
+
+const SLOTS: usize = 4;
+const SLOT_BYTES: usize = 64;
+const TIMEOUT: Duration = Duration::from_secs(1);
+
+impl Pair {
+    fn new(net: Arc<SimNet>) -> Pair {
+        let shared = Shared { failure: Arc::default(), closed: Arc::new(AtomicBool::new(false)) };
+        let now = Instant::now();
+        let link = Link { peer: 1, channel: 0 };
+        let (send_region, recv_region) = (Region::heap(SLOTS, SLOT_BYTES).unwrap(), Region::heap(SLOTS, SLOT_BYTES).unwrap());
+        let (handle, recv) = RecvLink::new(link, net.clone(), recv_region.clone(), Driver::Host, shared.clone(), now, TIMEOUT).unwrap();
+        let send = SendLink::new(link, net, &handle, send_region.clone(), Driver::Host, shared.clone(), now, TIMEOUT);
+        Pair { send, recv, producer: Sender::new(send_region), consumer: Receiver::new(recv_region), shared, now }
+    }
+
+    /// An operation of `messages` starts: both links are told.
+    fn announce(&mut self, messages: u64, independent: bool) {
+        self.send.mailbox.lock().push((messages, independent));
+        self.recv.mailbox.lock().push((messages, independent));
+    }
+}
+
+/// Message k: its length and bytes.
+fn message(k: u64) -> Vec<u8> {
+    let len = 1 + (k as usize * 7) % SLOT_BYTES;
+    (0..len).map(|i| (k as u8).wrapping_mul(31).wrapping_add(i as u8)).collect()
+}
+
+/// Moves `total` messages (announced in batches of `batch`) through a pair in a seeded
+/// random order of the executor's and the proxy's moves. `Ok` when every message arrived
+/// intact and in order; the link failure otherwise.
+fn run(seed: u64, net: Arc<SimNet>, total: u64, batch: u64, independent: bool) -> Result<(), String> {
+    let mut pair = Pair::new(net);
+    let mut rng = Rng::new(seed ^ 0xabcdef);
+    let (mut announced, mut produced, mut consumed) = (0u64, 0u64, 0u64);
+    for _ in 0..200_000 {
+        if consumed == total {
+            return Ok(());
+        }
+        // Operations in turn: the next batch is announced once the last one is consumed.
+        if consumed == announced {
+            let n = batch.min(total - announced);
+            pair.announce(n, independent);
+            announced += n;
+        }
+        pair.now += Duration::from_micros(1);
+        match rng.below(4) {
+            0 => {
+                if produced < announced {
+                    if let Some(slot) = pair.producer.try_reserve() {
+                        let m = message(produced);
+                        slot[..m.len()].copy_from_slice(&m);
+                        pair.producer.post(m.len());
+                        produced += 1;
+                    }
+                }
+            }
+            1 => {
+                pair.send.progress(pair.now).map_err(|e| format!("send link: {e}"))?;
+            }
+            2 => {
+                pair.recv.progress(pair.now).map_err(|e| format!("receive link: {e}"))?;
+            }
+            _ => {
+                if let Some(bytes) = pair.consumer.try_peek() {
+                    let expected = message(consumed);
+                    if bytes != expected.as_slice() {
+                        return Err(format!("message {consumed}: {} bytes, expected {}, or other bytes", bytes.len(), expected.len()));
+                    }
+                    pair.consumer.release();
+                    consumed += 1;
+                }
+            }
+        }
+    }
+    Err(format!("stuck after {consumed} of {total} messages"))
+}
+
+#[test]
+fn every_message_arrives_in_order_whatever_the_net_does() {
+    for seed in 0..300 {
+        for (max_recvs, independent) in [(1, true), (4, true), (8, false)] {
+            let faults = Faults { busy: 20, delay: 3, fail_send: None };
+            let net = Arc::new(SimNet::new(seed, max_recvs, faults));
+            run(seed, net.clone(), 40, 10, independent).unwrap_or_else(|e| panic!("seed {seed}, max_recvs {max_recvs}, independent {independent}: {e}"));
+            let stats = net.stats();
+            if !independent || max_recvs == 1 {
+                assert_eq!(stats.grouped, 0, "seed {seed}: dependent messages, or a Net of one receive at a time, are never grouped");
+            }
+            assert!(stats.largest_group <= max_recvs);
+        }
+    }
+}
+
+#[test]
+fn independent_messages_are_received_together() {
+    // A quiet Net: the proxy posts as many receives at once as the free slots allow.
+    let net = Arc::new(SimNet::new(1, 8, Faults::default()));
+    run(1, net.clone(), 64, 16, true).unwrap();
+    let stats = net.stats();
+    assert!(stats.grouped > 0 && stats.largest_group > 1, "{stats:?}");
+    assert!(stats.irecv_calls < 64, "{} receive calls for 64 messages", stats.irecv_calls);
+}
+
+#[test]
+fn a_failed_send_fails_the_link_naming_the_peer() {
+    for seed in 0..50 {
+        let net = Arc::new(SimNet::new(seed, 4, Faults { busy: 10, delay: 2, fail_send: Some(5) }));
+        let e = run(seed, net, 40, 10, true).unwrap_err();
+        assert!(e.contains("send link") && e.contains("isend") && e.contains("simulated failure of send 5"), "seed {seed}: {e}");
+    }
+    // Through the proxy thread's pass: the failure is recorded for the communicator, with
+    // the peer, and the link is dropped (its comm closed, its registration undone).
+    let net = Arc::new(SimNet::new(7, 1, Faults { fail_send: Some(0), ..Faults::default() }));
+    let mut pair = Pair::new(net.clone());
+    let shared = pair.shared.clone();
+    pair.announce(1, false);
+    let slot = pair.producer.try_reserve().unwrap();
+    slot[0] = 1;
+    pair.producer.post(1);
+    let mut links: Vec<Box<dyn Progress>> = vec![Box::new(pair.send)];
+    for _ in 0..10 {
+        progress_all(&mut links, pair.now);
+    }
+    assert!(links.is_empty(), "the failed link is dropped");
+    let (peer, reason) = shared.failure.lock().clone().expect("the failure is recorded");
+    assert_eq!(peer, 1);
+    assert!(reason.contains("send to rank 1 channel 0") && reason.contains("simulated failure"), "{reason}");
+    let stats = net.stats();
+    assert_eq!((stats.registered, stats.deregistered, stats.closed), (1, 1, 1), "{stats:?}");
+}
+
+#[test]
+fn a_peer_that_never_connects_fails_the_receive_link_at_the_setup_timeout() {
+    let net = Arc::new(SimNet::new(3, 1, Faults::default()));
+    let mut pair = Pair::new(net);
+    assert_eq!(pair.recv.progress(pair.now), Ok(false), "nobody connected yet");
+    let e = pair.recv.progress(pair.now + TIMEOUT).unwrap_err();
+    assert!(e.contains("the peer's connection did not happen within 1s"), "{e}");
+}
+
+#[test]
+fn closed_communicators_links_are_dropped_and_their_comms_closed() {
+    let net = Arc::new(SimNet::new(5, 1, Faults::default()));
+    let mut pair = Pair::new(net.clone());
+    let now = pair.now;
+    // Connect both ends.
+    for _ in 0..4 {
+        pair.send.progress(now).unwrap();
+        pair.recv.progress(now).unwrap();
+    }
+    let shared = pair.shared.clone();
+    let mut links: Vec<Box<dyn Progress>> = vec![Box::new(pair.send), Box::new(pair.recv)];
+    progress_all(&mut links, now);
+    assert_eq!(links.len(), 2);
+    shared.closed.store(true, std::sync::atomic::Ordering::Release);
+    progress_all(&mut links, now);
+    assert!(links.is_empty());
+    assert_eq!(net.stats().closed, 2);
+}
