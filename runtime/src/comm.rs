@@ -926,14 +926,12 @@ impl Exec {
     }
 }
 
-/// Joins the job of `id` as `rank` of `nranks`, every wait ending when `abort` is set.
-/// With a confirmed id ([`UniqueId::confirmed`]: grows) the ranks then agree on the failed
-/// ones over the new bootstrap, and only if none failed is the communicator built (the
-/// steps after the agreement wait on no peer), so that the join succeeds on every
-/// surviving rank or on none.
-/// Joins `id` as `rank` of `nranks`; with `growing`, as a member of that communicator
-/// growing to `nranks` (its failures end the wait at the rendezvous:
-/// [`Bootstrap::grow_abortable`]).
+/// Joins the job of `id` as `rank` of `nranks`, every wait ending when `abort` is set; with
+/// `growing`, as a member of that communicator growing to `nranks` (its failures end the
+/// wait at the rendezvous: [`Bootstrap::grow_abortable`]). With a confirmed id
+/// ([`UniqueId::confirmed`]: grows) the ranks then agree on the failed ones over the new
+/// bootstrap, and only if none failed is the communicator built (the steps after the
+/// agreement wait on no peer), so that the join succeeds on every surviving rank or on none.
 pub(crate) fn join(id: &UniqueId, rank: u32, nranks: u32, config: &Config, abort: Arc<AtomicBool>, growing: Option<&Bootstrap>) -> Result<Communicator> {
     let boot = match growing {
         Some(parent) => parent.grow_abortable(id, nranks, config, abort.clone())?,
