@@ -77,6 +77,7 @@ step() {
   if ((rc && !status)); then status=$rc; fi
 }
 
+step docs scripts/check-docs.sh
 if cargo nextest --version >/dev/null 2>&1; then
   # A backstop for a test that hangs: nextest kills it after 10 minutes (the multi-process
   # tests have their own, shorter, timeouts). The repository's .config/nextest.toml, when

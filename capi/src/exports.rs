@@ -3,8 +3,9 @@
 //! Each trusts its caller for what C cannot express: pointers are valid for what NCCL's
 //! documentation says they point to, handles are ones this library returned and not yet
 //! destroyed, buffers stay untouched until the call (or its group) returns. NULL pointers,
-//! out-of-range values, unknown datatypes and ops, count overflows and a non-NULL stream
-//! are checked and refused.
+//! out-of-range values, unknown datatypes and ops and count overflows are checked and
+//! refused; so is a non-NULL stream on a communicator of the host backend (on the GPU
+//! backend the stream is the caller's CUDA stream, as with NCCL).
 
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::Once;
