@@ -58,7 +58,12 @@ pub const MAX_SLOTS: usize = 16;
 
 const MAGIC: u64 = 0x4f58_4649_464f_0002; // "OXFIFO", layout version 2
 /// The header takes one page, so that the slots start page-aligned in a mapping.
-const HEADER_BYTES: usize = 4096;
+pub const HEADER_BYTES: usize = 4096;
+/// Where, in the header, the tail (u64), the head (u64) and the slots' sizes (u32 each)
+/// are: what code on the other side of a lent region (a GPU kernel) reads and writes.
+pub const TAIL_OFFSET: usize = 64;
+pub const HEAD_OFFSET: usize = 128;
+pub const SIZES_OFFSET: usize = 192;
 const SLOT_ALIGN: usize = 64;
 
 /// How a FIFO is cut into slots.
@@ -79,7 +84,8 @@ impl Geometry {
         HEADER_BYTES + self.slots * self.stride()
     }
 
-    fn stride(&self) -> usize {
+    /// Bytes from one slot to the next: `slot_bytes` rounded up to 64.
+    pub fn stride(&self) -> usize {
         self.slot_bytes.next_multiple_of(SLOT_ALIGN)
     }
 
@@ -129,9 +135,9 @@ const _: () = {
     assert!(std::mem::offset_of!(Header, slots) == 8);
     assert!(std::mem::offset_of!(Header, receiver_pid) == 16);
     assert!(std::mem::offset_of!(Header, sender_pid) == 20);
-    assert!(std::mem::offset_of!(Header, tail) == 64);
-    assert!(std::mem::offset_of!(Header, head) == 128);
-    assert!(std::mem::offset_of!(Header, sizes) == 192);
+    assert!(std::mem::offset_of!(Header, tail) == TAIL_OFFSET);
+    assert!(std::mem::offset_of!(Header, head) == HEAD_OFFSET);
+    assert!(std::mem::offset_of!(Header, sizes) == SIZES_OFFSET);
     assert!(std::mem::size_of::<Header>() <= HEADER_BYTES);
 };
 
@@ -192,6 +198,30 @@ impl Region {
         Ok((Arc::new(region), handle))
     }
 
+    /// A FIFO in memory the caller lends: the header at `header` ([`HEADER_BYTES`], 64-byte
+    /// aligned, zeroed), the slots at `slots` (`slots` strides of [`Geometry::stride`]),
+    /// freed when `owner` is dropped, after the region. For a FIFO one of whose ends is not
+    /// a thread of this process but code that reaches the same memory (a GPU kernel over
+    /// pinned host memory mapped into the GPU), using the header layout's offsets
+    /// ([`TAIL_OFFSET`], [`HEAD_OFFSET`], [`SIZES_OFFSET`]) and the protocol in this
+    /// module's doc.
+    ///
+    /// # Safety
+    /// Both ranges stay valid while `owner` lives and are touched by nobody else but
+    /// through this protocol.
+    #[cfg(not(loom))]
+    pub unsafe fn lent(geometry: Geometry, header: *mut u8, slots: *mut u8, owner: Box<dyn std::any::Any + Send + Sync>) -> Result<Arc<Region>> {
+        geometry.check()?;
+        let nonnull = |p: *mut u8, what: &str| NonNull::new(p).ok_or_else(|| Error::InvalidArgument(format!("lent FIFO {what} at address 0")));
+        let (header, slots) = (nonnull(header, "header")?, nonnull(slots, "slots")?);
+        if header.as_ptr() as usize % 64 != 0 || slots.as_ptr() as usize % SLOT_ALIGN != 0 {
+            return Err(Error::InvalidArgument(format!("lent FIFO at {header:p} / {slots:p}: header and slots must be 64-byte aligned")));
+        }
+        let region = Region::over(memory::Memory::Lent { header, slots, owner }, geometry);
+        region.initialize(0);
+        Ok(Arc::new(region))
+    }
+
     /// Opens the segment another process created (the sending end), and removes its name:
     /// both ends have it mapped now, so nothing needs the name any more.
     #[cfg(not(loom))]
@@ -227,6 +257,13 @@ impl Region {
 
     pub fn slot_bytes(&self) -> usize {
         self.geometry.slot_bytes
+    }
+
+    /// Messages posted and not yet released (read from the header: either end, or neither,
+    /// may ask).
+    pub fn in_flight(&self) -> u64 {
+        let header = self.header();
+        header.tail.0.load(Ordering::Acquire).wrapping_sub(header.head.0.load(Ordering::Acquire))
     }
 
     /// The slots' memory, as one range (`slots` strides of `slot_bytes` rounded up to 64):

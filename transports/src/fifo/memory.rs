@@ -28,6 +28,10 @@ pub(super) enum Memory {
     Heap { header: NonNull<Header>, slots: NonNull<u8>, layout: Layout },
     #[cfg(not(loom))]
     Segment { map: memmap2::MmapMut, name: String, unlink_on_drop: bool },
+    /// Memory the caller lent (pinned host memory mapped into a GPU, say): freed when
+    /// `owner` is dropped, after the region is.
+    #[cfg(not(loom))]
+    Lent { header: NonNull<u8>, slots: NonNull<u8>, owner: Box<dyn std::any::Any + Send + Sync> },
 }
 
 impl Memory {
@@ -97,12 +101,16 @@ impl Memory {
                 let slots = unsafe { base.add(HEADER_BYTES) };
                 (base.cast(), slots)
             }
+            #[cfg(not(loom))]
+            Memory::Lent { header, slots, .. } => (header.cast(), *slots),
         }
     }
 
     pub(super) fn segment_name(&self) -> Option<&str> {
         match self {
             Memory::Heap { .. } => None,
+            #[cfg(not(loom))]
+            Memory::Lent { .. } => None,
             #[cfg(not(loom))]
             Memory::Segment { name, .. } => Some(name),
         }
@@ -126,6 +134,11 @@ impl Drop for Memory {
                     // Usually gone already (the opener removed it); NotFound is the normal case.
                     let _ = std::fs::remove_file(PathBuf::from(SHM_DIR).join(name.as_str()));
                 }
+            }
+            // The owner's own drop frees the memory.
+            #[cfg(not(loom))]
+            Memory::Lent { owner, .. } => {
+                let _ = owner;
             }
         }
     }

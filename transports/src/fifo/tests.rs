@@ -184,3 +184,75 @@ fn stale_segments_of_dead_processes_are_cleaned() {
     assert!(!stale.exists());
     assert!(live_path.exists());
 }
+
+/// A lent region's other end speaks the protocol through raw addresses and the header
+/// offsets alone, as a GPU kernel does: it writes a slot, its size and the tail, or reads
+/// a slot and writes the head. A thread plays that end here, against the Rust ends.
+#[test]
+fn lent_fifo_spoken_through_the_header_offsets() {
+    let geometry = Geometry { slots: 4, slot_bytes: 100 };
+    for kernel_sends in [true, false] {
+        #[repr(C, align(64))]
+        #[derive(Clone, Copy)]
+        struct Line([u8; 64]);
+        let header = vec![Line([0; 64]); HEADER_BYTES / 64].into_boxed_slice();
+        let slots = vec![Line([0; 64]); geometry.slots * geometry.stride() / 64].into_boxed_slice();
+        let (h, s) = (header.as_ptr() as usize, slots.as_ptr() as usize);
+        // SAFETY: both boxes live in the owner, which outlives the region; only the two
+        // ends below touch them, through the FIFO protocol.
+        let region = unsafe { Region::lent(geometry, h as *mut u8, s as *mut u8, Box::new((header, slots))) }.unwrap();
+        let messages = 200u64;
+        let word = move |offset: usize| (h + offset) as *const std::sync::atomic::AtomicU64;
+        let other_end = std::thread::spawn(move || {
+            // SAFETY: the header's counters are 8-byte aligned u64s inside the header.
+            let (tail, head) = unsafe { (&*word(TAIL_OFFSET), &*word(HEAD_OFFSET)) };
+            for m in 0..messages {
+                let slot = (s + (m % geometry.slots as u64) as usize * geometry.stride()) as *mut u8;
+                let len = (m as usize * 13) % (geometry.slot_bytes + 1);
+                if kernel_sends {
+                    while m + 1 > head.load(Ordering::Acquire) + geometry.slots as u64 {
+                        std::hint::spin_loop();
+                    }
+                    // SAFETY: slot m is free (the head says so) and within the slots.
+                    unsafe { (0..len).for_each(|i| *slot.add(i) = pattern(m, i)) };
+                    // SAFETY: sizes are u32s at SIZES_OFFSET, one per slot.
+                    unsafe { (*((h + SIZES_OFFSET) as *const AtomicU32).add((m % geometry.slots as u64) as usize)).store(len as u32, Ordering::Relaxed) };
+                    tail.store(m + 1, Ordering::Release);
+                } else {
+                    while tail.load(Ordering::Acquire) < m + 1 {
+                        std::hint::spin_loop();
+                    }
+                    // SAFETY: slot m is filled (the tail says so) and within the slots.
+                    let bad = unsafe { (0..len).find(|&i| *slot.add(i) != pattern(m, i)).map(|i| (i, *slot.add(i), pattern(m, i))) };
+                    assert!(bad.is_none(), "message {m} corrupted on the lent end: {bad:?}, len {len}, tail {}", tail.load(Ordering::Acquire));
+                    head.store(m + 1, Ordering::Release);
+                }
+            }
+        });
+        // The region (and the memory it was lent) outlives the other end's last access.
+        let keep = region.clone();
+        if kernel_sends {
+            let mut rx = Receiver::new(region);
+            for m in 0..messages {
+                let slot = rx.wait_peek(soon(), &NEVER).unwrap();
+                assert_eq!(slot.len(), (m as usize * 13) % (geometry.slot_bytes + 1));
+                assert!(slot.iter().enumerate().all(|(i, &b)| b == pattern(m, i)), "message {m}");
+                rx.release();
+            }
+        } else {
+            let mut tx = Sender::new(region);
+            for m in 0..messages {
+                let slot = tx.wait_reserve(soon(), &NEVER).unwrap();
+                let len = (m as usize * 13) % (geometry.slot_bytes + 1);
+                slot[..len].iter_mut().enumerate().for_each(|(i, b)| *b = pattern(m, i));
+                tx.post(len);
+            }
+        }
+        other_end.join().unwrap();
+        drop(keep);
+    }
+    let unaligned = vec![0u8; 8192];
+    // SAFETY: refused before any use.
+    let e = unsafe { Region::lent(Geometry { slots: 2, slot_bytes: 64 }, unaligned.as_ptr().wrapping_add(1).cast_mut(), unaligned.as_ptr().cast_mut(), Box::new(())) };
+    assert!(e.err().unwrap().to_string().contains("64-byte aligned"));
+}
