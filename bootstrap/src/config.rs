@@ -87,6 +87,21 @@ pub struct Config {
     /// each) per collective.
     pub min_channels: usize,
     pub max_channels: usize,
+    /// OXCCL_GPU_ACROSS_HOSTS: how a GPU communicator whose ranks span hosts runs its calls.
+    pub gpu_across_hosts: AcrossHosts,
+    /// OXCCL_GPU_NET_CHANNELS: the most channels a GPU communicator whose ranks span hosts
+    /// uses (each channel has its own network connections).
+    pub gpu_net_channels: usize,
+}
+
+/// OXCCL_GPU_ACROSS_HOSTS's values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AcrossHosts {
+    /// Kernels over FIFOs in pinned host memory that the network proxy moves (the NET
+    /// transport).
+    Kernels,
+    /// Each call's buffers copied through host memory and the call run by the host path.
+    Staged,
 }
 
 /// OXCCL_BACKEND's values.
@@ -208,6 +223,28 @@ pub static KNOBS: &[Knob] = &[
         default: "1048576",
         doc: "a GPU all_reduce, all_gather, reduce_scatter, reduce or broadcast goes in one hop over the LL protocol instead of the ring when a rank receives at most this many bytes from all its peers together ((nranks - 1) x the per-rank message; 0: never; NCCL_PROTO without LL also turns it off)",
         set: |c, v| Ok(c.gpu_direct_bytes = parse_bytes(v, 0)?),
+    },
+    Knob {
+        name: "OXCCL_GPU_ACROSS_HOSTS",
+        default: "kernels",
+        doc: "how a GPU communicator whose ranks span hosts runs: kernels (over FIFOs in pinned host memory that the network proxy moves: the NET transport) or staged (every call copied through host memory and run by the host path)",
+        set: |c, v| {
+            c.gpu_across_hosts = match v.trim().to_ascii_lowercase().as_str() {
+                "kernels" => AcrossHosts::Kernels,
+                "staged" => AcrossHosts::Staged,
+                _ => return Err("expected kernels or staged".into()),
+            };
+            Ok(())
+        },
+    },
+    Knob {
+        name: "OXCCL_GPU_NET_CHANNELS",
+        default: "4",
+        doc: "most channels a GPU communicator whose ranks span hosts uses (1..=64; each has its own network connections, dealt to the proxy threads in turn)",
+        set: |c, v| match v.trim().parse::<usize>() {
+            Ok(n @ 1..=64) => Ok(c.gpu_net_channels = n),
+            _ => Err("expected 1 to 64".into()),
+        },
     },
     Knob {
         name: "NCCL_P2P_LL_THRESHOLD",
@@ -419,6 +456,8 @@ impl Config {
             p2p_ll_bytes: 64 << 10,
             min_channels: 1,
             max_channels: 64,
+            gpu_across_hosts: AcrossHosts::Kernels,
+            gpu_net_channels: 4,
             coll_timeout: Duration::from_secs(600),
             socket_max_recvs: 1,
             proxy_threads: 0,

@@ -12,6 +12,12 @@
 // thread 0 publishes: the new tail to the receiver, the new head to the sender. Every wait
 // watches the abort flag (mapped host memory), the launch's timeout, and whether the peer
 // it waits for has left (OxWatch).
+//
+// A connection over the network (OX_CONN_HOST) is a FIFO in pinned host memory mapped into
+// the GPU, whose other end is this rank's network proxy: the sender also writes each
+// message's size before the tail (the proxy sends that many bytes), and the receiver reads
+// the slots with ld.global.cv, which discards a cached line of system memory and fetches
+// it again (the proxy rewrote it from the CPU, which no GPU cache sees).
 
 typedef unsigned int u32;
 
@@ -73,6 +79,13 @@ __device__ __forceinline__ T ox_load(const char* p) {
   return x;
 }
 
+__device__ __forceinline__ T ox_load_fresh(const char* p) {
+  Bits b = __ldcv((const Bits*)p);
+  T x;
+  memcpy(&x, &b, sizeof(T));
+  return x;
+}
+
 __device__ __forceinline__ void ox_store(char* p, T x) {
   Bits b;
   memcpy(&b, &x, sizeof(T));
@@ -121,7 +134,14 @@ __device__ __forceinline__ bool ox_aligned(const void* p) { return ((u64)p & 15)
 // d0 (and d1 when not null) = in (op) local, or in, or local; `local` scaled when `scale`.
 // `in` and `local` are never both null. Every pointer is aligned to sizeof(T); `bytes` is a
 // whole number of elements.
-__device__ void ox_move(char* d0, char* d1, const char* in, const char* local, u32 bytes, bool scale, double s) {
+// Loads of `in`: through L2, or, when `fresh` (a slot in host memory the proxy rewrote),
+// fetched again from memory.
+template <typename V>
+__device__ __forceinline__ V ox_load_in(const V* p, bool fresh) {
+  return fresh ? __ldcv(p) : __ldcg(p);
+}
+
+__device__ void ox_move(char* d0, char* d1, const char* in, const char* local, u32 bytes, bool scale, double s, bool fresh) {
   const u32 tid = threadIdx.x;
   const bool reduce = in && local;
   const bool elementwise = reduce || scale;
@@ -139,7 +159,7 @@ __device__ void ox_move(char* d0, char* d1, const char* in, const char* local, u
       uint4 v[OX_UNROLL], w[OX_UNROLL];
 #pragma unroll
       for (int u = 0; u < OX_UNROLL; ++u) {
-        if (a) v[u] = __ldcg(a + i + u * OX_THREADS);
+        if (a) v[u] = ox_load_in(a + i + u * OX_THREADS, fresh);
         if (b) w[u] = __ldcg(b + i + u * OX_THREADS);
       }
 #pragma unroll
@@ -154,7 +174,7 @@ __device__ void ox_move(char* d0, char* d1, const char* in, const char* local, u
     }
     for (; i < packs; i += OX_THREADS) {
       uint4 v;
-      if (a) v = __ldcg(a + i);
+      if (a) v = ox_load_in(a + i, fresh);
       if (b) {
         uint4 w = __ldcg(b + i);
         if (scale) w = ox_scale_vec(w, s);
@@ -167,7 +187,7 @@ __device__ void ox_move(char* d0, char* d1, const char* in, const char* local, u
   }
   if (!elementwise) {
     for (u32 i = done + tid; i < bytes; i += OX_THREADS) {
-      char v = in ? __ldcg(in + i) : __ldcg(local + i);
+      char v = in ? ox_load_in(in + i, fresh) : __ldcg(local + i);
       d0[i] = v;
       if (d1) d1[i] = v;
     }
@@ -175,7 +195,7 @@ __device__ void ox_move(char* d0, char* d1, const char* in, const char* local, u
   }
   for (u32 i = done + tid * sizeof(T); i < bytes; i += OX_THREADS * sizeof(T)) {
     T v;
-    if (in) v = ox_load(in + i);
+    if (in) v = fresh ? ox_load_fresh(in + i) : ox_load(in + i);
     if (local) {
       T w = ox_load(local + i);
       if (scale) w = ox_scale(w, s);
@@ -204,6 +224,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
   __shared__ const char* s_in;
   __shared__ char* s_out;
   __shared__ int s_stop;
+  __shared__ bool s_fresh;
   const u32 lane = blockIdx.x;
   const u32 first = a.bounds[lane], end = a.bounds[lane + 1];
   for (u32 i = first; i < end; ++i) {
@@ -213,12 +234,14 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
       u32 at = 0;
       const char* in = 0;
       char* out = 0;
+      bool fresh = false;
       if (s.recv != OX_NO_CONN) {
         const OxConn& c = a.conns[s.recv];
         const u64 n = *c.counter;
         why = ox_wait_for(c.tail, n + 1, a.watch, c.peer);
         at = c.peer;
         in = c.slots_base + (n % c.slots) * c.slot_bytes;
+        fresh = (c.flags & OX_CONN_HOST) != 0;
       }
       if (!why && s.send != OX_NO_CONN) {
         const OxConn& c = a.conns[s.send];
@@ -229,10 +252,13 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
         out = c.slots_base + (n % c.slots) * c.slot_bytes;
       }
       if (why) ox_fail(a.watch, why, OX_KERNEL_RUN, lane, i - first, at);
-      __threadfence();
+      // Over the network the proxy wrote the slot from the CPU: order this block's reads
+      // after the tail at system scope.
+      if (fresh) __threadfence_system(); else __threadfence();
       s_in = in;
       s_out = out;
       s_stop = why;
+      s_fresh = fresh;
     }
     __syncthreads();
     if (s_stop) return;
@@ -242,15 +268,16 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
     const char* local = !reads ? 0 : from_input ? a.send + s.src : a.recv + (s.src & ~OX_RECV_BUFFER);
     char* dst = writes ? a.recv + (s.dst & ~OX_RECV_BUFFER) : 0;
     const bool scale = a.scaled && from_input;
+    const bool fresh = s_fresh;
     switch (s.kind) {
-      case OX_SEND: ox_move(s_out, 0, 0, local, s.bytes, scale, a.scale); break;
-      case OX_RECV: ox_move(dst, 0, s_in, 0, s.bytes, false, 0); break;
-      case OX_RECV_REDUCE_SEND: ox_move(s_out, 0, s_in, local, s.bytes, scale, a.scale); break;
-      case OX_RECV_REDUCE_COPY: ox_move(dst, 0, s_in, local, s.bytes, scale, a.scale); break;
-      case OX_RECV_REDUCE_COPY_SEND: ox_move(dst, s_out, s_in, local, s.bytes, scale, a.scale); break;
-      case OX_RECV_COPY_SEND: ox_move(dst, s_out, s_in, 0, s.bytes, false, 0); break;
+      case OX_SEND: ox_move(s_out, 0, 0, local, s.bytes, scale, a.scale, false); break;
+      case OX_RECV: ox_move(dst, 0, s_in, 0, s.bytes, false, 0, fresh); break;
+      case OX_RECV_REDUCE_SEND: ox_move(s_out, 0, s_in, local, s.bytes, scale, a.scale, fresh); break;
+      case OX_RECV_REDUCE_COPY: ox_move(dst, 0, s_in, local, s.bytes, scale, a.scale, fresh); break;
+      case OX_RECV_REDUCE_COPY_SEND: ox_move(dst, s_out, s_in, local, s.bytes, scale, a.scale, fresh); break;
+      case OX_RECV_COPY_SEND: ox_move(dst, s_out, s_in, 0, s.bytes, false, 0, fresh); break;
       case OX_COPY:
-        if (local != dst || scale) ox_move(dst, 0, 0, local, s.bytes, scale, a.scale);
+        if (local != dst || scale) ox_move(dst, 0, 0, local, s.bytes, scale, a.scale, false);
         break;
     }
     __syncthreads();
@@ -266,6 +293,11 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
         const OxConn& c = a.conns[s.send];
         const u64 n = *c.counter + 1;
         *c.counter = n;
+        if (c.sizes) {
+          // The proxy reads the size once it sees the tail.
+          c.sizes[(n - 1) % c.slots] = s.bytes;
+          __threadfence_system();
+        }
         *c.tail = n;
       }
     }

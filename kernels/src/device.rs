@@ -103,12 +103,18 @@ pub struct DevStep {
     pub dst: DevSlice,
 }
 
-/// One end of a connection (C: `OxConn`). A connection is a FIFO of `slots` slots of
-/// `slot_bytes` in the receiver's memory; `tail` (in the receiver's memory) counts the
-/// messages the sender posted, `head` (in the sender's memory) those the receiver
-/// consumed; `counter` (this end's own memory) counts this end's messages over every
-/// launch so far. All addresses are device addresses this GPU can reach. `peer` is the
-/// rank at the other end.
+/// One end of a connection (C: `OxConn`). A connection is a FIFO of `slots` slots, one
+/// every `slot_bytes` from `slots_base`; `tail` counts the messages the sender posted,
+/// `head` those the receiver consumed; `counter` (this end's own GPU memory) counts this
+/// end's messages over every launch so far. All addresses are device addresses this GPU
+/// can reach. `peer` is the rank at the other end.
+///
+/// Between GPUs of one host the FIFO and its tail are in the receiver's GPU memory and the
+/// head in the sender's. Over the network ([`conn::HOST`] in `flags`) the FIFO, its tail,
+/// head and `sizes` are pinned host memory mapped into this GPU, the other end being this
+/// rank's network proxy (oxccl_transports::fifo's layout): a sender then also writes each
+/// message's size (`u32` per slot at `sizes`) before the tail, and a receiver reads slots
+/// past the GPU's caches.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct DevConn {
@@ -116,9 +122,21 @@ pub struct DevConn {
     pub tail: u64,
     pub head: u64,
     pub counter: u64,
+    /// `u32[slots]`: each posted message's size, for a proxy that sends it on; 0 when
+    /// nobody reads sizes (the receiver knows them from its steps).
+    pub sizes: u64,
     pub slot_bytes: u64,
     pub slots: u32,
     pub peer: u32,
+    /// [`conn`] bits.
+    pub flags: u32,
+    pub _pad: u32,
+}
+
+/// `DevConn::flags` bits.
+pub mod conn {
+    /// The FIFO is pinned host memory that the network proxy fills or drains.
+    pub const HOST: u32 = 1;
 }
 
 /// What every wait of every kernel watches (C: `OxWatch`), part of each launch's
@@ -306,9 +324,12 @@ fn structs() -> Vec<(&'static str, usize, Vec<Field>)> {
                 "volatile unsigned long long*" tail: u64,
                 "volatile unsigned long long*" head: u64,
                 "unsigned long long*" counter: u64,
+                "volatile unsigned int*" sizes: u64,
                 "unsigned long long" slot_bytes: u64,
                 "unsigned int" slots: u32,
                 "unsigned int" peer: u32,
+                "unsigned int" flags: u32,
+                "unsigned int" _pad: u32,
             }),
         ),
         (
@@ -389,6 +410,7 @@ pub fn header() -> String {
         let _ = writeln!(h, "#define {name} {value}u");
     }
     let _ = writeln!(h, "#define OX_NO_CONN ({NO_CONN})");
+    let _ = writeln!(h, "#define OX_CONN_HOST {}u", conn::HOST);
     let _ = writeln!(h, "#define OX_RECV_BUFFER 0x{RECV_BUFFER:x}ull");
     let _ = writeln!(h, "#define OX_ABORTED {}", status::ABORTED);
     let _ = writeln!(h, "#define OX_TIMED_OUT {}", status::TIMED_OUT);
@@ -436,7 +458,7 @@ mod tests {
         for (name, value) in kind::ALL {
             assert!(h.contains(&format!("#define {name} {value}u")), "{name}");
         }
-        for s in ["struct OxStep {", "struct OxConn {", "struct OxArgs {", "sizeof(OxStep) == 32", "sizeof(OxConn) == 48", "sizeof(OxArgs) == 88", "sizeof(OxWatch) == 32", "#define OX_PEER_LEFT 3", "struct OxDirect {", "sizeof(OxDirect) == 128", "#define OX_DIRECT_BROADCAST 4u", "struct OxP2p {", "sizeof(OxP2p) == 112", "sizeof(OxP2pLane) == 16", "sizeof(OxP2pMsg) == 24", "#define OX_LANE_COPY 2u"] {
+        for s in ["struct OxStep {", "struct OxConn {", "struct OxArgs {", "sizeof(OxStep) == 32", "sizeof(OxConn) == 64", "sizeof(OxArgs) == 88", "sizeof(OxWatch) == 32", "#define OX_PEER_LEFT 3", "struct OxDirect {", "sizeof(OxDirect) == 128", "#define OX_DIRECT_BROADCAST 4u", "struct OxP2p {", "sizeof(OxP2p) == 112", "sizeof(OxP2pLane) == 16", "sizeof(OxP2pMsg) == 24", "#define OX_LANE_COPY 2u"] {
             assert!(h.contains(s), "{s} missing from:\n{h}");
         }
     }

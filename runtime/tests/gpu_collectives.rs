@@ -140,6 +140,13 @@ fn simple_config() -> Config {
     c
 }
 
+/// Across hosts, every call staged through host memory (OXCCL_GPU_ACROSS_HOSTS=staged).
+fn staged_config() -> Config {
+    let mut c = config();
+    c.set("OXCCL_GPU_ACROSS_HOSTS", "staged").unwrap();
+    c
+}
+
 fn threads(n: usize, gpus: usize, which: fn(usize) -> Vec<Case>) {
     threads_with(n, gpus, which, Inputs::Exact, &config());
 }
@@ -186,16 +193,47 @@ fn init_on_separate_hosts(devices: &[usize], config: &Config) -> Vec<Communicato
     Communicator::init_all_gpus_with(devices, &configs).unwrap()
 }
 
-/// Ranks on separate hosts (as far as oxccl can tell): the GPU connections cannot reach
-/// across hosts, so every collective is staged through host memory and run by the host
-/// data path over the Net (sockets on loopback here). The whole matrix, checked as on one
-/// host.
+/// Ranks on separate hosts (as far as oxccl can tell), staged (OXCCL_GPU_ACROSS_HOSTS=
+/// staged): every collective is copied through host memory and run by the host data path
+/// over the Net (sockets on loopback here). The whole matrix, checked as on one host.
 #[test]
 fn ranks_on_separate_hosts_stage_through_host_memory() {
     let Some(g) = gpus() else { return };
     for n in [2, 3] {
         let devices: Vec<usize> = (0..n).map(|r| r % g).collect();
-        run_matrix(init_on_separate_hosts(&devices, &config()), &devices, staged_cases, Inputs::Exact, "threads, separate hosts, staged");
+        run_matrix(init_on_separate_hosts(&devices, &staged_config()), &devices, staged_cases, Inputs::Exact, "threads, separate hosts, staged");
+    }
+}
+
+/// Ranks on separate hosts, the default way: kernels over FIFOs in pinned host memory that
+/// the network proxy moves over the socket Net (loopback here). The matrix with exact
+/// inputs, and the random-input matrix bit for bit against the CPU running the same
+/// route, for 2, 3 and 4 ranks (sharing the GPUs there are); the data went over the Net.
+#[test]
+fn ranks_on_separate_hosts_run_kernels_over_the_network() {
+    let Some(g) = gpus() else { return };
+    warm_kernel_cache();
+    for n in [2, 3, 4] {
+        let devices: Vec<usize> = (0..n).map(|r| r % g).collect();
+        for inputs in [Inputs::Exact, Inputs::Random] {
+            let comms = init_on_separate_hosts(&devices, &config());
+            let before: Vec<u64> = comms.iter().map(|c| c.net_receive_stats().0).collect();
+            let which = if matches!(inputs, Inputs::Exact) { staged_cases } else { random_cases };
+            let failures: Vec<String> = std::thread::scope(|s| {
+                let handles: Vec<_> = comms.iter().map(|c| s.spawn(move || run_cases(c, &which(c.nranks()), inputs))).collect();
+                handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+            });
+            for (c, before) in comms.iter().zip(&before) {
+                assert!(c.net_receive_stats().0 > *before, "rank {}: nothing was received over the Net", c.rank());
+            }
+            std::thread::scope(|s| {
+                for c in comms {
+                    s.spawn(move || drop(c));
+                }
+            });
+            assert!(failures.is_empty(), "{n} ranks on separate hosts, {inputs:?} inputs: {} failures:\n{}", failures.len(), failures[..failures.len().min(30)].join("\n"));
+            eprintln!("{n} ranks (threads, separate hosts, kernels over the network) on GPUs {devices:?}: {} cases ok ({inputs:?} inputs)", which(n).len());
+        }
     }
 }
 
@@ -213,10 +251,20 @@ fn staged_cases(n: usize) -> Vec<Case> {
 /// to do in a group runs ahead into the next one).
 #[test]
 fn staged_send_recv_groups() {
+    send_recv_groups_on_separate_hosts(&staged_config(), "staged");
+}
+
+/// The same groups over the NET transport (kernels and the proxy).
+#[test]
+fn send_recv_groups_across_hosts_over_the_network() {
+    send_recv_groups_on_separate_hosts(&config(), "kernels over the network");
+}
+
+fn send_recv_groups_on_separate_hosts(config: &Config, how: &str) {
     let Some(g) = gpus() else { return };
     for n in [2, 3] {
         let devices: Vec<usize> = (0..n).map(|r| r % g).collect();
-        let comms = init_on_separate_hosts(&devices, &config());
+        let comms = init_on_separate_hosts(&devices, config);
         let before: Vec<u64> = comms.iter().map(|c| c.net_receive_stats().0).collect();
         let groups = p2p_groups(n, 20);
         let start = Instant::now();
@@ -235,7 +283,7 @@ fn staged_send_recv_groups() {
                 s.spawn(move || drop(c));
             }
         });
-        eprintln!("{n} ranks (separate hosts, staged) on GPUs {devices:?}: {} send/recv groups ok in {:.1?}", groups.len(), start.elapsed());
+        eprintln!("{n} ranks (separate hosts, {how}) on GPUs {devices:?}: {} send/recv groups ok in {:.1?}", groups.len(), start.elapsed());
     }
 }
 
@@ -245,10 +293,24 @@ fn a_staged_operation_stops_on_abort_and_when_its_peer_leaves() {
     let Some(g) = gpus() else { return };
     for stop in [Stop::Abort, Stop::PeerLeaves] {
         for receive in [false, true] {
-            stop_a_waiting_kernel(g, 1 << 20, receive, stop, true);
+            stop_a_waiting_kernel(g, 1 << 20, receive, stop, Hosts::Staged);
         }
         // An all_reduce staged in pieces (16 MiB: four), stopped in its first.
-        stop_a_waiting_kernel(g, 4 << 20, false, stop, true);
+        stop_a_waiting_kernel(g, 4 << 20, false, stop, Hosts::Staged);
+    }
+}
+
+/// A kernel waiting across hosts, over the network, for a peer stops on abort, and when
+/// the peer leaves (the watcher raises its `gone` flag after the network's grace).
+#[test]
+fn a_kernel_waiting_across_hosts_stops_on_abort_and_when_its_peer_leaves() {
+    let Some(g) = gpus() else { return };
+    for stop in [Stop::Abort, Stop::PeerLeaves] {
+        for receive in [false, true] {
+            for count in [1 << 20, 16] {
+                stop_a_waiting_kernel(g, count, receive, stop, Hosts::Network);
+            }
+        }
     }
 }
 
@@ -342,16 +404,36 @@ fn ranks_as_processes() {
     let Some(g) = gpus() else { return };
     warm_kernel_cache();
     for n in [2, g.clamp(2, 4)].into_iter().collect::<std::collections::BTreeSet<_>>() {
-        let start = Instant::now();
-        let job = oxccl_runtime::bootstrap::spawn::spawn(n as u32, &config(), |_| {
-            let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-            cmd.args(["child", "--exact", "--nocapture", "--test-threads", "1"]).env("OXCCL_TEST_GPU_CHILD", n.to_string()).env("NCCL_SOCKET_IFNAME", "lo");
-            cmd
-        })
-        .unwrap();
-        job.wait(Duration::from_secs(400), Duration::from_secs(20)).unwrap_or_else(|e| panic!("{n} processes: {e}"));
-        eprintln!("{n} ranks (processes): GPU matrix ok in {:.1?}", start.elapsed());
+        run_processes(n, false);
     }
+}
+
+/// Processes each posing as a host of its own (NCCL_HOSTID): the matrix over the network,
+/// as a job over several hosts runs it.
+#[test]
+fn ranks_as_processes_on_separate_hosts() {
+    if gpus().is_none() {
+        return;
+    }
+    warm_kernel_cache();
+    for n in [2, 3] {
+        run_processes(n, true);
+    }
+}
+
+fn run_processes(n: usize, separate_hosts: bool) {
+    let start = Instant::now();
+    let job = oxccl_runtime::bootstrap::spawn::spawn(n as u32, &config(), |rank| {
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args(["child", "--exact", "--nocapture", "--test-threads", "1"]).env("OXCCL_TEST_GPU_CHILD", n.to_string()).env("NCCL_SOCKET_IFNAME", "lo");
+        if separate_hosts {
+            cmd.env("NCCL_HOSTID", format!("test-host-{rank}"));
+        }
+        cmd
+    })
+    .unwrap();
+    job.wait(Duration::from_secs(400), Duration::from_secs(20)).unwrap_or_else(|e| panic!("{n} processes (separate hosts: {separate_hosts}): {e}"));
+    eprintln!("{n} ranks (processes{}): GPU matrix ok in {:.1?}", if separate_hosts { ", separate hosts" } else { "" }, start.elapsed());
 }
 
 /// A kernel waiting for a peer that never sends stops when abort is called from another
@@ -363,7 +445,7 @@ fn abort_stops_a_kernel_waiting_on_a_silent_peer() {
     // (4 MiB) and over LL (4 KiB).
     for count in [1 << 20, 1 << 10] {
         for receive in [false, true] {
-            stop_a_waiting_kernel(g, count, receive, Stop::Abort, false);
+            stop_a_waiting_kernel(g, count, receive, Stop::Abort, Hosts::One);
         }
     }
 }
@@ -376,7 +458,7 @@ fn a_peer_that_leaves_stops_the_kernel_waiting_for_it() {
     let Some(g) = gpus() else { return };
     for count in [1 << 20, 1 << 10] {
         for receive in [false, true] {
-            stop_a_waiting_kernel(g, count, receive, Stop::PeerLeaves, false);
+            stop_a_waiting_kernel(g, count, receive, Stop::PeerLeaves, Hosts::One);
         }
     }
     a_peer_that_leaves_stops_the_ring(g);
@@ -430,10 +512,25 @@ enum Stop {
     PeerLeaves,
 }
 
-/// `separate_hosts`: the ranks look like separate hosts, so rank 0's operation is staged
-/// (its stream waits for the host path, which waits for rank 1 over the Net).
-fn stop_a_waiting_kernel(g: usize, count: usize, receive: bool, stop: Stop, separate_hosts: bool) {
-    let comms = if separate_hosts { init_on_separate_hosts(&[0, 1 % g], &config()) } else { init_all(&[0, 1 % g], &config()) };
+/// Where the two ranks of [`stop_a_waiting_kernel`] are.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Hosts {
+    /// One host: the GPU connections.
+    One,
+    /// Separate hosts, staged: rank 0's stream waits for the host path, which waits for
+    /// rank 1 over the Net.
+    Staged,
+    /// Separate hosts, the kernel over the network.
+    Network,
+}
+
+fn stop_a_waiting_kernel(g: usize, count: usize, receive: bool, stop: Stop, hosts: Hosts) {
+    let separate_hosts = hosts != Hosts::One;
+    let comms = match hosts {
+        Hosts::One => init_all(&[0, 1 % g], &config()),
+        Hosts::Staged => init_on_separate_hosts(&[0, 1 % g], &staged_config()),
+        Hosts::Network => init_on_separate_hosts(&[0, 1 % g], &config()),
+    };
     // Both ranks run one all_reduce: the connections exist, so the next call needs no
     // setup from the peer.
     std::thread::scope(|s| {
@@ -494,9 +591,9 @@ fn stop_a_waiting_kernel(g: usize, count: usize, receive: bool, stop: Stop, sepa
     }
     assert!(c.error().is_some());
     let latency = returned.saturating_duration_since(stopped_at);
-    eprintln!("{count} floats ({}{}): synchronize returned {latency:.2?} after {stop:?} ({when}): {e}", if receive { "recv" } else { "all_reduce" }, if separate_hosts { ", staged" } else { "" });
-    // Staged, a receive from a peer that left without connecting its link waits out the
-    // host path's grace for a network peer (2 s).
+    eprintln!("{count} floats ({}, {hosts:?}): synchronize returned {latency:.2?} after {stop:?} ({when}): {e}", if receive { "recv" } else { "all_reduce" });
+    // Across hosts, a peer that left is waited for during the network's grace (2 s, as the
+    // host path: what it sent may still be on the wire).
     let bound = Duration::from_secs(if separate_hosts && stop == Stop::PeerLeaves { 5 } else { 1 });
     assert!(latency < bound, "{stop:?} took {latency:.2?} to stop the kernel");
     let start = Instant::now();
@@ -718,8 +815,9 @@ fn death_child() {
     // Both ranks are past the first all_reduce (a host all_reduce as the barrier).
     dev.barrier().unwrap();
     if rank == 1 {
+        let signal = if std::env::var("OXCCL_TEST_GPU_DEATH").as_deref() == Ok("stop") { libc::SIGSTOP } else { libc::SIGKILL };
         // SAFETY: raising a signal has no preconditions.
-        unsafe { libc::raise(libc::SIGKILL) };
+        unsafe { libc::raise(signal) };
     }
     // SAFETY: as above.
     unsafe { dev.launch_collective(Collective::AllReduce, buf.ptr(), buf.ptr(), count, DataType::Float32, ReduceOp::Sum, 0, stream.raw()).unwrap() };
@@ -736,16 +834,49 @@ fn a_dead_peer_stops_the_kernel_waiting_for_it() {
     if gpus().is_none() {
         return;
     }
-    let job = oxccl_runtime::bootstrap::spawn::spawn(2, &config(), |_| {
+    dead_peer(false, "kill");
+}
+
+/// The same across hosts (each process a host of its own): the kernel waits over the
+/// network; a SIGKILLed peer, and a SIGSTOPped one (found by the heartbeats, 1 s here).
+#[test]
+fn a_dead_or_stopped_peer_across_hosts_stops_the_kernel_waiting_for_it() {
+    if gpus().is_none() {
+        return;
+    }
+    dead_peer(true, "kill");
+    dead_peer(true, "stop");
+}
+
+fn dead_peer(separate_hosts: bool, how: &str) {
+    let job = oxccl_runtime::bootstrap::spawn::spawn(2, &config(), |rank| {
         let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-        cmd.args(["death_child", "--exact", "--nocapture", "--test-threads", "1"]).env("OXCCL_TEST_GPU_DEATH", "1").env("NCCL_SOCKET_IFNAME", "lo").stdout(std::process::Stdio::piped());
+        cmd.args(["death_child", "--exact", "--nocapture", "--test-threads", "1"])
+            .env("OXCCL_TEST_GPU_DEATH", how)
+            .env("OXCCL_HEARTBEAT_TIMEOUT_MS", "1000")
+            .env("NCCL_SOCKET_IFNAME", "lo")
+            .stdout(std::process::Stdio::piped());
+        if separate_hosts {
+            cmd.env("NCCL_HOSTID", format!("test-host-{rank}"));
+        }
         cmd
     })
     .unwrap();
+    let pids = job.pids();
+    // A stopped rank 1 never exits by itself: killed once rank 0 is done.
+    let killer = (how == "stop").then(|| {
+        let pid = pids[1];
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(10));
+            // SAFETY: kill has no preconditions; the pid is our child's.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        })
+    });
     let outputs = job.wait_with_output(Duration::from_secs(120)).unwrap();
+    drop(killer);
     let (status, out) = &outputs[0];
     eprintln!("{out}");
-    assert!(status.success(), "rank 0 failed: {out}");
+    assert!(status.success(), "rank 0 failed ({how}, separate hosts: {separate_hosts}): {out}");
     assert!(out.contains("stopped after"), "{out}");
 }
 

@@ -1,24 +1,34 @@
 //! GPU connections: for every connection end a plan uses and this rank lacks, the memory
 //! the other end writes into is allocated here and announced to the peer through the
-//! bootstrap. A receiving end owns the FIFO (tail word, its own counter, then the slots) in
-//! its GPU's memory; a sending end owns the head word and its counter. Each side opens the
-//! other's memory: directly when both ranks are threads of one process (peer access
-//! enabled between their GPUs), through CUDA IPC when they are processes of one host.
+//! bootstrap. Between ranks of one host a receiving end owns the FIFO (tail word, its own
+//! counter, then the slots) in its GPU's memory; a sending end owns the head word and its
+//! counter. Each side opens the other's memory: directly when both ranks are threads of
+//! one process (peer access enabled between their GPUs), through CUDA IPC when they are
+//! processes of one host.
+//!
+//! Between hosts each end is a FIFO of its own in pinned host memory mapped into its GPU
+//! (oxccl_transports::fifo's layout, shared with this rank's network proxy), which the
+//! proxy moves over the Net: the receiving end listens and announces the Net's handle, the
+//! sending end connects to it (in the proxy thread). Only the counter is GPU memory. A Net
+//! that reached GPU memory (NCCL_PTR_CUDA) could take the slots from GPU memory instead;
+//! the socket Net cannot, so the slots are host memory.
+//!
 //! Every rank sends all its announcements before it waits for any, so setup cannot
 //! deadlock; each wait is the bootstrap's (timed, aborted by failures).
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use parking_lot::Mutex;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use oxccl_bootstrap::Bootstrap;
-use oxccl_kernels::device::DevConn;
-use oxccl_transports::fifo::Geometry;
+use oxccl_kernels::device::{conn, DevConn};
+use oxccl_transports::fifo::{self, Geometry, Region};
 
-use super::driver::{Device, DeviceMemory, IpcMemory};
+use super::driver::{Device, DeviceMemory, IpcMemory, MappedHost};
 use super::encode::End;
 use crate::error::{Error, Result};
+use crate::proxy::{Direction, Driver, NetLinks};
 
 /// Bootstrap tags of the announcements (per channel), apart from the host transports'.
 const FIFO_TAG: u64 = 1 << 61;
@@ -26,6 +36,10 @@ const HEAD_TAG: u64 = (1 << 61) | (1 << 40);
 const INBOX_TAG: u64 = (1 << 61) | (1 << 41);
 /// Bytes before the slots of a FIFO (tail, counter; the slots start 128-byte aligned).
 const HEADER: usize = 128;
+/// The first byte of an announcement over the bootstrap: GPU memory to open (a [`Record`]
+/// follows), or a Net listen handle.
+const KIND_PEER: u8 = 1;
+const KIND_NET: u8 = 2;
 
 /// Who announces memory: the process (to tell threads of one process from processes) and
 /// the host (to refuse ranks on other hosts, which the GPU backend cannot reach).
@@ -128,9 +142,27 @@ impl Drop for Local {
 
 struct Opened {
     conn: DevConn,
-    // Field order: the peer's memory is closed before ours is freed.
-    _remote: Remote,
-    _local: Local,
+    memory: EndMemory,
+}
+
+/// What an open connection end holds.
+enum EndMemory {
+    /// Between GPUs of one host. Field order: the peer's memory is closed before ours is
+    /// freed.
+    Peer { _remote: Remote, local: Local },
+    /// Over the network: the FIFO this rank's proxy shares (freed when both let it go: the
+    /// proxy's links are closed before a communicator's memory is freed), and this end's
+    /// counter.
+    Net { region: Arc<Region>, counter: DeviceMemory, bytes: usize },
+}
+
+impl EndMemory {
+    fn bytes(&self) -> usize {
+        match self {
+            EndMemory::Peer { local, .. } => local.bytes,
+            EndMemory::Net { counter, bytes, .. } => counter.bytes + bytes,
+        }
+    }
 }
 
 /// This rank's GPU connection ends.
@@ -161,6 +193,9 @@ pub(crate) struct Setup<'a> {
     pub device: &'a Device,
     pub origin: Origin,
     pub geometry: Geometry,
+    /// Which ranks share this rank's host: the others are reached over `net`.
+    pub same_host: &'a [bool],
+    pub net: &'a NetLinks,
 }
 
 impl Connections {
@@ -172,36 +207,83 @@ impl Connections {
         }
         cx.device.bind()?;
         let fifo_bytes = HEADER + cx.geometry.slots * cx.geometry.slot_bytes;
-        // Announce everything first.
-        let mut local = Vec::with_capacity(new.len());
-        for end in &new {
-            let (link, bytes, tag) = match *end {
-                End::Recv(l) => (l, fifo_bytes, FIFO_TAG),
-                End::Send(l) => (l, HEADER, HEAD_TAG),
+        // Announce everything first: the memory a peer of this host opens, or the Net
+        // handle a peer on another host connects to.
+        let mut pending = Vec::with_capacity(new.len());
+        for &end in &new {
+            let link = end.link();
+            if !cx.same_host[link.peer] {
+                if let End::Recv(_) = end {
+                    let (region, memory) = net_fifo(cx.geometry)?;
+                    let (handle, _) = cx.net.listen(link, region.clone(), Driver::Device)?;
+                    cx.boot.send(link.peer as u32, FIFO_TAG + link.channel as u64, &[&[KIND_NET][..], &handle].concat())?;
+                    pending.push(Pending::Listening(region, memory));
+                } else {
+                    pending.push(Pending::Connecting);
+                }
+                continue;
+            }
+            let (bytes, tag) = match end {
+                End::Recv(_) => (fifo_bytes, FIFO_TAG),
+                End::Send(_) => (HEADER, HEAD_TAG),
             };
             let memory = Local::new(DeviceMemory::zeroed(bytes)?);
             let ipc = memory.ipc_handle()?;
             let record = Record { origin: cx.origin, ordinal: cx.device.ordinal, ptr: memory.ptr, ipc };
-            cx.boot.send(link.peer as u32, tag + link.channel as u64, &record.to_bytes())?;
-            local.push(memory);
+            cx.boot.send(link.peer as u32, tag + link.channel as u64, &[&[KIND_PEER][..], &record.to_bytes()].concat())?;
+            pending.push(Pending::Peer(memory));
         }
         // Then open what the peers announced.
-        for (end, memory) in new.into_iter().zip(local) {
-            let (link, tag) = match end {
-                End::Recv(l) => (l, HEAD_TAG),
-                End::Send(l) => (l, FIFO_TAG),
+        for (end, pending) in new.into_iter().zip(pending) {
+            let link = end.link();
+            let opened = match pending {
+                Pending::Peer(memory) => {
+                    let tag = match end {
+                        End::Recv(_) => HEAD_TAG,
+                        End::Send(_) => FIFO_TAG,
+                    };
+                    let record = Record::from_bytes(announced(&cx.boot.recv(link.peer as u32, tag + link.channel as u64)?, KIND_PEER, link.peer)?, link.peer)?;
+                    let remote = self.open(&record, link.peer, cx)?;
+                    let (mine, theirs) = (memory.ptr, remote.ptr());
+                    let (slot_bytes, slots, peer) = (cx.geometry.slot_bytes as u64, cx.geometry.slots as u32, link.peer as u32);
+                    let conn = match end {
+                        End::Recv(_) => DevConn { slots_base: mine + HEADER as u64, tail: mine, head: theirs, counter: mine + 8, slot_bytes, slots, peer, ..DevConn::default() },
+                        End::Send(_) => DevConn { slots_base: theirs + HEADER as u64, tail: theirs, head: mine, counter: mine + 8, slot_bytes, slots, peer, ..DevConn::default() },
+                    };
+                    tracing::debug!(target: crate::log_target::P2P, "GPU {} {end:?} connected ({})", cx.device.ordinal, if matches!(remote, Remote::Direct(_)) { "same process" } else { "CUDA IPC" });
+                    Opened { conn, memory: EndMemory::Peer { _remote: remote, local: memory } }
+                }
+                Pending::Listening(region, memory) => net_end(end, region, &memory, cx)?,
+                Pending::Connecting => {
+                    let handle = cx.boot.recv(link.peer as u32, FIFO_TAG + link.channel as u64)?;
+                    let handle = announced(&handle, KIND_NET, link.peer)?;
+                    let (region, memory) = net_fifo(cx.geometry)?;
+                    cx.net.connect(link, handle, region.clone(), Driver::Device)?;
+                    net_end(end, region, &memory, cx)?
+                }
             };
-            let record = Record::from_bytes(&cx.boot.recv(link.peer as u32, tag + link.channel as u64)?, link.peer)?;
-            let remote = self.open(&record, link.peer, cx)?;
-            let (mine, theirs) = (memory.ptr, remote.ptr());
-            let conn = match end {
-                End::Recv(_) => DevConn { slots_base: mine + HEADER as u64, tail: mine, head: theirs, counter: mine + 8, slot_bytes: cx.geometry.slot_bytes as u64, slots: cx.geometry.slots as u32, peer: link.peer as u32 },
-                End::Send(_) => DevConn { slots_base: theirs + HEADER as u64, tail: theirs, head: mine, counter: mine + 8, slot_bytes: cx.geometry.slot_bytes as u64, slots: cx.geometry.slots as u32, peer: link.peer as u32 },
-            };
-            tracing::debug!(target: crate::log_target::P2P, "GPU {} {end:?} connected ({})", cx.device.ordinal, if matches!(remote, Remote::Direct(_)) { "same process" } else { "CUDA IPC" });
-            self.ends.insert(end, Opened { conn, _remote: remote, _local: memory });
+            self.ends.insert(end, opened);
         }
         Ok(())
+    }
+
+    /// Messages this rank's kernels posted on its network sending ends that the proxy has
+    /// not sent yet.
+    pub fn net_unsent(&self) -> u64 {
+        self.ends.iter().filter_map(|(end, opened)| match (&opened.memory, end.direction()) {
+            (EndMemory::Net { region, .. }, Direction::Send) => Some(region.in_flight()),
+            _ => None,
+        }).sum()
+    }
+
+    /// Whether this rank has network connection ends.
+    pub fn any_net(&self) -> bool {
+        self.ends.values().any(|o| matches!(o.memory, EndMemory::Net { .. }))
+    }
+
+    /// Whether `end` goes over the network.
+    pub fn is_net(&self, end: &End) -> bool {
+        self.ends.get(end).is_some_and(|o| matches!(o.memory, EndMemory::Net { .. }))
     }
 
     /// Allocates this rank's inbox of `kind` (`bytes`, zeroed, then a table of every
@@ -256,6 +338,9 @@ impl Connections {
     }
 
     fn open(&mut self, record: &Record, peer: usize, cx: &Setup) -> Result<Remote> {
+        if !cx.same_host[peer] {
+            return Err(Error::Internal(format!("rank {peer} is on another host: its GPU memory cannot be opened here")));
+        }
         if record.origin.host != cx.origin.host {
             return Err(Error::invalid(format!("rank {peer} is on another host: the GPU backend connects the ranks of one node only (use the host backend across nodes)")));
         }
@@ -270,14 +355,75 @@ impl Connections {
         Ok(Remote::Direct(record.ptr))
     }
 
-    /// Bytes of GPU memory this rank allocated for its connection ends and inbox.
+    /// Bytes of memory this rank allocated for its connection ends (GPU memory, and the
+    /// network FIFOs' pinned host memory) and inboxes.
     pub fn bytes(&self) -> usize {
-        self.ends.values().map(|o| o._local.bytes).sum::<usize>() + self.inboxes.iter().map(|(_, _, m)| m.bytes).sum::<usize>()
+        self.ends.values().map(|o| o.memory.bytes()).sum::<usize>() + self.inboxes.iter().map(|(_, _, m)| m.bytes).sum::<usize>()
     }
 
     /// The table a launch indexes: the ends in `ends`' order (all connected).
     pub fn table(&self, ends: &[End]) -> Result<Vec<DevConn>> {
         ends.iter().map(|e| self.ends.get(e).map(|o| o.conn).ok_or_else(|| Error::Internal(format!("{e:?} is not connected")))).collect()
+    }
+}
+
+/// An end announced and not yet opened.
+enum Pending {
+    /// Between GPUs of one host: this end's memory, announced.
+    Peer(Local),
+    /// A network receiving end listening on its FIFO.
+    Listening(Arc<Region>, MappedFifo),
+    /// A network sending end, to connect once the peer's handle is here.
+    Connecting,
+}
+
+/// The mapped host memory of a network FIFO: host and device addresses of its start.
+#[derive(Clone, Copy)]
+struct MappedFifo {
+    device: u64,
+}
+
+/// A network FIFO of `geometry` in pinned host memory mapped into the GPU (the context is
+/// current), owned by the region.
+fn net_fifo(geometry: Geometry) -> Result<(Arc<Region>, MappedFifo)> {
+    let bytes = geometry.region_bytes();
+    let memory = MappedHost::zeroed(bytes.div_ceil(4))?;
+    let (host, device) = (memory.host(), memory.device);
+    // SAFETY: the mapping is page-aligned and holds the header page and the slots
+    // (region_bytes); it lives in the region's owner, and only the region's two ends touch
+    // it: this rank's proxy and its kernels, through the FIFO protocol.
+    let region = unsafe { Region::lent(geometry, host, host.add(fifo::HEADER_BYTES), Box::new(memory)) }.map_err(|e| Error::Transport(e.to_string()))?;
+    Ok((region, MappedFifo { device }))
+}
+
+/// The open network end `end` over `region` (mapped at `memory`).
+fn net_end(end: End, region: Arc<Region>, memory: &MappedFifo, cx: &Setup) -> Result<Opened> {
+    let counter = DeviceMemory::zeroed(8)?;
+    let base = memory.device;
+    let geometry = cx.geometry;
+    let conn = DevConn {
+        slots_base: base + fifo::HEADER_BYTES as u64,
+        tail: base + fifo::TAIL_OFFSET as u64,
+        head: base + fifo::HEAD_OFFSET as u64,
+        counter: counter.ptr,
+        // The proxy sends what the kernel posted: it needs each message's size.
+        sizes: if matches!(end, End::Send(_)) { base + fifo::SIZES_OFFSET as u64 } else { 0 },
+        slot_bytes: geometry.stride() as u64,
+        slots: geometry.slots as u32,
+        peer: end.link().peer as u32,
+        flags: conn::HOST,
+        _pad: 0,
+    };
+    tracing::debug!(target: crate::log_target::P2P, "GPU {} {end:?} connected (network, through the proxy)", cx.device.ordinal);
+    Ok(Opened { conn, memory: EndMemory::Net { region, counter, bytes: geometry.region_bytes() } })
+}
+
+/// The payload of an announcement that must be of `kind`, or an error naming the peer.
+fn announced(message: &[u8], kind: u8, peer: usize) -> Result<&[u8]> {
+    match message.split_first() {
+        Some((&k, rest)) if k == kind => Ok(rest),
+        Some((&k, _)) => Err(Error::Transport(format!("rank {peer} announced a connection of kind {k}, expected {kind} (one of the two sees the other on its host, the other not: NCCL_HOSTID differs?)"))),
+        None => Err(Error::Transport(format!("rank {peer} announced an empty connection"))),
     }
 }
 

@@ -363,6 +363,11 @@ impl MappedHost {
         Ok(MappedHost { memory, device, ints })
     }
 
+    /// The host address of its first byte.
+    pub fn host(&self) -> *mut u8 {
+        self.memory.ptr
+    }
+
     fn int(&self, i: usize) -> *mut i32 {
         assert!(i < self.ints);
         // SAFETY: in bounds (checked above).

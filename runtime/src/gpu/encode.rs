@@ -15,6 +15,21 @@ pub(crate) enum End {
     Send(Link),
 }
 
+impl End {
+    pub fn link(&self) -> Link {
+        match *self {
+            End::Recv(l) | End::Send(l) => l,
+        }
+    }
+
+    pub fn direction(&self) -> crate::proxy::Direction {
+        match self {
+            End::Recv(_) => crate::proxy::Direction::Recv,
+            End::Send(_) => crate::proxy::Direction::Send,
+        }
+    }
+}
+
 /// Lanes ready to upload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Encoded {

@@ -1,6 +1,13 @@
 //! Making a [`GpuBackend`]: the GPU's settings, the watcher thread that stops kernels when
 //! a peer fails, and every connection and inbox a call can use, set up with the peers
 //! before the first call.
+//!
+//! Across hosts (some rank on another host, OXCCL_GPU_ACROSS_HOSTS=kernels) the
+//! connections to other hosts' ranks go over the network (conns.rs), at most
+//! OXCCL_GPU_NET_CHANNELS channels, and the one-hop LL paths (inboxes in the peers' GPU
+//! memory) are not set up: every call runs the executor kernel. The `gone` flags are then
+//! mapped host memory that the watcher raises for peers that left (the bootstrap says so)
+//! and stayed gone for `NET_LEFT_GRACE`, as the host path waits for their last bytes.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,6 +25,7 @@ use super::driver::{Device, DeviceMemory, MappedHost};
 use super::encode::End;
 use super::staged::Staged;
 use super::{Direct, GpuBackend, Inner, P2pLl, Protocols, State, FLAG_WORDS, ONE_WORD};
+use oxccl_bootstrap::config::AcrossHosts;
 use crate::algo;
 use crate::comm::core::Core;
 use crate::comm::{host_id, Memory};
@@ -44,10 +52,18 @@ impl GpuBackend {
         if sharing_here > 1 {
             warn_streams_may_share_queues(device.ordinal, sharing_here);
         }
-        let mine = config.max_channels.clamp(1, 64).min((device.multiprocessors()? / sharing).max(1));
+        let across_hosts = core.same_host.iter().any(|&same| !same);
+        let net_kernels = across_hosts && config.gpu_across_hosts == AcrossHosts::Kernels;
+        let mut mine = config.max_channels.clamp(1, 64).min((device.multiprocessors()? / sharing).max(1));
+        if net_kernels {
+            // Each channel has network connections of its own: a few carry what the Net
+            // can (docs/PERFORMANCE.md).
+            mine = mine.min(config.gpu_net_channels);
+        }
         let max_channels = agree_on_max_channels(&core, mine)?;
         let min_channels = config.min_channels.clamp(1, max_channels);
-        let protocols = Protocols::new(&crate::tune::Tuner::new(None, config.proto.as_deref())?);
+        let tuner = crate::tune::Tuner::new(config.algo.as_deref(), config.proto.as_deref())?;
+        let protocols = Protocols::new(&tuner);
         let inner = Arc::new(Inner {
             arch,
             toolchain,
@@ -59,7 +75,9 @@ impl GpuBackend {
             direct: std::sync::OnceLock::new(),
             p2p_ll: std::sync::OnceLock::new(),
             gone: std::sync::OnceLock::new(),
+            departures: std::sync::OnceLock::new(),
             protocols,
+            tuner,
             state: Mutex::new(State::default()),
             flags: {
                 let flags = MappedHost::zeroed(FLAG_WORDS)?;
@@ -78,10 +96,14 @@ impl GpuBackend {
             .name(format!("oxccl-gpu-watch-{}", core.rank))
             .spawn(move || {
                 let mut announced = false;
+                let mut departed: Vec<(u32, std::time::Instant)> = Vec::new();
                 while !watched.stop.load(Ordering::Acquire) {
                     if let Err(e) = watching.health() {
                         watched.fail(e);
                         return;
+                    }
+                    if let Some(gone) = watched.departures.get() {
+                        raise_gone_flags(gone, &watching.boot.departed(), &mut departed);
                     }
                     if let Some(Error::PeerFailed { rank, reason }) = watched.kernel_stop().and_then(|stop| watched.stop_error(&stop)).filter(|_| !announced) {
                         announced = true;
@@ -91,10 +113,9 @@ impl GpuBackend {
                 }
             })
             .map_err(|e| Error::Internal(format!("starting the GPU watcher thread: {e}")))?;
-        if core.same_host.iter().any(|&same| !same) {
-            // Some ranks are on other hosts, which the GPU connections cannot reach: every
-            // operation is staged through host memory and run by the host data path (a
-            // host-memory communicator over the same core).
+        if across_hosts && !net_kernels {
+            // OXCCL_GPU_ACROSS_HOSTS=staged: every operation is staged through host memory
+            // and run by the host data path (a host-memory communicator over the same core).
             let gone = DeviceMemory::zeroed(core.nranks * 4)?;
             let _ = inner.gone.set(gone.ptr);
             inner.state.lock().gone = Some(gone);
@@ -106,6 +127,15 @@ impl GpuBackend {
         let dev = GpuBackend { inner, watcher: Some(watcher), core, staged: None };
         dev.connect_all()?;
         let (limit, n) = (dev.core.config.gpu_direct_bytes, dev.nranks());
+        if across_hosts {
+            // No peer on another host reaches this GPU's memory: the flags are host memory
+            // the watcher raises.
+            let gone = MappedHost::zeroed(n)?;
+            let _ = dev.inner.gone.set(gone.device);
+            let _ = dev.inner.departures.set(gone);
+            tracing::info!(target: crate::log_target::INIT, "rank {}: GPU {} ({arch}), ranks on other hosts over the network (kernels and the proxy), up to {max_channels} channels", dev.rank(), dev.inner.device.ordinal);
+            return Ok(dev);
+        }
         // A u32 per rank, which that rank raises in its peers' memory when it leaves.
         let (gone, _) = dev.inner.state.lock().conns.inboxes(Inbox::Gone, n * 4, &dev.setup())?;
         let _ = dev.inner.gone.set(gone);
@@ -167,7 +197,23 @@ impl GpuBackend {
     /// What connecting needs: the bootstrap, the GPU, who this rank is, the FIFO shape.
     pub(super) fn setup(&self) -> Setup<'_> {
         let inner = &self.inner;
-        Setup { boot: &self.core.boot, device: &inner.device, origin: inner.origin, geometry: inner.geometry }
+        Setup { boot: &self.core.boot, device: &inner.device, origin: inner.origin, geometry: inner.geometry, same_host: &self.core.same_host, net: &self.core.net }
+    }
+}
+
+/// Raises, in `gone` (a u32 per rank), the flag of every peer that has been in `now_departed`
+/// (the bootstrap's departed ranks) for [`NET_LEFT_GRACE`](crate::host::exec::NET_LEFT_GRACE):
+/// what it sent had time to land. `seen` remembers when each was first seen.
+fn raise_gone_flags(gone: &MappedHost, now_departed: &[u32], seen: &mut Vec<(u32, std::time::Instant)>) {
+    for &rank in now_departed {
+        if !seen.iter().any(|(r, _)| *r == rank) {
+            seen.push((rank, std::time::Instant::now()));
+        }
+    }
+    for &(rank, since) in seen.iter() {
+        if since.elapsed() >= crate::host::exec::NET_LEFT_GRACE && gone.get(rank as usize) == 0 {
+            gone.set(rank as usize, 1);
+        }
     }
 }
 

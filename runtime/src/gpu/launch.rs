@@ -23,7 +23,7 @@ impl Inner {
     /// # Safety
     /// As [`GpuBackend::enqueue`]: the buffers and stream are the caller's contract.
     pub(super) unsafe fn launch(&self, loaded: &Loaded, plan: &Plan, send: u64, recv: u64, scale: Option<f64>, stream: CUstream) -> Result<()> {
-        let &Plan::Steps { lanes, conns, bounds, steps } = plan else { return Err(Error::Internal("the executor kernel launched with a point-to-point LL plan".into())) };
+        let &Plan::Steps { lanes, conns, bounds, steps, .. } = plan else { return Err(Error::Internal("the executor kernel launched with a point-to-point LL plan".into())) };
         let mut args = DevArgs {
             steps,
             bounds,

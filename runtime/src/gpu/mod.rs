@@ -61,6 +61,8 @@ pub use cudarc::driver::sys::CUstream;
 pub use driver::{device_count, Stream};
 
 use conns::{Connections, Inbox, Origin};
+use encode::End;
+use crate::proxy::Direction;
 use oxccl_transports::fifo::Geometry;
 use driver::{Device, DeviceMemory, Event, Function, MappedHost, Module};
 use arena::Arena;
@@ -145,8 +147,13 @@ struct Inner {
     p2p_ll: std::sync::OnceLock<P2pLl>,
     /// This rank's `gone` flags (`DevWatch::gone`), set at init.
     gone: std::sync::OnceLock<u64>,
+    /// Across hosts: the `gone` flags themselves, in mapped host memory that the watcher
+    /// raises for peers that left.
+    departures: std::sync::OnceLock<MappedHost>,
     /// What NCCL_PROTO allows, per collective (read once: launches only look it up).
     protocols: Protocols,
+    /// NCCL_ALGO and the cost model, for the choice of algorithm across hosts.
+    tuner: crate::tune::Tuner,
     state: Mutex<State>,
     flags: MappedHost,
     stop: AtomicBool,
@@ -276,8 +283,10 @@ impl CacheKey {
 
 /// A plan in GPU memory.
 enum Plan {
-    /// For the executor kernel: the connection table, the lanes' bounds, then the steps.
-    Steps { lanes: u32, conns: u64, bounds: u64, steps: u64 },
+    /// For the executor kernel: the connection table, the lanes' bounds, then the steps;
+    /// and how many messages each of its network ends carries per launch (announced to the
+    /// proxy before each launch).
+    Steps { lanes: u32, conns: u64, bounds: u64, steps: u64, net: Vec<(algo::Link, Direction, u64)> },
     /// For the point-to-point LL kernel: its lanes (`DevP2pLane`), then their messages.
     Messages { lanes: u32, at: u64, msgs: u64 },
 }
@@ -343,6 +352,7 @@ impl GpuBackend {
             Route::Exchange => self.launch_group(&p2p::exchange_ops(collective, send, recv, count * esize, root, rank, n), stream)?,
             Route::Schedule { shape, algorithm } => {
                 let plan = self.plan(PlanKey { collective, count, esize, root }, shape, algorithm)?;
+                self.announce(&plan, algorithm.sends_independently(collective, n));
                 inner.launch(&loaded, &plan, send, recv, scale, stream)?;
             }
             Route::Staged => return Err(Error::Internal("a call routed through host memory on a communicator with no staging".into())),
@@ -505,7 +515,7 @@ impl GpuBackend {
 
     /// Encodes `lanes`, connects what they use, and uploads them into the arena (cached).
     fn upload(&self, key: CacheKey, lanes: &[Vec<algo::Step>], esize: usize) -> Result<Arc<Plan>> {
-        let inner = &self.inner;
+        let (inner, encoded_lanes) = (&self.inner, lanes);
         let encoded = encode::encode(lanes, esize, inner.geometry.slot_bytes)?;
         let mut state = inner.state.lock();
         state.conns.ensure(&encoded.ends, &self.setup())?;
@@ -519,7 +529,28 @@ impl GpuBackend {
         image.resize(conn_bytes + bounds_bytes, 0);
         image.extend_from_slice(bytemuck::cast_slice::<DevStep, u8>(&encoded.steps));
         let lanes = encoded.lanes() as u32;
-        inner.store(state, key, &image, |base| Plan::Steps { lanes, conns: base, bounds: base + conn_bytes as u64, steps: base + (conn_bytes + bounds_bytes) as u64 })
+        let mut net: Vec<(algo::Link, Direction, u64)> = Vec::new();
+        for step in encoded_lanes.iter().flatten() {
+            let ends = step.receives().map(End::Recv).into_iter().chain(step.sends().map(End::Send));
+            for end in ends.filter(|e| state.conns.is_net(e)) {
+                match net.iter_mut().find(|(l, d, _)| *l == end.link() && *d == end.direction()) {
+                    Some(entry) => entry.2 += 1,
+                    None => net.push((end.link(), end.direction(), 1)),
+                }
+            }
+        }
+        inner.store(state, key, &image, |base| Plan::Steps { lanes, conns: base, bounds: base + conn_bytes as u64, steps: base + (conn_bytes + bounds_bytes) as u64, net })
+    }
+
+    /// Tells the proxy how many messages `plan`'s launch moves over each network end:
+    /// `independent` when every sender sends without waiting for its receiver (the proxy
+    /// may then post the receives together).
+    fn announce(&self, plan: &Plan, independent: bool) {
+        if let Plan::Steps { net, .. } = plan {
+            for &(link, direction, messages) in net {
+                self.core.net.announce(link, direction, messages, independent);
+            }
+        }
     }
 
     /// Remembers `stream`'s last launch (to wait for before freeing memory).

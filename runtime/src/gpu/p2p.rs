@@ -94,6 +94,8 @@ impl GpuBackend {
                 let lanes = self.p2p_lanes(key.transfers());
                 self.upload(key, &lanes, 1)
             })?;
+            // Sends and receives never wait for the other side's other messages.
+            self.announce(&plan, true);
             inner.launch(&loaded, &plan, send_base, recv_base, None, stream)?;
         }
         Ok(())

@@ -52,7 +52,19 @@ impl GpuBackend {
                 inner.direct.get().map_or(0, |d| d.limit)
             )));
         }
-        let algorithm = if exchanges { Algorithm::Direct } else { Algorithm::Ring };
+        let algorithm = if exchanges {
+            Algorithm::Direct
+        } else if inner.departures.get().is_some() {
+            // Across hosts: the cost model's choice for the network (the ring, or the
+            // direct exchange's fewer hops for small calls), among what init connected.
+            let cost = crate::tune::CostInput { bytes, nranks: n, net: true, oversubscribed: false };
+            match inner.tuner.choose(collective, &cost)? {
+                Algorithm::Tree => Algorithm::Ring,
+                chosen => chosen,
+            }
+        } else {
+            Algorithm::Ring
+        };
         let channels = match algorithm {
             Algorithm::Direct => inner.channels(bytes).min(inner.direct_channels(n)),
             _ => inner.channels(bytes),

@@ -14,6 +14,10 @@ impl Drop for GpuBackend {
     fn drop(&mut self) {
         let healthy = self.inner.failure.lock().is_none();
         let mut finished = self.inner.drain(if healthy { self.inner.timeout } else { Duration::ZERO });
+        let net = self.inner.state.lock().conns.any_net();
+        if finished && healthy && net && !self.flush_net_sends(Duration::from_secs(5)) {
+            tracing::warn!(target: crate::log_target::INIT, "rank {}: the proxy had not sent everything this rank's kernels posted within 5 s", self.core.rank);
+        }
         if finished {
             // Nothing more will come from this rank: a peer's kernel still waiting for it
             // (the ranks' calls differ) stops now rather than at the collective timeout.
@@ -44,21 +48,29 @@ impl Drop for GpuBackend {
             return;
         }
         if !healthy {
-            // Aborted or failed: nobody is waited for.
+            // Aborted or failed: nobody is waited for. The network links go first (their
+            // FIFOs are this memory), then the memory with the last handle.
             if let Some(staged) = staged {
                 staged.abandon();
+            }
+            if net && !self.core.net.close(Duration::from_secs(5)) {
+                tracing::error!(target: crate::log_target::INIT, "rank {}: the proxy did not let go of the network links; leaking their memory", core.rank);
+                std::mem::forget(std::mem::take(&mut *self.inner.state.lock()));
             }
             return;
         }
         // Peers may still write heads and tails into this rank's memory until their own
         // kernels end: meet them (a timed barrier that fails fast on a dead peer) before
         // freeing it — on a thread of its own, so that destroy returns at once and one
-        // thread may destroy every rank of a job in turn (as with NCCL). Staged, no peer
-        // reaches this rank's GPU memory: nobody is met (a peer still waiting for this rank
-        // in the host path then learns at once that it left).
+        // thread may destroy every rank of a job in turn (as with NCCL). Staged, or with no
+        // peer on this host, no peer reaches this rank's GPU memory: nobody is met (a peer
+        // still waiting for this rank then learns soon that it left: the host path or the
+        // watcher's `gone` flags, after the network's grace).
         let state = std::mem::take(&mut *self.inner.state.lock());
         let inner = self.inner.clone();
-        let meet = staged.is_none();
+        // Only peers of this host write into this rank's GPU memory (over the network the
+        // proxy does, and its links are closed below).
+        let meet = staged.is_none() && self.core.same_host.iter().enumerate().any(|(r, &same)| same && r != self.core.rank);
         let pending = Teardown::begin();
         let reaper = std::thread::Builder::new().name("oxccl-gpu-teardown".into()).spawn(move || {
             let _pending = pending;
@@ -67,6 +79,13 @@ impl Drop for GpuBackend {
                 if let Err(e) = core.boot.barrier() {
                     tracing::warn!(target: crate::log_target::INIT, "rank {rank}: GPU teardown barrier failed: {e}");
                 }
+            }
+            // The network links go before their FIFOs' memory (freed below, here, not by a
+            // proxy thread that other communicators need).
+            if net && !core.net.close(Duration::from_secs(5)) {
+                tracing::error!(target: crate::log_target::INIT, "rank {rank}: the proxy did not let go of the network links; leaking their memory");
+                std::mem::forget(state);
+                return;
             }
             let _ = inner.device.bind();
             // Staged: the communicator goes first (its staging host communicator, then with
@@ -85,6 +104,21 @@ impl Drop for GpuBackend {
         if let Err(e) = reaper {
             tracing::warn!(target: crate::log_target::INIT, "no GPU teardown thread ({e}): the connection memory is leaked");
         }
+    }
+}
+
+impl GpuBackend {
+    /// Waits up to `limit` until the proxy has sent everything this rank's kernels posted on
+    /// its network connections (the kernels have ended); whether it has.
+    fn flush_net_sends(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while self.inner.state.lock().conns.net_unsent() > 0 {
+            if Instant::now() >= deadline || self.core.health().is_err() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        true
     }
 }
 

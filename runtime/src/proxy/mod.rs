@@ -141,6 +141,26 @@ impl NetLinks {
         self.links.lock().contains_key(&(*link, direction))
     }
 
+    /// Drops every link of this communicator (their comms closed, their FIFOs let go) and
+    /// waits up to `limit` until the proxy threads did; whether they did. The memory of
+    /// FIFOs lent to links (pinned host memory, whose freeing waits for the GPU) is then
+    /// freed by its other holder, never by a proxy thread that other communicators need.
+    pub fn close(&self, limit: Duration) -> bool {
+        self.shared.closed.store(true, Ordering::Release);
+        for proxy in self.proxies.get().map_or(&[][..], |p| &p.threads[..]) {
+            proxy.wake();
+        }
+        let deadline = Instant::now() + limit;
+        // Each live link holds a clone of `shared`.
+        while Arc::strong_count(&self.shared.closed) > 1 {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        true
+    }
+
     /// The first failure of any of this communicator's links.
     pub fn check(&self) -> Result<()> {
         match &*self.shared.failure.lock() {
@@ -543,4 +563,105 @@ fn progress_all(links: &mut Vec<Box<dyn Progress>>, now: Instant) -> bool {
 
 fn transport(e: oxccl_transports::Error) -> Error {
     Error::Transport(e.to_string())
+}
+
+#[cfg(test)]
+mod device_tests {
+    //! The NET transport's host side with threads playing the GPU kernels: FIFOs in lent
+    //! memory spoken through raw addresses and the header offsets (as `DevConn` gives a
+    //! kernel), moved by the real proxy threads over the real socket Net on loopback. A
+    //! kernel never wakes the proxy: the proxy must poll while work is announced.
+
+    use super::*;
+    use oxccl_transports::fifo::{self, Geometry};
+    use oxccl_transports::net::socket::SocketNet;
+    use std::sync::atomic::{AtomicU32, AtomicU64};
+
+    #[repr(C, align(64))]
+    #[derive(Clone, Copy)]
+    struct Line([u8; 64]);
+
+    /// A lent FIFO and the addresses a kernel would be given.
+    fn lent(geometry: Geometry) -> (Arc<Region>, usize, usize) {
+        let header = vec![Line([0; 64]); fifo::HEADER_BYTES / 64].into_boxed_slice();
+        let slots = vec![Line([0; 64]); geometry.slots * geometry.stride() / 64].into_boxed_slice();
+        let (h, s) = (header.as_ptr() as usize, slots.as_ptr() as usize);
+        // SAFETY: the boxes live in the owner, which outlives the region; the region's ends
+        // (the proxy, and a test thread through the offsets) follow the FIFO protocol.
+        let region = unsafe { Region::lent(geometry, h as *mut u8, s as *mut u8, Box::new((header, slots))) }.unwrap();
+        (region, h, s)
+    }
+
+    fn word(base: usize, offset: usize) -> &'static AtomicU64 {
+        // SAFETY: an 8-byte aligned counter inside a live region's header (the test holds
+        // the region until its threads are joined).
+        unsafe { &*((base + offset) as *const AtomicU64) }
+    }
+
+    fn byte(message: u64, i: usize) -> u8 {
+        (message as usize * 131 + i * 7) as u8
+    }
+
+    fn run(max_recvs: usize, independent: bool) {
+        let geometry = Geometry { slots: 8, slot_bytes: 4096 };
+        let net = Arc::new(SocketNet::with_max_recvs("127.0.0.1".parse().unwrap(), max_recvs));
+        let (sender, receiver) = (NetLinks::new(net.clone(), 2, Duration::from_secs(30)), NetLinks::new(net.clone(), 2, Duration::from_secs(30)));
+        let link = Link { peer: 0, channel: 7 };
+        let (rx_region, rx_header, rx_slots) = lent(geometry);
+        let (tx_region, tx_header, tx_slots) = lent(geometry);
+        let (handle, _) = receiver.listen(link, rx_region.clone(), Driver::Device).unwrap();
+        sender.connect(link, &handle, tx_region.clone(), Driver::Device).unwrap();
+        let messages = 500u64;
+        sender.announce(link, Direction::Send, messages, independent);
+        receiver.announce(link, Direction::Recv, messages, independent);
+        let stride = geometry.stride();
+        let kernel_send = std::thread::spawn(move || {
+            let (tail, head) = (word(tx_header, fifo::TAIL_OFFSET), word(tx_header, fifo::HEAD_OFFSET));
+            for m in 0..messages {
+                while m + 1 > head.load(Ordering::Acquire) + geometry.slots as u64 {
+                    std::hint::spin_loop();
+                }
+                let slot = (tx_slots + (m % geometry.slots as u64) as usize * stride) as *mut u8;
+                let len = 1 + (m as usize * 37) % geometry.slot_bytes;
+                // SAFETY: slot m is free (the head says so) and within the slots.
+                unsafe { (0..len).for_each(|i| *slot.add(i) = byte(m, i)) };
+                // SAFETY: sizes are u32s at SIZES_OFFSET, one per slot.
+                unsafe { (*((tx_header + fifo::SIZES_OFFSET) as *const AtomicU32).add((m % geometry.slots as u64) as usize)).store(len as u32, Ordering::Relaxed) };
+                tail.store(m + 1, Ordering::Release);
+            }
+        });
+        let (tail, head) = (word(rx_header, fifo::TAIL_OFFSET), word(rx_header, fifo::HEAD_OFFSET));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for m in 0..messages {
+            while tail.load(Ordering::Acquire) < m + 1 {
+                receiver.check().unwrap();
+                sender.check().unwrap();
+                assert!(Instant::now() < deadline, "message {m} did not come (max_recvs {max_recvs})");
+                std::hint::spin_loop();
+            }
+            let slot = (rx_slots + (m % geometry.slots as u64) as usize * stride) as *const u8;
+            let len = 1 + (m as usize * 37) % geometry.slot_bytes;
+            // SAFETY: slot m is filled (the tail says so) and within the slots.
+            let bad = unsafe { (0..len).find(|&i| *slot.add(i) != byte(m, i)) };
+            assert_eq!(bad, None, "message {m} corrupted (max_recvs {max_recvs})");
+            head.store(m + 1, Ordering::Release);
+        }
+        kernel_send.join().unwrap();
+        // Every link let go before the memory goes.
+        assert!(sender.close(Duration::from_secs(5)) && receiver.close(Duration::from_secs(5)));
+        assert_eq!((Arc::strong_count(&tx_region), Arc::strong_count(&rx_region)), (1, 1), "the proxy still holds a FIFO");
+        let stats = net.stats().snapshot();
+        if independent && max_recvs > 1 {
+            assert!(stats.irecv_grouped > 0, "{stats:?}");
+        } else {
+            assert_eq!(stats.irecv_grouped, 0, "{stats:?}");
+        }
+    }
+
+    #[test]
+    fn kernel_driven_fifos_over_the_socket_net() {
+        run(1, false);
+        run(8, true);
+        run(8, false);
+    }
 }
