@@ -15,6 +15,8 @@
 //!
 //! See docs/BOOTSTRAP.md for the protocol, the unique id's layout and the refusals.
 
+#![forbid(unsafe_code)]
+
 pub mod agree;
 mod bootstrap;
 pub mod config;

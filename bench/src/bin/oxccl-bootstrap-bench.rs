@@ -9,6 +9,8 @@
 //! oxccl-bootstrap-bench [--sizes 2,4,8,16,32,64] [--repeat 5] [--threads]
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

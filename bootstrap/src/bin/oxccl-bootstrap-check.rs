@@ -6,6 +6,8 @@
 //! `--die-after-bootstrap R`: rank R kills itself (SIGKILL) right after joining; the other
 //! ranks must then report its failure by name (exit code 3 when they do).
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use oxccl_bootstrap::{log, Bootstrap, Config, Error, NOCOLOR};
@@ -34,8 +36,7 @@ fn main() -> ExitCode {
         }
     };
     if die == Some(boot.rank()) {
-        // SAFETY: raising a signal at ourselves has no memory-safety preconditions.
-        unsafe { libc::raise(libc::SIGKILL) };
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
     }
     match check(&boot) {
         Ok(summary) => {
