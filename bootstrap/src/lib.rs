@@ -17,6 +17,7 @@
 
 #![forbid(unsafe_code)]
 
+mod abort;
 pub mod agree;
 mod bootstrap;
 pub mod config;
@@ -34,6 +35,7 @@ mod sock;
 pub mod spawn;
 pub mod wire;
 
+pub use abort::AbortFlag;
 pub use bootstrap::{Bootstrap, RESERVED_TAGS};
 pub use config::{Config, ConfigBuilder};
 pub use error::{Error, Result};

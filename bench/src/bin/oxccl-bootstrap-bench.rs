@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
-use oxccl_bootstrap::{config::process_env, Bootstrap, Config};
+use oxccl_bootstrap::{config::process_env, AbortFlag, Bootstrap, Config};
 
 #[derive(Parser)]
 #[command(about = "Bootstrap latency for N local ranks")]
@@ -116,7 +116,7 @@ fn run_threads(n: u32, config: &Config) -> Result<(f64, f64), Box<dyn std::error
         .map(|rank| {
             let config = config.clone();
             std::thread::spawn(move || -> Result<(Duration, Bootstrap), oxccl_bootstrap::Error> {
-                let boot = Bootstrap::init(&id, rank, n, &config)?;
+                let boot = Bootstrap::init(&id, rank, n, &config, AbortFlag::new())?;
                 boot.barrier()?;
                 Ok((start.elapsed(), boot))
             })
