@@ -12,6 +12,8 @@
 //! mpirun -np 4 target/release/examples/allreduce            # one rank per MPI process
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 

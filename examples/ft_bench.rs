@@ -29,10 +29,14 @@
 //! one): the C program beside this benchmark is built with its `mpicc` and run with
 //! `mpirun --with-ft ulfm`. Otherwise only oxccl's figures are printed, saying so.
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
+use nix::sys::signal::{self, Signal};
+use nix::unistd::Pid;
 use oxccl::bootstrap::{spawn, Config};
 use oxccl::runtime::{Communicator, ReduceOp};
 
@@ -64,10 +68,8 @@ fn main() -> ExitCode {
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 fn now_ns() -> i64 {
-    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: a valid timespec to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
-    t.tv_sec * 1_000_000_000 + t.tv_nsec
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC is always readable");
+    t.tv_sec() * 1_000_000_000 + t.tv_nsec()
 }
 
 /// One rank of an oxccl job (`--rank kill`, `revoke`, `abort-stop` or `abort-kill`),
@@ -91,8 +93,8 @@ fn rank(mode: &str) -> Result<()> {
                     println!("kill_at {}", now_ns());
                     use std::io::Write;
                     std::io::stdout().flush()?;
-                    // SAFETY: kills this process, as a crash would.
-                    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+                    // Kills this process, as a crash would.
+                    let _ = signal::kill(Pid::this(), Signal::SIGKILL);
                 }
                 if comm.all_reduce(&send, &mut recv, ReduceOp::Sum).is_err() {
                     println!("detect_at {}", now_ns());
@@ -144,8 +146,8 @@ fn abort_rank(comm: &Communicator, stop: bool) -> Result<()> {
     let fault_at = at[0];
     if me == n / 2 {
         sleep_until(fault_at);
-        // SAFETY: stops or kills this process; a stopped one is killed by the bench.
-        unsafe { libc::kill(libc::getpid(), if stop { libc::SIGSTOP } else { libc::SIGKILL }) };
+        // Stops or kills this process; a stopped one is killed by the bench.
+        let _ = signal::kill(Pid::this(), if stop { Signal::SIGSTOP } else { Signal::SIGKILL });
         return Ok(());
     }
     let abort_at = fault_at + if stop { ABORT_AFTER_STOP_NS } else { 0 };
@@ -346,8 +348,8 @@ fn kill_when_others_exit(pids: Vec<u32>, victim: usize) -> std::thread::JoinHand
         while std::time::Instant::now() < deadline && !pids.iter().enumerate().all(|(r, &p)| r == victim || exited(p)) {
             std::thread::sleep(Duration::from_millis(10));
         }
-        // SAFETY: kill has no memory preconditions; the pid is this job's child, not yet reaped.
-        unsafe { libc::kill(pids[victim] as i32, libc::SIGKILL) };
+        // The pid is this job's child, not yet reaped.
+        let _ = signal::kill(Pid::from_raw(pids[victim] as i32), Signal::SIGKILL);
     })
 }
 
@@ -409,8 +411,7 @@ impl Ulfm {
         let run = |mode: &str| -> Result<String> {
             let mut cmd = Command::new(&self.mpirun);
             cmd.args(["--with-ft", "ulfm", "--oversubscribe", "-np", &n.to_string()]);
-            // SAFETY: geteuid has no preconditions.
-            if unsafe { libc::geteuid() } == 0 {
+            if nix::unistd::geteuid().is_root() {
                 cmd.arg("--allow-run-as-root");
             }
             cmd.arg(&self.program).arg(mode);

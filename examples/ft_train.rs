@@ -24,6 +24,8 @@
 //! not depend on how the samples are divided among the ranks: the survivors must produce
 //! exactly the checksum of a run that lost no rank.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -106,8 +108,7 @@ fn train(mut comm: Communicator, args: &Args, mut step: u64, mut checksum: u64) 
     let mut before_last = checksum;
     while step < args.steps {
         if args.kill_rank == Some(me) && step == args.kill_at_step && !lost_one {
-            // SAFETY: raising a signal at ourselves has no memory-safety preconditions.
-            unsafe { libc::raise(libc::SIGKILL) };
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
         }
         // This rank's share of the batch: samples j with j % nranks == rank.
         let (n, r) = (comm.nranks() as u64, comm.rank() as u64);

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::abort::AbortFlag;
 use crate::agree::{AgreeMessage, Agreement, Outcome};
 use crate::config::Config;
 use crate::endpoint::{Endpoint, Limits};
@@ -51,9 +52,10 @@ pub struct Bootstrap {
     creating: AtomicBool,
     shrinks: AtomicU64,
     agreements: AtomicU64,
-    /// Shared with whoever may abort the creation of this bootstrap (see
-    /// [`Bootstrap::init_abortable`]).
-    aborted: Arc<AtomicBool>,
+    /// Shared with whoever may abort the creation of this bootstrap (the flag given to
+    /// [`Bootstrap::init`], [`Bootstrap::grow`], [`Bootstrap::split`] or
+    /// [`Bootstrap::shrink`]); raised by [`Bootstrap::abort`].
+    aborted: AbortFlag,
 }
 
 impl Bootstrap {
@@ -91,36 +93,32 @@ impl Bootstrap {
     ///
     /// Rank 0 serves the root itself when the id's root is not served by this process and
     /// its address can be bound here (ids from `NCCL_COMM_ID` and launchers).
-    pub fn init(id: &UniqueId, rank: u32, nranks: u32, config: &Config) -> Result<Bootstrap> {
-        Bootstrap::init_abortable(id, rank, nranks, config, Arc::new(AtomicBool::new(false)))
-    }
-
-    /// [`Bootstrap::init`] that another thread can stop: setting `abort` ends every wait of
-    /// the join (the root's answer, connections, later exchanges) with
-    /// [`Error::Aborted`] within about 100 ms. The bootstrap keeps `abort` as its abort
-    /// flag ([`Bootstrap::abort`] sets it).
-    pub fn init_abortable(id: &UniqueId, rank: u32, nranks: u32, config: &Config, abort: Arc<AtomicBool>) -> Result<Bootstrap> {
+    ///
+    /// Raising `abort` (from another thread) ends every wait of the join (the root's
+    /// answer, connections, later exchanges) with [`Error::Aborted`] within about 100 ms.
+    /// The bootstrap keeps `abort` as its abort flag ([`Bootstrap::abort`] raises it).
+    /// Pass `AbortFlag::new()` when nothing else will abort the join.
+    pub fn init(id: &UniqueId, rank: u32, nranks: u32, config: &Config, abort: AbortFlag) -> Result<Bootstrap> {
         Bootstrap::join(id, rank, nranks, config, abort, None)
     }
 
     /// Joins `id` as this rank of a job of `nranks` that grows this communicator
     /// (ncclCommGrow: its members keep their ranks, new processes join with
-    /// [`Bootstrap::init`] as the ranks above). Abortable as [`Bootstrap::init_abortable`];
+    /// [`Bootstrap::init`] as the ranks above). `abort` is as for [`Bootstrap::init`];
     /// besides, while this rank waits at the rendezvous, a failure of a member of this
     /// communicator (or its abort or revocation) ends the join at once with that error,
     /// and the root is told, so that it gives up the rendezvous for every rank that came or
     /// comes: a member dying before it reaches the rendezvous costs the others the time
     /// its death takes to be noticed here, not the bootstrap timeout.
-    pub fn grow_abortable(&self, id: &UniqueId, nranks: u32, config: &Config, abort: Arc<AtomicBool>) -> Result<Bootstrap> {
+    pub fn grow(&self, id: &UniqueId, nranks: u32, config: &Config, abort: AbortFlag) -> Result<Bootstrap> {
         if nranks <= self.nranks() {
             return Err(Error::invalid(format!("grow to {nranks} ranks: the communicator already has {}", self.nranks())));
         }
         Bootstrap::join(id, self.rank, nranks, config, abort, Some(self))
     }
 
-    /// [`Bootstrap::init_abortable`], watching `parent` while at the rendezvous when it is
-    /// a grow.
-    fn join(id: &UniqueId, rank: u32, nranks: u32, config: &Config, abort: Arc<AtomicBool>, parent: Option<&Bootstrap>) -> Result<Bootstrap> {
+    /// [`Bootstrap::init`], watching `parent` while at the rendezvous when it is a grow.
+    fn join(id: &UniqueId, rank: u32, nranks: u32, config: &Config, abort: AbortFlag, parent: Option<&Bootstrap>) -> Result<Bootstrap> {
         if nranks == 0 || rank >= nranks {
             return Err(Error::invalid(format!("rank {rank} of {nranks} ranks")));
         }
@@ -134,7 +132,7 @@ impl Bootstrap {
         let listener = sock::listen(ip, 0).map_err(|e| Error::io(format!("listening on {ip}"), e))?;
         let endpoint = Endpoint::listen(listener, rank, nranks, *id.secret(), limits)?;
         let stop = || {
-            if abort.load(Ordering::Acquire) {
+            if abort.is_raised() {
                 return Some(Error::Aborted { reason: "abort requested while joining".into() });
             }
             parent.and_then(|p| p.check("grow").err())
@@ -145,14 +143,14 @@ impl Bootstrap {
         // Connect the ring eagerly: a successor learns of its predecessor's death from the
         // connection ending, from the first moment on.
         if nranks > 1 {
-            bootstrap.endpoint.connect(bootstrap.next(), &bootstrap.aborted)?;
+            bootstrap.endpoint.connect(bootstrap.next(), &[&bootstrap.aborted])?;
         }
         bootstrap.endpoint.start_heartbeat();
         tracing::info!(target: target::BOOTSTRAP, "rank {rank}/{nranks} bootstrapped, listening on {}", bootstrap.endpoint.listen_addr());
         Ok(bootstrap)
     }
 
-    fn new(endpoint: Arc<Endpoint>, comm: u64, members: Vec<u32>, rank: u32, aborted: Arc<AtomicBool>) -> Bootstrap {
+    fn new(endpoint: Arc<Endpoint>, comm: u64, members: Vec<u32>, rank: u32, aborted: AbortFlag) -> Bootstrap {
         Bootstrap { endpoint, comm, members, rank, splits: AtomicU64::new(0), parent_members: Vec::new(), creating: AtomicBool::new(false), shrinks: AtomicU64::new(0), agreements: AtomicU64::new(0), aborted }
     }
 
@@ -180,12 +178,11 @@ impl Bootstrap {
     /// Gathers one fixed-size record from every rank; the result holds rank r's record at
     /// `r * record.len()`. Records of different sizes are an error on every rank.
     pub fn allgather(&self, record: &[u8]) -> Result<Vec<u8>> {
-        self.allgather_with(record, &self.aborted)
+        self.allgather_with(record, &[&self.aborted])
     }
 
-    /// [`Bootstrap::allgather`] whose waits end when `abort` is set (instead of this
-    /// bootstrap's own abort flag).
-    fn allgather_with(&self, record: &[u8], abort: &AtomicBool) -> Result<Vec<u8>> {
+    /// [`Bootstrap::allgather`] whose waits end when any of `aborts` is raised.
+    fn allgather_with(&self, record: &[u8], aborts: &[&AbortFlag]) -> Result<Vec<u8>> {
         let (n, len) = (self.nranks() as usize, record.len());
         let mut out = vec![0u8; n * len];
         out[self.rank as usize * len..][..len].copy_from_slice(record);
@@ -195,8 +192,8 @@ impl Bootstrap {
         let mut carry = record.to_vec();
         let mut mismatch = None;
         for step in 0..n - 1 {
-            self.send_with(self.next(), TAG_ALLGATHER, &carry, abort)?;
-            carry = self.recv_with(self.prev(), TAG_ALLGATHER, "allgather", abort)?;
+            self.send_with(self.next(), TAG_ALLGATHER, &carry, aborts)?;
+            carry = self.recv_with(self.prev(), TAG_ALLGATHER, "allgather", aborts)?;
             let from = (self.rank as usize + n - step - 1) % n;
             if carry.len() == len {
                 out[from * len..][..len].copy_from_slice(&carry);
@@ -255,22 +252,16 @@ impl Bootstrap {
     /// Splits the communicator: ranks passing the same `color` form a new one, ordered by
     /// `key` then by their rank here. [`NOCOLOR`] (-1) takes part in the exchange but joins
     /// nothing (`None`). Collective; reuses these connections (no new rendezvous).
-    pub fn split(&self, color: i32, key: i32) -> Result<Option<Bootstrap>> {
-        self.split_with(color, key, &self.aborted, Arc::new(AtomicBool::new(false)))
-    }
-
-    /// [`Bootstrap::split`] that another thread can stop: the exchange's waits end when
-    /// `abort` is set (not when this bootstrap is aborted), and the new bootstrap keeps
-    /// `abort` as its abort flag. For splits run in the background (non-blocking split).
-    pub fn split_abortable(&self, color: i32, key: i32, abort: Arc<AtomicBool>) -> Result<Option<Bootstrap>> {
-        self.split_with(color, key, &abort.clone(), abort)
-    }
-
-    fn split_with(&self, color: i32, key: i32, exchange_abort: &AtomicBool, child_abort: Arc<AtomicBool>) -> Result<Option<Bootstrap>> {
+    ///
+    /// The exchange's waits end when `abort` is raised (another thread can stop a split
+    /// run in the background: the non-blocking split) or this bootstrap is aborted; the
+    /// new bootstrap keeps `abort` as its abort flag. Pass `AbortFlag::new()` when nothing
+    /// else will abort the split.
+    pub fn split(&self, color: i32, key: i32, abort: AbortFlag) -> Result<Option<Bootstrap>> {
         let mut record = [0u8; 8];
         record[..4].copy_from_slice(&color.to_le_bytes());
         record[4..].copy_from_slice(&key.to_le_bytes());
-        let all = self.allgather_with(&record, exchange_abort)?;
+        let all = self.allgather_with(&record, &[&self.aborted, &abort])?;
         let entries: Vec<(i32, i32)> = all
             .chunks_exact(8)
             .map(|c| (i32::from_le_bytes(c[..4].try_into().expect("4 bytes")), i32::from_le_bytes(c[4..].try_into().expect("4 bytes"))))
@@ -288,7 +279,7 @@ impl Bootstrap {
         let rank = group.iter().position(|&(_, r)| r == self.rank).expect("this rank passed this color") as u32;
         let members = group.iter().map(|&(_, r)| self.members[r as usize]).collect();
         let comm = mix(&[self.comm, sequence, color as u64]);
-        let mut child = Bootstrap::new(self.endpoint.clone(), comm, members, rank, child_abort);
+        let mut child = Bootstrap::new(self.endpoint.clone(), comm, members, rank, abort);
         child.parent_members = self.members.clone();
         child.creating.store(true, Ordering::Release);
         Ok(Some(child))
@@ -299,13 +290,11 @@ impl Bootstrap {
     /// is exchanged, so dead ranks have no part in it. Every survivor must pass the same
     /// list, having shrunk this communicator as often before (splits do not count); waits
     /// of the new communicator ignore failures of the excluded ranks.
-    pub fn shrink(&self, exclude: &[u32]) -> Result<Bootstrap> {
-        self.shrink_abortable(exclude, Arc::new(AtomicBool::new(false)))
-    }
-
-    /// [`Bootstrap::shrink`] whose result keeps `abort` as its abort flag, so that another
-    /// thread can stop the exchanges that follow (a communicator built on it).
-    pub fn shrink_abortable(&self, exclude: &[u32], abort: Arc<AtomicBool>) -> Result<Bootstrap> {
+    ///
+    /// The result keeps `abort` as its abort flag, so that another thread can stop the
+    /// exchanges that follow (a communicator built on it); pass `AbortFlag::new()` when
+    /// nothing else will abort them.
+    pub fn shrink(&self, exclude: &[u32], abort: AbortFlag) -> Result<Bootstrap> {
         if let Some(bad) = exclude.iter().find(|&&r| r >= self.nranks()) {
             return Err(Error::invalid(format!("shrink: rank {bad} out of range for {} ranks", self.nranks())));
         }
@@ -332,14 +321,12 @@ impl Bootstrap {
     /// agreement are announced to the job. A rank the others count as failed gets
     /// [`Error::Excluded`]. Works after [`Bootstrap::abort`] (it is how survivors recover);
     /// bounded by the bootstrap timeout.
-    pub fn agree_failed(&self) -> Result<Vec<u32>> {
-        self.agree_failed_abortable(&AtomicBool::new(false))
-    }
-
-    /// [`Bootstrap::agree_failed`] that another thread can stop: it returns
-    /// [`Error::Aborted`] within about 100 ms of `abort` being set (this bootstrap's own
-    /// abort flag is not looked at: agreeing is how an aborted communicator recovers).
-    pub fn agree_failed_abortable(&self, abort: &AtomicBool) -> Result<Vec<u32>> {
+    ///
+    /// Another thread can stop it: it returns [`Error::Aborted`] within about 100 ms of
+    /// `abort` being raised (this bootstrap's own abort flag is not looked at: agreeing is
+    /// how an aborted communicator recovers). Pass `&AbortFlag::new()` when nothing else
+    /// will abort the agreement.
+    pub fn agree_failed(&self, abort: &AbortFlag) -> Result<Vec<u32>> {
         let n = self.nranks();
         let namespace = mix(&[self.comm, self.agreements.fetch_add(1, Ordering::Relaxed), AGREEMENT]);
         // A rank that left the job (said goodbye: say, its init failed here after the
@@ -350,7 +337,6 @@ impl Bootstrap {
         };
         let mut agreement = Agreement::new(self.rank, n, dead_here());
         let mut announced = agreement.suspected().clone();
-        let never = AtomicBool::new(false);
         let start = Instant::now();
         let deadline = start + self.endpoint.timeout();
         // For the log: messages sent and received, and the time spent sending.
@@ -359,7 +345,7 @@ impl Bootstrap {
             while let Some((to, message)) = agreement.poll_transmit() {
                 let send_start = Instant::now();
                 // A failed send announces the peer's failure, which comes back below.
-                let _ = self.endpoint.send(self.members[to as usize], namespace, 0, &message.encode(), &never);
+                let _ = self.endpoint.send(self.members[to as usize], namespace, 0, &message.encode(), &[]);
                 sending += send_start.elapsed();
                 sent += 1;
             }
@@ -390,7 +376,7 @@ impl Bootstrap {
                 Some(Outcome::Excluded { by }) => return Err(Error::Excluded { rank: self.rank, by: format!("rank {by}") }),
                 None => {}
             }
-            if abort.load(Ordering::Acquire) {
+            if abort.is_raised() {
                 return Err(Error::Aborted { reason: format!("abort requested while agreeing on the failed ranks (rank {})", self.rank) });
             }
             let now = Instant::now();
@@ -430,7 +416,7 @@ impl Bootstrap {
     /// Makes every current and future wait of this communicator return an error. Callable
     /// from any thread; returns at once.
     pub fn abort(&self) {
-        self.aborted.store(true, Ordering::Release);
+        self.aborted.raise();
         self.endpoint.wake_all();
     }
 
@@ -451,7 +437,7 @@ impl Bootstrap {
     /// revocation — without waiting. Data paths poll it so that a dead peer ends their
     /// waits too.
     pub fn check(&self, phase: &str) -> Result<()> {
-        if self.aborted.load(Ordering::Acquire) {
+        if self.aborted.is_raised() {
             return Err(Error::Aborted { reason: format!("abort requested during {phase}") });
         }
         if let Some(reason) = self.revoked() {
@@ -505,23 +491,23 @@ impl Bootstrap {
     }
 
     fn send_internal(&self, peer: u32, tag: u64, data: &[u8]) -> Result<()> {
-        self.send_with(peer, tag, data, &self.aborted)
+        self.send_with(peer, tag, data, &[&self.aborted])
     }
 
-    fn send_with(&self, peer: u32, tag: u64, data: &[u8], abort: &AtomicBool) -> Result<()> {
-        let result = self.endpoint.send(self.members[peer as usize], self.comm, tag, data, abort);
+    fn send_with(&self, peer: u32, tag: u64, data: &[u8], aborts: &[&AbortFlag]) -> Result<()> {
+        let result = self.endpoint.send(self.members[peer as usize], self.comm, tag, data, aborts);
         self.to_comm_ranks(result)
     }
 
     fn recv_internal(&self, peer: u32, tag: u64, phase: &str) -> Result<Vec<u8>> {
-        self.recv_with(peer, tag, phase, &self.aborted)
+        self.recv_with(peer, tag, phase, &[&self.aborted])
     }
 
-    fn recv_with(&self, peer: u32, tag: u64, phase: &str, abort: &AtomicBool) -> Result<Vec<u8>> {
+    fn recv_with(&self, peer: u32, tag: u64, phase: &str, aborts: &[&AbortFlag]) -> Result<Vec<u8>> {
         // Waits of the user's and the data path's messages end when the communicator is
         // revoked; the bootstrap's own (split, shrink after a revoke) do not.
         let revocable = tag < RESERVED_TAGS;
-        let result = self.endpoint.recv(self.members[peer as usize], self.comm, tag, phase, abort, self.watched(), revocable);
+        let result = self.endpoint.recv(self.members[peer as usize], self.comm, tag, phase, aborts, self.watched(), revocable);
         if let Err(Error::Timeout { .. }) = &result {
             // A rank that stops answering is announced as failed so the rest of the job
             // stops waiting for it too.
@@ -676,14 +662,14 @@ mod tests {
             .map(|rank| {
                 let (config, returned, asked, past_barrier) = (config.clone(), returned.clone(), asked.clone(), past_barrier.clone());
                 std::thread::spawn(move || -> std::result::Result<Option<AgreeMessage>, String> {
-                    let b = Bootstrap::init(&id, rank, 3, &config).map_err(|e| e.to_string())?;
+                    let b = Bootstrap::init(&id, rank, 3, &config, AbortFlag::new()).map_err(|e| e.to_string())?;
                     b.barrier().map_err(|e| e.to_string())?;
                     meet(&past_barrier)?;
                     if rank == 0 {
                         b.announce_failure("test: rank 2 is declared failed", &[2]);
                     }
                     if rank < 2 {
-                        let agreed = b.agree_failed().map_err(|e| e.to_string());
+                        let agreed = b.agree_failed(&AbortFlag::new()).map_err(|e| e.to_string());
                         meet(&returned)?;
                         meet(&asked)?;
                         let agreed = agreed?;
@@ -692,7 +678,7 @@ mod tests {
                     meet(&returned)?;
                     let namespace = mix(&[b.comm, 0, AGREEMENT]);
                     let propose = AgreeMessage::Propose { ballot: Ballot { round: 9, coordinator: 2 }, failed: RankSet::new() };
-                    let sent = b.endpoint.send(b.members[0], namespace, 0, &propose.encode(), &AtomicBool::new(false));
+                    let sent = b.endpoint.send(b.members[0], namespace, 0, &propose.encode(), &[]);
                     // (recv_any also returns when a failure becomes known: wait on.)
                     let deadline = Instant::now() + Duration::from_secs(5);
                     let mut answer = None;

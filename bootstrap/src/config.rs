@@ -31,7 +31,7 @@ pub enum BootstrapMethod {
     /// `NCCL_COMM_ID`, then a launcher that names a root (torchrun, Slurm), then MPI
     /// (mpirun), then `OXCCL_UNIQUE_ID` / `OXCCL_UNIQUE_ID_FILE`.
     Auto,
-    /// Only the environment (NCCL_COMM_ID, launcher variables, OXCCL_UNIQUE_ID[_FILE]).
+    /// Only the environment (NCCL_COMM_ID, launcher variables, `OXCCL_UNIQUE_ID[_FILE]`).
     Env,
     /// Only MPI: rank 0 creates the id and broadcasts it over MPI_COMM_WORLD.
     Mpi,

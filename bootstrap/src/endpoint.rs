@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::abort::{any_raised, AbortFlag};
 use crate::detect::{self, RingDetector, Suspicion};
 use crate::error::{Error, Result};
 use crate::id::{Secret, PROTOCOL_VERSION};
@@ -54,7 +55,7 @@ struct Shared {
     outgoing: Vec<Mutex<Option<TcpStream>>>,
     inbox: Mutex<Inbox>,
     arrived: Condvar,
-    stop: Arc<AtomicBool>,
+    stop: AbortFlag,
     incoming: Mutex<Vec<TcpStream>>,
     /// The heartbeat detector, once started; fed with every message heard (ms since `epoch`).
     detector: Mutex<Option<RingDetector>>,
@@ -135,7 +136,7 @@ impl Endpoint {
             outgoing: (0..nranks).map(|_| Mutex::new(None)).collect(),
             inbox: Mutex::new(Inbox::default()),
             arrived: Condvar::new(),
-            stop: Arc::new(AtomicBool::new(false)),
+            stop: AbortFlag::new(),
             incoming: Mutex::new(Vec::new()),
             detector: Mutex::new(None),
             epoch: Instant::now(),
@@ -204,11 +205,10 @@ impl Endpoint {
         let weak = Arc::downgrade(&self.shared);
         let stop = s.stop.clone();
         let spawned = std::thread::Builder::new().name("oxccl-heartbeat".into()).spawn(move || {
-            let quiet = AtomicBool::new(false);
-            while !stop.load(Ordering::Acquire) {
+            while !stop.is_raised() {
                 std::thread::sleep(interval);
                 let Some(s) = weak.upgrade() else { return };
-                if stop.load(Ordering::Acquire) {
+                if stop.is_raised() {
                     return;
                 }
                 let beat = {
@@ -226,7 +226,7 @@ impl Endpoint {
                 };
                 // A dead successor is found (and announced) by this send.
                 if let Some(next) = beat.heartbeat_to {
-                    let _ = s.send(next, &Message::Data { comm: HEARTBEAT_COMM, tag: 0, payload: Vec::new() }, &quiet);
+                    let _ = s.send(next, &Message::Data { comm: HEARTBEAT_COMM, tag: 0, payload: Vec::new() }, &[]);
                 }
                 if let Some(Suspicion { rank, silent_ms, watched_next }) = beat.suspect {
                     let failure = Failure {
@@ -238,7 +238,7 @@ impl Endpoint {
                     // the notice going round the ring is swallowed by another stopped rank.
                     if let Some(watched) = watched_next.filter(|&w| w != s.rank) {
                         let notice = Message::Abort { reason: failure.reason.clone(), failed: failure.failed.clone() };
-                        let _ = std::iter::once(notice).chain(s.known_failures()).try_for_each(|m| s.send_quietly(watched, &m, &quiet));
+                        let _ = std::iter::once(notice).chain(s.known_failures()).try_for_each(|m| s.send_quietly(watched, &m, &[]));
                     }
                     s.fail(failure);
                 }
@@ -259,21 +259,22 @@ impl Endpoint {
         Instant::now() + self.shared.limits.timeout
     }
 
-    /// Sends one control message to `peer`, connecting on first use.
-    pub fn send(&self, peer: u32, comm: u64, tag: u64, payload: &[u8], abort: &AtomicBool) -> Result<()> {
-        self.shared.send(peer, &Message::Data { comm, tag, payload: payload.to_vec() }, abort)
+    /// Sends one control message to `peer`, connecting on first use (a wait that ends when
+    /// any of `aborts` is raised).
+    pub fn send(&self, peer: u32, comm: u64, tag: u64, payload: &[u8], aborts: &[&AbortFlag]) -> Result<()> {
+        self.shared.send(peer, &Message::Data { comm, tag, payload: payload.to_vec() }, aborts)
     }
 
     /// Opens the connection to `peer` now rather than at the first send.
-    pub fn connect(&self, peer: u32, abort: &AtomicBool) -> Result<()> {
-        self.shared.connected(peer, abort).map(drop)
+    pub fn connect(&self, peer: u32, aborts: &[&AbortFlag]) -> Result<()> {
+        self.shared.connected(peer, aborts).map(drop)
     }
 
     /// Waits for the next message from `peer` on (comm, tag); fails when a rank of
-    /// `members` (the communicator's job ranks) is known to have failed.
-    /// A `revocable` wait also ends when the communicator is revoked.
+    /// `members` (the communicator's job ranks) is known to have failed or any of `aborts`
+    /// is raised. A `revocable` wait also ends when the communicator is revoked.
     #[allow(clippy::too_many_arguments)]
-    pub fn recv(&self, peer: u32, comm: u64, tag: u64, phase: &str, abort: &AtomicBool, members: &[u32], revocable: bool) -> Result<Vec<u8>> {
+    pub fn recv(&self, peer: u32, comm: u64, tag: u64, phase: &str, aborts: &[&AbortFlag], members: &[u32], revocable: bool) -> Result<Vec<u8>> {
         let s = &self.shared;
         let start = Instant::now();
         let deadline = start + s.limits.timeout;
@@ -288,7 +289,7 @@ impl Endpoint {
             if let Some(f) = inbox.breaking(members) {
                 return Err(f.to_error(phase));
             }
-            if abort.load(Ordering::Acquire) {
+            if any_raised(aborts) {
                 return Err(Error::Aborted { reason: format!("abort requested during {phase}") });
             }
             if inbox.closed.contains(&peer) {
@@ -359,10 +360,9 @@ impl Endpoint {
             self.shared.arrived.notify_all();
             inbox.dead.keys().copied().collect()
         };
-        let quiet = AtomicBool::new(false);
         for &m in members.iter().filter(|&&m| m != self.shared.rank && !dead.contains(&m)) {
             let notice = Message::Data { comm: REVOKE_COMM, tag: comm, payload: reason.as_bytes().to_vec() };
-            if let Err(e) = self.shared.send(m, &notice, &quiet) {
+            if let Err(e) = self.shared.send(m, &notice, &[]) {
                 tracing::warn!(target: target::BOOTSTRAP, "rank {}: could not tell rank {m} of the revocation: {e}", self.shared.rank);
             }
         }
@@ -408,7 +408,7 @@ impl Endpoint {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
+        self.shared.stop.raise();
         // The goodbye goes both ways: a peer whose connection to this rank ends without
         // one counts this rank as dead (`Shared::watch_outgoing`).
         for mut stream in self.shared.incoming.lock().drain(..) {
@@ -450,10 +450,10 @@ impl Shared {
 
     /// Sends to `peer`; a peer found dead (refused connection, failed write) is announced
     /// to the job before the error returns, as a closed connection is.
-    fn send(&self, peer: u32, message: &Message, abort: &AtomicBool) -> Result<()> {
-        let result = self.send_quietly(peer, message, abort);
+    fn send(&self, peer: u32, message: &Message, aborts: &[&AbortFlag]) -> Result<()> {
+        let result = self.send_quietly(peer, message, aborts);
         if let Err(Error::PeerFailed { rank, reason, .. }) = &result {
-            if !abort.load(Ordering::Acquire) {
+            if !any_raised(aborts) {
                 self.fail(Failure { reason: format!("rank {rank} unreachable ({reason})"), failed: vec![*rank] });
             }
         }
@@ -491,17 +491,16 @@ impl Shared {
 
     /// Sends a responder's replies on (`comm`, tag 0); a peer found dead is announced.
     fn send_replies(&self, comm: u64, replies: Replies) {
-        let quiet = AtomicBool::new(false);
         for (to, payload) in replies {
-            if let Err(e) = self.send(to, &Message::Data { comm, tag: 0, payload }, &quiet) {
+            if let Err(e) = self.send(to, &Message::Data { comm, tag: 0, payload }, &[]) {
                 tracing::debug!(target: target::BOOTSTRAP, "rank {}: could not answer rank {to}: {e}", self.rank);
             }
         }
     }
 
     /// Sends without announcing a failure (the announcement itself goes this way).
-    fn send_quietly(&self, peer: u32, message: &Message, abort: &AtomicBool) -> Result<()> {
-        let mut slot = self.connected(peer, abort)?;
+    fn send_quietly(&self, peer: u32, message: &Message, aborts: &[&AbortFlag]) -> Result<()> {
+        let mut slot = self.connected(peer, aborts)?;
         let stream = slot.as_mut().expect("connected() leaves a stream");
         if let Err(e) = wire::write_message(stream, message) {
             *slot = None;
@@ -511,14 +510,14 @@ impl Shared {
     }
 
     /// The connection to `peer`, opened (with our hello) on first use.
-    fn connected(&self, peer: u32, abort: &AtomicBool) -> Result<parking_lot::MutexGuard<'_, Option<TcpStream>>> {
+    fn connected(&self, peer: u32, aborts: &[&AbortFlag]) -> Result<parking_lot::MutexGuard<'_, Option<TcpStream>>> {
         let table = self.table.get().ok_or_else(|| Error::invalid("send before the bootstrap completed"))?;
         let addr = *table.get(peer as usize).ok_or_else(|| Error::invalid(format!("peer {peer} out of range")))?;
         let mut slot = self.outgoing[peer as usize].lock();
         if slot.is_none() {
             let failed = |reason: String| Error::PeerFailed { rank: peer, phase: "bootstrap connect".into(), reason };
             let deadline = Instant::now() + self.limits.timeout;
-            let mut stream = sock::connect(addr, "bootstrap peer", deadline, Refused::Fatal, &|| abort.load(Ordering::Acquire))
+            let mut stream = sock::connect(addr, "bootstrap peer", deadline, Refused::Fatal, &|| any_raised(aborts))
                 .map_err(|e| failed(format!("cannot connect to {addr}: {e}")))?;
             let hello = Message::Hello(Hello {
                 magic: HELLO_MAGIC,
@@ -604,7 +603,7 @@ impl Shared {
             }
         };
         self.reading.lock().remove(&from);
-        if self.stop.load(Ordering::Acquire) {
+        if self.stop.is_raised() {
             return;
         }
         let said_goodbye = end.is_empty();
@@ -629,14 +628,14 @@ impl Shared {
     /// say so (after what the peer sent before), that is announced within a fifth of a
     /// second (held that long so that a failure notice on its way is known first): without this, a peer that died before it connected to anyone (just after
     /// a rendezvous, say) was found only by a failed write or the heartbeat timeout.
-    fn watch_outgoing(weak: &std::sync::Weak<Shared>, stop: &AtomicBool) {
+    fn watch_outgoing(weak: &std::sync::Weak<Shared>, stop: &AbortFlag) {
         const SLICE: Duration = Duration::from_millis(50);
         // Deaths seen here wait this long before they are announced, so that a failure
         // notice already travelling the ring (the failure that made the peer exit, say) is
         // known first and is the one errors name.
         const HOLD: Duration = Duration::from_millis(200);
         let mut held: Vec<(u32, String, Instant)> = Vec::new();
-        while !stop.load(Ordering::Acquire) {
+        while !stop.is_raised() {
             let Some(shared) = weak.upgrade() else { return };
             let due: Vec<(u32, String)> = {
                 let now = Instant::now();
@@ -714,8 +713,7 @@ impl Shared {
         if before != Some(next) {
             notices.extend(known.into_iter().map(|(r, reason)| Message::Abort { reason, failed: vec![r] }));
         }
-        let quiet = AtomicBool::new(false);
-        match notices.iter().try_for_each(|notice| self.send_quietly(next, notice, &quiet)) {
+        match notices.iter().try_for_each(|notice| self.send_quietly(next, notice, &[])) {
             Ok(()) => tracing::debug!(target: target::BOOTSTRAP, "rank {}: failure notice passed to rank {next}", self.rank),
             Err(e) => tracing::warn!(target: target::BOOTSTRAP, "rank {}: could not pass the failure notice to rank {next}: {e}", self.rank),
         }
@@ -730,7 +728,7 @@ impl Shared {
         {
             let inbox = self.inbox.lock();
             let known = inbox.failure.is_some() && failure.failed.iter().all(|r| inbox.dead.contains_key(r));
-            if known || self.stop.load(Ordering::Acquire) {
+            if known || self.stop.is_raised() {
                 return;
             }
         }
@@ -763,8 +761,8 @@ mod tests {
         let table = vec![a.listen_addr(), b.listen_addr()];
         a.set_table(table.clone());
         b.set_table(table);
-        a.send(1, 5, 1, b"x", &AtomicBool::new(false)).unwrap();
-        assert_eq!(b.recv(0, 5, 1, "test", &AtomicBool::new(false), &[0, 1], false).unwrap(), b"x");
+        a.send(1, 5, 1, b"x", &[]).unwrap();
+        assert_eq!(b.recv(0, 5, 1, "test", &[], &[0, 1], false).unwrap(), b"x");
         (a, b)
     }
 
@@ -789,7 +787,7 @@ mod tests {
         let (a, b) = pair();
         // Rank 1 "dies": its sockets close with no goodbye (what the kernel does for a
         // killed process).
-        b.shared.stop.store(true, Ordering::Release);
+        b.shared.stop.raise();
         for stream in b.shared.incoming.lock().drain(..) {
             stream.shutdown(std::net::Shutdown::Both).unwrap();
         }

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::id::UniqueId;
 use crate::launcher::{self, Launch};
 use crate::log::target;
-use crate::{root, sock, Bootstrap};
+use crate::{root, sock, AbortFlag, Bootstrap};
 
 impl Bootstrap {
     /// Joins the job described by the process environment (see [`Bootstrap::from_vars`]).
@@ -37,12 +37,12 @@ impl Bootstrap {
         tracing::info!(target: target::BOOTSTRAP, "launched by {:?}: rank {} of {}", launch.kind, launch.rank, launch.nranks);
         if let Some(hex) = &config.unique_id {
             let id = UniqueId::from_hex(hex).map_err(|e| config_error("OXCCL_UNIQUE_ID", hex, e))?;
-            return Bootstrap::init(&id, launch.rank, launch.nranks, config);
+            return Bootstrap::init(&id, launch.rank, launch.nranks, config, AbortFlag::new());
         }
         if let Some(comm_id) = &config.comm_id {
             let addr = resolve(comm_id).map_err(|e| config_error("NCCL_COMM_ID", comm_id, e))?;
             let id = UniqueId::derived(addr, &["NCCL_COMM_ID"]);
-            return Bootstrap::init(&id, launch.rank, launch.nranks, config);
+            return Bootstrap::init(&id, launch.rank, launch.nranks, config, AbortFlag::new());
         }
         if let Some(hint) = &launch.root {
             let addr = resolve(&format!("{}:{}", hint.host, hint.port)).map_err(|e| config_error("launcher root", &hint.host, e))?;
@@ -51,14 +51,14 @@ impl Bootstrap {
             if launch.rank == 0 {
                 serve_launcher_root(&id, config)?;
             }
-            return Bootstrap::init(&id, launch.rank, launch.nranks, config);
+            return Bootstrap::init(&id, launch.rank, launch.nranks, config, AbortFlag::new());
         }
         if config.bootstrap == BootstrapMethod::Auto && cfg!(feature = "mpi") && config.unique_id_file.is_none() {
             return from_mpi_world(config);
         }
         if let Some(path) = &config.unique_id_file {
             let id = exchange_through_file(Path::new(path), &launch, config)?;
-            return Bootstrap::init(&id, launch.rank, launch.nranks, config);
+            return Bootstrap::init(&id, launch.rank, launch.nranks, config, AbortFlag::new());
         }
         Err(Error::NoLauncher(format!(
             "{:?} gives no root address: use MPI (build with the `mpi` feature, OXCCL_BOOTSTRAP=mpi), \
@@ -109,7 +109,7 @@ impl Bootstrap {
             return Err(Error::Mpi("rank 0 could not create the bootstrap id (see its log)".into()));
         }
         let id = UniqueId::from_bytes(&bytes)?;
-        Bootstrap::init(&id, rank, size, config)
+        Bootstrap::init(&id, rank, size, config, AbortFlag::new())
     }
 }
 

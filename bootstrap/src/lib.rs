@@ -15,6 +15,9 @@
 //!
 //! See docs/BOOTSTRAP.md for the protocol, the unique id's layout and the refusals.
 
+#![forbid(unsafe_code)]
+
+mod abort;
 pub mod agree;
 mod bootstrap;
 pub mod config;
@@ -32,6 +35,7 @@ mod sock;
 pub mod spawn;
 pub mod wire;
 
+pub use abort::AbortFlag;
 pub use bootstrap::{Bootstrap, RESERVED_TAGS};
 pub use config::{Config, ConfigBuilder};
 pub use error::{Error, Result};

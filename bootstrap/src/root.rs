@@ -5,11 +5,11 @@
 use std::collections::HashSet;
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::abort::AbortFlag;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::id::UniqueId;
@@ -57,7 +57,7 @@ pub fn mark_served(addr: SocketAddr) {
 pub fn serve(listener: TcpListener, id: UniqueId, timeouts: RootTimeouts) -> Result<()> {
     let addr = id.root();
     mark_served(addr);
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = AbortFlag::new();
     let (joins, arrivals) = mpsc::channel::<(TcpStream, Hello)>();
     let secret = *id.secret();
     let accept = sock::accept_loop(listener, stop.clone(), "bootstrap-root", move |mut stream, peer| {
@@ -80,7 +80,7 @@ pub fn serve(listener: TcpListener, id: UniqueId, timeouts: RootTimeouts) -> Res
         .name("oxccl-bootstrap-root".into())
         .spawn(move || {
             run(addr, id, timeouts, arrivals);
-            stop.store(true, Ordering::Release);
+            stop.raise();
             let _ = accept.join();
             if let Ok(mut s) = served().lock() {
                 s.remove(&addr);

@@ -4,10 +4,11 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::abort::AbortFlag;
 use crate::error::{Error, Result};
 use crate::log::target;
 
@@ -27,10 +28,10 @@ pub fn listen(ip: IpAddr, port: u16) -> io::Result<TcpListener> {
     Ok(socket.into())
 }
 
-/// Accepts connections until `stop` is set, handing each to `handle` on its own thread.
+/// Accepts connections until `stop` is raised, handing each to `handle` on its own thread.
 pub fn accept_loop(
     listener: TcpListener,
-    stop: Arc<AtomicBool>,
+    stop: AbortFlag,
     what: &'static str,
     handle: impl Fn(TcpStream, SocketAddr) + Send + Sync + 'static,
 ) -> io::Result<std::thread::JoinHandle<()>> {
@@ -38,7 +39,7 @@ pub fn accept_loop(
     let handle = Arc::new(handle);
     let in_flight = Arc::new(AtomicUsize::new(0));
     std::thread::Builder::new().name(format!("oxccl-{what}")).spawn(move || {
-        while !stop.load(Ordering::Acquire) {
+        while !stop.is_raised() {
             let mut fds = [nix::poll::PollFd::new(listener.as_fd(), nix::poll::PollFlags::POLLIN)];
             match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(STOP_POLL.as_millis() as u16)) {
                 Ok(0) | Err(nix::errno::Errno::EINTR) => continue,

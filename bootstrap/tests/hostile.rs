@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use oxccl_bootstrap::id::PROTOCOL_VERSION;
 use oxccl_bootstrap::wire::{self, Hello, Message, HELLO_MAGIC};
-use oxccl_bootstrap::{Bootstrap, Config, UniqueId};
+use oxccl_bootstrap::{AbortFlag, Bootstrap, Config, UniqueId};
 
 fn config() -> Config {
     let mut c = Config::defaults();
@@ -62,7 +62,7 @@ fn job_beside_with(config: Config, n: u32, hostile: impl FnOnce(&UniqueId) -> St
         .map(|rank| {
             let config = config.clone();
             thread::spawn(move || {
-                let b = Bootstrap::init(&id, rank, n, &config).unwrap();
+                let b = Bootstrap::init(&id, rank, n, &config, AbortFlag::new()).unwrap();
                 let all = b.allgather(&[rank as u8]).unwrap();
                 assert_eq!(all, (0..n as u8).collect::<Vec<_>>());
             })
@@ -153,14 +153,14 @@ fn second_join_of_a_rank_is_refused_and_the_first_carries_on() {
     let early: Vec<_> = (0..2)
         .map(|rank| {
             let config = config.clone();
-            thread::spawn(move || Bootstrap::init(&id, rank, 3, &config).unwrap().allgather(&[rank as u8]).unwrap())
+            thread::spawn(move || Bootstrap::init(&id, rank, 3, &config, AbortFlag::new()).unwrap().allgather(&[rank as u8]).unwrap())
         })
         .collect();
     // Give ranks 0 and 1 time to join, then claim rank 0 again.
     thread::sleep(Duration::from_millis(300));
     let answer = play(id.root(), &frame(&Message::Hello(hello(&id, 0, 3))), true);
     assert!(answer.contains("joined twice"), "{answer}");
-    let last = Bootstrap::init(&id, 2, 3, &config).unwrap().allgather(&[2]).unwrap();
+    let last = Bootstrap::init(&id, 2, 3, &config, AbortFlag::new()).unwrap().allgather(&[2]).unwrap();
     assert_eq!(last, vec![0, 1, 2]);
     for r in early {
         assert_eq!(r.join().unwrap(), vec![0, 1, 2]);
@@ -181,7 +181,7 @@ fn peers_refuse_strangers_too() {
         .map(|(rank, strangers_done)| {
             let (config, tx) = (config.clone(), tx.clone());
             thread::spawn(move || {
-                let b = Bootstrap::init(&id, rank, 3, &config).unwrap();
+                let b = Bootstrap::init(&id, rank, 3, &config, AbortFlag::new()).unwrap();
                 tx.send((rank, b.listen_addr())).unwrap();
                 // Strangers knock while the job works.
                 b.barrier().unwrap();

@@ -1,12 +1,11 @@
 //! Bootstraps of N ranks as threads of this process: every operation's results, and the
 //! failures that must end in errors rather than hangs.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use oxccl_bootstrap::{Bootstrap, Config, Error, UniqueId, NOCOLOR};
+use oxccl_bootstrap::{AbortFlag, Bootstrap, Config, Error, UniqueId, NOCOLOR};
 
 fn config(timeout_ms: u64) -> Config {
     let mut c = Config::defaults();
@@ -33,7 +32,7 @@ fn run_ranks<T: Send + 'static>(
     let handles: Vec<_> = (0..n)
         .map(|rank| {
             let (id, config, body) = (*id, config.clone(), body.clone());
-            thread::spawn(move || Bootstrap::init(&id, rank, n, &config).map(|b| body(b)))
+            thread::spawn(move || Bootstrap::init(&id, rank, n, &config, AbortFlag::new()).map(|b| body(b)))
         })
         .collect();
     handles.into_iter().map(|h| h.join().expect("rank thread panicked")).collect()
@@ -116,7 +115,7 @@ fn split_orders_by_key_then_rank_and_honours_nocolor() {
         // equal (ties broken by parent rank) for the others.
         let color = if rank == 7 { NOCOLOR } else { rank % 3 };
         let key = if color == 0 { -rank } else { 0 };
-        let sub = b.split(color, key).unwrap();
+        let sub = b.split(color, key, AbortFlag::new()).unwrap();
         let Some(sub) = sub else {
             assert_eq!(rank, 7);
             b.barrier().unwrap();
@@ -125,7 +124,7 @@ fn split_orders_by_key_then_rank_and_honours_nocolor() {
         let members = sub.allgather(&(rank as u32).to_le_bytes()).unwrap();
         let members: Vec<u32> = members.chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
         // Nested split of the split, and traffic on both at once.
-        let halves = sub.split((sub.rank() % 2) as i32, 0).unwrap().unwrap();
+        let halves = sub.split((sub.rank() % 2) as i32, 0, AbortFlag::new()).unwrap().unwrap();
         halves.barrier().unwrap();
         sub.barrier().unwrap();
         b.barrier().unwrap();
@@ -151,14 +150,14 @@ fn split_orders_by_key_then_rank_and_honours_nocolor() {
 /// be told it is excluded: `agree` unit tests and the simulator).
 #[test]
 fn live_ranks_agree_on_the_failed_ones() {
-    let results = job(4, |b| b.agree_failed().unwrap());
+    let results = job(4, |b| b.agree_failed(&AbortFlag::new()).unwrap());
     assert!(results.iter().all(|r| r.is_empty()), "{results:?}");
     let results = job(4, |b| {
         if b.rank() == 0 {
             b.announce_failure("test: rank 2 is declared failed", &[2]);
         }
         let start = Instant::now();
-        let agreed = if b.rank() == 2 { Ok(vec![]) } else { b.agree_failed() };
+        let agreed = if b.rank() == 2 { Ok(vec![]) } else { b.agree_failed(&AbortFlag::new()) };
         (agreed.map_err(|e| e.to_string()), start.elapsed())
     });
     for (rank, (agreed, took)) in results.iter().enumerate().filter(|(r, _)| *r != 2) {
@@ -170,7 +169,7 @@ fn live_ranks_agree_on_the_failed_ones() {
 
 #[test]
 fn invalid_colors_fail_on_every_rank() {
-    let results = job(3, |b| b.split(if b.rank() == 2 { -5 } else { 0 }, 0).map(|_| ()).unwrap_err().to_string());
+    let results = job(3, |b| b.split(if b.rank() == 2 { -5 } else { 0 }, 0, AbortFlag::new()).map(|_| ()).unwrap_err().to_string());
     assert!(results.iter().all(|m| m.contains("color -5 from rank 2")), "{results:?}");
 }
 
@@ -183,7 +182,7 @@ fn missing_rank_fails_the_others_naming_it() {
     let handles: Vec<_> = (0..3)
         .map(|rank| {
             let config = config.clone();
-            thread::spawn(move || Bootstrap::init(&id, rank, 4, &config).map(drop))
+            thread::spawn(move || Bootstrap::init(&id, rank, 4, &config, AbortFlag::new()).map(drop))
         })
         .collect();
     for h in handles {
@@ -202,7 +201,7 @@ fn unreachable_root_is_an_error_naming_the_address() {
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let id = UniqueId::with_random_secret(addr).unwrap();
     let start = Instant::now();
-    let err = Bootstrap::init(&id, 1, 2, &config).map(drop).unwrap_err();
+    let err = Bootstrap::init(&id, 1, 2, &config, AbortFlag::new()).map(drop).unwrap_err();
     assert!(err.to_string().contains(&addr.to_string()), "{err}");
     assert!(matches!(err, Error::Connect { .. }), "{err}");
     assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
@@ -214,7 +213,7 @@ fn silent_root_times_out() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let id = UniqueId::with_random_secret(listener.local_addr().unwrap()).unwrap();
     let start = Instant::now();
-    let err = Bootstrap::init(&id, 1, 2, &config).map(drop).unwrap_err();
+    let err = Bootstrap::init(&id, 1, 2, &config, AbortFlag::new()).map(drop).unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
     assert!(err.to_string().contains(&listener.local_addr().unwrap().to_string()), "{err}");
     assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
@@ -284,12 +283,12 @@ fn ipv6_loopback_job() {
     }
 }
 
-/// Sets `flag` after `after`, from another thread.
-fn set_later(flag: &Arc<AtomicBool>, after: Duration) {
+/// Raises `flag` after `after`, from another thread.
+fn raise_later(flag: &AbortFlag, after: Duration) {
     let flag = flag.clone();
     thread::spawn(move || {
         thread::sleep(after);
-        flag.store(true, Ordering::Release);
+        flag.raise();
     });
 }
 
@@ -299,10 +298,10 @@ fn abort_flag_ends_a_join_waiting_for_the_root() {
     // (20 s) is far away.
     let config = config(20_000);
     let id = Bootstrap::create_local_id(&config).unwrap();
-    let abort = Arc::new(AtomicBool::new(false));
-    set_later(&abort, Duration::from_millis(300));
+    let abort = AbortFlag::new();
+    raise_later(&abort, Duration::from_millis(300));
     let start = Instant::now();
-    let err = Bootstrap::init_abortable(&id, 0, 2, &config, abort).err().expect("the join cannot complete");
+    let err = Bootstrap::init(&id, 0, 2, &config, abort).err().expect("the join cannot complete");
     let took = start.elapsed();
     assert!(matches!(err, Error::Aborted { .. }), "{err}");
     assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(2), "{took:?}");
@@ -315,23 +314,23 @@ fn abort_flag_ends_a_join_waiting_for_the_root() {
 fn a_rank_giving_up_its_join_fails_the_others_at_once() {
     let config = config(20_000);
     let id = Bootstrap::create_local_id(&config).unwrap();
-    let abort = Arc::new(AtomicBool::new(false));
-    set_later(&abort, Duration::from_millis(200));
+    let abort = AbortFlag::new();
+    raise_later(&abort, Duration::from_millis(200));
     let start = Instant::now();
     let waiting: Vec<_> = (0..2)
         .map(|rank| {
             let config = config.clone();
-            thread::spawn(move || (Bootstrap::init(&id, rank, 4, &config).err().expect("rank 3 never comes"), start.elapsed()))
+            thread::spawn(move || (Bootstrap::init(&id, rank, 4, &config, AbortFlag::new()).err().expect("rank 3 never comes"), start.elapsed()))
         })
         .collect();
-    let err = Bootstrap::init_abortable(&id, 2, 4, &config, abort).err().expect("aborted");
+    let err = Bootstrap::init(&id, 2, 4, &config, abort).err().expect("aborted");
     assert!(matches!(err, Error::Aborted { .. }), "{err}");
     for h in waiting {
         let (err, took) = h.join().unwrap();
         assert!(matches!(err, Error::Aborted { .. }) && err.to_string().contains("rank 2 gave up joining"), "{err}");
         assert!(took < Duration::from_secs(2), "{took:?}");
     }
-    let late = Bootstrap::init(&id, 3, 4, &config).err().expect("the rendezvous failed");
+    let late = Bootstrap::init(&id, 3, 4, &config, AbortFlag::new()).err().expect("the rendezvous failed");
     assert!(late.to_string().contains("rank 2 gave up joining"), "{late}");
 }
 
@@ -351,10 +350,10 @@ fn a_member_failing_before_the_grow_rendezvous_fails_the_grow_at_once() {
             b.announce_failure("test: rank 2 is declared failed", &[2]);
             return None;
         }
-        let err = b.grow_abortable(&grow_id, 4, &config(20_000), Arc::new(AtomicBool::new(false))).err().expect("rank 2 never comes");
+        let err = b.grow(&grow_id, 4, &config(20_000), AbortFlag::new()).err().expect("rank 2 never comes");
         Some((err, start.elapsed()))
     });
-    let newcomer = Bootstrap::init(&grow_id, 3, 4, &grow_config).err().expect("rank 2 never comes");
+    let newcomer = Bootstrap::init(&grow_id, 3, 4, &grow_config, AbortFlag::new()).err().expect("rank 2 never comes");
     let newcomer_took = start.elapsed();
     for (rank, (err, took)) in results.into_iter().flatten().enumerate() {
         assert!(matches!(err, Error::PeerFailed { rank: 2, .. }), "rank {rank}: {err}");
@@ -364,7 +363,7 @@ fn a_member_failing_before_the_grow_rendezvous_fails_the_grow_at_once() {
     assert!(newcomer.to_string().contains("gave up joining"), "{newcomer}");
     assert!(newcomer_took < Duration::from_secs(2), "{newcomer_took:?}");
     // Growing to no more ranks is refused by name.
-    let e = job(1, |b| b.grow_abortable(&UniqueId::with_random_secret("127.0.0.1:1".parse().unwrap()).unwrap(), 1, &config(1000), Arc::new(AtomicBool::new(false))).err().unwrap().to_string());
+    let e = job(1, |b| b.grow(&UniqueId::with_random_secret("127.0.0.1:1".parse().unwrap()).unwrap(), 1, &config(1000), AbortFlag::new()).err().unwrap().to_string());
     assert!(e[0].contains("grow to 1 ranks"), "{e:?}");
 }
 
@@ -376,18 +375,18 @@ fn abort_flag_ends_a_split_and_an_agreement_waiting_for_a_peer() {
             thread::sleep(Duration::from_millis(1500));
             return Ok(Duration::ZERO);
         }
-        let abort = Arc::new(AtomicBool::new(false));
-        set_later(&abort, Duration::from_millis(200));
+        let abort = AbortFlag::new();
+        raise_later(&abort, Duration::from_millis(200));
         let start = Instant::now();
-        match b.split_abortable(0, 0, abort) {
+        match b.split(0, 0, abort) {
             Err(Error::Aborted { .. }) => {}
             other => return Err(format!("split: {:?}", other.map(|c| c.map(|c| c.nranks())))),
         }
         let split = start.elapsed();
-        let abort = Arc::new(AtomicBool::new(false));
-        set_later(&abort, Duration::from_millis(200));
+        let abort = AbortFlag::new();
+        raise_later(&abort, Duration::from_millis(200));
         let start = Instant::now();
-        match b.agree_failed_abortable(&abort) {
+        match b.agree_failed(&abort) {
             Err(Error::Aborted { .. }) => {}
             other => return Err(format!("agreement: {other:?}")),
         }

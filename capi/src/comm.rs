@@ -179,7 +179,8 @@ impl NcclComm {
         if comm.is_null() {
             return Err(Failure::argument("comm is NULL"));
         }
-        // SAFETY: per the contract, a live handle of ours.
+        // SAFETY: non-NULL (checked above) and, by this function's contract, a handle this
+        // library made with Box::into_raw and the caller has not destroyed: a live NcclComm.
         let c = unsafe { &*comm };
         if c.magic != MAGIC {
             return Err(Failure::argument("comm is not a live communicator (destroyed, or not one of ours)"));
@@ -192,9 +193,12 @@ impl NcclComm {
     /// # Safety
     /// As [`NcclComm::from_handle`]; the handle is not used afterwards.
     pub unsafe fn destroy(comm: *mut NcclComm) -> Result<(), Failure> {
-        // SAFETY: checked live above.
+        // SAFETY: this function's contract is from_handle's; the call checks that the
+        // handle is not NULL and carries our magic before it is freed below.
         unsafe { NcclComm::from_handle(comm)? };
-        // SAFETY: a Box of ours, per the contract.
+        // SAFETY: every handle is made by Box::into_raw (the `boxed*` constructors), this
+        // one is live (just checked), and the caller never uses it again (the contract), so
+        // it is freed exactly once.
         let mut boxed = unsafe { Box::from_raw(comm) };
         boxed.magic = 0;
         // A creation still running is abandoned: nobody will take its result, so it stops

@@ -74,7 +74,7 @@ unsafe fn read_config(config: *const c_void, base: Config) -> Result<Config, Fai
     }
     // SAFETY: every version of ncclConfig_t starts with size_t size, unsigned magic, unsigned version.
     let size = unsafe { (config as *const usize).read_unaligned() };
-    // SAFETY: as above.
+    // SAFETY: as above: `magic` is the u32 at offset 8 in every version.
     let magic = unsafe { (config as *const u8).add(8).cast::<u32>().read_unaligned() };
     if magic != 0xcafe_beef {
         return Err(Failure::argument(format!("config magic is {magic:#x}, not 0xcafebeef: initialise it with NCCL_CONFIG_INITIALIZER")));
@@ -107,7 +107,8 @@ macro_rules! exports {
         /// As that function.
         #[no_mangle]
         pub unsafe extern "C" fn $alias($($arg: $ty),*) -> $ret {
-            // SAFETY: the same contract.
+            // SAFETY: the alias takes the same arguments under the same contract, which
+            // its caller upholds.
             unsafe { $name($($arg),*) }
         }
     )*};
@@ -689,7 +690,8 @@ exports! {
 /// # Safety
 /// As [`read_config`].
 unsafe fn blocking(cfg: *const c_void, parent: &Communicator) -> Result<bool, Failure> {
-    // SAFETY: per the contract.
+    // SAFETY: `cfg` is NULL or the caller's config of at least its `size` bytes (this
+    // function's contract, which is read_config's).
     Ok(unsafe { read_config(cfg, parent.config().clone())? }.blocking)
 }
 

@@ -210,13 +210,15 @@ impl Narrow for bf16 {
     }
 }
 
-/// An fp8 E4M3 element (raw code).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+/// An fp8 E4M3 value (raw code), the element of [`crate::DataType::Float8E4M3`] here and in the
+/// runtime's collectives; convert with [`crate::fp8::Format::E4M3`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
 #[repr(transparent)]
 pub struct E4M3(pub u8);
 
-/// An fp8 E5M2 element (raw code).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+/// An fp8 E5M2 value (raw code), the element of [`crate::DataType::Float8E5M2`] here and in the
+/// runtime's collectives; convert with [`crate::fp8::Format::E5M2`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
 #[repr(transparent)]
 pub struct E5M2(pub u8);
 

@@ -21,8 +21,7 @@
 //! lengths must be whole elements and equal. Nothing allocates.
 //!
 //! The same steps as free functions: [`premultiply`] (step 1), [`combine`] /
-//! [`combine_into`] (step 2 with a bare [`Combine`]), [`finalize_avg`] (step 3). [`scale`] and
-//! [`divide`] are the older names of steps 1 and 3, kept for existing callers.
+//! [`combine_into`] (step 2 with a bare [`Combine`]), [`finalize_avg`] (step 3).
 //!
 //! # Semantics
 //!
@@ -71,7 +70,7 @@ mod scalar;
 pub use dtype::DataType;
 pub use element::{E4M3, E5M2};
 pub use plan::{Combine, ReduceOp, ReducePlan};
-pub use reduce::{combine, combine_into, divide, finalize_avg, premultiply, premultiply_in_place, reduce_in_place, reduce_into, scale};
+pub use reduce::{combine, combine_into, finalize_avg, premultiply, premultiply_in_place, reduce_in_place, reduce_into};
 pub use scalar::Scalar;
 
 /// The kernels' one error type.

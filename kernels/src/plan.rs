@@ -77,8 +77,9 @@ impl ReduceOp {
     }
 
     /// The factor each rank's input is multiplied by before it enters the reduction, as an f64
-    /// for [`crate::scale`]: PreMulSum's scalar, or float Avg's 1/nranks (rounded to f32, as
-    /// NCCL does). Prefer [`ReducePlan`], which keeps integer scalars exact.
+    /// for [`crate::premultiply`] (`Scalar::F64`): PreMulSum's scalar, or float Avg's
+    /// 1/nranks (rounded to f32, as NCCL does). Prefer [`ReducePlan`], which keeps integer
+    /// scalars exact.
     pub fn input_scale(self, dtype: DataType, nranks: usize) -> Option<f64> {
         match self {
             ReduceOp::PreMulSum(s) => Some(s.to_f64()),

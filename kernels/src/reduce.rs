@@ -73,16 +73,6 @@ pub fn finalize_avg(dtype: DataType, nranks: usize, buf: &mut [u8]) -> Result<()
     Ok(())
 }
 
-/// `dst[i] = src[i] * factor`: [`premultiply`] with `Scalar::F64(factor)`. Kept for callers
-/// written before [`ReducePlan`].
-pub fn scale(dtype: DataType, factor: f64, dst: &mut [u8], src: &[u8]) -> Result<()> {
-    premultiply(dtype, Scalar::F64(factor), dst, src)
-}
-
-/// `buf[i] /= n`: [`finalize_avg`]. Kept for callers written before [`ReducePlan`].
-pub fn divide(dtype: DataType, n: u64, buf: &mut [u8]) -> Result<()> {
-    finalize_avg(dtype, usize::try_from(n).unwrap_or(usize::MAX), buf)
-}
 
 fn check_plan(dtype: DataType, plan: &ReducePlan) -> Result<()> {
     if plan.dtype() != dtype {

@@ -10,6 +10,12 @@
 //! comm.all_reduce_in_place(&mut data, ReduceOp::Sum)?;
 //! # Ok(()) }
 //! ```
+
+// The workspace denies unsafe operations outside `unsafe` blocks; this crate still has 14
+// in gpu/ (driver, launch, mod, p2p), so it only warns until they are wrapped and given
+// SAFETY lines (then remove this line).
+#![warn(unsafe_op_in_unsafe_fn)]
+
 pub use oxccl_bootstrap as bootstrap;
 
 pub mod algo;
@@ -28,7 +34,7 @@ pub use comm::{host_id, Communicator, Group, Memory, MemoryStats, PendingCommuni
 pub use error::{Error, Result};
 pub use host::stream::Work;
 pub use host::SLOTS;
-pub use types::{DataType, Element, Fp8E4M3, Fp8E5M2, ReduceOp};
+pub use types::{DataType, Element, ReduceOp, E4M3, E5M2};
 
 pub(crate) use oxccl_bootstrap::log::target as log_target;
 

@@ -2,6 +2,8 @@
 //! process under a hard timeout, so that a hang fails a test instead of stalling CI, and
 //! `mpirun` set up for loopback, and the skip rule of the GPU tests.
 
+#![forbid(unsafe_code)]
+
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};

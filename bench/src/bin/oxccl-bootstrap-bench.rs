@@ -9,12 +9,14 @@
 //! oxccl-bootstrap-bench [--sizes 2,4,8,16,32,64] [--repeat 5] [--threads]
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
-use oxccl_bootstrap::{config::process_env, Bootstrap, Config};
+use oxccl_bootstrap::{config::process_env, AbortFlag, Bootstrap, Config};
 
 #[derive(Parser)]
 #[command(about = "Bootstrap latency for N local ranks")]
@@ -114,7 +116,7 @@ fn run_threads(n: u32, config: &Config) -> Result<(f64, f64), Box<dyn std::error
         .map(|rank| {
             let config = config.clone();
             std::thread::spawn(move || -> Result<(Duration, Bootstrap), oxccl_bootstrap::Error> {
-                let boot = Bootstrap::init(&id, rank, n, &config)?;
+                let boot = Bootstrap::init(&id, rank, n, &config, AbortFlag::new())?;
                 boot.barrier()?;
                 Ok((start.elapsed(), boot))
             })

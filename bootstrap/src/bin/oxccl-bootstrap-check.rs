@@ -6,9 +6,11 @@
 //! `--die-after-bootstrap R`: rank R kills itself (SIGKILL) right after joining; the other
 //! ranks must then report its failure by name (exit code 3 when they do).
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
-use oxccl_bootstrap::{log, Bootstrap, Config, Error, NOCOLOR};
+use oxccl_bootstrap::{log, AbortFlag, Bootstrap, Config, Error, NOCOLOR};
 
 fn main() -> ExitCode {
     let die: Option<u32> = std::env::args().skip_while(|a| a != "--die-after-bootstrap").nth(1).and_then(|r| r.parse().ok());
@@ -34,8 +36,7 @@ fn main() -> ExitCode {
         }
     };
     if die == Some(boot.rank()) {
-        // SAFETY: raising a signal at ourselves has no memory-safety preconditions.
-        unsafe { libc::raise(libc::SIGKILL) };
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
     }
     match check(&boot) {
         Ok(summary) => {
@@ -87,7 +88,7 @@ fn check(boot: &Bootstrap) -> Result<String, Error> {
     }
     // Split: even and odd ranks, keys reversed; the last rank opts out when n > 2.
     let color = if n > 2 && rank == n - 1 { NOCOLOR } else { (rank % 2) as i32 };
-    let sub = boot.split(color, -(rank as i32))?;
+    let sub = boot.split(color, -(rank as i32), AbortFlag::new())?;
     if let Some(sub) = &sub {
         let members = boot_members(n, color);
         let expected_rank = members.iter().rev().position(|&r| r == rank).expect("member") as u32;

@@ -1,11 +1,11 @@
 //! NaN and signed zeros, integer wrap and division, odd lengths and misaligned buffers, errors,
-//! and the older entry points.
+//! and the runtime host path's scale-then-divide against the plan.
 
 use half::{bf16, f16};
 
 use super::reference::{self, Rng, Value};
 use crate::{
-    combine, combine_into, divide, finalize_avg, premultiply, reduce_in_place, reduce_into, scale, Combine, DataType, Error, ReduceOp,
+    combine, combine_into, finalize_avg, premultiply, reduce_in_place, reduce_into, Combine, DataType, Error, ReduceOp,
     ReducePlan, Scalar,
 };
 
@@ -188,8 +188,10 @@ fn bad_input_is_named() {
     assert!(Error::BadDataType { value: 12 }.to_string().contains("12"));
 }
 
+/// The runtime's host path (a premultiply by `input_scale`, the reduction, a division when
+/// `needs_final_division`) gives what the plan gives.
 #[test]
-fn older_entry_points_agree_with_the_plan() {
+fn op_scale_and_division_agree_with_the_plan() {
     let mut rng = Rng(5);
     for dtype in DataType::ALL {
         let input = rng.moderate(dtype, 9);
@@ -198,14 +200,14 @@ fn older_entry_points_agree_with_the_plan() {
             let mut by_plan = input.clone();
             plan.prepare_in_place(&mut by_plan).unwrap();
             plan.finalize(&mut by_plan).unwrap();
-            let mut by_old = input.clone();
+            let mut by_steps = input.clone();
             if let Some(factor) = ReduceOp::Avg.input_scale(dtype, nranks) {
-                scale(dtype, factor, &mut by_old, &input).unwrap();
+                premultiply(dtype, Scalar::F64(factor), &mut by_steps, &input).unwrap();
             }
             if ReduceOp::Avg.needs_final_division(dtype) {
-                divide(dtype, nranks as u64, &mut by_old).unwrap();
+                finalize_avg(dtype, nranks, &mut by_steps).unwrap();
             }
-            assert_eq!(by_plan, by_old, "{dtype} avg over {nranks}");
+            assert_eq!(by_plan, by_steps, "{dtype} avg over {nranks}");
         }
     }
 }

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use oxccl_bootstrap::{Bootstrap, Config};
+use oxccl_bootstrap::{AbortFlag, Bootstrap, Config};
 use oxccl_transports::net::socket::SocketNet;
 use parking_lot::Mutex;
 
@@ -20,7 +20,7 @@ pub(crate) struct Core {
     pub nranks: usize,
     pub config: Config,
     /// Raised by [`Core::abort`]: every wait of the communicator watches it.
-    pub abort: Arc<AtomicBool>,
+    pub abort: AbortFlag,
     /// Which ranks share this rank's host (NCCL_HOSTID, else host name and boot id), this
     /// one included.
     pub same_host: Vec<bool>,
@@ -34,7 +34,7 @@ pub(crate) struct Core {
     /// Abort flags of the non-blocking splits, shrinks and grows running from this
     /// communicator: it reports `InProgress` while there are any, and aborts them when
     /// aborted.
-    creating: Mutex<Vec<Arc<AtomicBool>>>,
+    creating: Mutex<Vec<AbortFlag>>,
     /// How the exchange of a non-blocking split that joined nothing (NOCOLOR) failed.
     background_error: Mutex<Option<Error>>,
 }
@@ -50,7 +50,7 @@ impl Core {
             socket,
             boot,
             config: config.clone(),
-            abort: Arc::new(AtomicBool::new(false)),
+            abort: AbortFlag::new(),
             same_host,
             suspended: AtomicBool::new(false),
             creating: Mutex::new(Vec::new()),
@@ -61,7 +61,7 @@ impl Core {
     /// An error once the communicator is aborted or a peer has failed (the control plane
     /// or a network link saw it).
     pub fn health(&self) -> Result<()> {
-        if self.abort.load(Ordering::Acquire) {
+        if self.abort.is_raised() {
             return Err(Error::Aborted { reason: String::new() });
         }
         self.boot.check("collective")?;
@@ -85,17 +85,17 @@ impl Core {
 
     /// Raises the abort flag of the communicator and of the creations running from it.
     pub fn abort(&self) {
-        self.abort.store(true, Ordering::Release);
+        self.abort.raise();
         self.boot.abort();
         for creation in self.creating.lock().iter() {
-            creation.store(true, Ordering::Release);
+            creation.raise();
         }
     }
 
     /// The communicator's own error state, without its backend's: aborted, revoked, busy
     /// with a creation, or a failed background exchange.
     pub fn error(&self) -> Option<Error> {
-        if self.abort.load(Ordering::Acquire) {
+        if self.abort.is_raised() {
             return Some(Error::Aborted { reason: String::new() });
         }
         if let Some(reason) = self.boot.revoked() {
@@ -118,13 +118,13 @@ impl Core {
 
     /// A creation from this communicator starts: it reports `InProgress` until
     /// [`Core::end_creation`], and aborting it raises `abort`.
-    pub fn start_creation(&self, abort: &Arc<AtomicBool>) {
+    pub fn start_creation(&self, abort: &AbortFlag) {
         self.creating.lock().push(abort.clone());
     }
 
     /// The creation of [`Core::start_creation`] is done.
-    pub fn end_creation(&self, abort: &Arc<AtomicBool>) {
-        self.creating.lock().retain(|a| !Arc::ptr_eq(a, abort));
+    pub fn end_creation(&self, abort: &AbortFlag) {
+        self.creating.lock().retain(|a| !a.ptr_eq(abort));
     }
 
     /// How a background exchange of this communicator failed (reported by

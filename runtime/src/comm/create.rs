@@ -3,10 +3,7 @@
 //! list or by agreement on the failed ranks), grow. Each builds a bootstrap, learns who
 //! shares this rank's host, and puts a backend on the [`Core`].
 
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
-
-use oxccl_bootstrap::{Bootstrap, Config, UniqueId};
+use oxccl_bootstrap::{AbortFlag, Bootstrap, Config, UniqueId};
 
 use super::core::Core;
 use super::{Backend, Communicator, Memory};
@@ -15,7 +12,7 @@ use crate::error::{Error, Result};
 impl Communicator {
     /// Joins the job named by `id` as `rank` of `nranks`, on host memory.
     pub fn init(id: &UniqueId, rank: u32, nranks: u32, config: &Config) -> Result<Communicator> {
-        join(id, rank, nranks, config, Arc::new(AtomicBool::new(false)), None)
+        join(id, rank, nranks, config, AbortFlag::new(), None)
     }
 
     /// Joins the job the environment describes (launcher, NCCL_COMM_ID, MPI; see
@@ -90,7 +87,7 @@ impl Communicator {
         if self.revoked().is_none() {
             self.check_usable()?;
         }
-        match self.core.boot.split(color, key)? {
+        match self.core.boot.split(color, key, AbortFlag::new())? {
             Some(boot) => Ok(Some(Communicator::from_bootstrap(boot, self.config())?.with_memory(self.memory())?)),
             None => Ok(None),
         }
@@ -106,7 +103,7 @@ impl Communicator {
             self.abort();
         }
         let exclude: Vec<u32> = exclude.iter().map(|&r| u32::try_from(r).unwrap_or(u32::MAX)).collect();
-        let boot = self.core.boot.shrink(&exclude)?;
+        let boot = self.core.boot.shrink(&exclude, AbortFlag::new())?;
         shrunk(&self.core, boot, &exclude, self.memory())
     }
 
@@ -117,7 +114,7 @@ impl Communicator {
     /// failure or aborted; a rank the others count as failed gets an error. Bounded by the
     /// bootstrap timeout. See docs/FAULTS.md for the protocol and its guarantees.
     pub fn agree_failed(&self) -> Result<Vec<usize>> {
-        Ok(self.core.boot.agree_failed()?.into_iter().map(|r| r as usize).collect())
+        Ok(self.core.boot.agree_failed(&AbortFlag::new())?.into_iter().map(|r| r as usize).collect())
     }
 
     /// [`Communicator::shrink`] without a list: the live ranks first agree on the failed
@@ -132,7 +129,7 @@ impl Communicator {
         if abort_first {
             self.abort();
         }
-        shrink_agreed(&self.core, self.memory(), &Arc::new(AtomicBool::new(false)))
+        shrink_agreed(&self.core, self.memory(), &AbortFlag::new())
     }
 
     /// A new unique id for [`Communicator::grow`], its root served by this process
@@ -156,7 +153,7 @@ impl Communicator {
     /// memory is this one's.
     pub fn grow(&self, nranks: usize, id: &UniqueId) -> Result<Communicator> {
         let n = self.check_grow(nranks)?;
-        join(id, self.rank() as u32, n, self.config(), Arc::new(AtomicBool::new(false)), Some(&self.core.boot))?.with_memory(self.memory())
+        join(id, self.rank() as u32, n, self.config(), AbortFlag::new(), Some(&self.core.boot))?.with_memory(self.memory())
     }
 
     /// The new size of a grow to `nranks`, if it is one.
@@ -168,24 +165,24 @@ impl Communicator {
     }
 }
 
-/// Joins `id` as `rank` of `nranks`, every wait ending when `abort` is set; with
+/// Joins `id` as `rank` of `nranks`, every wait ending when `abort` is raised; with
 /// `growing`, as a member of that communicator growing to `nranks` (its failures end the
-/// wait at the rendezvous: [`Bootstrap::grow_abortable`]). With a confirmed id
+/// wait at the rendezvous: [`Bootstrap::grow`]). With a confirmed id
 /// ([`UniqueId::confirmed`]: grows) the ranks then agree on the failed ones over the new
 /// bootstrap, and only if none failed is the communicator built (the steps after the
 /// agreement wait on no peer), so that the join succeeds on every surviving rank or on
 /// none.
-pub(crate) fn join(id: &UniqueId, rank: u32, nranks: u32, config: &Config, abort: Arc<AtomicBool>, growing: Option<&Bootstrap>) -> Result<Communicator> {
+pub(crate) fn join(id: &UniqueId, rank: u32, nranks: u32, config: &Config, abort: AbortFlag, growing: Option<&Bootstrap>) -> Result<Communicator> {
     let boot = match growing {
-        Some(parent) => parent.grow_abortable(id, nranks, config, abort.clone())?,
-        None => Bootstrap::init_abortable(id, rank, nranks, config, abort.clone())?,
+        Some(parent) => parent.grow(id, nranks, config, abort.clone())?,
+        None => Bootstrap::init(id, rank, nranks, config, abort.clone())?,
     };
     if !id.confirmed() {
         return Communicator::from_bootstrap(boot, config);
     }
     // A failure here (a rank died during the exchange) is decided on by the agreement.
     let same_host = host_peers(&boot, config);
-    let failed = boot.agree_failed_abortable(&abort)?;
+    let failed = boot.agree_failed(&abort)?;
     if let Some(&first) = failed.first() {
         let cause = same_host.err().map_or(String::new(), |e| format!("; here: {e}"));
         return Err(Error::PeerFailed { rank: first, reason: format!("ranks {failed:?} of {nranks} failed while joining; the join is given up on every rank{cause}") });
@@ -201,7 +198,7 @@ pub(crate) fn shrunk(parent: &Core, boot: Bootstrap, exclude: &[u32], memory: Me
     Communicator::over(Core::new(boot, same_host, &parent.config), memory)
 }
 
-/// [`Communicator::shrink_failed`] of `parent`, every wait ending when `abort` is set.
+/// [`Communicator::shrink_failed`] of `parent`, every wait ending when `abort` is raised.
 ///
 /// One agreement, then a build that is local: the new communicator's members, ranks and
 /// who shares whose host all come from the parent and the agreed set, its namespace from
@@ -213,10 +210,10 @@ pub(crate) fn shrunk(parent: &Core, boot: Bootstrap, exclude: &[u32], memory: Me
 /// collective on it reports the failure to all. (A confirming second agreement was needed
 /// while the build exchanged host ids; it cost a whole agreement, 8–15 ms at 16 ranks on 2
 /// cores, docs/PERFORMANCE.md.)
-pub(crate) fn shrink_agreed(parent: &Core, memory: Memory, abort: &Arc<AtomicBool>) -> Result<(Communicator, Vec<usize>)> {
+pub(crate) fn shrink_agreed(parent: &Core, memory: Memory, abort: &AbortFlag) -> Result<(Communicator, Vec<usize>)> {
     let boot = &parent.boot;
-    let failed = boot.agree_failed_abortable(abort)?;
-    let built = shrunk(parent, boot.shrink_abortable(&failed, abort.clone())?, &failed, memory)?;
+    let failed = boot.agree_failed(abort)?;
+    let built = shrunk(parent, boot.shrink(&failed, abort.clone())?, &failed, memory)?;
     Ok((built, failed.into_iter().map(|r| r as usize).collect()))
 }
 

@@ -10,11 +10,10 @@
 //! (the parent) reports `InProgress` from [`Communicator::error`] and refuses collectives,
 //! as NCCL's parent does; aborting the parent aborts them.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use oxccl_bootstrap::{Config, UniqueId, NOCOLOR};
+use oxccl_bootstrap::{AbortFlag, Config, UniqueId, NOCOLOR};
 use parking_lot::{Condvar, Mutex};
 
 use super::core::Core;
@@ -37,7 +36,7 @@ struct Shared {
     done: Condvar,
     /// The abort flag of every wait of the creation (and of the new communicator's
     /// bootstrap).
-    abort: Arc<AtomicBool>,
+    abort: AbortFlag,
 }
 
 enum State {
@@ -50,11 +49,11 @@ enum State {
 /// this lives, and aborts the creation when aborted.
 pub(crate) struct Busy {
     parent: Arc<Core>,
-    abort: Arc<AtomicBool>,
+    abort: AbortFlag,
 }
 
 impl Busy {
-    pub(crate) fn new(parent: Arc<Core>, abort: Arc<AtomicBool>) -> Busy {
+    pub(crate) fn new(parent: Arc<Core>, abort: AbortFlag) -> Busy {
         parent.start_creation(&abort);
         Busy { parent, abort }
     }
@@ -75,8 +74,8 @@ impl PendingCommunicator {
         rank: usize,
         nranks: usize,
         busy: Option<Busy>,
-        abort: Arc<AtomicBool>,
-        create: impl FnOnce(Arc<AtomicBool>) -> Result<(Communicator, Vec<usize>)> + Send + 'static,
+        abort: AbortFlag,
+        create: impl FnOnce(AbortFlag) -> Result<(Communicator, Vec<usize>)> + Send + 'static,
     ) -> PendingCommunicator {
         let shared = Arc::new(Shared { state: Mutex::new(State::Running), done: Condvar::new(), abort });
         let worker = shared.clone();
@@ -91,7 +90,7 @@ impl PendingCommunicator {
             // An abort that came while the creation was finishing wins: the new
             // communicator's bootstrap shares the flag, so it could not be used anyway.
             let result = match result {
-                Ok((comm, _)) if worker.abort.load(Ordering::Acquire) => {
+                Ok((comm, _)) if worker.abort.is_raised() => {
                     comm.abort();
                     (Err(Error::Aborted { reason: format!("{what} aborted while in progress") }), Vec::new())
                 }
@@ -183,7 +182,7 @@ impl PendingCommunicator {
     /// out is not touched.
     pub fn abort(&self) {
         match &*self.shared.state.lock() {
-            State::Running => self.shared.abort.store(true, Ordering::Release),
+            State::Running => self.shared.abort.raise(),
             State::Done(Ok(comm), _) => comm.abort(),
             // A communicator taken out is the caller's: abort it directly.
             State::Done(Err(_), _) | State::Taken => {}
@@ -200,7 +199,7 @@ impl Drop for PendingCommunicator {
         // Abandoned while running: nobody will take the result, so stop waiting for peers.
         let state = self.shared.state.lock();
         if matches!(*state, State::Running) {
-            self.shared.abort.store(true, Ordering::Release);
+            self.shared.abort.raise();
         }
     }
 }
@@ -209,7 +208,7 @@ impl Communicator {
     /// Joins as [`Communicator::init`] does, on a background thread: returns at once.
     pub fn init_nonblocking(id: &UniqueId, rank: u32, nranks: u32, config: &Config) -> PendingCommunicator {
         let (id, config) = (*id, config.clone());
-        let abort = Arc::new(AtomicBool::new(false));
+        let abort = AbortFlag::new();
         PendingCommunicator::spawn("init", rank as usize, nranks as usize, None, abort, move |abort| Ok((join(&id, rank, nranks, &config, abort, None)?, Vec::new())))
     }
 
@@ -222,12 +221,12 @@ impl Communicator {
         if self.revoked().is_none() {
             self.check_usable()?;
         }
-        let abort = Arc::new(AtomicBool::new(false));
+        let abort = AbortFlag::new();
         let busy = Busy::new(self.core.clone(), abort.clone());
         let parent = self.core.clone();
         if color == NOCOLOR {
             let spawned = std::thread::Builder::new().name("oxccl-split".into()).spawn(move || {
-                if let Err(e) = parent.boot.split_abortable(color, key, abort) {
+                if let Err(e) = parent.boot.split(color, key, abort) {
                     busy.parent.record_background_error(e.into());
                 }
                 drop(busy);
@@ -240,7 +239,7 @@ impl Communicator {
         let (config, memory) = (self.config().clone(), self.memory());
         // The rank and size are known only after the exchange.
         Ok(Some(PendingCommunicator::spawn("split", self.rank(), self.nranks(), Some(busy), abort, move |abort| {
-            let boot = parent.boot.split_abortable(color, key, abort)?.ok_or_else(|| Error::Internal("a split with a color joined nothing".into()))?;
+            let boot = parent.boot.split(color, key, abort)?.ok_or_else(|| Error::Internal("a split with a color joined nothing".into()))?;
             Ok((Communicator::from_bootstrap(boot, &config)?.with_memory(memory)?, Vec::new()))
         })))
     }
@@ -251,10 +250,10 @@ impl Communicator {
         if abort_first {
             self.abort();
         }
-        let abort = Arc::new(AtomicBool::new(false));
+        let abort = AbortFlag::new();
         let exclude: Vec<u32> = exclude.iter().map(|&r| u32::try_from(r).unwrap_or(u32::MAX)).collect();
         // No message is exchanged: the new bootstrap is made here, in call order.
-        let boot = self.core.boot.shrink_abortable(&exclude, abort.clone())?;
+        let boot = self.core.boot.shrink(&exclude, abort.clone())?;
         let (rank, nranks) = (boot.rank() as usize, boot.nranks() as usize);
         let busy = Busy::new(self.core.clone(), abort.clone());
         let (parent, memory) = (self.core.clone(), self.memory());
@@ -269,7 +268,7 @@ impl Communicator {
         if abort_first {
             self.abort();
         }
-        let abort = Arc::new(AtomicBool::new(false));
+        let abort = AbortFlag::new();
         let busy = Busy::new(self.core.clone(), abort.clone());
         let (parent, memory) = (self.core.clone(), self.memory());
         PendingCommunicator::spawn("shrink", self.rank(), self.nranks(), Some(busy), abort, move |abort| shrink_agreed(&parent, memory, &abort))
@@ -279,7 +278,7 @@ impl Communicator {
     /// checked here. New ranks join with [`Communicator::init_nonblocking`] (or `init`).
     pub fn grow_nonblocking(&self, nranks: usize, id: &UniqueId) -> Result<PendingCommunicator> {
         let n = self.check_grow(nranks)?;
-        let abort = Arc::new(AtomicBool::new(false));
+        let abort = AbortFlag::new();
         let busy = Busy::new(self.core.clone(), abort.clone());
         let (id, rank, config, parent, memory) = (*id, self.rank() as u32, self.config().clone(), self.core.clone(), self.memory());
         Ok(PendingCommunicator::spawn("grow", self.rank(), nranks, Some(busy), abort, move |abort| {

@@ -353,7 +353,7 @@ impl Exec {
             }
             // SAFETY: the send buffer is valid for send_bytes (enqueue's contract).
             let input = unsafe { std::slice::from_raw_parts(buffers.send, buffers.send_bytes) };
-            oxccl_kernels::scale(task.dtype, factor, &mut scratch[..buffers.send_bytes], input)?;
+            oxccl_kernels::premultiply(task.dtype, oxccl_kernels::Scalar::F64(factor), &mut scratch[..buffers.send_bytes], input)?;
             buffers.send = scratch.as_ptr();
         }
         // Whether the proxy may post a link's receives together (the algorithm's doc).
@@ -363,7 +363,7 @@ impl Exec {
         if task.collective.reduces() && task.op.needs_final_division(task.dtype) && buffers.recv_bytes > 0 {
             // SAFETY: the recv buffer is valid for recv_bytes and the operation is done.
             let out = unsafe { std::slice::from_raw_parts_mut(buffers.recv, buffers.recv_bytes) };
-            oxccl_kernels::divide(task.dtype, nranks as u64, out)?;
+            oxccl_kernels::finalize_avg(task.dtype, nranks, out)?;
         }
         Ok(())
     }

@@ -7,11 +7,11 @@
 //! stream is idle, the stream thread polls its queue briefly before sleeping, and a job's
 //! completion wakes sleepers only when one waits for that job.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use oxccl_bootstrap::AbortFlag;
 use parking_lot::{Condvar, Mutex};
 
 use crate::error::{Error, Result};
@@ -31,7 +31,7 @@ pub(crate) struct HostStream<J: Send + 'static> {
 struct State {
     progress: Mutex<Progress>,
     changed: Condvar,
-    abort: Arc<AtomicBool>,
+    abort: AbortFlag,
 }
 
 struct Progress {
@@ -77,7 +77,7 @@ pub struct Work {
 impl<J: Send + 'static> HostStream<J> {
     /// Starts the stream's thread, which hands each job to `run`. `abort` ends waits on the
     /// stream early.
-    pub fn new(name: &str, abort: Arc<AtomicBool>, run: impl Fn(J) -> Result<()> + Send + Sync + 'static) -> Result<HostStream<J>> {
+    pub fn new(name: &str, abort: AbortFlag, run: impl Fn(J) -> Result<()> + Send + Sync + 'static) -> Result<HostStream<J>> {
         let (tx, rx) = crossbeam_channel::unbounded::<(u64, J)>();
         let state = Arc::new(State { progress: Mutex::new(Progress::default()), changed: Condvar::new(), abort });
         let worker = state.clone();
@@ -190,7 +190,7 @@ impl Work {
                     _ => Ok(()),
                 };
             }
-            if self.state.abort.load(Ordering::Acquire) {
+            if self.state.abort.is_raised() {
                 return Err(Error::Aborted { reason: String::new() });
             }
             p.wake_at = p.wake_at.min(self.seq);
@@ -208,18 +208,18 @@ impl Work {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     type Closure = Box<dyn FnOnce() -> Result<()> + Send>;
 
     /// A stream of closures, for these tests.
-    fn closures(abort: Arc<AtomicBool>) -> HostStream<Closure> {
+    fn closures(abort: AbortFlag) -> HostStream<Closure> {
         HostStream::new("t", abort, |job: Closure| job()).unwrap()
     }
 
     #[test]
     fn runs_in_order_and_reports_each_job() {
-        let stream = closures(Arc::new(AtomicBool::new(false)));
+        let stream = closures(AbortFlag::new());
         let order = Arc::new(Mutex::new(Vec::new()));
         let works: Vec<Work> = (0..50)
             .map(|i| {
@@ -238,7 +238,7 @@ mod tests {
 
     #[test]
     fn errors_are_sticky() {
-        let stream = closures(Arc::new(AtomicBool::new(false)));
+        let stream = closures(AbortFlag::new());
         let ran = Arc::new(AtomicUsize::new(0));
         let ok = stream.submit(Box::new(|| Ok(()))).unwrap();
         let bad = stream.submit(Box::new(|| Err(Error::invalid("boom")))).unwrap();
@@ -259,12 +259,12 @@ mod tests {
 
     #[test]
     fn abort_ends_a_wait_on_a_stuck_job() {
-        let abort = Arc::new(AtomicBool::new(false));
+        let abort = AbortFlag::new();
         let stream = closures(abort.clone());
         let flag = abort.clone();
         let stuck = stream
             .submit(Box::new(move || {
-                while !flag.load(Ordering::Acquire) {
+                while !flag.is_raised() {
                     std::thread::sleep(Duration::from_millis(1));
                 }
                 Err(Error::Aborted { reason: String::new() })
@@ -273,7 +273,7 @@ mod tests {
         let waiter = std::thread::spawn(move || stuck.wait());
         std::thread::sleep(Duration::from_millis(30));
         let start = std::time::Instant::now();
-        abort.store(true, Ordering::Release);
+        abort.raise();
         stream.wake();
         assert!(waiter.join().unwrap().is_err());
         assert!(start.elapsed() < Duration::from_millis(500));

@@ -32,10 +32,11 @@ mod sim;
 
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use oxccl_bootstrap::AbortFlag;
 use oxccl_transports::fifo::{Receiver, Region, Sender};
 use oxccl_transports::inbox::Inbox;
 use oxccl_transports::net::{MemoryKind, MrHandle, Net, Opaque, RecvBuffer, RecvComm, Request, SendComm};
@@ -86,7 +87,7 @@ struct Shared {
     /// The first failure of any link: the peer (communicator rank) and why.
     failure: Arc<Mutex<Option<(usize, String)>>>,
     /// Set when the communicator goes: its links are dropped on their thread's next pass.
-    closed: Arc<AtomicBool>,
+    closed: AbortFlag,
 }
 
 impl NetLinks {
@@ -94,7 +95,7 @@ impl NetLinks {
     /// automatic, if this is the first communicator to start them); a link must connect
     /// within `setup_timeout`.
     pub fn new(net: Arc<dyn Net>, threads: usize, setup_timeout: Duration) -> NetLinks {
-        let shared = Shared { failure: Arc::default(), closed: Arc::new(AtomicBool::new(false)) };
+        let shared = Shared { failure: Arc::default(), closed: AbortFlag::new() };
         NetLinks { net, threads, setup_timeout, proxies: OnceLock::new(), links: Mutex::new(FxHashMap::default()), shared }
     }
 
@@ -175,7 +176,7 @@ impl Drop for NetLinks {
     fn drop(&mut self) {
         // The proxy drops this communicator's links (and closes their comms) on its next
         // pass.
-        self.shared.closed.store(true, Ordering::Release);
+        self.shared.closed.raise();
         for proxy in self.proxies.get().map_or(&[][..], |p| &p.threads[..]) {
             proxy.wake();
         }
@@ -544,7 +545,7 @@ fn run(proxy: &Proxy) {
 /// One pass over `links` at `now`: links of closed communicators are dropped, failed links
 /// are recorded in their communicator and dropped. Whether any link did something.
 fn progress_all(links: &mut Vec<Box<dyn Progress>>, now: Instant) -> bool {
-    links.retain(|l| !l.shared().closed.load(Ordering::Acquire));
+    links.retain(|l| !l.shared().closed.is_raised());
     let mut busy = false;
     links.retain_mut(|link| match link.progress(now) {
         Ok(did) => {

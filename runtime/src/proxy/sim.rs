@@ -10,10 +10,10 @@
 //! flight per comm.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use oxccl_bootstrap::AbortFlag;
 use oxccl_transports::fifo::{Receiver, Region, Sender};
 use oxccl_transports::net::{ListenComm, MemoryKind, MrHandle, Net, NetProperties, Opaque, RecvBuffer, RecvComm, Request, SendComm, MAX_REQUESTS};
 use oxccl_transports::{Error as NetError, Result as NetResult};
@@ -312,7 +312,7 @@ const TIMEOUT: Duration = Duration::from_secs(1);
 
 impl Pair {
     fn new(net: Arc<SimNet>) -> Pair {
-        let shared = Shared { failure: Arc::default(), closed: Arc::new(AtomicBool::new(false)) };
+        let shared = Shared { failure: Arc::default(), closed: AbortFlag::new() };
         let now = Instant::now();
         let link = Link { peer: 1, channel: 0 };
         let (send_region, recv_region) = (Region::heap(SLOTS, SLOT_BYTES).unwrap(), Region::heap(SLOTS, SLOT_BYTES).unwrap());
@@ -461,7 +461,7 @@ fn closed_communicators_links_are_dropped_and_their_comms_closed() {
     let mut links: Vec<Box<dyn Progress>> = vec![Box::new(pair.send), Box::new(pair.recv)];
     progress_all(&mut links, now);
     assert_eq!(links.len(), 2);
-    shared.closed.store(true, std::sync::atomic::Ordering::Release);
+    shared.closed.raise();
     progress_all(&mut links, now);
     assert!(links.is_empty());
     assert_eq!(net.stats().closed, 2);

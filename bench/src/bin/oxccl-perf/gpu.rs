@@ -276,7 +276,8 @@ fn single_calls(plan: &Plan, ranks: &[Rank], count: usize) -> Result<Vec<f64>, S
 #[allow(clippy::too_many_arguments)]
 unsafe fn enqueue(plan: &Plan, r: &Rank, rank: usize, n: usize, send: u64, recv: u64, count: usize) -> Result<(), String> {
     let stream = r.stream.raw();
-    // SAFETY: the caller's contract.
+    // SAFETY: the buffers hold the row and nothing else uses them until the stream is
+    // synchronized (this function's contract); `stream` is this rank's own, on its GPU.
     unsafe {
         match plan.kind {
             Kind::Collective(c) => r.comm.launch_collective(c, send, recv, count, plan.dtype, plan.op, plan.args.root, stream),
@@ -367,6 +368,8 @@ mod nccl {
     // SAFETY: NCCL communicators may be used from any thread, one thread per communicator
     // at a time (each rank thread uses its own).
     unsafe impl Send for Nccl {}
+    // SAFETY: as for Send: a shared `Nccl` hands each rank thread only its own communicator
+    // (`comms[rank]`), and the library handle itself is thread-safe.
     unsafe impl Sync for Nccl {}
 
     impl Nccl {
@@ -397,8 +400,13 @@ mod nccl {
             Ok(nccl)
         }
 
+        /// NCCL's function `name`, typed as `T`.
+        ///
+        /// # Safety
+        /// `T` must be the function's signature in nccl.h.
         unsafe fn symbol<T>(&self, name: &str) -> Result<Symbol<'_, T>, String> {
-            self.lib.get(name.as_bytes()).map_err(|e| format!("libnccl.so.2 lacks {name}: {e}"))
+            // SAFETY: the caller vouches that `T` is the symbol's type.
+            unsafe { self.lib.get(name.as_bytes()) }.map_err(|e| format!("libnccl.so.2 lacks {name}: {e}"))
         }
 
         fn status(&self, s: Status, call: &str) -> Result<(), String> {
@@ -432,7 +440,10 @@ mod nccl {
             type Rooted = unsafe extern "C" fn(*const c_void, *mut c_void, usize, i32, i32, Comm, *mut c_void) -> Status;
             type Plain = unsafe extern "C" fn(*const c_void, *mut c_void, usize, i32, Comm, *mut c_void) -> Status;
             type ReduceFn = unsafe extern "C" fn(*const c_void, *mut c_void, usize, i32, i32, i32, Comm, *mut c_void) -> Status;
-            let status = match collective {
+            // SAFETY: each type above is the function's signature in nccl.h; the buffers,
+            // count and stream are valid as this function's caller guarantees, and `comm` is
+            // this rank's live communicator.
+            let status = unsafe { match collective {
                 Collective::AllReduce => self.symbol::<Reducing>("ncclAllReduce")?(s, r, count, t, op, comm, stream),
                 Collective::ReduceScatter => self.symbol::<Reducing>("ncclReduceScatter")?(s, r, count, t, op, comm, stream),
                 Collective::Reduce => self.symbol::<ReduceFn>("ncclReduce")?(s, r, count, t, op, root, comm, stream),
@@ -441,7 +452,7 @@ mod nccl {
                 Collective::Scatter => self.symbol::<Rooted>("ncclScatter")?(s, r, count, t, root, comm, stream),
                 Collective::AllGather => self.symbol::<Plain>("ncclAllGather")?(s, r, count, t, comm, stream),
                 Collective::AllToAll => self.symbol::<Plain>("ncclAlltoAll")?(s, r, count, t, comm, stream),
-            };
+            } };
             self.status(status, collective.name())
         }
 
@@ -455,13 +466,18 @@ mod nccl {
             type Group = unsafe extern "C" fn() -> Status;
             type P2p = unsafe extern "C" fn(*const c_void, usize, i32, i32, Comm, *mut c_void) -> Status;
             let comm = self.comms[rank];
-            self.status(self.symbol::<Group>("ncclGroupStart")?(), "ncclGroupStart")?;
-            let sent = self.symbol::<P2p>("ncclSend")?(send as *const c_void, count, dtype.to_nccl(), to as i32, comm, stream);
-            let received = self.symbol::<P2p>("ncclRecv")?(recv as *const c_void, count, dtype.to_nccl(), from as i32, comm, stream);
-            let ended = self.symbol::<Group>("ncclGroupEnd")?();
-            self.status(sent, "ncclSend")?;
-            self.status(received, "ncclRecv")?;
-            self.status(ended, "ncclGroupEnd")
+            // SAFETY: the types are the functions' signatures in nccl.h; the buffers, count
+            // and stream are valid as this function's caller guarantees, and `comm` is this
+            // rank's live communicator.
+            unsafe {
+                self.status(self.symbol::<Group>("ncclGroupStart")?(), "ncclGroupStart")?;
+                let sent = self.symbol::<P2p>("ncclSend")?(send as *const c_void, count, dtype.to_nccl(), to as i32, comm, stream);
+                let received = self.symbol::<P2p>("ncclRecv")?(recv as *const c_void, count, dtype.to_nccl(), from as i32, comm, stream);
+                let ended = self.symbol::<Group>("ncclGroupEnd")?();
+                self.status(sent, "ncclSend")?;
+                self.status(received, "ncclRecv")?;
+                self.status(ended, "ncclGroupEnd")
+            }
         }
     }
 
