@@ -256,6 +256,7 @@ impl Communicator {
     /// `send` and `recv` must be valid for the byte sizes the collective needs on this rank
     /// (see [`Collective::buffer_counts`]), may alias only as NCCL's in-place conventions
     /// say, and must not be touched by anyone else until the returned work completes.
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn enqueue_collective(&self, collective: Collective, send: *const u8, recv: *mut u8, count: usize, dtype: DataType, op: ReduceOp, root: usize) -> Result<Work> {
         let host = self.host(collective.name())?;
         self.check_usable()?;
@@ -268,6 +269,7 @@ impl Communicator {
     ///
     /// # Safety
     /// As [`Communicator::enqueue_collective`], until this returns.
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn run_raw(&self, collective: Collective, send: *const u8, recv: *mut u8, count: usize, dtype: DataType, op: ReduceOp, root: usize) -> Result<()> {
         let host = self.host(collective.name())?;
         self.check_usable()?;

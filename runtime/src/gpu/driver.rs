@@ -59,6 +59,7 @@ pub(crate) struct Device {
 
 // SAFETY: a primary context may be made current on any thread; the handles are plain ids.
 unsafe impl Send for Device {}
+// SAFETY: shared use is as safe as the move above: the handle has no interior state of its own.
 unsafe impl Sync for Device {}
 
 impl Device {
@@ -302,6 +303,7 @@ pub(crate) struct PinnedHost {
 
 // SAFETY: plain host memory; who reads and writes it when is the owner's protocol.
 unsafe impl Send for PinnedHost {}
+// SAFETY: shared use is as safe as the move above: the handle has no interior state of its own.
 unsafe impl Sync for PinnedHost {}
 
 impl PinnedHost {
@@ -439,6 +441,7 @@ pub(crate) struct Module {
 
 // SAFETY: module and function handles may be used from any thread with the context current.
 unsafe impl Send for Module {}
+// SAFETY: shared use is as safe as the move above: the handle has no interior state of its own.
 unsafe impl Sync for Module {}
 
 impl Module {
@@ -472,6 +475,7 @@ pub(crate) struct Function(CUfunction);
 
 // SAFETY: see Module.
 unsafe impl Send for Function {}
+// SAFETY: shared use is as safe as the move above: the handle has no interior state of its own.
 unsafe impl Sync for Function {}
 
 impl Function {
@@ -481,7 +485,9 @@ impl Function {
     /// The parameters must match the kernel's signature, and what they point to in device
     /// memory must stay valid until the kernel finishes.
     pub unsafe fn launch(&self, grid: u32, block: u32, stream: CUstream, params: &mut [*mut c_void]) -> Result<()> {
-        check(sys::cuLaunchKernel(self.0, grid, 1, 1, block, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut()), || format!("launching a kernel of {grid} block(s)"))
+        // SAFETY: a function of a loaded module; the parameters and what they point to are
+        // the caller's contract.
+        check(unsafe { sys::cuLaunchKernel(self.0, grid, 1, 1, block, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut()) }, || format!("launching a kernel of {grid} block(s)"))
     }
 }
 
@@ -490,6 +496,7 @@ pub(crate) struct Event(CUevent);
 
 // SAFETY: events may be queried from any thread.
 unsafe impl Send for Event {}
+// SAFETY: shared use is as safe as the move above: the handle has no interior state of its own.
 unsafe impl Sync for Event {}
 
 impl Event {
@@ -499,9 +506,11 @@ impl Event {
     /// `stream` must be a valid stream of the current context (or null, the legacy stream).
     pub unsafe fn record(stream: CUstream) -> Result<Event> {
         let mut e = std::ptr::null_mut();
-        check(sys::cuEventCreate(&mut e, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32), || "creating an event".into())?;
+        // SAFETY: writes one event handle.
+        check(unsafe { sys::cuEventCreate(&mut e, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) }, || "creating an event".into())?;
         let event = Event(e);
-        check(sys::cuEventRecord(e, stream), || "recording an event".into())?;
+        // SAFETY: a live event; the stream is the caller's contract.
+        check(unsafe { sys::cuEventRecord(e, stream) }, || "recording an event".into())?;
         Ok(event)
     }
 
@@ -510,7 +519,8 @@ impl Event {
     /// # Safety
     /// As [`Event::record`].
     pub unsafe fn rerecord(&self, stream: CUstream) -> Result<()> {
-        check(sys::cuEventRecord(self.0, stream), || "recording an event".into())
+        // SAFETY: a live event; the stream is the caller's contract.
+        check(unsafe { sys::cuEventRecord(self.0, stream) }, || "recording an event".into())
     }
 
     /// Makes `stream`'s later work wait until the work before this event is done.
@@ -518,7 +528,8 @@ impl Event {
     /// # Safety
     /// `stream` must be a valid stream of the current context (or null).
     pub unsafe fn wait_on(&self, stream: CUstream) -> Result<()> {
-        check(sys::cuStreamWaitEvent(stream, self.0, 0), || "ordering a stream after an event".into())
+        // SAFETY: a live event; the stream is the caller's contract.
+        check(unsafe { sys::cuStreamWaitEvent(stream, self.0, 0) }, || "ordering a stream after an event".into())
     }
 
     /// Polls until the work before the event is done (true) or `until` passes (false);
@@ -558,6 +569,7 @@ pub struct Stream(pub(crate) CUstream);
 
 // SAFETY: streams may be used from any thread with the context current.
 unsafe impl Send for Stream {}
+// SAFETY: shared use is as safe as the move above: the handle has no interior state of its own.
 unsafe impl Sync for Stream {}
 
 impl Stream {

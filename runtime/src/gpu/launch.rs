@@ -35,7 +35,9 @@ impl Inner {
             scaled: scale.is_some() as u32,
             _pad: 0,
         };
-        loaded.run.launch(lanes, THREADS, stream, &mut [(&mut args as *mut DevArgs).cast::<c_void>()])
+        // SAFETY: the executor kernel takes one OxArgs; the plan's memory lives in the arena
+        // until the launch has run, the buffers and stream are the caller's contract.
+        unsafe { loaded.run.launch(lanes, THREADS, stream, &mut [(&mut args as *mut DevArgs).cast::<c_void>()]) }
     }
 
     /// Launches the direct kernel: `bytes` per rank, one thread per LL line (up to
@@ -67,7 +69,9 @@ impl Inner {
             _pad: 0,
         };
         let blocks = bytes.div_ceil(LL_LINE_DATA).div_ceil(THREADS as usize).clamp(1, self.max_channels) as u32;
-        loaded.direct.launch(blocks, THREADS, stream, &mut [(&mut args as *mut DevDirect).cast::<c_void>()])
+        // SAFETY: the direct kernel takes one OxDirect; the inboxes live as long as the
+        // communicator, the buffers and stream are the caller's contract.
+        unsafe { loaded.direct.launch(blocks, THREADS, stream, &mut [(&mut args as *mut DevDirect).cast::<c_void>()]) }
     }
 
     /// Copies `bytes` from `src` into this rank's scratch buffer on `stream`; its address.

@@ -293,6 +293,7 @@ enum Plan {
 
 // SAFETY: Inner's raw CUDA handles are used with its context bound, from any thread.
 unsafe impl Send for Inner {}
+// SAFETY: as above; its mutable state is behind the `state` mutex and atomics.
 unsafe impl Sync for Inner {}
 
 impl GpuBackend {
@@ -347,20 +348,24 @@ impl GpuBackend {
         match route {
             Route::Direct => {
                 let mode = route::direct_mode(collective).ok_or_else(|| Error::Internal(format!("{} routed to the direct kernel", collective.name())))?;
-                inner.launch_direct(&loaded, mode, send, recv, count * esize, root, rank, n, scale, stream)?;
+                // SAFETY: the caller's buffers and stream (this function's contract).
+                unsafe { inner.launch_direct(&loaded, mode, send, recv, count * esize, root, rank, n, scale, stream)? };
             }
-            Route::Exchange => self.launch_group(&p2p::exchange_ops(collective, send, recv, count * esize, root, rank, n), stream)?,
+            // SAFETY: as above; the exchange's transfers are within the buffers.
+            Route::Exchange => unsafe { self.launch_group(&p2p::exchange_ops(collective, send, recv, count * esize, root, rank, n), stream)? },
             Route::Schedule { shape, algorithm } => {
                 let plan = self.plan(PlanKey { collective, count, esize, root }, shape, algorithm)?;
                 self.announce(&plan, algorithm.sends_independently(collective, n));
-                inner.launch(&loaded, &plan, send, recv, scale, stream)?;
+                // SAFETY: as above; the plan was checked against buffers of these sizes.
+                unsafe { inner.launch(&loaded, &plan, send, recv, scale, stream)? };
             }
             Route::Staged => return Err(Error::Internal("a call routed through host memory on a communicator with no staging".into())),
         }
         if reduces && op.needs_final_division(dtype) && recv_bytes > 0 {
             let (mut buf, mut elements, mut divisor) = (recv, (recv_bytes / esize) as u64, n as u64);
             let blocks = elements.div_ceil(256).clamp(1, 4096) as u32;
-            loaded.divide.launch(blocks, 256, stream, &mut [(&mut buf as *mut u64).cast(), (&mut elements as *mut u64).cast(), (&mut divisor as *mut u64).cast()])?;
+            // SAFETY: ox_divide takes (T*, u64, u64); the output holds `elements` elements.
+            unsafe { loaded.divide.launch(blocks, 256, stream, &mut [(&mut buf as *mut u64).cast(), (&mut elements as *mut u64).cast(), (&mut divisor as *mut u64).cast()])? };
         }
         self.mark(stream)
     }
@@ -559,8 +564,8 @@ impl GpuBackend {
         match state.last.get(&(stream as usize)) {
             // SAFETY: the caller's stream of this context.
             Some(event) => unsafe { event.rerecord(stream) },
-            // SAFETY: as above.
             None => {
+                // SAFETY: as above.
                 let event = unsafe { Event::record(stream)? };
                 state.last.insert(stream as usize, event);
                 Ok(())

@@ -64,7 +64,8 @@ impl GpuBackend {
             if s.bytes <= ll_limit {
                 ll.extend([*s, *r]);
             } else {
-                driver::check(cudarc::driver::sys::cuMemcpyDtoDAsync_v2(r.addr, s.addr, s.bytes, stream), || "copying a send to this rank".into())?;
+                // SAFETY: both are the caller's device buffers of `bytes` (its contract).
+                driver::check(unsafe { cudarc::driver::sys::cuMemcpyDtoDAsync_v2(r.addr, s.addr, s.bytes, stream) }, || "copying a send to this rank".into())?;
             }
         }
         // Messages up to the LL limit go over LL (one launch), the rest over the Simple
@@ -86,7 +87,8 @@ impl GpuBackend {
                 let count = lanes.len() as u32;
                 inner.store(inner.state.lock(), key, &image, |at| Plan::Messages { lanes: count, at, msgs: at + lanes_bytes as u64 })
             })?;
-            inner.launch_p2p_ll(&loaded, &plan, send_base, recv_base, stream)?;
+            // SAFETY: the caller's buffers (the messages are offsets from these bases).
+            unsafe { inner.launch_p2p_ll(&loaded, &plan, send_base, recv_base, stream)? };
         }
         if !simple.is_empty() {
             let (send_base, recv_base) = offsets_from_bases(&mut simple);
@@ -96,7 +98,8 @@ impl GpuBackend {
             })?;
             // Sends and receives never wait for the other side's other messages.
             self.announce(&plan, true);
-            inner.launch(&loaded, &plan, send_base, recv_base, None, stream)?;
+            // SAFETY: as above.
+            unsafe { inner.launch(&loaded, &plan, send_base, recv_base, None, stream)? };
         }
         Ok(())
     }

@@ -323,35 +323,38 @@ unsafe fn try_step(step: &Step, b: &Buffers, conns: &mut Connections, esize: usi
         }
         None => None,
     };
-    // SAFETY: the peeked slot stays valid and unchanged until released below.
     let received: &[u8] = match &rx {
+        // SAFETY: the peeked slot stays valid and unchanged until released below.
         Some((ptr, _)) => unsafe { std::slice::from_raw_parts(*ptr, bytes) },
         None => &[],
     };
-    // SAFETY: the reserved slot is ours until posted below.
     let outgoing: &mut [u8] = match &mut tx {
+        // SAFETY: the reserved slot is ours until posted below.
         Some((ptr, _)) => unsafe { std::slice::from_raw_parts_mut(*ptr, bytes) },
         None => &mut [],
     };
-    // SAFETY (all blocks below): slices are in bounds (check_bounds), the buffers valid.
-    match *step {
-        Step::Send { src, .. } => outgoing.copy_from_slice(unsafe { read(b, &src, esize) }),
-        Step::Recv { dst, .. } => unsafe { write(b, &dst, esize) }.copy_from_slice(received),
-        Step::RecvReduceSend { local, .. } => combine_into(cx.dtype, cx.combine, outgoing, received, unsafe { read(b, &local, esize) })?,
-        Step::RecvReduceCopy { local, dst, .. } => unsafe { reduce_to(b, &local, &dst, received, esize, cx)? },
-        Step::RecvReduceCopySend { local, dst, .. } => {
-            unsafe { reduce_to(b, &local, &dst, received, esize, cx)? };
-            outgoing.copy_from_slice(unsafe { read(b, &dst, esize) });
-        }
-        Step::RecvCopySend { dst, .. } => {
-            unsafe { write(b, &dst, esize) }.copy_from_slice(received);
-            outgoing.copy_from_slice(received);
-        }
-        Step::Copy { src, dst } => {
-            let (s, d) = (address(b, &src, esize), address(b, &dst, esize));
-            if s != d {
-                // SAFETY: both in bounds; copy handles overlap.
-                unsafe { std::ptr::copy(s as *const u8, d, src.count * esize) };
+    // SAFETY: every slice a step names is in bounds (check_bounds) of buffers valid for the
+    // operation (the caller's contract); a Copy's source and destination may overlap only
+    // as the schedule allows, which ptr::copy handles.
+    unsafe {
+        match *step {
+            Step::Send { src, .. } => outgoing.copy_from_slice(read(b, &src, esize)),
+            Step::Recv { dst, .. } => write(b, &dst, esize).copy_from_slice(received),
+            Step::RecvReduceSend { local, .. } => combine_into(cx.dtype, cx.combine, outgoing, received, read(b, &local, esize))?,
+            Step::RecvReduceCopy { local, dst, .. } => reduce_to(b, &local, &dst, received, esize, cx)?,
+            Step::RecvReduceCopySend { local, dst, .. } => {
+                reduce_to(b, &local, &dst, received, esize, cx)?;
+                outgoing.copy_from_slice(read(b, &dst, esize));
+            }
+            Step::RecvCopySend { dst, .. } => {
+                write(b, &dst, esize).copy_from_slice(received);
+                outgoing.copy_from_slice(received);
+            }
+            Step::Copy { src, dst } => {
+                let (s, d) = (address(b, &src, esize), address(b, &dst, esize));
+                if s != d {
+                    std::ptr::copy(s as *const u8, d, src.count * esize);
+                }
             }
         }
     }

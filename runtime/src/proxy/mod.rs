@@ -73,13 +73,16 @@ pub(crate) struct NetLinks {
     /// The process's proxy threads, once this communicator made a network link.
     proxies: OnceLock<&'static Proxies>,
     /// Each link's mailbox for announcements, and the thread that progresses it.
-    links: Mutex<FxHashMap<(Link, Direction), (Mailbox, &'static Proxy)>>,
+    links: Mutex<FxHashMap<(Link, Direction), LinkEntry>>,
     shared: Shared,
 }
 
 /// Announcements for one link, from the communicator's threads to its proxy thread:
 /// (messages, independent).
 type Mailbox = Arc<Mutex<Vec<(u64, bool)>>>;
+
+/// A link as its communicator knows it: its mailbox and its thread.
+type LinkEntry = (Mailbox, &'static Proxy);
 
 /// What the links of a communicator share with it.
 #[derive(Clone)]
@@ -147,13 +150,13 @@ impl NetLinks {
     /// FIFOs lent to links (pinned host memory, whose freeing waits for the GPU) is then
     /// freed by its other holder, never by a proxy thread that other communicators need.
     pub fn close(&self, limit: Duration) -> bool {
-        self.shared.closed.store(true, Ordering::Release);
+        self.shared.closed.raise();
         for proxy in self.proxies.get().map_or(&[][..], |p| &p.threads[..]) {
             proxy.wake();
         }
         let deadline = Instant::now() + limit;
         // Each live link holds a clone of `shared`.
-        while Arc::strong_count(&self.shared.closed) > 1 {
+        while Arc::strong_count(&self.shared.failure) > 1 {
             if Instant::now() >= deadline {
                 return false;
             }
