@@ -28,6 +28,6 @@ strip -o gpu-bin/oxccl-perf target/release/oxccl-perf
 cargo build --release -p oxccl-capi
 mkdir -p gpu-bin/lib
 strip -o gpu-bin/lib/libnccl.so.2 target/release/libnccl.so
-cp scripts/gpu-run.sh scripts/gpu-bench.sh scripts/gpu-nccl-tests.sh scripts/gpu-session.sh scripts/gpu-sanitize.sh gpu-bin/
+cp scripts/gpu-*.sh gpu-bin/
 ls -la gpu-bin >&2
 du -sh gpu-bin >&2

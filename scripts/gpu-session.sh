@@ -6,6 +6,8 @@
 #   bench         gpu-bench.sh: oxccl-perf against NCCL for every collective
 #                 (GPU_BENCH_COLLECTIVES narrows them)
 #   pytorch       examples/pytorch/check_collectives.py with oxccl's libnccl.so.2 preloaded
+#   net           builds .nccl-tests/ with MPI and runs gpu-net-bench.sh: ranks posing as
+#                 hosts on the GPUs there are (MPS), oxccl against NCCL's socket transport
 #   nccl-tests    builds .nccl-tests/ (NVIDIA/nccl-tests, copied there, git-ignored) with and
 #                 without MPI and runs every test with oxccl and with NCCL: -g 2 in one
 #                 process, and one process per GPU under mpirun
@@ -30,6 +32,11 @@ for stage in "$@"; do
     pytorch)
       LD_PRELOAD="$bin/lib/libnccl.so.2" timeout 180 python3 "$root/examples/pytorch/check_collectives.py" > "$res/pytorch-oxccl.txt" 2>&1
       note "pytorch: exit $?"
+      ;;
+    net)
+      nt="$root/.nccl-tests"
+      [[ -x $nt/build-mpi/all_reduce_perf ]] || make -C "$nt" MPI=1 MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi CUDA_HOME="$CUDA_HOME" NCCL_HOME=/usr NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" BUILDDIR="$nt/build-mpi" -j 16 > "$res/nccl-tests-build.txt" 2>&1
+      OUT=$res bash "$bin/gpu-net-bench.sh" "$nt/build-mpi" > /dev/null
       ;;
     nccl-tests)
       nt="$root/.nccl-tests"

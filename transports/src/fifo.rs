@@ -6,7 +6,8 @@
 //!
 //! One page of `#[repr(C)]` header (checked at compile time): magic, geometry and the
 //! two pids, then the tail (slots posted by the sender) and the head (slots released by the
-//! receiver), each on its own cache line so that the two ends never write the same line,
+//! receiver), each on its own 128-byte line (a GPU's cache line) so that the two ends never
+//! write the same line,
 //! then each slot's byte count. The slots follow, 64-byte aligned. Counters are 64-bit and
 //! only grow; slot `i` is `i % slots`.
 //!
@@ -56,14 +57,14 @@ pub const DEFAULT_SLOT_BYTES: usize = DEFAULT_BUFFER_BYTES / DEFAULT_SLOTS;
 /// Most slots a FIFO may have (the header holds this many sizes).
 pub const MAX_SLOTS: usize = 16;
 
-const MAGIC: u64 = 0x4f58_4649_464f_0002; // "OXFIFO", layout version 2
+const MAGIC: u64 = 0x4f58_4649_464f_0003; // "OXFIFO", layout version 3
 /// The header takes one page, so that the slots start page-aligned in a mapping.
 pub const HEADER_BYTES: usize = 4096;
 /// Where, in the header, the tail (u64), the head (u64) and the slots' sizes (u32 each)
 /// are: what code on the other side of a lent region (a GPU kernel) reads and writes.
-pub const TAIL_OFFSET: usize = 64;
-pub const HEAD_OFFSET: usize = 128;
-pub const SIZES_OFFSET: usize = 192;
+pub const TAIL_OFFSET: usize = 128;
+pub const HEAD_OFFSET: usize = 256;
+pub const SIZES_OFFSET: usize = 384;
 const SLOT_ALIGN: usize = 64;
 
 /// How a FIFO is cut into slots.
@@ -107,7 +108,10 @@ impl Default for Geometry {
     }
 }
 
-#[repr(C, align(64))]
+/// 128 bytes: a GPU's cache line (L2), the largest of the two ends' lines. A line that
+/// both ends write (one a counter, the other a size) could be held by one side's cache
+/// while the other rewrites it, so each part the two ends write apart has a line of its own.
+#[repr(C, align(128))]
 struct CacheLine<T>(T);
 
 /// The shared part of a FIFO, at the start of its memory.
@@ -130,8 +134,8 @@ struct Header {
 // atomics are larger, and loom builds have no shared segments.
 #[cfg(not(loom))]
 const _: () = {
-    assert!(std::mem::size_of::<Header>() == 256);
-    assert!(std::mem::align_of::<Header>() == 64);
+    assert!(std::mem::size_of::<Header>() == 512);
+    assert!(std::mem::align_of::<Header>() == 128);
     assert!(std::mem::offset_of!(Header, slots) == 8);
     assert!(std::mem::offset_of!(Header, receiver_pid) == 16);
     assert!(std::mem::offset_of!(Header, sender_pid) == 20);
@@ -198,7 +202,7 @@ impl Region {
         Ok((Arc::new(region), handle))
     }
 
-    /// A FIFO in memory the caller lends: the header at `header` ([`HEADER_BYTES`], 64-byte
+    /// A FIFO in memory the caller lends: the header at `header` ([`HEADER_BYTES`], 128-byte
     /// aligned, zeroed), the slots at `slots` (`slots` strides of [`Geometry::stride`]),
     /// freed when `owner` is dropped, after the region. For a FIFO one of whose ends is not
     /// a thread of this process but code that reaches the same memory (a GPU kernel over
@@ -214,8 +218,8 @@ impl Region {
         geometry.check()?;
         let nonnull = |p: *mut u8, what: &str| NonNull::new(p).ok_or_else(|| Error::InvalidArgument(format!("lent FIFO {what} at address 0")));
         let (header, slots) = (nonnull(header, "header")?, nonnull(slots, "slots")?);
-        if header.as_ptr() as usize % 64 != 0 || slots.as_ptr() as usize % SLOT_ALIGN != 0 {
-            return Err(Error::InvalidArgument(format!("lent FIFO at {header:p} / {slots:p}: header and slots must be 64-byte aligned")));
+        if header.as_ptr() as usize % 128 != 0 || slots.as_ptr() as usize % SLOT_ALIGN != 0 {
+            return Err(Error::InvalidArgument(format!("lent FIFO at {header:p} / {slots:p}: the header must be 128-byte and the slots 64-byte aligned")));
         }
         let region = Region::over(memory::Memory::Lent { header, slots, owner }, geometry);
         region.initialize(0);

@@ -581,14 +581,14 @@ mod device_tests {
     use oxccl_transports::net::socket::SocketNet;
     use std::sync::atomic::{AtomicU32, AtomicU64};
 
-    #[repr(C, align(64))]
+    #[repr(C, align(128))]
     #[derive(Clone, Copy)]
-    struct Line([u8; 64]);
+    struct Line([u8; 128]);
 
     /// A lent FIFO and the addresses a kernel would be given.
     fn lent(geometry: Geometry) -> (Arc<Region>, usize, usize) {
-        let header = vec![Line([0; 64]); fifo::HEADER_BYTES / 64].into_boxed_slice();
-        let slots = vec![Line([0; 64]); geometry.slots * geometry.stride() / 64].into_boxed_slice();
+        let header = vec![Line([0; 128]); fifo::HEADER_BYTES / 128].into_boxed_slice();
+        let slots = vec![Line([0; 128]); (geometry.slots * geometry.stride()).div_ceil(128)].into_boxed_slice();
         let (h, s) = (header.as_ptr() as usize, slots.as_ptr() as usize);
         // SAFETY: the boxes live in the owner, which outlives the region; the region's ends
         // (the proxy, and a test thread through the offsets) follow the FIFO protocol.

@@ -192,11 +192,11 @@ fn stale_segments_of_dead_processes_are_cleaned() {
 fn lent_fifo_spoken_through_the_header_offsets() {
     let geometry = Geometry { slots: 4, slot_bytes: 100 };
     for kernel_sends in [true, false] {
-        #[repr(C, align(64))]
+        #[repr(C, align(128))]
         #[derive(Clone, Copy)]
-        struct Line([u8; 64]);
-        let header = vec![Line([0; 64]); HEADER_BYTES / 64].into_boxed_slice();
-        let slots = vec![Line([0; 64]); geometry.slots * geometry.stride() / 64].into_boxed_slice();
+        struct Line([u8; 128]);
+        let header = vec![Line([0; 128]); HEADER_BYTES / 128].into_boxed_slice();
+        let slots = vec![Line([0; 128]); (geometry.slots * geometry.stride()).div_ceil(128)].into_boxed_slice();
         let (h, s) = (header.as_ptr() as usize, slots.as_ptr() as usize);
         // SAFETY: both boxes live in the owner, which outlives the region; only the two
         // ends below touch them, through the FIFO protocol.
@@ -254,5 +254,5 @@ fn lent_fifo_spoken_through_the_header_offsets() {
     let unaligned = vec![0u8; 8192];
     // SAFETY: refused before any use.
     let e = unsafe { Region::lent(Geometry { slots: 2, slot_bytes: 64 }, unaligned.as_ptr().wrapping_add(1).cast_mut(), unaligned.as_ptr().cast_mut(), Box::new(())) };
-    assert!(e.err().unwrap().to_string().contains("64-byte aligned"));
+    assert!(e.err().unwrap().to_string().contains("128-byte"));
 }

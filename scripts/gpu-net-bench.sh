@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Across hosts on one GPU machine: nccl-tests (built with MPI=1 in $1, against the
+# machine's NCCL header) under mpirun, each rank posing as a host of its own
+# (NCCL_HOSTID=host<rank>), all ranks sharing the GPUs there are under MPS, over loopback
+# (NCCL_SOCKET_IFNAME=lo): oxccl's libnccl.so.2 (gpu-bin/lib first on the library path)
+# against the machine's NCCL at its defaults and at the socket settings given in
+# NCCL_BEST (default: 4 threads x 4 sockets per thread), in one run. Also the loopback TCP
+# throughput between two processes, the physical limit of this setup. Tables go to $OUT
+# (or gpu-out/) as net-<n>r-<test>-<lib>.txt, a summary to summary.txt.
+#
+# Knobs: NET_TESTS (default all_reduce all_gather reduce_scatter broadcast alltoall
+# sendrecv), NET_RANKS (default "2 4"), NET_LIBS (default "oxccl nccl nccl-best"),
+# NET_MAX (default 128M), NET_ITERS (20), NET_TIMEOUT (per run, 150 s).
+# NVLink multicast stays off; GPU clocks and modes are never touched.
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+build="${1:?usage: gpu-net-bench.sh <nccl-tests MPI=1 build directory>}"
+out="${OUT:-$here/../gpu-out}"
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0 XDG_CACHE_HOME="${XDG_CACHE_HOME:-/tmp/oxccl-cache}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+gpus=$(nvidia-smi -L | wc -l)
+
+# MPS lets the ranks' kernels run at once on a shared GPU (left running for later calls).
+if ! pgrep -x nvidia-cuda-mps >/dev/null; then
+  nvidia-cuda-mps-control -d && echo "MPS started" | tee -a "$out/summary.txt"
+fi
+
+# Each rank: its own host id and GPU rank % gpus.
+wrapper="$out/rank.sh"
+cat > "$wrapper" <<'EOF'
+#!/usr/bin/env bash
+export NCCL_HOSTID="host${OMPI_COMM_WORLD_RANK}"
+export CUDA_VISIBLE_DEVICES=$((OMPI_COMM_WORLD_RANK % NET_GPUS)) NCCL_TESTS_DEVICE=0
+exec "$@"
+EOF
+chmod +x "$wrapper"
+
+# The loopback limit: one TCP stream, and four.
+python3 - <<'PY' 2>&1 | tee -a "$out/summary.txt"
+import socket, threading, time
+def stream(port, total, results):
+    srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); srv.bind(("127.0.0.1", port)); srv.listen(1)
+    def send():
+        c = socket.create_connection(("127.0.0.1", port)); buf = b"\0" * (1 << 20); sent = 0
+        while sent < total: sent += c.send(buf)
+        c.close()
+    t = threading.Thread(target=send); t.start()
+    conn, _ = srv.accept(); got = 0; buf = bytearray(1 << 20); start = time.time()
+    while got < total:
+        n = conn.recv_into(buf)
+        if n == 0: break
+        got += n
+    results.append(got / (time.time() - start)); t.join(); conn.close(); srv.close()
+for streams in (1, 4):
+    results = []; threads = [threading.Thread(target=stream, args=(45000 + i, 4 << 30, results)) for i in range(streams)]
+    [t.start() for t in threads]; [t.join() for t in threads]
+    print(f"loopback TCP, {streams} stream(s) between threads of one Python process: {sum(results)/1e9:.2f} GB/s in all")
+PY
+
+status=0
+for n in ${NET_RANKS:-2 4}; do
+  for t in ${NET_TESTS:-all_reduce all_gather reduce_scatter broadcast alltoall sendrecv}; do
+    for lib in ${NET_LIBS:-oxccl nccl nccl-best}; do
+      env=(-x NCCL_NVLS_ENABLE -x XDG_CACHE_HOME -x NCCL_SOCKET_IFNAME=lo -x NET_GPUS="$gpus")
+      case $lib in
+        oxccl) env+=(-x LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}") ;;
+        nccl) env+=(-x LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}") ;;
+        nccl-best) env+=(-x LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" -x NCCL_SOCKET_NTHREADS="${NCCL_BEST_THREADS:-4}" -x NCCL_NSOCKS_PERTHREAD="${NCCL_BEST_SOCKS:-4}") ;;
+      esac
+      table="$out/net-${n}r-$t-$lib.txt"
+      timeout "${NET_TIMEOUT:-150}" mpirun --allow-run-as-root --oversubscribe -np "$n" --bind-to none \
+        --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo "${env[@]}" \
+        "$wrapper" "$build/${t}_perf" -b 8 -e "${NET_MAX:-128M}" -f 4 -c 1 -n "${NET_ITERS:-20}" -w 5 -g 1 > "$table" 2>&1
+      rc=$?
+      wrong=$(grep -o "Out of bounds values : [0-9]*" "$table" | grep -o "[0-9]*$")
+      echo "$n ranks as hosts, $t with $lib: exit $rc, wrong ${wrong:-?}" | tee -a "$out/summary.txt"
+      ((rc == 0)) || status=1
+    done
+  done
+done
+exit $status
