@@ -17,6 +17,7 @@ mod names;
 mod nccl;
 pub mod plugin;
 mod selection;
+mod setup;
 mod table;
 mod tuner;
 
@@ -27,5 +28,6 @@ pub use names::{Algorithm, Protocol};
 pub use nccl::{Constants, GraphInfo, ModelInput, NcclModel};
 pub use plugin::{InitInfo, NvlDomains, TunerPlugin};
 pub use selection::Selection;
+pub use setup::{gpu_setup, rank_locally, GpuSetup};
 pub use table::{CostTable, IGNORE};
 pub use tuner::{Choice, Model, Request, Runnable, Tuner};

@@ -2,44 +2,20 @@
 //! digit, the latency/bandwidth table NCCL 2.28 printed for that run (2 ranks on 2 hosts
 //! through the socket Net on `lo`; reference/topo in the shared notes, copied as fixtures).
 
-use oxccl_topology::layout::{self, ChannelBounds, HostGraphs};
-use oxccl_topology::search::{compute, Pattern, SearchSettings};
+use oxccl_topology::layout::ChannelBounds;
+use oxccl_topology::search::SearchSettings;
 use oxccl_topology::{PathSettings, System, Topology, XmlNode};
-use oxccl_tuning::{Algorithm, Collective, Constants, GraphInfo, ModelInput, NcclModel, Protocol};
+use oxccl_tuning::{gpu_setup, Algorithm, Collective, Constants, NcclModel, Protocol};
 
 const DUMP: &str = include_str!("../../topology/tests/fixtures/nccl-2.28-h200x1.xml");
 const TUNING: &str = include_str!("../../topology/tests/fixtures/nccl-2.28-h200x1-two-hosts-tuning.txt");
 
 fn model() -> NcclModel {
     let topology = Topology::new(System::from_xml(&XmlNode::parse(DUMP, None).unwrap()).unwrap(), PathSettings::default()).unwrap();
-    let ring = compute(&topology, 2, Pattern::Ring, 1, 32, &SearchSettings::default());
-    let tree = compute(&topology, 2, Pattern::BalancedTree, ring.channels.len(), ring.channels.len(), &SearchSettings::default());
-    // The other host is the same machine (NCCL_HOSTID): rank 1 there.
-    let mut other = [ring.clone(), tree.clone()];
-    for g in &mut other {
-        for ch in &mut g.channels {
-            ch.ranks = vec![1];
-        }
-    }
-    let [other_ring, other_tree] = other;
-    let hosts = [HostGraphs { ring: ring.clone(), tree: tree.clone() }, HostGraphs { ring: other_ring, tree: other_tree }];
-    let laid = layout::layout(&hosts, 2, 90, ChannelBounds::default()).unwrap();
-    assert_eq!(laid.rings.len(), 2, "NCCL: 2 coll channels");
-    let (arch, vendor, _) = topology.system.cpu_type();
-    let input = ModelInput {
-        nranks: 2,
-        nnodes: 2,
-        cc_min: 90,
-        cc_max: 90,
-        cpu_arch: arch,
-        cpu_vendor: vendor,
-        ring: GraphInfo::from(&ring),
-        tree: GraphInfo::from(&tree),
-        channels: laid.rings.len(),
-        net_overhead_ns: None,
-        pat_enable: None,
-    };
-    NcclModel::new(input, &Constants::default())
+    // The other host is the same machine (NCCL_HOSTID), rank 1 there.
+    let setup = gpu_setup(&topology, 2, 2, &SearchSettings::default(), ChannelBounds::default()).unwrap();
+    assert_eq!(setup.layout.rings.len(), 2, "NCCL: 2 coll channels");
+    NcclModel::new(setup.input, &Constants::default())
 }
 
 #[test]

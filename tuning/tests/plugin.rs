@@ -5,10 +5,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-use oxccl_topology::search::{compute, Pattern, SearchSettings};
+use oxccl_topology::layout::ChannelBounds;
+use oxccl_topology::search::SearchSettings;
 use oxccl_topology::{PathSettings, System, Topology, XmlNode};
 use oxccl_tuning::plugin::{self, InitInfo, NvlDomains, TunerPlugin};
-use oxccl_tuning::{Algorithm, Collective, Constants, CostTable, GraphInfo, HostModel, Model, ModelInput, NcclModel, Protocol, Request, Selection, Tuner};
+use oxccl_tuning::{gpu_setup, Algorithm, Collective, Constants, CostTable, HostModel, Model, NcclModel, Protocol, Request, Selection, Tuner};
 
 /// The plugin reads NCCL_TUNER_CONFIG_FILE in init: one test at a time touches the environment.
 static ENV: Mutex<()> = Mutex::new(());
@@ -44,11 +45,7 @@ const INFO: InitInfo = InitInfo { comm_id: 7, nranks: 2, nnodes: 2, nvl_domains:
 fn nccl_model(constants: &Constants) -> NcclModel {
     let xml = XmlNode::parse(include_str!("../../topology/tests/fixtures/nccl-2.28-h200x1.xml"), None).unwrap();
     let topology = Topology::new(System::from_xml(&xml).unwrap(), PathSettings::default()).unwrap();
-    let ring = compute(&topology, 2, Pattern::Ring, 1, 32, &SearchSettings::default());
-    let tree = compute(&topology, 2, Pattern::BalancedTree, 1, 1, &SearchSettings::default());
-    let (cpu_arch, cpu_vendor, _) = topology.system.cpu_type();
-    let input = ModelInput { nranks: 2, nnodes: 2, cc_min: 90, cc_max: 90, cpu_arch, cpu_vendor, ring: GraphInfo::from(&ring), tree: GraphInfo::from(&tree), channels: 2, net_overhead_ns: None, pat_enable: None };
-    NcclModel::new(input, constants)
+    NcclModel::new(gpu_setup(&topology, 2, 2, &SearchSettings::default(), ChannelBounds::default()).unwrap().input, constants)
 }
 
 fn any_pair(_: Collective, a: Algorithm, _: Protocol) -> bool {
