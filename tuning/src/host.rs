@@ -63,9 +63,14 @@ impl HostModel {
         hops * hop + messages * issue + moved / bandwidth + reduced / reduce_rate
     }
 
-    /// The cost table (µs) of a call: the pairs the host executor runs, priced; one rank runs
-    /// Ring at no cost, as NCCL does.
+    /// The cost table (µs) of a call of NCCL's `bytes` ([`Collective::tuning_bytes`]): the
+    /// pairs the host executor runs, priced on the bytes of the call's `count` elements (what
+    /// the model was measured with); one rank runs Ring at no cost, as NCCL does.
     pub fn table(&self, collective: Collective, bytes: usize) -> CostTable {
+        let bytes = match collective {
+            Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => bytes / self.nranks.max(1),
+            _ => bytes,
+        };
         let mut table = CostTable::default();
         if self.nranks <= 1 {
             table.set(Algorithm::Ring, Protocol::Simple, Some(0.0));
