@@ -1,12 +1,20 @@
 //! CPU packages, NUMA nodes and the PCI bridges above a device, through hwloc (the
-//! `hwlocality` crate). When hwloc cannot load the topology, NUMA nodes come from sysfs and
-//! the note says so.
+//! `hwlocality` crate, feature `hwloc`, on by default). When hwloc cannot load the topology,
+//! or the crate is built without it, NUMA nodes and PCI chains come from sysfs and a note
+//! says so.
 
+#[cfg(feature = "hwloc")]
 use hwlocality::object::attributes::{ObjectAttributes, UpstreamAttributes};
+#[cfg(feature = "hwloc")]
 use hwlocality::object::types::ObjectType;
+#[cfg(feature = "hwloc")]
 use hwlocality::object::TopologyObject;
+#[cfg(feature = "hwloc")]
 use hwlocality::topology::builder::TypeFilter;
+#[cfg(feature = "hwloc")]
 use hwlocality::Topology;
+#[cfg(not(feature = "hwloc"))]
+type Topology = ();
 
 use super::sysfs;
 
@@ -27,6 +35,19 @@ pub(crate) struct Cpus {
 }
 
 impl Cpus {
+    #[cfg(not(feature = "hwloc"))]
+    pub fn read(notes: &mut Vec<String>) -> Cpus {
+        notes.push("built without hwloc: NUMA nodes and PCI chains from sysfs".into());
+        Cpus { numa_nodes: sysfs_numa_nodes(), packages: Vec::new(), info: proc_cpuinfo(), topology: None }
+    }
+
+    #[cfg(not(feature = "hwloc"))]
+    pub fn pci_chain(&self, bdf: &str) -> (Vec<String>, i32) {
+        let _ = &self.topology;
+        sysfs::pci_chain(bdf).unwrap_or((Vec::new(), -1))
+    }
+
+    #[cfg(feature = "hwloc")]
     pub fn read(notes: &mut Vec<String>) -> Cpus {
         let topology = Topology::builder().with_io_type_filter(TypeFilter::KeepAll).map_err(|e| e.to_string()).and_then(|b| b.build().map_err(|e| e.to_string()));
         let topology = match topology {
@@ -52,6 +73,7 @@ impl Cpus {
     }
 
     /// The PCI bridges above `bdf` (top first) and the NUMA node its tree hangs from (-1: unknown).
+    #[cfg(feature = "hwloc")]
     pub fn pci_chain(&self, bdf: &str) -> (Vec<String>, i32) {
         let sysfs = sysfs::pci_chain(bdf);
         let sysfs_numa = sysfs.as_ref().map_or(-1, |s| s.1);
@@ -79,6 +101,7 @@ impl Cpus {
     }
 }
 
+#[cfg(feature = "hwloc")]
 fn package_info(package: &TopologyObject) -> Option<CpuInfo> {
     let text = |key: &str| package.info(key).map(|v| v.to_string_lossy().into_owned());
     Some(CpuInfo { vendor: text("CPUVendor")?, family: text("CPUFamilyNumber")?.parse().ok()?, model: text("CPUModelNumber")?.parse().ok()? })
