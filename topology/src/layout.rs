@@ -58,8 +58,11 @@ impl Default for ChannelBounds {
     }
 }
 
-/// NCCL's binary tree over `n` ranks: (parent, child 0, child 1, whether `rank` is its parent's second child).
-pub fn binary_tree(n: usize, rank: usize) -> (Option<usize>, Option<usize>, Option<usize>, bool) {
+/// A rank's place in a binary tree: (parent, child 0, child 1, whether it is its parent's second child).
+pub type TreePlace = (Option<usize>, Option<usize>, Option<usize>, bool);
+
+/// NCCL's binary tree over `n` ranks.
+pub fn binary_tree(n: usize, rank: usize) -> TreePlace {
     let (n, rank) = (n as i64, rank as i64);
     let mut bit = 1;
     while bit < n {
@@ -88,7 +91,7 @@ pub fn binary_tree(n: usize, rank: usize) -> (Option<usize>, Option<usize>, Opti
 }
 
 /// NCCL's double binary tree: the binary tree, and its mirror (even `n`) or its shift by one (odd `n`).
-pub fn double_tree(n: usize, rank: usize) -> [(Option<usize>, Option<usize>, Option<usize>, bool); 2] {
+pub fn double_tree(n: usize, rank: usize) -> [TreePlace; 2] {
     let first = binary_tree(n, rank);
     let second = if n % 2 == 1 {
         let shifted = (rank + n - 1) % n;
@@ -251,13 +254,11 @@ pub fn p2p_net(topology: &Topology, rank: i32, peer_dev: i32, channel: usize, se
     let gpu = |i| NodeRef { kind: NodeKind::Gpu, index: i };
     let net = |i| NodeRef { kind: NodeKind::Net, index: i };
     match pxn_level {
-        1 => {
-            if topology.path(gpu(g1), net(rail_net)).kind <= PathKind::Pxn {
-                choice.net = rail_net;
-                choice.dev = net_dev(rail_net);
-                if let Some(proxy) = topology.intermediate_gpu(g1, rail_net) {
-                    choice.proxy_rank = topology.system.of(NodeKind::Gpu)[proxy].gpu_rank().unwrap_or(rank);
-                }
+        1 if topology.path(gpu(g1), net(rail_net)).kind <= PathKind::Pxn => {
+            choice.net = rail_net;
+            choice.dev = net_dev(rail_net);
+            if let Some(proxy) = topology.intermediate_gpu(g1, rail_net) {
+                choice.proxy_rank = topology.system.of(NodeKind::Gpu)[proxy].gpu_rank().unwrap_or(rank);
             }
         }
         2 => {

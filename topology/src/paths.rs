@@ -111,7 +111,7 @@ impl Path {
 }
 
 /// The knobs NCCL reads for paths, with NCCL's defaults.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct PathSettings {
     /// NCCL_P2P_LEVEL (or NCCL_P2P_DISABLE=1 as LOC): the worst path GPUs use peer to peer.
     pub p2p_level: Option<PathKind>,
@@ -121,12 +121,6 @@ pub struct PathSettings {
     pub pxn_disable: bool,
     /// NCCL_NVB_DISABLE.
     pub nvb_disable: bool,
-}
-
-impl Default for PathSettings {
-    fn default() -> PathSettings {
-        PathSettings { p2p_level: None, net_gdr_level: None, pxn_disable: false, nvb_disable: false }
-    }
 }
 
 /// Paths from every node to every GPU, PCI... node of the kinds searched from.

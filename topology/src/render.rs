@@ -42,7 +42,7 @@ fn tree_rec(system: &System, r: NodeRef, up: Option<NodeRef>, depth: usize, out:
         if Some(link.remote) == up {
             continue;
         }
-        let down = matches!(link.kind, LinkKind::Pci | LinkKind::Net) && link.remote.kind != NodeKind::Cpu && !(r.kind == NodeKind::NvSwitch);
+        let down = matches!(link.kind, LinkKind::Pci | LinkKind::Net) && link.remote.kind != NodeKind::Cpu && r.kind != NodeKind::NvSwitch;
         if down {
             let _ = write!(out, "{}+ {} {:.1} GB/s ", "  ".repeat(depth + 1), link.kind.name(), link.bandwidth);
             let mut sub = String::new();

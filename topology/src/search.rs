@@ -83,6 +83,25 @@ pub struct Graph {
     pub same_channels: bool,
 }
 
+impl Graph {
+    /// A graph that was not searched (NCCL zeroes such graphs): no channels, no bandwidth.
+    pub fn empty(pattern: Pattern) -> Graph {
+        Graph {
+            pattern,
+            cross_nic: 0,
+            min_channels: 0,
+            max_channels: 0,
+            channels: Vec::new(),
+            bw_intra: 0.0,
+            bw_inter: 0.0,
+            latency_inter: 0.0,
+            type_intra: PathKind::Loc,
+            type_inter: PathKind::Loc,
+            same_channels: false,
+        }
+    }
+}
+
 /// The graph while searched: channel slots as NCCL keeps them (the one being built sits
 /// past the `count` complete ones), the pattern tried, and the hop count that breaks ties.
 #[derive(Clone, Debug)]

@@ -25,7 +25,7 @@ pub use collective::Collective;
 pub use error::{Error, Result};
 pub use host::HostModel;
 pub use names::{Algorithm, Protocol};
-pub use nccl::{Constants, GraphInfo, ModelInput, NcclModel};
+pub use nccl::{Constants, ModelInput, NcclModel};
 pub use plugin::{InitInfo, NvlDomains, TunerPlugin};
 pub use selection::Selection;
 pub use setup::{gpu_setup, rank_locally, GpuSetup};

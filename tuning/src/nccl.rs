@@ -78,39 +78,6 @@ const TREE_CORRECTION: [[f32; 23]; 3] = [
     [0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.8, 0.7, 0.6, 0.6, 0.5, 0.5, 0.5, 0.5, 0.6, 0.7, 0.8, 0.7, 0.7, 0.8, 0.9, 0.9],
 ];
 
-/// What the model reads of a searched graph.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct GraphInfo {
-    pub channels: usize,
-    pub bw_intra: f32,
-    pub bw_inter: f32,
-    pub latency_inter: f32,
-    pub type_intra: PathKind,
-    pub type_inter: PathKind,
-    pub same_channels: bool,
-    pub pattern: Option<Pattern>,
-}
-
-impl GraphInfo {
-    /// A graph that was not searched (NCCL zeroes it).
-    pub const NONE: GraphInfo = GraphInfo { channels: 0, bw_intra: 0.0, bw_inter: 0.0, latency_inter: 0.0, type_intra: PathKind::Loc, type_inter: PathKind::Loc, same_channels: false, pattern: None };
-}
-
-impl From<&Graph> for GraphInfo {
-    fn from(g: &Graph) -> GraphInfo {
-        GraphInfo {
-            channels: g.channels.len(),
-            bw_intra: g.bw_intra,
-            bw_inter: g.bw_inter,
-            latency_inter: g.latency_inter,
-            type_intra: g.type_intra,
-            type_inter: g.type_inter,
-            same_channels: g.same_channels,
-            pattern: Some(g.pattern),
-        }
-    }
-}
-
 /// The communicator as the model sees it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelInput {
@@ -121,8 +88,9 @@ pub struct ModelInput {
     pub cc_max: i32,
     pub cpu_arch: CpuArch,
     pub cpu_vendor: CpuVendor,
-    pub ring: GraphInfo,
-    pub tree: GraphInfo,
+    /// The searched ring and tree graphs (PAT runs on the tree's).
+    pub ring: Graph,
+    pub tree: Graph,
     /// The communicator's channel count (after the layout).
     pub channels: usize,
     /// NCCL_NET_OVERHEAD in ns, when set.
@@ -158,15 +126,17 @@ impl NcclModel {
     pub fn new(input: ModelInput, constants: &Constants) -> NcclModel {
         let mut model = NcclModel { latency: [[[0.0; 3]; 7]; 5], bandwidth: [[[0.0; 3]; 7]; 5], max_threads: [[0; 3]; 7], thread_thresholds: [[0; 3]; 7], input };
         let input = &model.input;
-        let graphs = |a: Algorithm| -> GraphInfo {
+        // CollNet and NVLS graphs are not searched: NCCL's zeroed graphs.
+        let unsearched = Graph::empty(Pattern::Tree);
+        let graphs = |a: Algorithm| -> &Graph {
             match a {
-                Algorithm::Tree | Algorithm::Pat => input.tree,
-                Algorithm::Ring => input.ring,
-                _ => GraphInfo::NONE,
+                Algorithm::Tree | Algorithm::Pat => &input.tree,
+                Algorithm::Ring => &input.ring,
+                _ => &unsearched,
             }
         };
-        let ring = input.ring;
-        let simple_default = if ring.bw_intra * ring.channels as f32 <= 12.0 { 256 } else { 512 };
+        let ring = &input.ring;
+        let simple_default = if ring.bw_intra * ring.channels.len() as f32 <= 12.0 { 256 } else { 512 };
         let t = &mut model.max_threads;
         t[Algorithm::Ring as usize] = [512, 640, simple_default];
         t[Algorithm::Tree as usize] = [512, 640, 512];
@@ -225,15 +195,16 @@ impl NcclModel {
                     let collnet = matches!(a, Algorithm::CollNetDirect | Algorithm::CollNetChain);
                     let mut bw = if nnodes <= 2 || collnet { g.bw_intra } else { g.bw_inter } as f64;
                     if matches!(a, Algorithm::Nvls | Algorithm::NvlsTree) {
-                        if g.channels < 2 {
+                        if g.channels.len() < 2 {
                             continue;
                         }
-                        let mut intra = g.bw_intra as f64 * NVLS_EFFICIENCY[cc_index] * (g.channels as f64 - 1.0) / g.channels as f64;
+                        let n = g.channels.len() as f64;
+                        let mut intra = g.bw_intra as f64 * NVLS_EFFICIENCY[cc_index] * (n - 1.0) / n;
                         intra *= if coll == Collective::AllReduce { 2.0 } else { (ppn as f64 - 1.0) / ppn as f64 };
                         let inter = g.bw_inter as f64 * if nnodes <= 2 && a == Algorithm::NvlsTree { 2.0 } else { 1.0 };
                         bw = intra.min(inter).min(if a == Algorithm::NvlsTree { per_ch_nvls_tree } else { f64::MAX });
                     }
-                    let channels = g.channels as f64;
+                    let channels = g.channels.len() as f64;
                     let mut bus = channels * bw;
                     if a == Algorithm::Ring && p == Protocol::Ll {
                         bus = ll_max.min(bus * 0.5);
@@ -250,7 +221,7 @@ impl NcclModel {
                     if a == Algorithm::Tree && p == Protocol::Ll128 {
                         bus = (bus * if nnodes == 1 { 7.0 / 9.0 } else { 120.0 / 128.0 }).min(channels * per_ch_tree_ll128);
                     }
-                    if a == Algorithm::Tree && input.tree.pattern == Some(Pattern::Tree) {
+                    if a == Algorithm::Tree && input.tree.pattern == Pattern::Tree {
                         bus *= 0.85;
                     }
                     if a == Algorithm::Pat {

@@ -8,7 +8,7 @@ use oxccl_topology::search::{compute, Graph, Pattern, SearchSettings};
 use oxccl_topology::{Detail, NodeKind, Topology};
 
 use crate::error::{Error, Result};
-use crate::nccl::{GraphInfo, ModelInput};
+use crate::nccl::ModelInput;
 
 /// The searched graphs, their layout and the model's input.
 #[derive(Clone, Debug)]
@@ -56,8 +56,8 @@ pub fn gpu_setup(topology: &Topology, nranks: usize, nnodes: usize, search: &Sea
         cc_max,
         cpu_arch,
         cpu_vendor,
-        ring: GraphInfo::from(&ring),
-        tree: GraphInfo::from(&tree),
+        ring: ring.clone(),
+        tree: tree.clone(),
         channels: layout.rings.len(),
         net_overhead_ns: None,
         pat_enable: None,

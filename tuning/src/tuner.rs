@@ -17,7 +17,7 @@ use crate::table::CostTable;
 #[derive(Clone, Debug)]
 pub enum Model {
     /// NCCL's model from the searched topology (GPU paths).
-    Nccl(NcclModel),
+    Nccl(Box<NcclModel>),
     /// The host executor's measured model.
     Host(HostModel),
 }

@@ -57,7 +57,7 @@ fn gpu_tuner(plugin_path: Option<&Path>, rules: &Path) -> Tuner {
     unsafe { std::env::set_var("NCCL_TUNER_CONFIG_FILE", rules) };
     let mut constants = Constants::default();
     let plugin = plugin_path.map(|p| plugin::load(Some(p.to_str().unwrap()), &INFO, &mut constants).unwrap().expect("loaded"));
-    Tuner::new(Selection::default(), Model::Nccl(nccl_model(&constants)), any_pair, plugin)
+    Tuner::new(Selection::default(), Model::Nccl(Box::new(nccl_model(&constants))), any_pair, plugin)
 }
 
 const RULES: &str = "# small all_reduce on the tree, 3 channels; large on Ring/LL\nallreduce,0,65536,tree,simple,3,-1\nallreduce,65537,1099511627776,ring,ll,-1,2\nbroadcast,0,1099511627776,ring,simple,-1,4\n";
@@ -166,7 +166,7 @@ fn bad_plugins_are_clear_errors() {
     assert!(err.contains("rules") && err.contains("init failed"), "{err}");
     for abi in [2, 5] {
         let plugin = plugin::load(Some(rules_plugin(abi, &["-DFAIL_COLL"]).to_str().unwrap()), &INFO, &mut constants).unwrap();
-        let tuner = Tuner::new(Selection::default(), Model::Nccl(nccl_model(&constants)), any_pair, plugin);
+        let tuner = Tuner::new(Selection::default(), Model::Nccl(Box::new(nccl_model(&constants))), any_pair, plugin);
         let err = tuner.choose(&Request::new(Collective::AllReduce, 8)).unwrap_err().to_string();
         assert!(err.contains("getCollInfo(AllReduce, 8 bytes)"), "v{abi}: {err}");
     }

@@ -168,7 +168,7 @@ fn run(args: Args) -> Result<()> {
             println!("# NCCL's tuning model (latency µs / bandwidth GB/s)\n{}", model.print());
         }
         println!("# Choices: NCCL's model ({nranks} ranks over {} host(s))", args.nnodes);
-        Tuner::new(selection, Model::Nccl(model), oxccl_tuning_runnable, plugin)
+        Tuner::new(selection, Model::Nccl(Box::new(model)), oxccl_tuning_runnable, plugin)
     };
     if let Some(name) = tuner.plugin_name() {
         println!("tuner plugin: {name}");

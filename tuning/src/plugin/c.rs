@@ -40,7 +40,8 @@ pub(super) fn logger() -> Logger {
     log
 }
 
-/// One ABI version's entry points (unsafe: they call into the plugin).
+/// One ABI version's entry points (unsafe: they call into the plugin). Their arguments are NCCL's.
+#[allow(clippy::too_many_arguments)]
 pub(super) trait Vtable: Send + Sync {
     fn version(&self) -> u32;
     fn name(&self) -> String;
@@ -76,7 +77,8 @@ impl CPlugin {
             None => vec!["libnccl-tuner.so".into()],
             Some(name) => {
                 let mut c = vec![name.to_string()];
-                if !name.contains('/') && !(name.starts_with("lib") && name.ends_with(".so")) {
+                let library_name = name.starts_with("lib") && name.ends_with(".so");
+                if !name.contains('/') && !library_name {
                     c.push(format!("libnccl-tuner-{name}.so"));
                 }
                 c
@@ -165,6 +167,22 @@ impl Drop for CPlugin {
         if status != 0 {
             tracing::warn!(target: "oxccl::tuning", "tuner plugin {}: finalize failed with ncclResult_t {status}", self.name);
         }
+    }
+}
+
+/// `init(nRanks, nNodes, logger, &context)`, the entry point of ABI v2 to v4.
+pub(super) type OldInit = unsafe extern "C" fn(usize, usize, Logger, *mut *mut c_void) -> c_int;
+
+/// Runs a v2-v4 `init`: the plugin's context, or its error code.
+///
+/// # Safety
+/// `init` is the plugin's entry point with that signature.
+pub(super) unsafe fn old_init(init: OldInit, info: &InitInfo) -> std::result::Result<*mut c_void, c_int> {
+    let mut context = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer for the call's duration; the caller vouches for `init`.
+    match unsafe { init(info.nranks, info.nnodes, logger(), &mut context) } {
+        0 => Ok(context),
+        e => Err(e),
     }
 }
 

@@ -2,14 +2,14 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use super::c::{logger, name_of, Logger, Vtable};
+use super::c::{name_of, old_init, OldInit, Vtable};
 use super::InitInfo;
 use crate::nccl::Constants;
 
 #[repr(C)]
 pub(super) struct TunerV3 {
     name: *const c_char,
-    init: unsafe extern "C" fn(usize, usize, Logger, *mut *mut c_void) -> c_int,
+    init: OldInit,
     get_coll_info: unsafe extern "C" fn(*mut c_void, c_int, usize, c_int, *mut *mut f32, c_int, c_int, *mut c_int) -> c_int,
     destroy: unsafe extern "C" fn(*mut c_void) -> c_int,
 }
@@ -33,12 +33,8 @@ impl Vtable for V3 {
         name_of(self.0.name, "ncclTunerPlugin_v3")
     }
     unsafe fn init(&self, info: &InitInfo, _constants: &mut Constants) -> Result<*mut c_void, c_int> {
-        let mut context = std::ptr::null_mut();
-        // SAFETY: a valid out-pointer for the call's duration.
-        match unsafe { (self.0.init)(info.nranks, info.nnodes, logger(), &mut context) } {
-            0 => Ok(context),
-            e => Err(e),
-        }
+        // SAFETY: the plugin's v3 init.
+        unsafe { old_init(self.0.init, info) }
     }
     unsafe fn get_coll_info(&self, context: *mut c_void, func: c_int, bytes: usize, pipe_ops: c_int, table: &mut [[f32; 3]; 7], _registered: bool, channels: &mut c_int) -> c_int {
         // SAFETY: NCCL passes the float[7][3] array cast to float**.
