@@ -42,7 +42,7 @@ run() { # name, library path prefix, plugin setting
   local name=$1 libpath=$2 tuner=$3 id="$out/id-$1"
   rm -f "$id"
   for r in 0 1; do
-    env "${common[@]}" NCCL_TUNER_PLUGIN="$tuner" NCCL_HOSTID="host$r" LD_LIBRARY_PATH="$libpath$cuda/lib64:${LD_LIBRARY_PATH:-}" \
+    env "${common[@]}" ${NCCL_TOPO_DUMP_FILE:+NCCL_TOPO_DUMP_FILE="$NCCL_TOPO_DUMP_FILE"} NCCL_TUNER_PLUGIN="$tuner" NCCL_HOSTID="host$r" LD_LIBRARY_PATH="$libpath$cuda/lib64:${LD_LIBRARY_PATH:-}" \
       timeout 300 "$prog" $r 2 "$id" "$lo" "$hi" > "$out/$name-rank$r.log" 2>&1 &
   done
   wait
@@ -50,7 +50,7 @@ run() { # name, library path prefix, plugin setting
     | awk '{print $1, $2, $6, $8}' | sed 's/://' | sort -u > "$out/$name.choices"
   echo "$name: $(wc -l < "$out/$name.choices") choices"
 }
-run nccl-plain "" none
+NCCL_TOPO_DUMP_FILE="$out/nccl-topo.xml" run nccl-plain "" none
 run nccl-plugin "" "$plugin"
 run oxccl-plugin "$bin/lib:" "$plugin"
 # oxccl-topo prints "collective bytes algorithm protocol channels time"; NCCL prints the
@@ -62,6 +62,13 @@ topo() {
 }
 NCCL_TUNER_CONFIG_FILE="$rules" topo none > "$out/topo-plain.all"
 NCCL_TUNER_CONFIG_FILE="$rules" topo "$plugin" > "$out/topo-plugin.all"
+# Discovery on this machine: oxccl-topo's full view and its XML, beside NCCL's own dump
+# (informational diff: host_hash and the net's name differ by design), and NCCL's dump loaded by oxccl.
+"$bin/oxccl-topo" --nranks 2 --nnodes 2 --dump-xml "$out/oxccl-topo.xml" --svg "$out/oxccl-topo.svg" -b 8 -e 64M -f 8 > "$out/oxccl-topo.txt" 2>&1
+echo "oxccl-topo (discovery): exit $?" | tee "$out/discovery.txt"
+diff -u "$out/nccl-topo.xml" "$out/oxccl-topo.xml" > "$out/topo-diff.txt"
+"$bin/oxccl-topo" --topo-file "$out/nccl-topo.xml" --nranks 2 --nnodes 2 --choices-only -b 8 -e 8 > "$out/nccl-topo-loaded.txt" 2>&1
+echo "oxccl-topo --topo-file nccl-topo.xml: exit $?" | tee -a "$out/discovery.txt"
 status=0
 compare() { # a, b: lines of a whose (collective, bytes) b also has
   join -j1 <(awk '{print $1"/"$2, $3"/"$4}' "$out/$1" | sort) <(awk '{print $1"/"$2, $3"/"$4}' "$out/$2" | sort) > "$out/$1-vs-$2.txt"
