@@ -36,7 +36,7 @@ fn with_rules(rules: &str) -> std::sync::MutexGuard<'static, ()> {
     let guard = ENV.lock().unwrap_or_else(|e| e.into_inner());
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("runtime-rules-{}.conf", std::process::id()));
     std::fs::write(&path, rules).unwrap();
-    // SAFETY (test): the environment is guarded by ENV.
+    // SAFETY: (test) the environment is guarded by ENV: no other thread reads or writes it meanwhile.
     unsafe { std::env::set_var("NCCL_TUNER_CONFIG_FILE", &path) };
     guard
 }

@@ -53,7 +53,7 @@ fn any_pair(_: Collective, a: Algorithm, _: Protocol) -> bool {
 }
 
 fn gpu_tuner(plugin_path: Option<&Path>, rules: &Path) -> Tuner {
-    // SAFETY (test): the environment is guarded by ENV.
+    // SAFETY: (test) the environment is guarded by ENV: no other thread reads or writes it meanwhile.
     unsafe { std::env::set_var("NCCL_TUNER_CONFIG_FILE", rules) };
     let mut constants = Constants::default();
     let plugin = plugin_path.map(|p| plugin::load(Some(p.to_str().unwrap()), &INFO, &mut constants).unwrap().expect("loaded"));
@@ -89,7 +89,7 @@ fn v5_and_v6_edit_the_models_constants_and_are_finalized() {
     let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
     let log = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("tuner-calls.log");
     let _ = std::fs::remove_file(&log);
-    // SAFETY (test): the environment is guarded by ENV.
+    // SAFETY: (test) the environment is guarded by ENV: no other thread reads or writes it meanwhile.
     unsafe { std::env::set_var("TUNER_TEST_LOG", &log) };
     let rules = rules_file("constants", "constant,base_latency,ring,ll,1000\n");
     for abi in [5, 6] {
@@ -101,7 +101,7 @@ fn v5_and_v6_edit_the_models_constants_and_are_finalized() {
     }
     let calls = std::fs::read_to_string(&log).unwrap();
     assert_eq!(calls, "init\nfinalize\ninit\nfinalize\n");
-    // SAFETY (test): the environment is guarded by ENV.
+    // SAFETY: (test) the environment is guarded by ENV: no other thread reads or writes it meanwhile.
     unsafe { std::env::remove_var("TUNER_TEST_LOG") };
 }
 
@@ -109,7 +109,7 @@ fn v5_and_v6_edit_the_models_constants_and_are_finalized() {
 fn the_host_path_takes_the_plugins_choice_where_it_can_run() {
     let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
     let rules = rules_file("host", "allreduce,0,1099511627776,tree,simple,-1,-1\nbroadcast,0,1099511627776,tree,ll,-1,-1\n");
-    // SAFETY (test): the environment is guarded by ENV.
+    // SAFETY: (test) the environment is guarded by ENV: no other thread reads or writes it meanwhile.
     unsafe { std::env::set_var("NCCL_TUNER_CONFIG_FILE", &rules) };
     let mut constants = Constants::default();
     let info = InitInfo { nranks: 4, nnodes: 1, ..INFO };
@@ -152,7 +152,7 @@ fn a_pair_that_cannot_run_is_an_error_never_replaced() {
 fn bad_plugins_are_clear_errors() {
     let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
     let rules = rules_file("bad", RULES);
-    // SAFETY (test): the environment is guarded by ENV.
+    // SAFETY: (test) the environment is guarded by ENV: no other thread reads or writes it meanwhile.
     unsafe { std::env::set_var("NCCL_TUNER_CONFIG_FILE", &rules) };
     let mut constants = Constants::default();
     let err = plugin::load(Some("nosuchtuner"), &INFO, &mut constants).err().unwrap().to_string();
@@ -172,7 +172,7 @@ fn bad_plugins_are_clear_errors() {
     }
     // A malformed rules file fails the plugin's init.
     let rules = rules_file("malformed", "allreduce,zero,8,ring\n");
-    // SAFETY (test): the environment is guarded by ENV.
+    // SAFETY: (test) the environment is guarded by ENV: no other thread reads or writes it meanwhile.
     unsafe { std::env::set_var("NCCL_TUNER_CONFIG_FILE", &rules) };
     assert!(plugin::load(Some(rules_plugin(5, &[]).to_str().unwrap()), &INFO, &mut constants).is_err());
     assert!(plugin::load(Some("none"), &INFO, &mut constants).unwrap().is_none());

@@ -14,6 +14,8 @@
 //! NCCL_TOPO_DUMP_FILE, NCCL_ALGO, NCCL_PROTO and NCCL_TUNER_PLUGIN are read as the
 //! library reads them; the options override them.
 
+#![forbid(unsafe_code)]
+
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -50,7 +50,7 @@ use rustc_hash::FxHashMap;
 use oxccl_kernels::cuda::{Specialization, Toolchain};
 use oxccl_kernels::device::{status, DevConn, DevStep, DevWatch, LL_LINE_DATA};
 
-use crate::algo::{self, Algorithm, Collective, Shape};
+use crate::algo::{self, Algorithm, Collective, Planned, Shape};
 use crate::call::PlanKey;
 use crate::comm::core::Core;
 use crate::comm::MemoryStats;

@@ -20,6 +20,7 @@ pub(super) struct TunerV2 {
 struct V2(&'static TunerV2);
 // SAFETY: the vtable is immutable static data of the plugin; calls are serialised by CPlugin.
 unsafe impl Send for V2 {}
+// SAFETY: as for Send: shared references only read the static vtable.
 unsafe impl Sync for V2 {}
 
 pub(super) fn find(library: &libloading::Library) -> Option<Box<dyn Vtable>> {

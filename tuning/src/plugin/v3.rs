@@ -17,6 +17,7 @@ pub(super) struct TunerV3 {
 struct V3(&'static TunerV3);
 // SAFETY: the vtable is immutable static data of the plugin; calls are serialised by CPlugin.
 unsafe impl Send for V3 {}
+// SAFETY: as for Send: shared references only read the static vtable.
 unsafe impl Sync for V3 {}
 
 pub(super) fn find(library: &libloading::Library) -> Option<Box<dyn Vtable>> {

@@ -18,6 +18,7 @@ pub(super) struct TunerV4 {
 struct V4(&'static TunerV4);
 // SAFETY: the vtable is immutable static data of the plugin; calls are serialised by CPlugin.
 unsafe impl Send for V4 {}
+// SAFETY: as for Send: shared references only read the static vtable.
 unsafe impl Sync for V4 {}
 
 pub(super) fn find(library: &libloading::Library) -> Option<Box<dyn Vtable>> {

@@ -17,6 +17,7 @@ pub(super) struct TunerV5 {
 pub(super) struct V5(pub(super) &'static TunerV5);
 // SAFETY: the vtable is immutable static data of the plugin; calls are serialised by CPlugin.
 unsafe impl Send for V5 {}
+// SAFETY: as for Send: shared references only read the static vtable.
 unsafe impl Sync for V5 {}
 
 pub(super) fn find(library: &libloading::Library) -> Option<Box<dyn Vtable>> {

@@ -17,6 +17,7 @@ struct TunerV6 {
 struct V6(&'static TunerV6);
 // SAFETY: the vtable is immutable static data of the plugin; calls are serialised by CPlugin.
 unsafe impl Send for V6 {}
+// SAFETY: as for Send: shared references only read the static vtable.
 unsafe impl Sync for V6 {}
 
 pub(super) fn find(library: &libloading::Library) -> Option<Box<dyn Vtable>> {
