@@ -22,12 +22,15 @@ for line in sys.stdin:
 ' | while read -r name exe; do
   case $name in gpu|nvrtc|gpu_collectives|gpu_calls) strip -o "gpu-bin/$name" "$exe" ;; esac
 done
-cargo build --release -p oxccl-bench --bin oxccl-perf
+cargo build --release -p oxccl-bench --bin oxccl-perf --bin oxccl-topo
 strip -o gpu-bin/oxccl-perf target/release/oxccl-perf
+strip -o gpu-bin/oxccl-topo target/release/oxccl-topo
 # oxccl's libnccl.so.2, for NCCL-linked programs (nccl-tests) put first on LD_LIBRARY_PATH.
 cargo build --release -p oxccl-capi
 mkdir -p gpu-bin/lib
 strip -o gpu-bin/lib/libnccl.so.2 target/release/libnccl.so
 cp scripts/gpu-*.sh gpu-bin/
+# The project's own tuner plugin (ABI v5: what NCCL 2.28 reads), for gpu-tuner-compare.sh.
+cc -shared -fPIC -O2 -DTUNER_ABI=5 -o gpu-bin/lib/libnccl-tuner-rules.so tuning/tests/plugin/rules_tuner.c
 ls -la gpu-bin >&2
 du -sh gpu-bin >&2

@@ -8,6 +8,8 @@
 #   pytorch       examples/pytorch/check_collectives.py with oxccl's libnccl.so.2 preloaded
 #   net           builds .nccl-tests/ with MPI and runs gpu-net-bench.sh: ranks posing as
 #                 hosts on the GPUs there are (MPS), oxccl against NCCL's socket transport
+#   tuner         gpu-tuner-compare.sh: the project's tuner plugin in NCCL 2.28 and in oxccl
+#                 (and oxccl-topo's NCCL model) choose alike
 #   nccl-tests    builds .nccl-tests/ (NVIDIA/nccl-tests, copied there, git-ignored) with and
 #                 without MPI and runs every test with oxccl and with NCCL: -g 2 in one
 #                 process, and one process per GPU under mpirun
@@ -28,6 +30,10 @@ for stage in "$@"; do
       ;;
     bench)
       OUT=$res bash "$bin/gpu-bench.sh" > /dev/null
+      ;;
+    tuner)
+      OUT=$res/tuner bash "$root/scripts/gpu-tuner-compare.sh" > /dev/null
+      note "tuner: exit $? ($(tr '\n' ';' < "$res/tuner/compare.txt"))"
       ;;
     pytorch)
       LD_PRELOAD="$bin/lib/libnccl.so.2" timeout 180 python3 "$root/examples/pytorch/check_collectives.py" > "$res/pytorch-oxccl.txt" 2>&1

@@ -92,6 +92,14 @@ pub struct Config {
     /// OXCCL_GPU_NET_CHANNELS: the most channels a GPU communicator whose ranks span hosts
     /// uses (each channel has its own network connections).
     pub gpu_net_channels: usize,
+    /// NCCL_TOPO_FILE: NCCL topology XML used instead of discovering the host.
+    pub topo_file: Option<String>,
+    /// NCCL_TOPO_DUMP_FILE: where one rank writes the host's topology XML at init.
+    pub topo_dump_file: Option<String>,
+    /// NCCL_TOPO_DUMP_FILE_RANK: the rank that writes it.
+    pub topo_dump_rank: usize,
+    /// NCCL_TUNER_PLUGIN: the tuner plugin library (`none`: none; unset: `libnccl-tuner.so` if present).
+    pub tuner_plugin: Option<String>,
 }
 
 /// OXCCL_GPU_ACROSS_HOSTS's values.
@@ -177,7 +185,7 @@ pub static KNOBS: &[Knob] = &[
     Knob {
         name: "NCCL_ALGO",
         default: "",
-        doc: "force or exclude algorithms (ring, tree, direct), NCCL syntax; checked when a collective is planned",
+        doc: "force or exclude algorithms (ring, tree, direct; NCCL's collnetdirect, collnetchain, nvls, nvlstree, pat are known and never available), NCCL syntax; checked when a collective is planned",
         set: |c, v| Ok(c.algo = non_empty(v)),
     },
     Knob {
@@ -185,6 +193,33 @@ pub static KNOBS: &[Knob] = &[
         default: "",
         doc: "force or exclude protocols (simple, ll, ll128), NCCL syntax; checked when a collective is planned",
         set: |c, v| Ok(c.proto = non_empty(v)),
+    },
+    Knob {
+        name: "NCCL_TUNER_PLUGIN",
+        default: "",
+        doc: "tuner plugin library: a path, or a name tried as libnccl-tuner-<name>.so; none disables; unset tries libnccl-tuner.so; it sees and edits every collective's cost table (docs/TOPOLOGY.md)",
+        set: |c, v| Ok(c.tuner_plugin = non_empty(v)),
+    },
+    Knob {
+        name: "NCCL_TOPO_FILE",
+        default: "",
+        doc: "NCCL topology XML to use instead of discovering this host (NCCL's own dumps load)",
+        set: |c, v| Ok(c.topo_file = non_empty(v)),
+    },
+    Knob {
+        name: "NCCL_TOPO_DUMP_FILE",
+        default: "",
+        doc: "at communicator init, one rank writes the host's topology (discovered, or NCCL_TOPO_FILE's) to this file as NCCL's XML",
+        set: |c, v| Ok(c.topo_dump_file = non_empty(v)),
+    },
+    Knob {
+        name: "NCCL_TOPO_DUMP_FILE_RANK",
+        default: "0",
+        doc: "the rank that writes NCCL_TOPO_DUMP_FILE",
+        set: |c, v| {
+            c.topo_dump_rank = v.parse().map_err(|_| "expected a rank number".to_string())?;
+            Ok(())
+        },
     },
     Knob {
         name: "NCCL_SHM_DISABLE",
@@ -463,6 +498,10 @@ impl Config {
             proxy_threads: 0,
             blocking: true,
             heartbeat_timeout: Some(Duration::from_secs(30)),
+            topo_file: None,
+            topo_dump_file: None,
+            topo_dump_rank: 0,
+            tuner_plugin: None,
         }
     }
 

@@ -21,7 +21,7 @@ mod error;
 pub mod gpu;
 mod host;
 mod proxy;
-mod tune;
+mod topo;
 mod types;
 
 pub use algo::Collective;

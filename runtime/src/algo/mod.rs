@@ -98,132 +98,34 @@ pub use validate::{validate, validate_point_to_point, At, ScheduleError, Stuck};
 /// The FIFO slot size NCCL's Simple protocol uses by default (4 MiB buffer / 8 steps).
 pub const DEFAULT_CHUNK_BYTES: usize = 512 << 10;
 
-/// Which collective.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Collective {
-    AllReduce,
-    Broadcast,
-    Reduce,
-    AllGather,
-    ReduceScatter,
-    AllToAll,
-    Gather,
-    Scatter,
-}
+pub use oxccl_tuning::{Algorithm, Collective};
 
-impl Collective {
-    pub const ALL: [Collective; 8] = [
-        Collective::AllReduce,
-        Collective::Broadcast,
-        Collective::Reduce,
-        Collective::AllGather,
-        Collective::ReduceScatter,
-        Collective::AllToAll,
-        Collective::Gather,
-        Collective::Scatter,
-    ];
-
-    /// The name nccl-tests gives its binary for this collective.
-    pub fn name(self) -> &'static str {
-        match self {
-            Collective::AllReduce => "all_reduce",
-            Collective::Broadcast => "broadcast",
-            Collective::Reduce => "reduce",
-            Collective::AllGather => "all_gather",
-            Collective::ReduceScatter => "reduce_scatter",
-            Collective::AllToAll => "alltoall",
-            Collective::Gather => "gather",
-            Collective::Scatter => "scatter",
-        }
-    }
-
-    /// Whether the collective reduces (needs an op).
-    pub fn reduces(self) -> bool {
-        matches!(self, Collective::AllReduce | Collective::Reduce | Collective::ReduceScatter)
-    }
-
-    /// Whether a root matters.
-    pub fn rooted(self) -> bool {
-        matches!(self, Collective::Broadcast | Collective::Reduce | Collective::Gather | Collective::Scatter)
-    }
-
-    /// Whether NCCL defines an in-place form (every collective but all_to_all).
-    pub fn has_in_place(self) -> bool {
-        self != Collective::AllToAll
-    }
-
-    /// Elements of (send, recv) buffers on `rank` for `count`.
-    pub fn buffer_counts(self, count: usize, nranks: usize, rank: usize, root: usize) -> (usize, usize) {
-        let n = nranks;
-        let is_root = rank == root;
-        match self {
-            Collective::AllReduce => (count, count),
-            Collective::Broadcast => (if is_root { count } else { 0 }, count),
-            Collective::Reduce => (count, if is_root { count } else { 0 }),
-            Collective::AllGather => (count, n * count),
-            Collective::ReduceScatter => (n * count, count),
-            Collective::AllToAll => (n * count, n * count),
-            Collective::Gather => (count, if is_root { n * count } else { 0 }),
-            Collective::Scatter => (if is_root { n * count } else { 0 }, count),
-        }
-    }
-
-    /// Where, in elements of `Recv`, the in-place `Send` of `rank` starts (NCCL's convention),
-    /// when in-place means an offset rather than the same pointer.
-    pub fn in_place_send_offset(self, count: usize, rank: usize, root: usize) -> Option<usize> {
-        match self {
-            Collective::AllGather => Some(rank * count),
-            Collective::Gather if rank == root => Some(root * count),
-            _ => None,
-        }
-    }
-
-    /// Where, in elements of `Send`, the in-place `Recv` of `rank` starts.
-    pub fn in_place_recv_offset(self, count: usize, rank: usize, root: usize) -> Option<usize> {
-        match self {
-            Collective::ReduceScatter => Some(rank * count),
-            Collective::Scatter if rank == root => Some(root * count),
-            _ => None,
-        }
-    }
-}
-
-/// How the data moves.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Algorithm {
-    Ring,
-    /// NCCL's double binary tree (all_reduce only).
-    Tree,
-    Direct,
-}
-
-impl Algorithm {
-    pub const ALL: [Algorithm; 3] = [Algorithm::Ring, Algorithm::Tree, Algorithm::Direct];
-
-    /// The name `NCCL_ALGO` uses.
-    pub fn name(self) -> &'static str {
-        match self {
-            Algorithm::Ring => "ring",
-            Algorithm::Tree => "tree",
-            Algorithm::Direct => "direct",
-        }
-    }
+/// What the planner knows of an algorithm: which collectives it plans, and how its
+/// messages depend on each other. NCCL's algorithms other than Ring and Tree (CollNet,
+/// NVLS, PAT) have no schedule here: planning them is an error.
+pub trait Planned {
+    /// Whether [`plan`] accepts this algorithm for `collective`.
+    fn supports(self, collective: Collective) -> bool;
 
     /// Whether a plan's messages on each link are all sent without waiting for anything
     /// their receiver sends, so that the receiving proxy may post them together and
     /// complete them as a group: direct exchange, but for two ranks' one-shot all_reduce
     /// (each rank's next send waits for its last receive from the same peer).
-    pub fn sends_independently(self, collective: Collective, nranks: usize) -> bool {
-        self == Algorithm::Direct && !(collective == Collective::AllReduce && nranks == 2)
-    }
+    fn sends_independently(self, collective: Collective, nranks: usize) -> bool;
+}
 
-    /// Whether [`plan`] accepts this algorithm for `collective`.
-    pub fn supports(self, collective: Collective) -> bool {
+impl Planned for Algorithm {
+    fn supports(self, collective: Collective) -> bool {
         match self {
             Algorithm::Ring => true,
             Algorithm::Tree => collective == Collective::AllReduce,
             Algorithm::Direct => matches!(collective, Collective::AllReduce | Collective::AllToAll | Collective::Gather | Collective::Scatter),
+            _ => false,
         }
+    }
+
+    fn sends_independently(self, collective: Collective, nranks: usize) -> bool {
+        self == Algorithm::Direct && !(collective == Collective::AllReduce && nranks == 2)
     }
 }
 
@@ -301,6 +203,7 @@ pub fn plan_lanes(shape: Shape, algorithm: Algorithm, rank: usize) -> Result<Vec
         (Algorithm::Tree, Collective::AllReduce) => tree::lanes(&shape, rank),
         (Algorithm::Direct, _) => return Err(unsupported("direct exchange serves all_reduce, all_to_all, gather and scatter")),
         (Algorithm::Tree, _) => return Err(unsupported("the double binary tree serves all_reduce only")),
+        (_, _) => return Err(unsupported("oxccl plans ring, tree and direct schedules only (CollNet, NVLS and PAT need hardware or kernels it does not have)")),
     };
     lanes.retain(|l| !l.steps.is_empty());
     Ok(lanes)

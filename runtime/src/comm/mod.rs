@@ -99,6 +99,7 @@ pub(crate) enum Backend {
 impl Communicator {
     /// A communicator on `memory` over `core` (collective for a GPU: the ranks connect).
     pub(crate) fn over(core: Arc<Core>, memory: Memory) -> Result<Communicator> {
+        crate::topo::dump_if_asked(&core)?;
         let backend = match memory {
             Memory::Host => Backend::Host(HostBackend::new(core.clone())?),
             Memory::Gpu { device } => Backend::Gpu(Box::new(crate::gpu::GpuBackend::new(core.clone(), device)?)),
@@ -299,6 +300,14 @@ impl Communicator {
         self.check_usable()?;
         let task = typed_task(self, collective, send, recv, count, op, root)?;
         host.run_now(Task::Collective(task))
+    }
+
+    /// How the host path runs a call of `collective` on `count` elements of `dtype`: the
+    /// algorithm, protocol and predicted time the tuner chose (NCCL_ALGO/NCCL_PROTO, the
+    /// host model, the tuner plugin), and the cost table it chose from. Errors as the call
+    /// itself would fail for want of a runnable choice.
+    pub fn tuning(&self, collective: Collective, count: usize, dtype: crate::DataType) -> Result<oxccl_tuning::Choice> {
+        self.host(collective.name())?.choice(collective, count, dtype.size())
     }
 
     /// `recv[i] = op over ranks of send[i]`, `count = recv.len()`.

@@ -62,8 +62,11 @@ impl GpuBackend {
         }
         let max_channels = agree_on_max_channels(&core, mine)?;
         let min_channels = config.min_channels.clamp(1, max_channels);
-        let tuner = crate::tune::Tuner::new(config.algo.as_deref(), config.proto.as_deref())?;
-        let protocols = Protocols::new(&tuner);
+        let selection = oxccl_tuning::Selection::parse(config.algo.as_deref(), config.proto.as_deref()).map_err(|e| Error::invalid(e.to_string()))?;
+        let protocols = Protocols::new(&selection);
+        // Across hosts the host executor's model prices the network's choice (route.rs).
+        let model = oxccl_tuning::HostModel { nranks: core.nranks, net: true, oversubscribed: false };
+        let tuner = oxccl_tuning::Tuner::new(selection, oxccl_tuning::Model::Host(model), oxccl_tuning::HostModel::runs, None);
         let inner = Arc::new(Inner {
             arch,
             toolchain,

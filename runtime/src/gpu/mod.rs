@@ -50,7 +50,7 @@ use rustc_hash::FxHashMap;
 use oxccl_kernels::cuda::{Specialization, Toolchain};
 use oxccl_kernels::device::{status, DevConn, DevStep, DevWatch, LL_LINE_DATA};
 
-use crate::algo::{self, Algorithm, Collective, Shape};
+use crate::algo::{self, Algorithm, Collective, Planned, Shape};
 use crate::call::PlanKey;
 use crate::comm::core::Core;
 use crate::comm::MemoryStats;
@@ -153,7 +153,7 @@ struct Inner {
     /// What NCCL_PROTO allows, per collective (read once: launches only look it up).
     protocols: Protocols,
     /// NCCL_ALGO and the cost model, for the choice of algorithm across hosts.
-    tuner: crate::tune::Tuner,
+    tuner: oxccl_tuning::Tuner,
     state: Mutex<State>,
     flags: MappedHost,
     stop: AtomicBool,
@@ -170,9 +170,10 @@ impl Protocols {
     const SIMPLE: u8 = 1;
     const LL: u8 = 2;
 
-    fn new(tuner: &crate::tune::Tuner) -> Protocols {
+    fn new(selection: &oxccl_tuning::Selection) -> Protocols {
+        use oxccl_tuning::Protocol;
         let per_collective = Collective::ALL.map(|c| {
-            (if tuner.allows_protocol(c, "simple") { Self::SIMPLE } else { 0 }) | (if tuner.allows_protocol(c, "ll") { Self::LL } else { 0 })
+            (if selection.allows_protocol(c, Protocol::Simple) { Self::SIMPLE } else { 0 }) | (if selection.allows_protocol(c, Protocol::Ll) { Self::LL } else { 0 })
         });
         Protocols { per_collective }
     }

@@ -57,8 +57,8 @@ impl GpuBackend {
         } else if inner.departures.get().is_some() {
             // Across hosts: the cost model's choice for the network (the ring, or the
             // direct exchange's fewer hops for small calls), among what init connected.
-            let cost = crate::tune::CostInput { bytes, nranks: n, net: true, oversubscribed: false };
-            match inner.tuner.choose(collective, &cost)? {
+            let request = oxccl_tuning::Request::new(collective, collective.tuning_bytes(count, dtype.size(), n));
+            match inner.tuner.choose(&request).map_err(|e| Error::invalid(e.to_string()))?.algorithm {
                 Algorithm::Tree => Algorithm::Ring,
                 chosen => chosen,
             }

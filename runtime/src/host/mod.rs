@@ -19,7 +19,7 @@ use oxccl_transports::fifo::{self, Geometry};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
-use crate::algo::{self, Shape, Slice, Step};
+use crate::algo::{self, Planned, Shape, Slice, Step};
 use crate::call::PlanKey;
 use crate::comm::core::Core;
 use crate::comm::MemoryStats;
@@ -30,7 +30,8 @@ use conns::Transports;
 use exec::{Buffers, Connections, Lane};
 use stream::{HostStream, Work};
 use task::{CollectiveTask, PointToPoint, Task};
-use crate::tune::{CostInput, Tuner};
+use oxccl_tuning::plugin::{self, InitInfo, NvlDomains};
+use oxccl_tuning::{Constants, HostModel, Model, Request, Selection, Tuner};
 
 /// Slots per connection (NCCL's NCCL_STEPS), for both backends.
 pub const SLOTS: usize = 8;
@@ -91,7 +92,6 @@ impl HostBackend {
     /// waits on a peer.
     pub fn new(core: Arc<Core>) -> Result<HostBackend> {
         let config = &core.config;
-        let tuner = Tuner::new(config.algo.as_deref(), config.proto.as_deref())?;
         static CLEANED: std::sync::Once = std::sync::Once::new();
         CLEANED.call_once(|| {
             let removed = fifo::cleanup_stale();
@@ -105,6 +105,7 @@ impl HostBackend {
         if let Some(warning) = transports.one_core_warning() {
             ROOMY.call_once(|| tracing::warn!(target: log_target::NET, "rank {}: {warning}", core.rank));
         }
+        let tuner = host_tuner(&core, &transports)?;
         let exec = Arc::new(Exec {
             core: core.clone(),
             tuner,
@@ -119,6 +120,11 @@ impl HostBackend {
         let runner = exec.clone();
         let stream = HostStream::new(&core.rank.to_string(), core.abort.clone(), move |task| runner.run(task))?;
         Ok(HostBackend { stream, exec })
+    }
+
+    /// The tuner's choice for a call (what [`Exec::prepared`] plans with).
+    pub fn choice(&self, collective: algo::Collective, count: usize, esize: usize) -> Result<oxccl_tuning::Choice> {
+        self.exec.choose(&PlanKey { collective, count, esize, root: 0 })
     }
 
     /// Queues `task`; its handle is returned at once.
@@ -297,16 +303,15 @@ impl Exec {
             return Ok(p.clone());
         }
         let nranks = self.core.nranks;
-        let cost = CostInput { bytes: key.count * key.esize, nranks, net: self.transports.any_net(), oversubscribed: self.transports.oversubscribed() };
-        let algorithm = self.tuner.choose(key.collective, &cost)?;
-        let shape = Shape {
-            collective: key.collective,
-            count: key.count,
-            nranks,
-            root: key.root,
-            chunk: (self.transports.geometry.slot_bytes / key.esize).max(1),
-            channels: self.channels(&key, algorithm),
-        };
+        let choice = self.choose(&key)?;
+        let algorithm = choice.algorithm;
+        // A tuner plugin's channel count stands, within NCCL_MAX_NCHANNELS.
+        let channels = choice.channels.map_or_else(|| self.channels(&key, algorithm), |n| n.clamp(1, self.core.config.max_channels.max(1)));
+        if self.core.rank == 0 {
+            // NCCL's line, so that a run's choices can be compared with NCCL's.
+            tracing::info!(target: log_target::TUNING, "{}: {} Bytes -> Algo {} proto {} channel{{Lo..Hi}}={{0..{}}}", key.collective.nccl_name(), key.count * key.esize, algorithm.nccl_name(), choice.protocol.nccl_name(), channels - 1);
+        }
+        let shape = Shape { collective: key.collective, count: key.count, nranks, root: key.root, chunk: (self.transports.geometry.slot_bytes / key.esize).max(1), channels };
         let lanes = algo::plan_rank(shape, algorithm, self.core.rank).map_err(|e| Error::invalid(e.to_string()))?;
         let lanes: Vec<Lane> = lanes.into_iter().map(|steps| Lane { steps: steps.into_iter().map(|s| (s, 0)).collect() }).collect();
         self.connect(&lanes, connections)?;
@@ -320,6 +325,12 @@ impl Exec {
         }
         plans.insert(key, prepared.clone());
         Ok(prepared)
+    }
+
+    /// The tuner's choice for `key` (NCCL's bytes for the call: the larger buffer).
+    fn choose(&self, key: &PlanKey) -> Result<oxccl_tuning::Choice> {
+        let request = Request::new(key.collective, key.collective.tuning_bytes(key.count, key.esize, self.core.nranks));
+        self.tuner.choose(&request).map_err(|e| Error::invalid(e.to_string()))
     }
 
     /// Channels a ring or tree splits its data over. With network links, one per two FIFO
@@ -396,4 +407,18 @@ impl Exec {
         let net_expected = self.net_expected(&lanes);
         self.execute(&lanes, &net_expected, &buffers, DataType::Uint8, ReduceOp::Sum, true, false, connections)
     }
+}
+
+/// The host path's tuner: NCCL_ALGO/NCCL_PROTO, the host executor's measured model, and the
+/// tuner plugin NCCL_TUNER_PLUGIN names (its `init` sees the ranks and hosts: hosts counted
+/// as the ranks over those sharing this rank's host).
+fn host_tuner(core: &Core, transports: &Transports) -> Result<Tuner> {
+    let config = &core.config;
+    let selection = Selection::parse(config.algo.as_deref(), config.proto.as_deref()).map_err(|e| Error::invalid(e.to_string()))?;
+    let model = HostModel { nranks: core.nranks, net: transports.any_net(), oversubscribed: transports.oversubscribed() };
+    let local = core.same_host.iter().filter(|&&s| s).count().max(1);
+    let nnodes = core.nranks.div_ceil(local);
+    let info = InitInfo { comm_id: 0, nranks: core.nranks, nnodes, nvl_domains: NvlDomains { count: nnodes as i32, min_ranks: local as i32, max_ranks: local as i32 } };
+    let plugin = plugin::load(config.tuner_plugin.as_deref(), &info, &mut Constants::default()).map_err(|e| Error::invalid(e.to_string()))?;
+    Ok(Tuner::new(selection, Model::Host(model), HostModel::runs, plugin))
 }

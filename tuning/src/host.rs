@@ -1,0 +1,86 @@
+//! The host executor's cost model: measured on a 2-core VM (docs/PERFORMANCE.md), it prices
+//! what the host data path runs — Ring, Tree (all_reduce) and Direct over Simple FIFOs.
+//!
+//! An algorithm costs its hops in sequence times a per-hop latency, plus its messages per
+//! hop times an issue cost, plus the bytes each rank moves over a bandwidth, plus the
+//! elements it reduces over a reduction rate: shared memory ~0.15 µs a hop and ~6 GB/s,
+//! the socket Net ~15 µs a hop and ~0.8 GB/s per connection, reductions ~4 GB/s; a hop
+//! costs ~5 µs when a host runs more ranks than it has cores (a message waits for its
+//! receiver to be scheduled). For all_reduce: ring (2(n-1) hops, 2(n-1)/n of the data),
+//! the double binary tree (2⌈log2 n⌉ hops, about twice the data) and the two-shot direct
+//! exchange (2 hops of n-1 messages each, the ring's traffic; on the Net its n-1
+//! connections stream in parallel, in shared memory its scattered copies run at about half
+//! the ring's pipelined rate); with two ranks, direct is one shot (1 hop, the ring's
+//! traffic, twice its reductions).
+
+use crate::collective::Collective;
+use crate::names::{Algorithm, Protocol};
+use crate::table::CostTable;
+
+/// What the host model knows of a communicator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostModel {
+    pub nranks: usize,
+    /// Some peer is reached through the network.
+    pub net: bool,
+    /// This host runs more ranks of the communicator than it has cores.
+    pub oversubscribed: bool,
+}
+
+impl HostModel {
+    /// Whether the host executor runs `algorithm` for `collective` (with Simple, its only protocol).
+    pub fn runs(collective: Collective, algorithm: Algorithm, protocol: Protocol) -> bool {
+        protocol == Protocol::Simple
+            && match algorithm {
+                Algorithm::Ring => true,
+                Algorithm::Tree => collective == Collective::AllReduce,
+                Algorithm::Direct => matches!(collective, Collective::AllReduce | Collective::AllToAll | Collective::Gather | Collective::Scatter),
+                _ => false,
+            }
+    }
+
+    /// Estimated seconds of `algorithm` for `collective` on `bytes` (the collective's `count` elements).
+    pub fn estimate(&self, collective: Collective, algorithm: Algorithm, bytes: usize) -> f64 {
+        let (mut hop, issue, bandwidth): (f64, f64, f64) = if self.net { (15e-6, 2e-6, 0.8e9) } else { (0.15e-6, 0.05e-6, 6e9) };
+        if self.oversubscribed {
+            hop = hop.max(5e-6);
+        }
+        let reduce_rate = 4e9;
+        let n = self.nranks.max(1) as f64;
+        let s = bytes as f64;
+        // ⌈log2 n⌉, at least 1, in integers (a float log2 per call showed in the small-call profile).
+        let log2 = (usize::BITS - self.nranks.saturating_sub(1).leading_zeros()).max(1) as f64;
+        let parallel = if self.net { (n - 1.0).clamp(1.0, 2.0) } else { 0.5 };
+        let (hops, messages, moved, reduced) = match (collective, algorithm) {
+            (Collective::AllReduce, Algorithm::Ring) => (2.0 * (n - 1.0), 2.0 * (n - 1.0), 2.0 * (n - 1.0) / n * s, (n - 1.0) / n * s),
+            (Collective::AllReduce, Algorithm::Tree) => (2.0 * log2, 4.0 * log2, 2.0 * s, s),
+            // Two ranks: one shot (one hop, each rank reduces everything).
+            (Collective::AllReduce, Algorithm::Direct) if self.nranks == 2 => (1.0, 1.0, s, s),
+            (Collective::AllReduce, Algorithm::Direct) => (2.0, 2.0 * (n - 1.0), 2.0 * (n - 1.0) / n * s / parallel, (n - 1.0) / n * s),
+            (_, Algorithm::Direct) => (1.0, n - 1.0, (n - 1.0) / n * s, 0.0),
+            _ => (n - 1.0, n - 1.0, s, 0.0),
+        };
+        hops * hop + messages * issue + moved / bandwidth + reduced / reduce_rate
+    }
+
+    /// The cost table (µs) of a call of NCCL's `bytes` ([`Collective::tuning_bytes`]): the
+    /// pairs the host executor runs, priced on the bytes of the call's `count` elements (what
+    /// the model was measured with); one rank runs Ring at no cost, as NCCL does.
+    pub fn table(&self, collective: Collective, bytes: usize) -> CostTable {
+        let bytes = match collective {
+            Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => bytes / self.nranks.max(1),
+            _ => bytes,
+        };
+        let mut table = CostTable::default();
+        if self.nranks <= 1 {
+            table.set(Algorithm::Ring, Protocol::Simple, Some(0.0));
+            return table;
+        }
+        for a in Algorithm::ALL {
+            if HostModel::runs(collective, a, Protocol::Simple) {
+                table.set(a, Protocol::Simple, Some((self.estimate(collective, a, bytes) * 1e6) as f32));
+            }
+        }
+        table
+    }
+}
