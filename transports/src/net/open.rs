@@ -1,0 +1,163 @@
+//! Choosing the net, as `NCCL_NET_PLUGIN` and `NCCL_NET` say.
+//!
+//! Candidates are the plugins first, in the order named, then the internal nets the caller
+//! passes (oxccl's socket net). `NCCL_NET=<name>` keeps only the net of that name (compared
+//! without case, as NCCL does). A candidate is taken when it loads, its `init` succeeds and
+//! it has a device (checked with an `init`/`finalize` of its own, as NCCL does for each
+//! communicator).
+//!
+//! Unlike NCCL, which logs and moves on to its internal nets, a plugin that was asked for
+//! and cannot be used is an error naming the plugin and what failed: a job meant for a
+//! fabric must not run over sockets without anyone noticing. With `NCCL_NET_PLUGIN` unset,
+//! `libnccl-net.so` is tried and its absence is no error (the internal net is used, as in
+//! NCCL); if it exists but cannot be used, that is an error too (`NCCL_NET_PLUGIN=none`
+//! says to use the internal net). Plugins named in a list that are skipped because a later
+//! one works are logged as warnings.
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use super::plugin::{self, DEFAULT_LIBRARY};
+use super::{CommConfig, Net};
+use crate::{Error, Result};
+
+/// `NCCL_NET_PLUGIN` and `NCCL_NET`, parsed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Selection {
+    pub plugins: PluginList,
+    /// `NCCL_NET`: the name of the net to use.
+    pub net: Option<String>,
+}
+
+/// `NCCL_NET_PLUGIN`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum PluginList {
+    /// Unset: `libnccl-net.so` if the loader finds one.
+    #[default]
+    Default,
+    /// `none`: no plugin.
+    None,
+    /// Names (`x` for `libnccl-net-x.so`), file names or paths, tried in order.
+    Named(Vec<String>),
+}
+
+impl FromStr for PluginList {
+    type Err = String;
+
+    /// NCCL's syntax: `none`, or a comma list of names or paths; empty means unset.
+    fn from_str(text: &str) -> std::result::Result<PluginList, String> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Ok(PluginList::Default);
+        }
+        if text.eq_ignore_ascii_case("none") {
+            return Ok(PluginList::None);
+        }
+        let names: Vec<String> = text.split(',').map(str::trim).filter(|name| !name.is_empty()).map(String::from).collect();
+        if names.is_empty() {
+            return Err("expected none, or a comma list of plugin names or paths".into());
+        }
+        Ok(PluginList::Named(names))
+    }
+}
+
+/// The net `selection` picks: the first usable plugin, else the first of `internal` (in
+/// that order) whose name `NCCL_NET` allows and that has a device.
+pub fn open(selection: &Selection, internal: Vec<Arc<dyn Net>>) -> Result<Arc<dyn Net>> {
+    let (specs, optional) = match &selection.plugins {
+        PluginList::Default => (vec![DEFAULT_LIBRARY.to_string()], true),
+        PluginList::None => (Vec::new(), false),
+        PluginList::Named(names) => (names.clone(), false),
+    };
+    let wanted = |net: &dyn Net| selection.net.as_ref().is_none_or(|name| name.eq_ignore_ascii_case(net.name()));
+    let mut failures = Vec::new();
+    let mut seen = Vec::new();
+    for spec in &specs {
+        let plugin = match plugin::load(spec) {
+            Ok(plugin) => plugin,
+            Err(e) if optional && plugin::is_not_found(&e) => {
+                tracing::debug!(target: "oxccl::net", "NET/Plugin: no {spec} ({e}); using the internal net");
+                continue;
+            }
+            Err(e) => {
+                failures.push(e.to_string());
+                continue;
+            }
+        };
+        seen.push(format!("{} ({})", plugin.name(), plugin.path()));
+        if !wanted(plugin.as_ref()) {
+            tracing::info!(target: "oxccl::net", "NET/Plugin: {} is not the net NCCL_NET names", plugin.label());
+            continue;
+        }
+        match probe(plugin.as_ref()) {
+            Ok(()) => {
+                for failure in &failures {
+                    tracing::warn!(target: "oxccl::net", "NET/Plugin: skipped: {failure}");
+                }
+                tracing::info!(target: "oxccl::net", "NET/Plugin: using {}", plugin.label());
+                return Ok(plugin);
+            }
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
+    if !failures.is_empty() {
+        let hint = if optional { " (NCCL_NET_PLUGIN=none uses oxccl's own socket net)" } else { "" };
+        return Err(Error::Plugin { plugin: "NCCL_NET_PLUGIN".into(), call: "choosing a net".into(), reason: format!("{}{hint}", failures.join("; ")) });
+    }
+    for net in internal {
+        seen.push(net.name().to_string());
+        if wanted(net.as_ref()) && net.devices()? > 0 {
+            tracing::info!(target: "oxccl::net", "NET: using the internal {} net", net.name());
+            return Ok(net);
+        }
+    }
+    let name = selection.net.as_deref().unwrap_or("");
+    Err(Error::InvalidArgument(format!("NCCL_NET={name}: no net of that name with a device (have: {})", seen.join(", "))))
+}
+
+/// Whether `net` initializes and has a device.
+fn probe(net: &dyn Net) -> Result<()> {
+    let context = net.init(0, &CommConfig::default())?;
+    let devices = net.devices();
+    net.finalize(context)?;
+    match devices? {
+        0 => Err(Error::Unsupported(format!("net {} has no device", net.name()))),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::socket::SocketNet;
+
+    #[test]
+    fn plugin_lists_parse_as_nccl_reads_them() {
+        assert_eq!("".parse(), Ok(PluginList::Default));
+        assert_eq!(" NONE ".parse(), Ok(PluginList::None));
+        assert_eq!("ofi, /opt/x/libnccl-net.so".parse(), Ok(PluginList::Named(vec!["ofi".into(), "/opt/x/libnccl-net.so".into()])));
+        assert!(",,".parse::<PluginList>().is_err());
+    }
+
+    fn socket() -> Vec<Arc<dyn Net>> {
+        vec![Arc::new(SocketNet::new(std::net::Ipv4Addr::LOCALHOST.into()))]
+    }
+
+    #[test]
+    fn without_a_plugin_the_internal_net_is_used() {
+        // No libnccl-net.so on this machine's library path: its absence is no error.
+        assert_eq!(open(&Selection::default(), socket()).unwrap().name(), "Socket");
+        let none = Selection { plugins: PluginList::None, net: Some("socket".into()) };
+        assert_eq!(open(&none, socket()).unwrap().name(), "Socket");
+    }
+
+    #[test]
+    fn a_missing_plugin_or_net_is_an_error_naming_it() {
+        let missing = Selection { plugins: PluginList::Named(vec!["nosuchfabric".into()]), net: None };
+        let err = open(&missing, socket()).err().expect("a missing plugin fails").to_string();
+        assert!(err.contains("nosuchfabric") && err.contains("libnccl-net-nosuchfabric.so") && err.contains("dlopen"), "{err}");
+        let ib = Selection { plugins: PluginList::None, net: Some("IB".into()) };
+        let err = open(&ib, socket()).err().expect("no IB net").to_string();
+        assert!(err.contains("NCCL_NET=IB") && err.contains("have: Socket"), "{err}");
+    }
+}
