@@ -37,7 +37,7 @@ mod open;
 pub mod plugin;
 pub mod socket;
 
-pub use open::{open, PluginList, Selection};
+pub use open::open;
 
 use std::any::Any;
 

@@ -14,62 +14,24 @@
 //! says to use the internal net). Plugins named in a list that are skipped because a later
 //! one works are logged as warnings.
 
-use std::str::FromStr;
 use std::sync::Arc;
+
+use oxccl_bootstrap::config::NetPlugins;
 
 use super::plugin::{self, DEFAULT_LIBRARY};
 use super::{CommConfig, Net};
 use crate::{Error, Result};
 
-/// `NCCL_NET_PLUGIN` and `NCCL_NET`, parsed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Selection {
-    pub plugins: PluginList,
-    /// `NCCL_NET`: the name of the net to use.
-    pub net: Option<String>,
-}
-
-/// `NCCL_NET_PLUGIN`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum PluginList {
-    /// Unset: `libnccl-net.so` if the loader finds one.
-    #[default]
-    Default,
-    /// `none`: no plugin.
-    None,
-    /// Names (`x` for `libnccl-net-x.so`), file names or paths, tried in order.
-    Named(Vec<String>),
-}
-
-impl FromStr for PluginList {
-    type Err = String;
-
-    /// NCCL's syntax: `none`, or a comma list of names or paths; empty means unset.
-    fn from_str(text: &str) -> std::result::Result<PluginList, String> {
-        let text = text.trim();
-        if text.is_empty() {
-            return Ok(PluginList::Default);
-        }
-        if text.eq_ignore_ascii_case("none") {
-            return Ok(PluginList::None);
-        }
-        let names: Vec<String> = text.split(',').map(str::trim).filter(|name| !name.is_empty()).map(String::from).collect();
-        if names.is_empty() {
-            return Err("expected none, or a comma list of plugin names or paths".into());
-        }
-        Ok(PluginList::Named(names))
-    }
-}
-
-/// The net `selection` picks: the first usable plugin, else the first of `internal` (in
-/// that order) whose name `NCCL_NET` allows and that has a device.
-pub fn open(selection: &Selection, internal: Vec<Arc<dyn Net>>) -> Result<Arc<dyn Net>> {
-    let (specs, optional) = match &selection.plugins {
-        PluginList::Default => (vec![DEFAULT_LIBRARY.to_string()], true),
-        PluginList::None => (Vec::new(), false),
-        PluginList::Named(names) => (names.clone(), false),
+/// The net that `plugins` (NCCL_NET_PLUGIN) and `name` (NCCL_NET) pick: the first usable
+/// plugin, else the first of `internal` (in that order) whose name `name` allows and that
+/// has a device.
+pub fn open(plugins: &NetPlugins, name: Option<&str>, internal: Vec<Arc<dyn Net>>) -> Result<Arc<dyn Net>> {
+    let (specs, optional) = match plugins {
+        NetPlugins::Default => (vec![DEFAULT_LIBRARY.to_string()], true),
+        NetPlugins::None => (Vec::new(), false),
+        NetPlugins::Named(names) => (names.clone(), false),
     };
-    let wanted = |net: &dyn Net| selection.net.as_ref().is_none_or(|name| name.eq_ignore_ascii_case(net.name()));
+    let wanted = |net: &dyn Net| name.is_none_or(|name| name.eq_ignore_ascii_case(net.name()));
     let mut failures = Vec::new();
     let mut seen = Vec::new();
     for spec in &specs {
@@ -111,8 +73,7 @@ pub fn open(selection: &Selection, internal: Vec<Arc<dyn Net>>) -> Result<Arc<dy
             return Ok(net);
         }
     }
-    let name = selection.net.as_deref().unwrap_or("");
-    Err(Error::InvalidArgument(format!("NCCL_NET={name}: no net of that name with a device (have: {})", seen.join(", "))))
+    Err(Error::InvalidArgument(format!("NCCL_NET={}: no net of that name with a device (have: {})", name.unwrap_or(""), seen.join(", "))))
 }
 
 /// Whether `net` initializes and has a device.
@@ -131,14 +92,6 @@ mod tests {
     use super::*;
     use crate::net::socket::SocketNet;
 
-    #[test]
-    fn plugin_lists_parse_as_nccl_reads_them() {
-        assert_eq!("".parse(), Ok(PluginList::Default));
-        assert_eq!(" NONE ".parse(), Ok(PluginList::None));
-        assert_eq!("ofi, /opt/x/libnccl-net.so".parse(), Ok(PluginList::Named(vec!["ofi".into(), "/opt/x/libnccl-net.so".into()])));
-        assert!(",,".parse::<PluginList>().is_err());
-    }
-
     fn socket() -> Vec<Arc<dyn Net>> {
         vec![Arc::new(SocketNet::new(std::net::Ipv4Addr::LOCALHOST.into()))]
     }
@@ -146,18 +99,16 @@ mod tests {
     #[test]
     fn without_a_plugin_the_internal_net_is_used() {
         // No libnccl-net.so on this machine's library path: its absence is no error.
-        assert_eq!(open(&Selection::default(), socket()).unwrap().name(), "Socket");
-        let none = Selection { plugins: PluginList::None, net: Some("socket".into()) };
-        assert_eq!(open(&none, socket()).unwrap().name(), "Socket");
+        assert_eq!(open(&NetPlugins::Default, None, socket()).unwrap().name(), "Socket");
+        assert_eq!(open(&NetPlugins::None, Some("socket"), socket()).unwrap().name(), "Socket");
     }
 
     #[test]
     fn a_missing_plugin_or_net_is_an_error_naming_it() {
-        let missing = Selection { plugins: PluginList::Named(vec!["nosuchfabric".into()]), net: None };
-        let err = open(&missing, socket()).err().expect("a missing plugin fails").to_string();
+        let missing = NetPlugins::Named(vec!["nosuchfabric".into()]);
+        let err = open(&missing, None, socket()).err().expect("a missing plugin fails").to_string();
         assert!(err.contains("nosuchfabric") && err.contains("libnccl-net-nosuchfabric.so") && err.contains("dlopen"), "{err}");
-        let ib = Selection { plugins: PluginList::None, net: Some("IB".into()) };
-        let err = open(&ib, socket()).err().expect("no IB net").to_string();
+        let err = open(&NetPlugins::None, Some("IB"), socket()).err().expect("no IB net").to_string();
         assert!(err.contains("NCCL_NET=IB") && err.contains("have: Socket"), "{err}");
     }
 }
