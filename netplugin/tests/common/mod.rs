@@ -11,8 +11,8 @@ use oxccl_transports::net::{CommConfig, Context, Net, RecvComm, Request, SendCom
 
 /// libnccl-net-oxccl.so: cargo's libnccl_net_oxccl.so (built with this test, next to it)
 /// copied under the name `NCCL_NET_PLUGIN=oxccl` makes NCCL look for, in a directory of
-/// this test process. The plugin's devices are loopback (NCCL_SOCKET_IFNAME=lo, set here
-/// before anything loads it).
+/// the tests (under cargo's directory for test files). The plugin's devices are
+/// loopback (NCCL_SOCKET_IFNAME=lo, set here before anything in this process loads it).
 pub fn library() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
@@ -20,11 +20,7 @@ pub fn library() -> PathBuf {
         let exe = std::env::current_exe().expect("the test's path");
         let built = exe.parent().into_iter().flat_map(|deps| [deps.join("libnccl_net_oxccl.so"), deps.join("../libnccl_net_oxccl.so")]).find(|path| path.exists());
         let built = built.unwrap_or_else(|| panic!("libnccl_net_oxccl.so is not next to {} (cargo builds it with the tests)", exe.display()));
-        let directory = std::env::temp_dir().join(format!("oxccl-netplugin-{}", std::process::id()));
-        std::fs::create_dir_all(&directory).unwrap();
-        let path = directory.join("libnccl-net-oxccl.so");
-        std::fs::copy(&built, &path).unwrap();
-        path
+        oxccl_testkit::copy_as(built, std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("netplugin"), "libnccl-net-oxccl.so")
     })
     .clone()
 }

@@ -178,10 +178,10 @@ fn unknown_versions(library: &Library, version: Option<u32>) -> String {
         .collect();
     let wanted = match version {
         Some(version) => format!("ncclNetPlugin_v{version}"),
-        None => "any of ncclNetPlugin_v12 .. ncclNetPlugin_v6".into(),
+        None => "ncclNetPlugin_v6 to ncclNetPlugin_v12".into(),
     };
     if others.is_empty() {
-        format!("it exports no {wanted} (is it an NCCL net plugin?)")
+        format!("it exports none of {wanted} (is it an NCCL net plugin?)")
     } else {
         format!("it exports {} but not {wanted}, which oxccl reads", others.join(", "))
     }
