@@ -39,9 +39,9 @@ fn exchange(net: &PluginNet, sizes: &[usize]) {
             buffers[index..index + group].iter_mut().enumerate().rev().map(|(i, b)| RecvBuffer { data: b.as_mut_ptr(), len: b.len(), tag: (index + i) as u32 }).collect();
         // SAFETY: the buffers outlive the request, which is waited for below.
         let mut requests = vec![unsafe { net.irecv(&mut recv, &posted, &vec![&recv_memory; group]) }.unwrap().expect("room for a receive")];
-        for m in index..index + group {
+        for (m, data) in messages.iter().enumerate().skip(index).take(group) {
             // SAFETY: messages outlive the requests, which are waited for below.
-            requests.push(unsafe { net.isend(&mut send, messages[m].as_ptr(), messages[m].len(), m as u32, &send_memory) }.unwrap().expect("room for a send"));
+            requests.push(unsafe { net.isend(&mut send, data.as_ptr(), data.len(), m as u32, &send_memory) }.unwrap().expect("room for a send"));
         }
         let got = wait_all(net, &mut requests).swap_remove(0);
         assert_eq!(net.test(&mut requests[0]).unwrap().as_ref(), Some(&got), "asking again answers the same");
