@@ -5,6 +5,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cluster;
+
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
