@@ -16,7 +16,7 @@ fn plugin(name: &str, flags: &[&str]) -> PathBuf {
 }
 
 /// Every rank on the network path, over the plugin at `path`.
-fn config(path: &PathBuf) -> Config {
+fn config(path: &std::path::Path) -> Config {
     let mut config = Config::defaults();
     config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
     config.set("NCCL_SHM_DISABLE", "1").unwrap();
