@@ -28,6 +28,12 @@ strip -o gpu-bin/oxccl-perf target/release/oxccl-perf
 cargo build --release -p oxccl-capi
 mkdir -p gpu-bin/lib
 strip -o gpu-bin/lib/libnccl.so.2 target/release/libnccl.so
-cp scripts/gpu-run.sh scripts/gpu-bench.sh scripts/gpu-nccl-tests.sh scripts/gpu-session.sh scripts/gpu-sanitize.sh gpu-bin/
+# libnccl-net-oxccl.so, oxccl's socket net as an NCCL net plugin, for the machine's NCCL
+# (NCCL_NET_PLUGIN=oxccl finds it on LD_LIBRARY_PATH). Beside lib/, not in it: runs of the
+# real NCCL put this directory on the path, and lib/ holds oxccl's libnccl.so.2.
+cargo build --release -p oxccl-netplugin
+mkdir -p gpu-bin/netplugin
+strip -o gpu-bin/netplugin/libnccl-net-oxccl.so target/release/libnccl_net_oxccl.so
+cp scripts/gpu-run.sh scripts/gpu-bench.sh scripts/gpu-nccl-tests.sh scripts/gpu-session.sh scripts/gpu-sanitize.sh scripts/gpu-netplugin.sh gpu-bin/
 ls -la gpu-bin >&2
 du -sh gpu-bin >&2
