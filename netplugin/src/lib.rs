@@ -26,7 +26,10 @@ mod state;
 use std::ffi::{c_char, c_int};
 
 use oxccl_transports::net::plugin::abi::{CommConfigC, DeviceHandle, Logger, ProfilerCallback, Ptr, RawProperties, Status};
-use oxccl_transports::net::plugin::{v10::NetV10, v11::NetV11, v11::PropertiesV11, v12::NetV12, v12::PropertiesV12, v9::NetV9, v9::PropertiesV9};
+use oxccl_transports::net::plugin::v10::NetV10;
+use oxccl_transports::net::plugin::v11::{ContextNet, NetV11, PropertiesV11};
+use oxccl_transports::net::plugin::v12::{NetV12, PropertiesV12};
+use oxccl_transports::net::plugin::v9::{NetV9, PropertiesV9};
 
 use calls::guard;
 
@@ -35,57 +38,39 @@ const NAME: *const c_char = c"oxccl".as_ptr();
 
 /// The v12 vtable (NCCL 2.30).
 #[no_mangle]
-pub static ncclNetPlugin_v12: NetV12 = NetV12 {
-    name: NAME,
-    init: Some(init),
-    devices: Some(devices),
-    get_properties: Some(properties_v12),
-    listen: Some(listen),
-    connect: Some(connect),
-    accept: Some(accept),
-    reg_mr: Some(reg_mr),
-    reg_mr_dma_buf: None,
-    dereg_mr: Some(dereg_mr),
-    isend: Some(isend),
-    irecv: Some(irecv),
-    iflush: Some(iflush),
-    test: Some(test),
-    close_send: Some(close_send),
-    close_recv: Some(close_recv),
-    close_listen: Some(close_listen),
-    get_device_mr: None,
-    irecv_consumed: None,
-    make_virtual_device: None,
-    finalize: Some(finalize),
-    set_net_attributes: None,
-};
+pub static ncclNetPlugin_v12: NetV12 = context_vtable(properties_v12);
 
 /// The v11 vtable (NCCL 2.28.3 to 2.29): v12's calls, v11's properties.
 #[no_mangle]
-pub static ncclNetPlugin_v11: NetV11 = NetV11 {
-    name: NAME,
-    init: Some(init),
-    devices: Some(devices),
-    get_properties: Some(properties_v11),
-    listen: Some(listen),
-    connect: Some(connect),
-    accept: Some(accept),
-    reg_mr: Some(reg_mr),
-    reg_mr_dma_buf: None,
-    dereg_mr: Some(dereg_mr),
-    isend: Some(isend),
-    irecv: Some(irecv),
-    iflush: Some(iflush),
-    test: Some(test),
-    close_send: Some(close_send),
-    close_recv: Some(close_recv),
-    close_listen: Some(close_listen),
-    get_device_mr: None,
-    irecv_consumed: None,
-    make_virtual_device: None,
-    finalize: Some(finalize),
-    set_net_attributes: None,
-};
+pub static ncclNetPlugin_v11: NetV11 = context_vtable(properties_v11);
+
+/// The vtable of the versions with per-communicator contexts, whose properties are `P`.
+const fn context_vtable<P, V>(get_properties: unsafe extern "C" fn(c_int, *mut P) -> Status) -> ContextNet<P, V> {
+    ContextNet {
+        name: NAME,
+        init: Some(init),
+        devices: Some(devices),
+        get_properties: Some(get_properties),
+        listen: Some(listen),
+        connect: Some(connect),
+        accept: Some(accept),
+        reg_mr: Some(reg_mr),
+        reg_mr_dma_buf: None,
+        dereg_mr: Some(dereg_mr),
+        isend: Some(isend),
+        irecv: Some(irecv),
+        iflush: Some(iflush),
+        test: Some(test),
+        close_send: Some(close_send),
+        close_recv: Some(close_recv),
+        close_listen: Some(close_listen),
+        get_device_mr: None,
+        irecv_consumed: None,
+        make_virtual_device: None,
+        finalize: Some(finalize),
+        set_net_attributes: None,
+    }
+}
 
 /// The v10 vtable (NCCL 2.26 to 2.28.2): one process-wide context, the config in connect.
 #[no_mangle]

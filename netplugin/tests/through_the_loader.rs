@@ -5,15 +5,13 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use common::{library, pair, wait_all};
 use oxccl_transports::net::plugin::{self, PluginNet};
 use oxccl_transports::net::{MemoryKind, Net, RecvBuffer, MAX_REQUESTS};
+use oxccl_testkit::CapturedLogs;
 use oxccl_transports::Error;
-use tracing::Subscriber;
-use tracing_subscriber::layer::{Context as LayerContext, Layer};
-use tracing_subscriber::prelude::*;
 
 fn load(version: u32) -> Arc<PluginNet> {
     plugin::load_version(library().to_str().unwrap(), version).unwrap_or_else(|e| panic!("v{version}: {e}"))
@@ -111,38 +109,18 @@ fn requests_in_flight_are_those_the_abi_promises() {
     net.finalize(context).unwrap();
 }
 
-/// Collects the tracing events of the current thread.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<String>>>);
-
-impl<S: Subscriber> Layer<S> for Captured {
-    fn on_event(&self, event: &tracing::Event<'_>, _context: LayerContext<'_, S>) {
-        struct Text<'a>(&'a mut String);
-        impl tracing::field::Visit for Text<'_> {
-            fn record_debug(&mut self, _field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                self.0.push_str(&format!("{value:?}"));
-            }
-        }
-        let mut text = format!("{} {} ", event.metadata().level(), event.metadata().target());
-        event.record(&mut Text(&mut text));
-        self.0.lock().unwrap().push(text);
-    }
-}
-
 #[test]
 fn log_lines_and_failures_come_back_through_the_abi() {
     let net = load(11);
-    let captured = Captured::default();
-    let err = tracing::subscriber::with_default(tracing_subscriber::registry().with(captured.clone()), || {
+    let logs = CapturedLogs::default();
+    let err = logs.during(|| {
         let context = net.init(0xfeed, &Default::default()).unwrap();
         let err = net.connect(&context, 0, b"not a handle of this net").unwrap_err();
         net.finalize(context).unwrap();
         err
     });
-    let lines = captured.0.lock().unwrap().clone();
-    let logged = |level: &str, target: &str, text: &str| lines.iter().any(|line| line.starts_with(&format!("{level} {target} ")) && line.contains(text));
-    assert!(logged("INFO", "oxccl::net", "NET/Plugin: NET/oxccl: initialized for communicator 0xfeed"), "{lines:#?}");
-    assert!(logged("WARN", "oxccl::net", "connect: malformed socket listen handle"), "{lines:#?}");
+    assert!(logs.has("INFO", "oxccl::net", "NET/Plugin: NET/oxccl: initialized for communicator 0xfeed"), "{:#?}", logs.lines());
+    assert!(logs.has("WARN", "oxccl::net", "connect: malformed socket listen handle"), "{:#?}", logs.lines());
     let Error::Plugin { plugin, call, reason } = &err else { panic!("{err}") };
     assert!(plugin.contains("libnccl-net-oxccl.so") && plugin.contains("v11"), "{err}");
     assert_eq!((call.as_str(), reason.as_str()), ("connect", "returned ncclInternalError (3)"));

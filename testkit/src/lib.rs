@@ -6,6 +6,9 @@
 #![forbid(unsafe_code)]
 
 pub mod cluster;
+mod logs;
+
+pub use logs::CapturedLogs;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

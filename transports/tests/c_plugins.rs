@@ -5,7 +5,7 @@
 //! work, or fail with an error naming the plugin and the call.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use oxccl_bootstrap::config::NetPlugins;
 use oxccl_transports::net::plugin::{self, PluginNet};
@@ -186,31 +186,11 @@ fn a_request_that_never_completes_stays_pending() {
     }
 }
 
-/// Collects the tracing events of the current thread.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<String>>>);
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Captured {
-    fn on_event(&self, event: &tracing::Event<'_>, _context: tracing_subscriber::layer::Context<'_, S>) {
-        struct Text<'a>(&'a mut String);
-        impl tracing::field::Visit for Text<'_> {
-            fn record_debug(&mut self, _field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                self.0.push_str(&format!("{value:?}"));
-            }
-        }
-        let mut text = format!("{} {} ", event.metadata().level(), event.metadata().target());
-        event.record(&mut Text(&mut text));
-        self.0.lock().unwrap().push(text);
-    }
-}
-
 #[test]
 fn the_plugins_log_lines_reach_oxccls_logs_formatted() {
-    use tracing_subscriber::prelude::*;
-    let captured = Captured::default();
+    let logs = oxccl_testkit::CapturedLogs::default();
     // A library of its own: its init (the first, and only, before v11) runs in this test.
     let net = load("logging", &["-DNET_VERSION=7", "-DMAX_RECVS=3"]);
-    tracing::subscriber::with_default(tracing_subscriber::registry().with(captured.clone()), || net.init(1, &CommConfig::default()).unwrap());
-    let lines = captured.0.lock().unwrap().clone();
-    assert!(lines.iter().any(|line| line.starts_with("INFO oxccl::net NET/Plugin: loopback plugin v7 ready: 3 receives per irecv (") && line.contains("loopback.c:")), "{lines:#?}");
+    logs.during(|| net.init(1, &CommConfig::default()).unwrap());
+    assert!(logs.has("INFO", "oxccl::net", "NET/Plugin: loopback plugin v7 ready: 3 receives per irecv (/") && logs.has("INFO", "oxccl::net", "loopback.c:"), "{:#?}", logs.lines());
 }

@@ -187,6 +187,15 @@ impl std::fmt::Display for Fault {
     }
 }
 
+/// `$to { field: $from.field, ..., other: value, ..rest }`: a struct of `$to` from the
+/// fields `$from` names alike, then the others.
+macro_rules! same_fields {
+    ($to:ident from $from:expr, [$($field:ident),* $(,)?] $(, $other:ident: $value:expr)* $(, ..$rest:expr)?) => {
+        $to { $($field: $from.$field,)* $($other: $value,)* $(..$rest)? }
+    };
+}
+pub(crate) use same_fields;
+
 /// A device's properties as a plugin reports them, before any check: the newest version's
 /// fields, as C values. Each version file converts its own struct from and to this one,
 /// filling what its version lacks as NCCL does.

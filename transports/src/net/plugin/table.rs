@@ -327,6 +327,27 @@ impl Table {
     }
 }
 
+/// The [`Table`] of `$vtable`, of ABI `$version`: the calls whose shape never changed taken
+/// as they are, `getProperties` through the version's own struct converted by `$raw`, and
+/// the calls listed in braces in their version's shape.
+macro_rules! table {
+    ($version:expr, $vtable:expr, $raw:expr, { $($call:ident: $shape:expr),* $(,)? }) => {
+        Table {
+            devices: $vtable.devices,
+            properties: $vtable.get_properties.map(|get| properties_call(get, $raw)),
+            dereg_mr: $vtable.dereg_mr,
+            iflush: $vtable.iflush,
+            test: $vtable.test,
+            close_send: $vtable.close_send,
+            close_recv: $vtable.close_recv,
+            close_listen: $vtable.close_listen,
+            $($call: $shape,)*
+            ..Table::empty($version, $vtable.name)
+        }
+    };
+}
+pub(super) use table;
+
 /// A C properties struct: integers, floats and pointers only, so all-zero bytes are a valid
 /// value of it.
 ///

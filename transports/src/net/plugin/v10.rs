@@ -40,22 +40,13 @@ pub struct NetV10 {
 unsafe impl Sync for NetV10 {}
 
 pub(super) fn table(v: &NetV10) -> Table {
-    Table {
+    table!(10, v, super::v9::raw, {
         init: v.init.map(InitCall::OnceProfiled),
-        devices: v.devices,
-        properties: v.get_properties.map(|get| properties_call(get, super::v9::raw)),
         listen: v.listen.map(ListenCall::Plain),
         connect: v.connect.map(ConnectCall::Config),
         accept: v.accept.map(AcceptCall::Device),
         reg_mr: v.reg_mr.map(RegMrCall::Size),
-        dereg_mr: v.dereg_mr,
         isend: v.isend.map(IsendCall::Profiled),
         irecv: v.irecv.map(IrecvCall::Profiled),
-        iflush: v.iflush,
-        test: v.test,
-        close_send: v.close_send,
-        close_recv: v.close_recv,
-        close_listen: v.close_listen,
-        ..Table::empty(10, v.name)
-    }
+    })
 }

@@ -50,37 +50,17 @@ pub struct NetV6 {
 unsafe impl CStruct for PropertiesV6 {}
 
 fn raw(p: &PropertiesV6, device: c_int) -> RawProperties {
-    RawProperties {
-        name: p.name,
-        pci_path: p.pci_path,
-        guid: p.guid,
-        ptr_support: p.ptr_support,
-        speed: p.speed,
-        port: p.port,
-        latency: p.latency,
-        max_comms: p.max_comms,
-        max_recvs: p.max_recvs,
-        ..RawProperties::defaults(device)
-    }
+    same_fields!(RawProperties from p, [name, pci_path, guid, ptr_support, speed, port, latency, max_comms, max_recvs], ..RawProperties::defaults(device))
 }
 
 pub(super) fn table(v: &NetV6) -> Table {
-    Table {
+    table!(6, v, raw, {
         init: v.init.map(InitCall::Once),
-        devices: v.devices,
-        properties: v.get_properties.map(|get| properties_call(get, raw)),
         listen: v.listen.map(ListenCall::Plain),
         connect: v.connect.map(ConnectCall::Bare),
         accept: v.accept.map(AcceptCall::Bare),
         reg_mr: v.reg_mr.map(RegMrCall::Int),
-        dereg_mr: v.dereg_mr,
         isend: v.isend.map(IsendCall::Int),
         irecv: v.irecv.map(IrecvCall::Int),
-        iflush: v.iflush,
-        test: v.test,
-        close_send: v.close_send,
-        close_recv: v.close_recv,
-        close_listen: v.close_listen,
-        ..Table::empty(6, v.name)
-    }
+    })
 }

@@ -53,39 +53,17 @@ pub struct NetV7 {
 unsafe impl CStruct for PropertiesV7 {}
 
 fn raw(p: &PropertiesV7, device: c_int) -> RawProperties {
-    RawProperties {
-        name: p.name,
-        pci_path: p.pci_path,
-        guid: p.guid,
-        ptr_support: p.ptr_support,
-        speed: p.speed,
-        port: p.port,
-        latency: p.latency,
-        max_comms: p.max_comms,
-        max_recvs: p.max_recvs,
-        device_type: p.device_type,
-        device_version: p.device_version,
-        ..RawProperties::defaults(device)
-    }
+    same_fields!(RawProperties from p, [name, pci_path, guid, ptr_support, speed, port, latency, max_comms, max_recvs, device_type, device_version], ..RawProperties::defaults(device))
 }
 
 pub(super) fn table(v: &NetV7) -> Table {
-    Table {
+    table!(7, v, raw, {
         init: v.init.map(InitCall::Once),
-        devices: v.devices,
-        properties: v.get_properties.map(|get| properties_call(get, raw)),
         listen: v.listen.map(ListenCall::Plain),
         connect: v.connect.map(ConnectCall::Plain),
         accept: v.accept.map(AcceptCall::Device),
         reg_mr: v.reg_mr.map(RegMrCall::Int),
-        dereg_mr: v.dereg_mr,
         isend: v.isend.map(IsendCall::Int),
         irecv: v.irecv.map(IrecvCall::Int),
-        iflush: v.iflush,
-        test: v.test,
-        close_send: v.close_send,
-        close_recv: v.close_recv,
-        close_listen: v.close_listen,
-        ..Table::empty(7, v.name)
-    }
+    })
 }

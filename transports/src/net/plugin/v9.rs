@@ -77,28 +77,13 @@ pub(super) fn virtual_devices(count: c_int, devices: &[c_int]) -> (c_int, [c_int
     (count, all)
 }
 
-pub(super) fn raw(p: &PropertiesV9, _device: c_int) -> RawProperties {
-    RawProperties {
-        name: p.name,
-        pci_path: p.pci_path,
-        guid: p.guid,
-        ptr_support: p.ptr_support,
-        reg_is_global: p.reg_is_global,
-        force_flush: p.force_flush,
-        speed: p.speed,
-        port: p.port,
-        latency: p.latency,
-        max_comms: p.max_comms,
-        max_recvs: p.max_recvs,
-        device_type: p.device_type,
-        device_version: p.device_version,
+pub(super) fn raw(p: &PropertiesV9, device: c_int) -> RawProperties {
+    same_fields!(
+        RawProperties from p,
+        [name, pci_path, guid, ptr_support, speed, port, latency, max_comms, max_recvs, reg_is_global, force_flush, device_type, device_version, max_p2p_bytes, max_coll_bytes],
         virtual_devices: virtual_devices(p.virtual_devices.count, &p.virtual_devices.devices),
-        max_p2p_bytes: p.max_p2p_bytes,
-        max_coll_bytes: p.max_coll_bytes,
-        max_multi_request: 1,
-        rail: ID_UNDEF,
-        plane: ID_UNDEF,
-    }
+        ..RawProperties::defaults(device)
+    )
 }
 
 impl PropertiesV9 {
@@ -106,44 +91,22 @@ impl PropertiesV9 {
     pub fn from_raw(raw: &RawProperties) -> PropertiesV9 {
         let mut devices = [0; 4];
         devices.copy_from_slice(&raw.virtual_devices.1[..4]);
-        PropertiesV9 {
-            name: raw.name,
-            pci_path: raw.pci_path,
-            guid: raw.guid,
-            ptr_support: raw.ptr_support,
-            reg_is_global: raw.reg_is_global,
-            force_flush: raw.force_flush,
-            speed: raw.speed,
-            port: raw.port,
-            latency: raw.latency,
-            max_comms: raw.max_comms,
-            max_recvs: raw.max_recvs,
-            device_type: raw.device_type,
-            device_version: raw.device_version,
-            virtual_devices: VirtualDevicesV9 { count: raw.virtual_devices.0.min(4), devices },
-            max_p2p_bytes: raw.max_p2p_bytes,
-            max_coll_bytes: raw.max_coll_bytes,
-        }
+        same_fields!(
+            PropertiesV9 from raw,
+            [name, pci_path, guid, ptr_support, speed, port, latency, max_comms, max_recvs, reg_is_global, force_flush, device_type, device_version, max_p2p_bytes, max_coll_bytes],
+            virtual_devices: VirtualDevicesV9 { count: raw.virtual_devices.0.min(4), devices }
+        )
     }
 }
 
 pub(super) fn table(v: &NetV9) -> Table {
-    Table {
+    table!(9, v, raw, {
         init: v.init.map(InitCall::Once),
-        devices: v.devices,
-        properties: v.get_properties.map(|get| properties_call(get, raw)),
         listen: v.listen.map(ListenCall::Plain),
         connect: v.connect.map(ConnectCall::Plain),
         accept: v.accept.map(AcceptCall::Device),
         reg_mr: v.reg_mr.map(RegMrCall::Size),
-        dereg_mr: v.dereg_mr,
         isend: v.isend.map(IsendCall::Size),
         irecv: v.irecv.map(IrecvCall::Size),
-        iflush: v.iflush,
-        test: v.test,
-        close_send: v.close_send,
-        close_recv: v.close_recv,
-        close_listen: v.close_listen,
-        ..Table::empty(9, v.name)
-    }
+    })
 }
