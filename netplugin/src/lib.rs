@@ -11,8 +11,8 @@
 //! own). It leaves `regMrDmaBuf`, `getDeviceMr`, `irecvConsumed`, `makeVDevice` and
 //! `setNetAttr` NULL, which NCCL reads as "not supported".
 //!
-//! Nothing panics across the C ABI: every call runs under [`calls::guard`]. Log lines go
-//! through the logger NCCL passes to `init` ([`log`]).
+//! Nothing panics across the C ABI: every call runs under a guard (`calls.rs`). Log lines go
+//! through the logger NCCL passes to `init` (`log.rs`).
 //!
 //! Cargo cannot put dashes in a library's name: the build makes `libnccl_net_oxccl.so`,
 //! which scripts/gpu-build.sh and the tests copy to `libnccl-net-oxccl.so`.

@@ -5,7 +5,7 @@
 //! then as `libnccl-net-<name>.so` (the dynamic loader's search path applies). The library
 //! must export `ncclNetPlugin_v12` (NCCL 2.30), `_v11` (2.28.3), `_v10` (2.26), `_v9`,
 //! `_v8`, `_v7` or `_v6`, tried newest first; each version is one small file here
-//! ([`v6`] ... [`v12`]) turning its vtable into the [`table::Table`] that [`PluginNet`] drives.
+//! ([`v6`] ... [`v12`]) turning its vtable into the call table (`table.rs`) that [`PluginNet`] drives.
 //! What an older version lacks is emulated as NCCL does: per-communicator `init` and
 //! `finalize` (before v11 `init` runs once per process), the comm config of v10's
 //! `connect`, the 8 requests in flight per comm of v6, the `int` sizes of v6–v8 (a larger
@@ -17,7 +17,7 @@
 //! plugin and the call, as is every `ncclResult_t` other than success. A loaded library is
 //! never unloaded (threads a plugin started may outlive its last communicator).
 //!
-//! The plugin's log lines go through oxccl's logs ([`logger`]).
+//! The plugin's log lines go through oxccl's logs (`logger.rs`).
 
 pub mod abi;
 mod logger;

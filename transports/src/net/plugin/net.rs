@@ -18,7 +18,7 @@ use crate::{Error, Result};
 
 /// A loaded NCCL net plugin.
 pub struct PluginNet {
-    /// "<file> (v<version>, "<name>")", for messages.
+    /// `<file> (v<version>, "<name>")`, for messages.
     label: String,
     /// The vtable's name (what `NCCL_NET` selects).
     name: String,
