@@ -333,7 +333,7 @@ pub static KNOBS: &[Knob] = &[
     Knob {
         name: "NCCL_NET_PLUGIN",
         default: "",
-        doc: "net plugins to try, in order: a comma list of names (x loads libnccl-net-x.so), file names or paths; none: oxccl's socket net; unset: libnccl-net.so if the loader finds one",
+        doc: "net plugins to try, in order: a comma list of names (x loads libnccl-net-x.so), file names or paths; none: oxccl's socket net; unset: libnccl-net.so if the loader finds one and it can be used, else the socket net",
         set: |c, v| Ok(c.net_plugin = v.parse()?),
     },
     Knob {

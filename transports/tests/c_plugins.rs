@@ -194,3 +194,24 @@ fn the_plugins_log_lines_reach_oxccls_logs_formatted() {
     logs.during(|| net.init(1, &CommConfig::default()).unwrap());
     assert!(logs.has("INFO", "oxccl::net", "NET/Plugin: loopback plugin v7 ready: 3 receives per irecv (/") && logs.has("INFO", "oxccl::net", "loopback.c:"), "{:#?}", logs.lines());
 }
+
+/// With NCCL_NET_PLUGIN unset, a libnccl-net.so on the library path that cannot be used (its
+/// init fails here) is passed over with a warning, as NCCL passes it over: run in a child
+/// process whose LD_LIBRARY_PATH has it.
+#[test]
+fn an_unusable_default_plugin_falls_back_with_a_warning() {
+    if std::env::var("OXCCL_TEST_DEFAULT_PLUGIN").is_ok() {
+        let logs = oxccl_testkit::CapturedLogs::default();
+        let socket: Arc<dyn Net> = Arc::new(SocketNet::new(std::net::Ipv4Addr::LOCALHOST.into()));
+        let net = logs.during(|| oxccl_transports::net::open(&NetPlugins::Default, None, vec![socket])).unwrap();
+        assert_eq!(net.name(), "Socket");
+        assert!(logs.has("WARN", "oxccl::net", "not using libnccl-net.so (NCCL_NET_PLUGIN is unset)") && logs.has("WARN", "oxccl::net", "init: returned ncclSystemError"), "{:#?}", logs.lines());
+        return;
+    }
+    let library = oxccl_testkit::c_library(concat!(env!("CARGO_TARGET_TMPDIR"), "/c-plugins"), concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plugins/loopback.c"), "libnccl-net.so", &["-DFAIL_INIT"]);
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+    child.args(["an_unusable_default_plugin_falls_back_with_a_warning", "--exact", "--nocapture", "--test-threads", "1"]);
+    child.env("OXCCL_TEST_DEFAULT_PLUGIN", "1").env("LD_LIBRARY_PATH", library.parent().unwrap());
+    let output = oxccl_testkit::run(child, std::time::Duration::from_secs(60));
+    assert!(output.status.success(), "{}\n{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+}

@@ -8,11 +8,11 @@
 //!
 //! Unlike NCCL, which logs and moves on to its internal nets, a plugin that was asked for
 //! and cannot be used is an error naming the plugin and what failed: a job meant for a
-//! fabric must not run over sockets without anyone noticing. With `NCCL_NET_PLUGIN` unset,
-//! `libnccl-net.so` is tried and its absence is no error (the internal net is used, as in
-//! NCCL); if it exists but cannot be used, that is an error too (`NCCL_NET_PLUGIN=none`
-//! says to use the internal net). Plugins named in a list that are skipped because a later
-//! one works are logged as warnings.
+//! fabric must not run over sockets without anyone noticing. Plugins named in a list that
+//! are skipped because a later one works are logged as warnings. With `NCCL_NET_PLUGIN`
+//! unset, `libnccl-net.so` is tried as NCCL tries it: its absence is no error, and one that
+//! cannot be used (a vendor's plugin on a machine without its NIC) is a warning; the
+//! internal net is used then, as in NCCL.
 
 use std::sync::Arc;
 
@@ -62,9 +62,12 @@ pub fn open(plugins: &NetPlugins, name: Option<&str>, internal: Vec<Arc<dyn Net>
             Err(e) => failures.push(e.to_string()),
         }
     }
-    if !failures.is_empty() {
-        let hint = if optional { " (NCCL_NET_PLUGIN=none uses oxccl's own socket net)" } else { "" };
-        return Err(Error::Plugin { plugin: "NCCL_NET_PLUGIN".into(), call: "choosing a net".into(), reason: format!("{}{hint}", failures.join("; ")) });
+    if optional {
+        for failure in &failures {
+            tracing::warn!(target: "oxccl::net", "NET/Plugin: not using {DEFAULT_LIBRARY} (NCCL_NET_PLUGIN is unset): {failure}");
+        }
+    } else if !failures.is_empty() {
+        return Err(Error::Plugin { plugin: "NCCL_NET_PLUGIN".into(), call: "choosing a net".into(), reason: failures.join("; ") });
     }
     for net in internal {
         seen.push(net.name().to_string());
