@@ -120,7 +120,7 @@ mod tests {
     }
 
     #[test]
-    fn devices_follow_the_filter_or_ncclss_default_order() {
+    fn devices_follow_the_filter_or_nccls_default_order() {
         let machine = [interface("lo", "127.0.0.1"), interface("docker0", "172.17.0.1"), interface("eth0", "10.0.0.2"), interface("eth0", "fe80::1"), interface("eth1", "10.1.0.2")];
         let config = |pairs: &[(&str, &str)]| Config::from_vars(&pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()).unwrap();
         assert_eq!(names(&choose(&machine, &config(&[])).unwrap()), ["eth0", "eth1"]);
