@@ -32,5 +32,11 @@ strip -o gpu-bin/lib/libnccl.so.2 target/release/libnccl.so
 cp scripts/gpu-*.sh gpu-bin/
 # The project's own tuner plugin (ABI v5: what NCCL 2.28 reads), for gpu-tuner-compare.sh.
 cc -shared -fPIC -O2 -DTUNER_ABI=5 -o gpu-bin/lib/libnccl-tuner-rules.so tuning/tests/plugin/rules_tuner.c
+# libnccl-net-oxccl.so, oxccl's socket net as an NCCL net plugin, for the machine's NCCL
+# (NCCL_NET_PLUGIN=oxccl finds it on LD_LIBRARY_PATH). Beside lib/, not in it: runs of the
+# real NCCL put this directory on the path, and lib/ holds oxccl's libnccl.so.2.
+cargo build --release -p oxccl-netplugin
+mkdir -p gpu-bin/netplugin
+strip -o gpu-bin/netplugin/libnccl-net-oxccl.so target/release/libnccl_net_oxccl.so
 ls -la gpu-bin >&2
 du -sh gpu-bin >&2

@@ -13,6 +13,9 @@
 #   nccl-tests    builds .nccl-tests/ (NVIDIA/nccl-tests, copied there, git-ignored) with and
 #                 without MPI and runs every test with oxccl and with NCCL: -g 2 in one
 #                 process, and one process per GPU under mpirun
+#   netplugin     builds .nccl-tests/ with MPI (if not built) and runs gpu-netplugin.sh: the
+#                 machine's NCCL over libnccl-net-oxccl.so against NCCL over its own socket
+#                 transport, two ranks posing as hosts on one GPU under MPS
 # NVLink multicast stays off; GPU clocks and modes are never touched.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -51,6 +54,12 @@ for stage in "$@"; do
       make -C "$nt" MPI=1 MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi CUDA_HOME="$CUDA_HOME" NCCL_HOME=/usr NVCC_GENCODE="$gencode" BUILDDIR="$nt/build-mpi" -j 32 >> "$res/nccl-tests-build.txt" 2>&1
       OUT=$res NCCL_TESTS_MAX="${NCCL_TESTS_MAX:-64M}" bash "$bin/gpu-nccl-tests.sh" "$nt/build" > /dev/null
       OUT=$res NCCL_TESTS_MAX="${NCCL_TESTS_MAX:-64M}" NCCL_TESTS_MPI=1 bash "$bin/gpu-nccl-tests.sh" "$nt/build-mpi" > /dev/null
+      ;;
+    netplugin)
+      nt="$root/.nccl-tests"
+      make -C "$nt" MPI=1 MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi CUDA_HOME="$CUDA_HOME" NCCL_HOME=/usr NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" BUILDDIR="$nt/build-mpi" -j 32 > "$res/netplugin-build.txt" 2>&1
+      OUT=$res bash "$bin/gpu-netplugin.sh" "$nt/build-mpi" > /dev/null
+      note "netplugin: exit $?"
       ;;
     *) note "unknown stage $stage" ;;
   esac

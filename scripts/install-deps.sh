@@ -17,12 +17,12 @@ packages=(
   cmake libnl-3-dev libnl-route-3-dev  # ibverbs-sys configures its vendored rdma-core with cmake
   pkg-config gfortran             # build glue, the Fortran example
   slurm-wlm munge                 # the single-host Slurm of the srun tests
-  iproute2                        # `ip`, to find interfaces
+  iproute2                        # `ip` and `tc`: interfaces, and the simulated clusters' namespaces
   python3-pip                     # the NVRTC and CUDA-header wheels (--python)
 )
 
 # Commands that stand for the packages where there is no dpkg to ask (not Debian).
-commands=(mpicc mpirun clang pkg-config gfortran cmake srun slurmctld slurmd munged ip)
+commands=(mpicc mpirun clang pkg-config gfortran cmake srun slurmctld slurmd munged ip tc)
 
 python_wheels=(nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-cuda-cccl nvidia-cuda-crt nvidia-nccl-cu13)
 

@@ -8,7 +8,9 @@
 # starving the multi-process tests), OXCCL_TEST_THREADS (tests run at once, default: nextest's,
 # one per core), OXCCL_TEST_SLURM=0 (deliberately run without Slurm: the srun tests then say
 # they are skipped), OXCCL_TEST_NVRTC=0 (do not install the NVRTC and CUDA-header wheels;
-# the NVRTC test then fails unless a CUDA toolkit is installed).
+# the NVRTC test then fails unless a CUDA toolkit is installed), OXCCL_TEST_NETNS=0
+# (deliberately run without network namespaces, e.g. not as root: the tests of simulated
+# clusters then say they are skipped; otherwise such a test fails when it cannot make them).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "$0")/lib.sh"

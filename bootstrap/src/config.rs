@@ -100,6 +100,12 @@ pub struct Config {
     pub topo_dump_rank: usize,
     /// NCCL_TUNER_PLUGIN: the tuner plugin library (`none`: none; unset: `libnccl-tuner.so` if present).
     pub tuner_plugin: Option<String>,
+    /// NCCL_NET_PLUGIN: the net plugins to try, in order.
+    pub net_plugin: NetPlugins,
+    /// NCCL_NET: the name of the net to use (a plugin's, or `Socket`).
+    pub net: Option<String>,
+    /// OXCCL_NETPLUGIN_MAX_RECVS: receives per `irecv` that libnccl-net-oxccl.so offers.
+    pub netplugin_max_recvs: usize,
 }
 
 /// OXCCL_GPU_ACROSS_HOSTS's values.
@@ -110,6 +116,38 @@ pub enum AcrossHosts {
     Kernels,
     /// Each call's buffers copied through host memory and the call run by the host path.
     Staged,
+}
+
+/// NCCL_NET_PLUGIN's values.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum NetPlugins {
+    /// Unset: `libnccl-net.so` if the dynamic loader finds one, else the internal net.
+    #[default]
+    Default,
+    /// `none`: no plugin, the internal net.
+    None,
+    /// Names (`x` for `libnccl-net-x.so`), file names or paths, tried in order.
+    Named(Vec<String>),
+}
+
+impl std::str::FromStr for NetPlugins {
+    type Err = String;
+
+    /// NCCL's syntax: `none`, or a comma list of names or paths; empty means unset.
+    fn from_str(text: &str) -> std::result::Result<NetPlugins, String> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Ok(NetPlugins::Default);
+        }
+        if text.eq_ignore_ascii_case("none") {
+            return Ok(NetPlugins::None);
+        }
+        let names: Vec<String> = text.split(',').map(str::trim).filter(|name| !name.is_empty()).map(String::from).collect();
+        if names.is_empty() {
+            return Err("expected none, or a comma list of plugin names or paths".into());
+        }
+        Ok(NetPlugins::Named(names))
+    }
 }
 
 /// OXCCL_BACKEND's values.
@@ -328,6 +366,27 @@ pub static KNOBS: &[Knob] = &[
         },
     },
     Knob {
+        name: "NCCL_NET_PLUGIN",
+        default: "",
+        doc: "net plugins to try, in order: a comma list of names (x loads libnccl-net-x.so), file names or paths; none: oxccl's socket net; unset: libnccl-net.so if the loader finds one and it can be used, else the socket net",
+        set: |c, v| Ok(c.net_plugin = v.parse()?),
+    },
+    Knob {
+        name: "NCCL_NET",
+        default: "",
+        doc: "use the net of this name only (a plugin's name, or Socket for oxccl's socket net); case does not matter",
+        set: |c, v| Ok(c.net = non_empty(v)),
+    },
+    Knob {
+        name: "OXCCL_NETPLUGIN_MAX_RECVS",
+        default: "8",
+        doc: "receives per irecv that libnccl-net-oxccl.so (oxccl's socket net as an NCCL net plugin) offers NCCL (1..=8)",
+        set: |c, v| match v.parse::<usize>() {
+            Ok(n @ 1..=8) => Ok(c.netplugin_max_recvs = n),
+            _ => Err("expected 1 to 8".into()),
+        },
+    },
+    Knob {
         name: "OXCCL_PROXY_THREADS",
         default: "0",
         doc: "threads progressing the process's network connections, each link on one, dealt in turn (1..=16; 0: one per 4 cores, 1 to 4); the first communicator to use the network sets it for the process",
@@ -495,6 +554,9 @@ impl Config {
             gpu_net_channels: 4,
             coll_timeout: Duration::from_secs(600),
             socket_max_recvs: 1,
+            net_plugin: NetPlugins::Default,
+            net: None,
+            netplugin_max_recvs: 8,
             proxy_threads: 0,
             blocking: true,
             heartbeat_timeout: Some(Duration::from_secs(30)),
@@ -712,6 +774,18 @@ mod tests {
         assert_eq!(parse_bytes("1K", 0), Ok(1024));
         assert!(parse_bytes("99999999999999999999G", 0).is_err());
         assert!(parse_bytes("10", 4096).is_err());
+    }
+
+    #[test]
+    fn net_plugins_parse_as_nccl_reads_them() {
+        let plugins = |value: &str| Config::from_vars(&env(&[("NCCL_NET_PLUGIN", value)])).map(|c| c.net_plugin);
+        assert_eq!(plugins("").unwrap(), NetPlugins::Default);
+        assert_eq!(plugins(" NONE ").unwrap(), NetPlugins::None);
+        assert_eq!(plugins("ofi, /opt/x/libnccl-net.so").unwrap(), NetPlugins::Named(vec!["ofi".into(), "/opt/x/libnccl-net.so".into()]));
+        assert!(plugins(",,").unwrap_err().to_string().contains("NCCL_NET_PLUGIN"));
+        let c = Config::from_vars(&env(&[("NCCL_NET", "Socket"), ("OXCCL_NETPLUGIN_MAX_RECVS", "2")])).unwrap();
+        assert_eq!((c.net.as_deref(), c.netplugin_max_recvs), (Some("Socket"), 2));
+        assert!(Config::from_vars(&env(&[("OXCCL_NETPLUGIN_MAX_RECVS", "9")])).is_err());
     }
 
     #[test]

@@ -1,8 +1,14 @@
 //! Helpers the test suites of several crates share (a dev-dependency only): running a
 //! process under a hard timeout, so that a hang fails a test instead of stalling CI, and
-//! `mpirun` set up for loopback, and the skip rule of the GPU tests.
+//! `mpirun` set up for loopback, the skip rule of the GPU tests, C libraries built for a
+//! test (net plugins), and simulated clusters of hosts as network namespaces ([`cluster`]).
 
 #![forbid(unsafe_code)]
+
+pub mod cluster;
+mod logs;
+
+pub use logs::CapturedLogs;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -69,4 +75,47 @@ pub fn mpirun(n: u32, exe: &Path, env: &[(&str, &str)]) -> Command {
     }
     cmd.arg(exe);
     cmd
+}
+
+/// Compiles the C file `source` into a shared library named `file_name` with the system
+/// `cc` (`-shared -fPIC -Wall -Wextra -Werror`, `flags` added: `-DNAME=value`...), in a
+/// directory under `directory` named by a hash of the source and flags (so an edited source
+/// is built again), unless it is there already; answers its path. Tests pass
+/// `env!("CARGO_TARGET_TMPDIR")`. The library appears under its name at once (written
+/// elsewhere, then renamed), so test processes building the same one at the same time never
+/// load half a file.
+pub fn c_library(directory: impl AsRef<Path>, source: impl AsRef<Path>, file_name: &str, flags: &[&str]) -> std::path::PathBuf {
+    use std::hash::{Hash, Hasher};
+    let text = std::fs::read(source.as_ref()).unwrap_or_else(|e| panic!("reading {}: {e}", source.as_ref().display()));
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (text, flags).hash(&mut hasher);
+    let directory = directory.as_ref().join(format!("{:016x}", hasher.finish()));
+    let path = directory.join(file_name);
+    if path.exists() {
+        return path;
+    }
+    std::fs::create_dir_all(&directory).unwrap_or_else(|e| panic!("creating {}: {e}", directory.display()));
+    let partial = directory.join(format!(".{file_name}.{}", std::process::id()));
+    let mut cc = Command::new("cc");
+    cc.args(["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror"]).args(flags).arg(source.as_ref()).arg("-o").arg(&partial).arg("-lpthread");
+    let output = run(cc, Duration::from_secs(120));
+    assert!(output.status.success(), "cc {} {flags:?} failed:\n{}", source.as_ref().display(), String::from_utf8_lossy(&output.stderr));
+    install(&partial, &path);
+    path
+}
+
+/// Copies `built` to `directory/file_name` (written elsewhere, then renamed, as
+/// [`c_library`] does); answers the new path. For libraries whose name cargo cannot make
+/// (`libnccl-net-oxccl.so`).
+pub fn copy_as(built: impl AsRef<Path>, directory: impl AsRef<Path>, file_name: &str) -> std::path::PathBuf {
+    std::fs::create_dir_all(directory.as_ref()).unwrap_or_else(|e| panic!("creating {}: {e}", directory.as_ref().display()));
+    let partial = directory.as_ref().join(format!(".{file_name}.{}", std::process::id()));
+    std::fs::copy(built.as_ref(), &partial).unwrap_or_else(|e| panic!("copying {}: {e}", built.as_ref().display()));
+    let path = directory.as_ref().join(file_name);
+    install(&partial, &path);
+    path
+}
+
+fn install(partial: &Path, path: &Path) {
+    std::fs::rename(partial, path).unwrap_or_else(|e| panic!("renaming {} to {}: {e}", partial.display(), path.display()));
 }

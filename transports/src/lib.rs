@@ -8,9 +8,10 @@
 //! Exchanging connection handles between ranks is the caller's job: every handle here is an
 //! opaque byte vector (at most [`net::HANDLE_MAX_BYTES`] for the net, as in NCCL).
 //!
-//! `unsafe` lives in three places: [`fifo`] (the mapping and the slots handed out in place),
-//! [`inbox`] (the nodes of its lock-free list) and `net::lent` (the raw buffers that cross
-//! the [`net::Net`] boundary, as in NCCL's C plugin API). Everything else is safe code.
+//! `unsafe` lives in four places: [`fifo`] (the mapping and the slots handed out in place),
+//! [`inbox`] (the nodes of its lock-free list), `net::lent` (the raw buffers that cross
+//! the [`net::Net`] boundary, as in NCCL's C plugin API) and [`net::plugin`] (the C ABI of
+//! NCCL net plugins). Everything else is safe code.
 
 pub mod fifo;
 pub mod inbox;
@@ -50,6 +51,10 @@ pub enum Error {
     /// Not implemented by this transport, with the reason.
     #[error("not supported: {0}")]
     Unsupported(String),
+    /// A net plugin could not be loaded, or one of its calls failed or answered something
+    /// out of range: `plugin` names the library (file, ABI version, name), `call` the call.
+    #[error("net plugin {plugin}: {call}: {reason}")]
+    Plugin { plugin: String, call: String, reason: String },
 }
 
 /// The transports' result alias.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::{child_role, gigabytes_per_second, hex, stream, unhex, ChildProcess};
 use oxccl_transports::net::socket::SocketNet;
-use oxccl_transports::net::{MemoryKind, Net, RecvBuffer, RecvComm, Request};
+use oxccl_transports::net::{CommConfig, MemoryKind, Net, RecvBuffer, RecvComm, Request};
 use oxccl_transports::Error;
 
 const HANDLE_VAR: &str = "OXCCL_TEST_NET_HANDLE";
@@ -39,10 +39,11 @@ fn message(index: usize, len: usize) -> Vec<u8> {
 fn child() {
     let Some(role) = child_role() else { return };
     let net = SocketNet::new(LOOPBACK);
+    let context = net.init(0, &CommConfig::default()).unwrap();
     let handle = unhex(&std::env::var(HANDLE_VAR).unwrap());
     let until = Instant::now() + CHILD_TIMEOUT;
     let mut send = loop {
-        if let Some(send) = net.connect(0, &handle).unwrap() {
+        if let Some(send) = net.connect(&context, 0, &handle).unwrap() {
             break send;
         }
         assert!(Instant::now() < until, "no connection");
@@ -72,7 +73,8 @@ fn child() {
 
 /// Starts a child in `role`, connected to a new listener of `net`; returns it and the comm.
 fn accept_child(net: &SocketNet, role: &str) -> (ChildProcess, RecvComm) {
-    let (handle, mut listen) = net.listen(0).unwrap();
+    let context = net.init(0, &CommConfig::default()).unwrap();
+    let (handle, mut listen) = net.listen(&context, 0).unwrap();
     let child = ChildProcess::start("child", role, &[(HANDLE_VAR, hex(&handle))]);
     let until = Instant::now() + CHILD_TIMEOUT;
     loop {

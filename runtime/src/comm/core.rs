@@ -3,11 +3,12 @@
 //! state (abort flag, failure announcements, creations running from it, suspension).
 //! Backends hold an `Arc<Core>`; nothing here knows how a collective runs.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use oxccl_bootstrap::{AbortFlag, Bootstrap, Config};
 use oxccl_transports::net::socket::SocketNet;
+use oxccl_transports::net::{self, Net};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
@@ -24,10 +25,11 @@ pub(crate) struct Core {
     /// Which ranks share this rank's host (NCCL_HOSTID, else host name and boot id), this
     /// one included.
     pub same_host: Vec<bool>,
-    /// The network links of both backends, progressed by the process's proxy threads.
+    /// The network links of both backends, progressed by the process's proxy threads, over
+    /// the Net that NCCL_NET_PLUGIN and NCCL_NET choose.
     pub net: NetLinks,
-    /// The socket Net under `net` (its counters are reported by
-    /// [`Communicator::net_receive_stats`](crate::Communicator::net_receive_stats)).
+    /// oxccl's socket Net, the one under `net` unless a plugin was chosen (its counters are
+    /// reported by [`Communicator::net_receive_stats`](crate::Communicator::net_receive_stats)).
     pub socket: Arc<SocketNet>,
     /// Set by a suspension: calls are refused until the communicator is resumed.
     pub suspended: AtomicBool,
@@ -40,13 +42,18 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    /// The core over a joined bootstrap, once the ranks know who shares their host.
-    pub fn new(boot: Bootstrap, same_host: Vec<bool>, config: &Config) -> Arc<Core> {
+    /// The core over a joined bootstrap, once the ranks know who shares their host: the
+    /// Net is chosen (a plugin or the socket Net) and initialized for this communicator.
+    pub fn new(boot: Bootstrap, same_host: Vec<bool>, config: &Config) -> Result<Arc<Core>> {
         let socket = Arc::new(SocketNet::with_max_recvs(boot.listen_addr().ip(), config.socket_max_recvs));
-        Arc::new(Core {
+        let chosen = net::open(&config.net_plugin, config.net.as_deref(), vec![socket.clone() as Arc<dyn Net>]).map_err(|e| Error::Transport(e.to_string()))?;
+        // Tells communicators apart in the Net's context (NCCL passes its comm hash).
+        static COMMUNICATORS: AtomicU64 = AtomicU64::new(0);
+        let comm_id = u64::from(std::process::id()) << 32 | COMMUNICATORS.fetch_add(1, Ordering::Relaxed);
+        Ok(Arc::new(Core {
             rank: boot.rank() as usize,
             nranks: boot.nranks() as usize,
-            net: NetLinks::new(socket.clone(), config.proxy_threads, config.bootstrap_timeout),
+            net: NetLinks::new(chosen, comm_id, config.proxy_threads, config.bootstrap_timeout)?,
             socket,
             boot,
             config: config.clone(),
@@ -55,7 +62,7 @@ impl Core {
             suspended: AtomicBool::new(false),
             creating: Mutex::new(Vec::new()),
             background_error: Mutex::new(None),
-        })
+        }))
     }
 
     /// An error once the communicator is aborted or a peer has failed (the control plane

@@ -62,7 +62,7 @@ impl Communicator {
     /// Builds a communicator on host memory over a joined bootstrap.
     pub fn from_bootstrap(boot: Bootstrap, config: &Config) -> Result<Communicator> {
         let same_host = host_peers(&boot, config)?;
-        Communicator::over(Core::new(boot, same_host, config), Memory::Host)
+        Communicator::over(Core::new(boot, same_host, config)?, Memory::Host)
     }
 
     /// This communicator moved onto `memory` (collective: every rank calls it, each with
@@ -187,7 +187,7 @@ pub(crate) fn join(id: &UniqueId, rank: u32, nranks: u32, config: &Config, abort
         let cause = same_host.err().map_or(String::new(), |e| format!("; here: {e}"));
         return Err(Error::PeerFailed { rank: first, reason: format!("ranks {failed:?} of {nranks} failed while joining; the join is given up on every rank{cause}") });
     }
-    Communicator::over(Core::new(boot, same_host?, config), Memory::Host)
+    Communicator::over(Core::new(boot, same_host?, config)?, Memory::Host)
 }
 
 /// The communicator on `boot`, a shrink of `parent` without `exclude` (checked by the
@@ -195,7 +195,7 @@ pub(crate) fn join(id: &UniqueId, rank: u32, nranks: u32, config: &Config, abort
 /// needed — the survivors' view is the parent's without the excluded ranks.
 pub(crate) fn shrunk(parent: &Core, boot: Bootstrap, exclude: &[u32], memory: Memory) -> Result<Communicator> {
     let same_host = parent.same_host.iter().enumerate().filter(|(r, _)| !exclude.contains(&(*r as u32))).map(|(_, &same)| same).collect();
-    Communicator::over(Core::new(boot, same_host, &parent.config), memory)
+    Communicator::over(Core::new(boot, same_host, &parent.config)?, memory)
 }
 
 /// [`Communicator::shrink_failed`] of `parent`, every wait ending when `abort` is raised.

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use oxccl_bootstrap::AbortFlag;
 use oxccl_transports::fifo::{Receiver, Region, Sender};
 use oxccl_transports::inbox::Inbox;
-use oxccl_transports::net::{MemoryKind, MrHandle, Net, Opaque, RecvBuffer, RecvComm, Request, SendComm};
+use oxccl_transports::net::{CommConfig, Context, MemoryKind, MrHandle, Net, Opaque, RecvBuffer, RecvComm, Request, SendComm};
 use parking_lot::Mutex;
 
 use self::core::{RecvCore, RecvStep, SendCore, SendStep};
@@ -66,6 +66,8 @@ pub(crate) enum Driver {
 /// A communicator's network links, and the way to the process's proxy threads.
 pub(crate) struct NetLinks {
     net: Arc<dyn Net>,
+    /// The communicator's context in `net`, shared with its links.
+    context: Arc<NetContext>,
     /// Threads to start, if this is the first communicator to make a network link.
     threads: usize,
     /// How long a link may take to connect or be accepted.
@@ -93,13 +95,48 @@ struct Shared {
     closed: AbortFlag,
 }
 
+/// A communicator's context in its Net (NCCL v11's per-communicator `init`), finalized once
+/// the communicator and the last of its links are gone, after their comms closed.
+pub(crate) struct NetContext {
+    net: Arc<dyn Net>,
+    context: Option<Context>,
+}
+
+impl NetContext {
+    /// `net` initialized for the communicator `comm_id`.
+    pub fn new(net: Arc<dyn Net>, comm_id: u64) -> Result<NetContext> {
+        let context = net.init(comm_id, &CommConfig::default()).map_err(transport)?;
+        Ok(NetContext { net, context: Some(context) })
+    }
+
+    fn get(&self) -> &Context {
+        self.context.as_ref().expect("the context lives until dropped")
+    }
+
+    /// The device for a link of `channel`: channels are dealt over the Net's devices.
+    fn device(&self, channel: usize) -> Result<usize> {
+        Ok(channel % self.net.devices().map_err(transport)?.max(1))
+    }
+}
+
+impl Drop for NetContext {
+    fn drop(&mut self) {
+        if let Some(context) = self.context.take() {
+            if let Err(e) = self.net.finalize(context) {
+                tracing::warn!(target: log_target::NET, "finalizing the communicator's net context: {e}");
+            }
+        }
+    }
+}
+
 impl NetLinks {
-    /// Links over `net`, progressed by the process's proxy threads (`threads` of them, 0:
-    /// automatic, if this is the first communicator to start them); a link must connect
-    /// within `setup_timeout`.
-    pub fn new(net: Arc<dyn Net>, threads: usize, setup_timeout: Duration) -> NetLinks {
+    /// Links over `net`, initialized for the communicator `comm_id`, progressed by the
+    /// process's proxy threads (`threads` of them, 0: automatic, if this is the first
+    /// communicator to start them); a link must connect within `setup_timeout`.
+    pub fn new(net: Arc<dyn Net>, comm_id: u64, threads: usize, setup_timeout: Duration) -> Result<NetLinks> {
         let shared = Shared { failure: Arc::default(), closed: AbortFlag::new() };
-        NetLinks { net, threads, setup_timeout, proxies: OnceLock::new(), links: Mutex::new(FxHashMap::default()), shared }
+        let context = Arc::new(NetContext::new(net.clone(), comm_id)?);
+        Ok(NetLinks { net, context, threads, setup_timeout, proxies: OnceLock::new(), links: Mutex::new(FxHashMap::default()), shared })
     }
 
     /// The thread for a new link (the process's threads start with the first link).
@@ -111,7 +148,7 @@ impl NetLinks {
     /// caller reads it through a [`Receiver`]): the handle the sender connects with, and
     /// the proxy thread to wake when a slot is free again.
     pub fn listen(&self, link: Link, region: Arc<Region>, driver: Driver) -> Result<(Vec<u8>, std::thread::Thread)> {
-        let (handle, edge) = RecvLink::new(link, self.net.clone(), region, driver, self.shared.clone(), Instant::now(), self.setup_timeout)?;
+        let (handle, edge) = RecvLink::new(link, self.net.clone(), self.context.clone(), region, driver, self.shared.clone(), Instant::now(), self.setup_timeout)?;
         Ok((handle, self.submit(link, Direction::Recv, edge.mailbox.clone(), Box::new(edge))))
     }
 
@@ -119,7 +156,7 @@ impl NetLinks {
     /// [`Sender`] and the proxy drains into the Net once connected to the peer's `handle`:
     /// the proxy thread to wake when a slot is filled.
     pub fn connect(&self, link: Link, handle: &[u8], region: Arc<Region>, driver: Driver) -> Result<std::thread::Thread> {
-        let edge = SendLink::new(link, self.net.clone(), handle, region, driver, self.shared.clone(), Instant::now(), self.setup_timeout);
+        let edge = SendLink::new(link, self.net.clone(), self.context.clone(), handle, region, driver, self.shared.clone(), Instant::now(), self.setup_timeout)?;
         Ok(self.submit(link, Direction::Send, edge.mailbox.clone(), Box::new(edge)))
     }
 
@@ -202,6 +239,9 @@ trait Progress: Send {
 struct SendLink {
     link: Link,
     net: Arc<dyn Net>,
+    /// The communicator's context, and the device of this link.
+    context: Arc<NetContext>,
+    device: usize,
     /// The peer's listen handle.
     handle: Vec<u8>,
     comm: Option<SendComm>,
@@ -221,10 +261,22 @@ impl SendLink {
     /// The sending end of `link` over `region`, to connect to the peer's `handle` by
     /// `now + timeout`.
     #[allow(clippy::too_many_arguments)]
-    fn new(link: Link, net: Arc<dyn Net>, handle: &[u8], region: Arc<Region>, driver: Driver, shared: Shared, now: Instant, timeout: Duration) -> SendLink {
-        SendLink {
+    fn new(
+        link: Link,
+        net: Arc<dyn Net>,
+        context: Arc<NetContext>,
+        handle: &[u8],
+        region: Arc<Region>,
+        driver: Driver,
+        shared: Shared,
+        now: Instant,
+        timeout: Duration,
+    ) -> Result<SendLink> {
+        Ok(SendLink {
             link,
             net,
+            device: context.device(link.channel)?,
+            context,
             handle: handle.to_vec(),
             comm: None,
             memory: None,
@@ -235,7 +287,7 @@ impl SendLink {
             mailbox: Mailbox::default(),
             driver,
             shared,
-        }
+        })
     }
 }
 
@@ -249,7 +301,7 @@ impl Progress for SendLink {
         loop {
             let filled = if self.comm.is_some() { self.fifo.filled() } else { 0 };
             match self.core.next(filled, now).map_err(|s| s.to_string())? {
-                SendStep::Connect => match self.net.connect(0, &self.handle).map_err(|e| format!("connect: {e}"))? {
+                SendStep::Connect => match self.net.connect(self.context.get(), self.device, &self.handle).map_err(|e| format!("connect: {e}"))? {
                     Some(mut comm) => {
                         let (data, len) = self.region.slots_memory();
                         self.memory = Some(self.net.reg_mr(&mut comm, data, len, MemoryKind::Host).map_err(|e| format!("registering the FIFO: {e}"))?);
@@ -324,6 +376,8 @@ impl Drop for SendLink {
 struct RecvLink {
     link: Link,
     net: Arc<dyn Net>,
+    /// The communicator's context: finalized after this link's comms are closed.
+    _context: Arc<NetContext>,
     listen: Option<Opaque>,
     comm: Option<RecvComm>,
     /// The registration of the FIFO's slots on `comm`.
@@ -341,12 +395,24 @@ struct RecvLink {
 impl RecvLink {
     /// The receiving end of `link` over `region`, listening for a peer that must connect
     /// by `now + timeout`; the handle to give the peer.
-    fn new(link: Link, net: Arc<dyn Net>, region: Arc<Region>, driver: Driver, shared: Shared, now: Instant, timeout: Duration) -> Result<(Vec<u8>, RecvLink)> {
-        let (handle, listen) = net.listen(0).map_err(transport)?;
-        let max_recvs = net.properties(0).map_err(transport)?.max_recvs;
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        link: Link,
+        net: Arc<dyn Net>,
+        context: Arc<NetContext>,
+        region: Arc<Region>,
+        driver: Driver,
+        shared: Shared,
+        now: Instant,
+        timeout: Duration,
+    ) -> Result<(Vec<u8>, RecvLink)> {
+        let device = context.device(link.channel)?;
+        let (handle, listen) = net.listen(context.get(), device).map_err(transport)?;
+        let max_recvs = net.properties(device).map_err(transport)?.max_recvs;
         let edge = RecvLink {
             link,
             net,
+            _context: context,
             listen: Some(listen),
             comm: None,
             memory: None,
@@ -609,7 +675,7 @@ mod device_tests {
     fn run(max_recvs: usize, independent: bool) {
         let geometry = Geometry { slots: 8, slot_bytes: 4096 };
         let net = Arc::new(SocketNet::with_max_recvs("127.0.0.1".parse().unwrap(), max_recvs));
-        let (sender, receiver) = (NetLinks::new(net.clone(), 2, Duration::from_secs(30)), NetLinks::new(net.clone(), 2, Duration::from_secs(30)));
+        let (sender, receiver) = (NetLinks::new(net.clone(), 1, 2, Duration::from_secs(30)).unwrap(), NetLinks::new(net.clone(), 2, 2, Duration::from_secs(30)).unwrap());
         let link = Link { peer: 0, channel: 7 };
         let (rx_region, rx_header, rx_slots) = lent(geometry);
         let (tx_region, tx_header, tx_slots) = lent(geometry);

@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 
 use oxccl_bootstrap::AbortFlag;
 use oxccl_transports::fifo::{Receiver, Region, Sender};
-use oxccl_transports::net::{ListenComm, MemoryKind, MrHandle, Net, NetProperties, Opaque, RecvBuffer, RecvComm, Request, SendComm, MAX_REQUESTS};
+use oxccl_transports::net::{CommConfig, Context, ListenComm, MemoryKind, MrHandle, Net, NetProperties, Opaque, RecvBuffer, RecvComm, Request, SendComm, MAX_REQUESTS};
 use oxccl_transports::{Error as NetError, Result as NetResult};
 use parking_lot::Mutex;
 
-use super::{progress_all, Driver, Progress, RecvLink, SendLink, Shared};
+use super::{progress_all, Driver, NetContext, Progress, RecvLink, SendLink, Shared};
 use crate::algo::Link;
 
 /// xorshift64*: small, seeded, the same sequence everywhere.
@@ -144,6 +144,14 @@ impl Net for SimNet {
         "Sim"
     }
 
+    fn init(&self, _comm_id: u64, _config: &CommConfig) -> NetResult<Context> {
+        Ok(Context::new(()))
+    }
+
+    fn finalize(&self, context: Context) -> NetResult<()> {
+        context.into_inner::<()>().map(drop)
+    }
+
     fn devices(&self) -> NetResult<usize> {
         Ok(1)
     }
@@ -167,7 +175,7 @@ impl Net for SimNet {
         })
     }
 
-    fn listen(&self, _device: usize) -> NetResult<(Vec<u8>, ListenComm)> {
+    fn listen(&self, _context: &Context, _device: usize) -> NetResult<(Vec<u8>, ListenComm)> {
         let mut state = self.state.lock();
         state.next_id += 1;
         let id = state.next_id;
@@ -175,7 +183,7 @@ impl Net for SimNet {
         Ok((id.to_le_bytes().to_vec(), Opaque::new(Comm(id))))
     }
 
-    fn connect(&self, _device: usize, handle: &[u8]) -> NetResult<Option<SendComm>> {
+    fn connect(&self, _context: &Context, _device: usize, handle: &[u8]) -> NetResult<Option<SendComm>> {
         if self.busy() {
             return Ok(None);
         }
@@ -316,8 +324,9 @@ impl Pair {
         let now = Instant::now();
         let link = Link { peer: 1, channel: 0 };
         let (send_region, recv_region) = (Region::heap(SLOTS, SLOT_BYTES).unwrap(), Region::heap(SLOTS, SLOT_BYTES).unwrap());
-        let (handle, recv) = RecvLink::new(link, net.clone(), recv_region.clone(), Driver::Host, shared.clone(), now, TIMEOUT).unwrap();
-        let send = SendLink::new(link, net, &handle, send_region.clone(), Driver::Host, shared.clone(), now, TIMEOUT);
+        let context = Arc::new(NetContext::new(net.clone(), 1).unwrap());
+        let (handle, recv) = RecvLink::new(link, net.clone(), context.clone(), recv_region.clone(), Driver::Host, shared.clone(), now, TIMEOUT).unwrap();
+        let send = SendLink::new(link, net, context, &handle, send_region.clone(), Driver::Host, shared.clone(), now, TIMEOUT).unwrap();
         Pair { send, recv, producer: Sender::new(send_region), consumer: Receiver::new(recv_region), shared, now }
     }
 

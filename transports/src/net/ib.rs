@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{
-    DeviceOffload, ListenComm, MemoryKind, MrHandle, Net, NetProperties, Opaque, PointerSupport, RecvBuffer, RecvComm, Request, SendComm, MAX_MESSAGE_BYTES,
+    CommConfig, Context, DeviceOffload, ListenComm, MemoryKind, MrHandle, Net, NetProperties, Opaque, PointerSupport, RecvBuffer, RecvComm, Request, SendComm, MAX_MESSAGE_BYTES,
 };
 use crate::{Error, Result};
 
@@ -82,6 +82,15 @@ impl Net for IbNet {
         "IB"
     }
 
+    fn init(&self, _comm_id: u64, _config: &CommConfig) -> Result<Context> {
+        Ok(Context::new(()))
+    }
+
+    fn finalize(&self, context: Context) -> Result<()> {
+        context.into_inner::<()>()?;
+        Ok(())
+    }
+
     fn devices(&self) -> Result<usize> {
         Ok(self.devices.len())
     }
@@ -107,10 +116,10 @@ impl Net for IbNet {
         })
     }
 
-    fn listen(&self, _device: usize) -> Result<(Vec<u8>, ListenComm)> {
+    fn listen(&self, _context: &Context, _device: usize) -> Result<(Vec<u8>, ListenComm)> {
         self.unsupported()
     }
-    fn connect(&self, _device: usize, _handle: &[u8]) -> Result<Option<SendComm>> {
+    fn connect(&self, _context: &Context, _device: usize, _handle: &[u8]) -> Result<Option<SendComm>> {
         self.unsupported()
     }
     fn accept(&self, _listen: &mut ListenComm) -> Result<Option<RecvComm>> {
@@ -160,7 +169,9 @@ mod tests {
 
     #[test]
     fn the_data_path_says_it_is_unsupported() {
-        let err = IbNet::new().listen(0).unwrap_err();
+        let net = IbNet::new();
+        let context = net.init(0, &CommConfig::default()).unwrap();
+        let err = net.listen(&context, 0).unwrap_err();
         assert!(matches!(err, Error::Unsupported(_)), "{err}");
         assert!(err.to_string().contains("socket net"));
     }

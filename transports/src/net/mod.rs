@@ -1,6 +1,7 @@
-//! The network transport interface, shaped like NCCL's net plugin API (v8–v10, plus v11's
-//! global `finalize`): device properties, listen/connect/accept, memory registration,
-//! `isend`, `irecv` of up to `max_recvs` tagged buffers at once, `test`, the three closes.
+//! The network transport interface, shaped like NCCL's net plugin API (v11 and later):
+//! device properties; `init` once per communicator, giving it a [`Context`] that `listen`
+//! and `connect` take and `finalize` ends; accept; memory registration; `isend`, `irecv` of
+//! up to `max_recvs` tagged buffers at once, `iflush`, `test`; the three closes.
 //!
 //! As in the C API, every call returns at once. `connect` and `accept` answer `None` until
 //! the connection is up (call again with the same arguments); `isend` and `irecv` answer
@@ -18,8 +19,10 @@
 //! listening rank to the connecting one is the caller's job. Comms, requests and memory
 //! registrations are [`Opaque`] boxes that each implementation downcasts to its own types.
 //!
-//! Implementations: [`socket`] (TCP; runs everywhere) and, with the `ibverbs` feature, `ib`
-//! (device discovery through rdma-core; its data path returns `Unsupported`).
+//! Implementations: [`socket`] (TCP; runs everywhere), [`plugin`] (an NCCL net plugin, a
+//! shared library of ABI v6 to v12, loaded at run time) and, with the `ibverbs` feature,
+//! `ib` (device discovery through rdma-core; its data path returns `Unsupported`).
+//! [`open`] picks one as `NCCL_NET_PLUGIN` and `NCCL_NET` say.
 //!
 //! Multi-receive contract (NCCL's `plugins/net/README.md`): one `irecv` of n buffers is one
 //! request, done when all n messages have arrived; messages arrive in the order they were
@@ -30,7 +33,11 @@
 #[cfg(feature = "ibverbs")]
 pub mod ib;
 pub(crate) mod lent;
+mod open;
+pub mod plugin;
 pub mod socket;
+
+pub use open::open;
 
 use std::any::Any;
 
@@ -60,7 +67,8 @@ pub enum DeviceOffload {
     Unpack,
 }
 
-/// What a network device reports (ncclNetProperties_v10_t).
+/// What a network device reports (ncclNetProperties_v12_t, less the fields of device
+/// offload and virtual NICs that oxccl does not use).
 #[derive(Clone, Debug, PartialEq)]
 pub struct NetProperties {
     pub name: String,
@@ -120,6 +128,39 @@ impl Opaque {
     }
 }
 
+/// A communicator's settings for a net (ncclNetCommConfig_t).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommConfig {
+    /// The traffic class of the communicator's connections; `None`: the net's default.
+    pub traffic_class: Option<u32>,
+}
+
+/// A communicator's context in a net: what [`Net::init`] returns, passed to `listen` and
+/// `connect`, and handed back to [`Net::finalize`] when the communicator goes away.
+pub struct Context(Box<dyn Any + Send + Sync>);
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Context(..)")
+    }
+}
+
+impl Context {
+    pub fn new<T: Any + Send + Sync>(value: T) -> Context {
+        Context(Box::new(value))
+    }
+
+    /// The implementation's own type, or an error naming what was expected.
+    pub fn get<T: Any>(&self) -> Result<&T> {
+        self.0.downcast_ref::<T>().ok_or_else(|| crate::Error::InvalidArgument("not a context of this net".into()))
+    }
+
+    /// The implementation's own type, by value (for `finalize`).
+    pub fn into_inner<T: Any>(self) -> Result<Box<T>> {
+        self.0.downcast::<T>().map_err(|_| crate::Error::InvalidArgument("not a context of this net".into()))
+    }
+}
+
 pub type ListenComm = Opaque;
 pub type SendComm = Opaque;
 pub type RecvComm = Opaque;
@@ -138,8 +179,17 @@ pub struct RecvBuffer {
 /// A network transport. Implementations are shared by every communicator of a process,
 /// hence `Send + Sync`; comms are used by one thread at a time (`&mut`).
 pub trait Net: Send + Sync {
-    /// The implementation's name ("Socket", "IB"), as `NCCL_NET` selects it.
+    /// The implementation's name ("Socket", "IB", a plugin's own), as `NCCL_NET` selects it.
     fn name(&self) -> &str;
+
+    /// Starts a communicator's use of the net (NCCL v11's per-communicator `init`): the
+    /// context its `listen` and `connect` calls take. `comm_id` tells communicators apart
+    /// (NCCL passes its comm hash).
+    fn init(&self, comm_id: u64, config: &CommConfig) -> Result<Context>;
+
+    /// Ends a communicator's use of the net: releases what its context holds (connections
+    /// still being made). Its comms are closed first.
+    fn finalize(&self, context: Context) -> Result<()>;
 
     /// How many devices it drives.
     fn devices(&self) -> Result<usize>;
@@ -148,11 +198,11 @@ pub trait Net: Send + Sync {
 
     /// Starts listening on `device`. The handle (opaque bytes, at most
     /// [`HANDLE_MAX_BYTES`]) goes to the peer that will `connect`.
-    fn listen(&self, device: usize) -> Result<(Vec<u8>, ListenComm)>;
+    fn listen(&self, context: &Context, device: usize) -> Result<(Vec<u8>, ListenComm)>;
 
     /// Connects to a peer's listen handle. `None`: not connected yet; call again with the
-    /// same handle.
-    fn connect(&self, device: usize, handle: &[u8]) -> Result<Option<SendComm>>;
+    /// same context and handle.
+    fn connect(&self, context: &Context, device: usize, handle: &[u8]) -> Result<Option<SendComm>>;
 
     /// Accepts the peer that connected to `listen`. `None`: nobody yet; call again.
     fn accept(&self, listen: &mut ListenComm) -> Result<Option<RecvComm>>;
@@ -179,6 +229,18 @@ pub trait Net: Send + Sync {
     /// the request done or the comm is closed.
     unsafe fn irecv(&self, comm: &mut RecvComm, buffers: &[RecvBuffer], handles: &[&MrHandle]) -> Result<Option<Request>>;
 
+    /// Makes received data visible to the GPU where the net wrote it behind the GPU's back
+    /// (GPU memory received through RDMA; `force_flush`), for the buffers of a completed
+    /// receive (`len`: the bytes received; tags are not used). `None`: nothing to wait for,
+    /// which is all a net that moves host memory ever answers.
+    ///
+    /// # Safety
+    /// As for `irecv`: the buffers stay valid until the returned request is done.
+    unsafe fn iflush(&self, comm: &mut RecvComm, buffers: &[RecvBuffer], handles: &[&MrHandle]) -> Result<Option<Request>> {
+        let _ = (comm, buffers, handles);
+        Ok(None)
+    }
+
     /// Progresses a request. Once done: the byte count of each of its buffers (for a send,
     /// the bytes sent). Asking again after done answers the same.
     fn test(&self, request: &mut Request) -> Result<Option<Vec<usize>>>;
@@ -186,10 +248,4 @@ pub trait Net: Send + Sync {
     fn close_send(&self, comm: SendComm) -> Result<()>;
     fn close_recv(&self, comm: RecvComm) -> Result<()>;
     fn close_listen(&self, comm: ListenComm) -> Result<()>;
-
-    /// Releases the net's global resources (connections still being set up); no call may
-    /// follow.
-    fn finalize(&self) -> Result<()> {
-        Ok(())
-    }
 }

@@ -14,6 +14,12 @@
 //! `max_recvs` (how many buffers one `irecv` may carry) is 1 by default, like NCCL's socket
 //! transport, and configurable ([`SocketNet::with_max_recvs`]) so that the proxy engine's
 //! grouped receives can be tested without an IB NIC; [`SocketNet::stats`] counts them.
+//!
+//! Devices are interface addresses ([`SocketDevice`]): one for [`SocketNet::new`], one per
+//! interface for [`SocketNet::with_devices`] (as NCCL's socket transport makes a device of
+//! each interface `NCCL_SOCKET_IFNAME` allows). A listen handle carries its device's address,
+//! which a peer reaches through its host's routes. Handles may
+//! arrive padded with anything (NCCL passes 128-byte buffers): only their first bytes count.
 
 mod stream;
 
@@ -28,8 +34,8 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use super::lent::{LentBuffer, LentBytes};
 use super::{
-    DeviceOffload, ListenComm, MemoryKind, MrHandle, Net, NetProperties, Opaque, PointerSupport, RecvBuffer, RecvComm, Request, SendComm, HANDLE_MAX_BYTES,
-    MAX_MESSAGE_BYTES, MAX_REQUESTS,
+    CommConfig, Context, DeviceOffload, ListenComm, MemoryKind, MrHandle, Net, NetProperties, Opaque, PointerSupport, RecvBuffer, RecvComm, Request, SendComm,
+    HANDLE_MAX_BYTES, MAX_MESSAGE_BYTES, MAX_REQUESTS,
 };
 use crate::{Error, Result};
 use stream::{RecvState, SendState};
@@ -45,12 +51,49 @@ const GREETING_TIMEOUT: Duration = Duration::from_secs(10);
 /// that a flood of strangers cannot grow memory without bound.
 const MAX_ARRIVING: usize = 64;
 
-/// TCP on one interface address.
+/// TCP on one or more interface addresses.
 pub struct SocketNet {
-    ip: IpAddr,
+    devices: Vec<SocketDevice>,
     max_recvs: usize,
     stats: Arc<Stats>,
-    /// Connections being made, by listen handle, until `connect` returns them.
+}
+
+/// One device of a socket net: an interface address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SocketDevice {
+    /// What properties report: the interface's name.
+    pub name: String,
+    pub ip: IpAddr,
+    pub speed_mbps: u32,
+    /// The sysfs path of the interface's PCI device; `None` for virtual interfaces.
+    pub pci_path: Option<String>,
+}
+
+/// Speed reported for interfaces whose speed sysfs does not know (loopback), as NCCL's
+/// socket transport does.
+const DEFAULT_SPEED_MBPS: u32 = 10_000;
+
+impl SocketDevice {
+    /// A device named after its address, with the default speed.
+    pub fn address(ip: IpAddr) -> SocketDevice {
+        SocketDevice { name: format!("socket:{ip}"), ip, speed_mbps: DEFAULT_SPEED_MBPS, pci_path: None }
+    }
+
+    /// The device of interface `name` at `ip`: its speed (`/sys/class/net/<name>/speed`)
+    /// and PCI device from sysfs, or the default speed and none where sysfs has nothing.
+    pub fn interface(name: &str, ip: IpAddr) -> SocketDevice {
+        let sysfs = std::path::Path::new("/sys/class/net").join(name);
+        let speed = std::fs::read_to_string(sysfs.join("speed")).ok().and_then(|text| text.trim().parse::<i64>().ok());
+        let speed_mbps = speed.and_then(|mbps| u32::try_from(mbps).ok()).filter(|&mbps| mbps > 0).unwrap_or(DEFAULT_SPEED_MBPS);
+        let pci_path = std::fs::canonicalize(sysfs.join("device")).ok().map(|path| path.to_string_lossy().into_owned());
+        SocketDevice { name: name.to_string(), ip, speed_mbps, pci_path }
+    }
+}
+
+/// What a communicator's context holds: connections being made, by listen handle, until
+/// `connect` returns them.
+#[derive(Default)]
+struct SocketContext {
     connecting: Mutex<HashMap<Vec<u8>, Connecting>>,
 }
 
@@ -104,18 +147,21 @@ impl SocketNet {
 
     /// A net that accepts up to `max_recvs` buffers per `irecv` (at least 1).
     pub fn with_max_recvs(ip: IpAddr, max_recvs: usize) -> SocketNet {
-        SocketNet { ip, max_recvs: max_recvs.max(1), stats: Arc::default(), connecting: Mutex::default() }
+        SocketNet::with_devices(vec![SocketDevice::address(ip)], max_recvs)
+    }
+
+    /// A net with one device per entry of `devices`, each taking up to `max_recvs` buffers
+    /// per `irecv` (at least 1).
+    pub fn with_devices(devices: Vec<SocketDevice>, max_recvs: usize) -> SocketNet {
+        SocketNet { devices, max_recvs: max_recvs.max(1), stats: Arc::default() }
     }
 
     pub fn stats(&self) -> &Stats {
         &self.stats
     }
 
-    fn check_device(&self, device: usize) -> Result<()> {
-        if device != 0 {
-            return Err(Error::InvalidArgument(format!("socket device {device} (there is 1)")));
-        }
-        Ok(())
+    fn device(&self, device: usize) -> Result<&SocketDevice> {
+        self.devices.get(device).ok_or_else(|| Error::InvalidArgument(format!("socket device {device} (there are {})", self.devices.len())))
     }
 }
 
@@ -165,20 +211,31 @@ impl Net for SocketNet {
         "Socket"
     }
 
+    fn init(&self, _comm_id: u64, _config: &CommConfig) -> Result<Context> {
+        Ok(Context::new(SocketContext::default()))
+    }
+
+    fn finalize(&self, context: Context) -> Result<()> {
+        // Dropping the attempts closes their sockets.
+        drop(context.into_inner::<SocketContext>()?);
+        Ok(())
+    }
+
     fn devices(&self) -> Result<usize> {
-        Ok(1)
+        Ok(self.devices.len())
     }
 
     fn properties(&self, device: usize) -> Result<NetProperties> {
-        self.check_device(device)?;
+        let SocketDevice { name, speed_mbps, pci_path, .. } = self.device(device)?.clone();
         Ok(NetProperties {
-            name: format!("socket:{}", self.ip),
-            pci_path: None,
-            guid: 0,
+            name,
+            pci_path,
+            // Devices with one guid share a port: each interface is its own.
+            guid: device as u64,
             ptr_support: PointerSupport { host: true, cuda: false, dmabuf: false },
             reg_is_global: false,
             force_flush: false,
-            speed_mbps: 10_000,
+            speed_mbps,
             port: 0,
             latency_us: 0.0,
             max_comms: 65536,
@@ -189,9 +246,10 @@ impl Net for SocketNet {
         })
     }
 
-    fn listen(&self, device: usize) -> Result<(Vec<u8>, ListenComm)> {
-        self.check_device(device)?;
-        let listener = TcpListener::bind(SocketAddr::new(self.ip, 0)).map_err(|e| Error::io(format!("listening on {}", self.ip), e))?;
+    fn listen(&self, context: &Context, device: usize) -> Result<(Vec<u8>, ListenComm)> {
+        context.get::<SocketContext>()?;
+        let ip = self.device(device)?.ip;
+        let listener = TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| Error::io(format!("listening on {ip}"), e))?;
         listener.set_nonblocking(true).map_err(|e| Error::io("making the listener non-blocking", e))?;
         let addr = listener.local_addr().map_err(|e| Error::io("reading the listener's address", e))?;
         let mut random = [0u8; 8];
@@ -200,10 +258,10 @@ impl Net for SocketNet {
         Ok((encode_handle(addr, magic), Opaque::new(Listening { listener, magic, arriving: VecDeque::new() })))
     }
 
-    fn connect(&self, device: usize, handle: &[u8]) -> Result<Option<SendComm>> {
-        self.check_device(device)?;
+    fn connect(&self, context: &Context, device: usize, handle: &[u8]) -> Result<Option<SendComm>> {
+        self.device(device)?;
         let (addr, magic) = decode_handle(handle)?;
-        let mut connecting = lock(&self.connecting, "the net's pending connections")?;
+        let mut connecting = lock(&context.get::<SocketContext>()?.connecting, "the communicator's pending connections")?;
         let mut attempt = match connecting.remove(handle) {
             Some(attempt) => attempt,
             None => Connecting::start(addr, magic)?,
@@ -364,11 +422,6 @@ impl Net for SocketNet {
         drop(comm);
         Ok(())
     }
-
-    fn finalize(&self) -> Result<()> {
-        lock(&self.connecting, "the net's pending connections")?.clear();
-        Ok(())
-    }
 }
 
 impl SocketNet {
@@ -446,7 +499,8 @@ fn greeting(magic: u64) -> [u8; GREETING_BYTES] {
     bytes
 }
 
-/// Handle bytes: protocol (4), magic (u64 LE), port (u16 LE), family (4 or 6), address.
+/// Handle bytes: protocol (4), magic (u64 LE), port (u16 LE), family (4 or 6), address;
+/// whatever follows is padding.
 fn encode_handle(addr: SocketAddr, magic: u64) -> Vec<u8> {
     let mut handle = PROTOCOL.to_vec();
     handle.extend_from_slice(&magic.to_le_bytes());
@@ -473,8 +527,8 @@ fn decode_handle(handle: &[u8]) -> Result<(SocketAddr, u64)> {
     let magic = u64::from_le_bytes(handle[4..12].try_into().expect("8 bytes"));
     let port = u16::from_le_bytes([handle[12], handle[13]]);
     let ip = match (handle[14], &handle[15..]) {
-        (4, octets) if octets.len() == 4 => IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(octets).expect("4 bytes"))),
-        (6, octets) if octets.len() == 16 => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(octets).expect("16 bytes"))),
+        (4, rest) if rest.len() >= 4 => IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(&rest[..4]).expect("4 bytes"))),
+        (6, rest) if rest.len() >= 16 => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&rest[..16]).expect("16 bytes"))),
         _ => return Err(bad("bad address family or length")),
     };
     Ok((SocketAddr::new(ip, port), magic))

@@ -8,14 +8,19 @@ fn deadline() -> Instant {
     Instant::now() + Duration::from_secs(60)
 }
 
+fn context(net: &SocketNet) -> Context {
+    net.init(1, &CommConfig::default()).unwrap()
+}
+
 /// Connects a send comm to a receive comm of `net`, calling both sides until done.
 fn pair(net: &SocketNet) -> (SendComm, RecvComm) {
-    let (handle, mut listen) = net.listen(0).unwrap();
+    let context = context(net);
+    let (handle, mut listen) = net.listen(&context, 0).unwrap();
     let until = deadline();
     let (mut send, mut recv) = (None, None);
     while send.is_none() || recv.is_none() {
         if send.is_none() {
-            send = net.connect(0, &handle).unwrap();
+            send = net.connect(&context, 0, &handle).unwrap();
         }
         if recv.is_none() {
             recv = net.accept(&mut listen).unwrap();
@@ -23,6 +28,7 @@ fn pair(net: &SocketNet) -> (SendComm, RecvComm) {
         assert!(Instant::now() < until, "no connection");
     }
     net.close_listen(listen).unwrap();
+    net.finalize(context).unwrap();
     (send.unwrap(), recv.unwrap())
 }
 
@@ -203,14 +209,15 @@ fn a_sender_that_goes_away_fails_the_pending_receive() {
 #[test]
 fn strangers_are_dropped_and_the_expected_peer_still_accepted() {
     let net = SocketNet::with_max_recvs(LOOPBACK, 8);
-    let (handle, mut listen) = net.listen(0).unwrap();
+    let context = context(&net);
+    let (handle, mut listen) = net.listen(&context, 0).unwrap();
     let (addr, magic) = decode_handle(&handle).unwrap();
     let mut wrong = TcpStream::connect(addr).unwrap();
     wrong.write_all(&greeting(magic ^ 1)).unwrap();
     let _silent = TcpStream::connect(addr).unwrap();
     drop(TcpStream::connect(addr).unwrap()); // closes before greeting
     let send = loop {
-        if let Some(send) = net.connect(0, &handle).unwrap() {
+        if let Some(send) = net.connect(&context, 0, &handle).unwrap() {
             break send;
         }
     };
@@ -229,11 +236,12 @@ fn strangers_are_dropped_and_the_expected_peer_still_accepted() {
 #[test]
 fn connecting_to_nobody_fails() {
     let net = SocketNet::new(LOOPBACK);
-    let (handle, listen) = net.listen(0).unwrap();
+    let context = context(&net);
+    let (handle, listen) = net.listen(&context, 0).unwrap();
     net.close_listen(listen).unwrap();
     let until = deadline();
     let err = loop {
-        match net.connect(0, &handle) {
+        match net.connect(&context, 0, &handle) {
             Err(e) => break e,
             Ok(Some(_)) => panic!("connected to a closed listener"),
             Ok(None) => assert!(Instant::now() < until),
@@ -251,10 +259,41 @@ fn handles_round_trip_and_garbage_is_refused() {
         assert_eq!(decode_handle(&handle).unwrap(), (addr, 42));
     }
     let net = SocketNet::new(LOOPBACK);
-    assert!(net.connect(0, b"nonsense").is_err());
+    let context = context(&net);
+    assert!(net.connect(&context, 0, b"nonsense").is_err());
     let mut truncated = encode_handle("[::1]:1".parse().unwrap(), 1);
     truncated.pop();
-    assert!(net.connect(0, &truncated).is_err());
+    assert!(net.connect(&context, 0, &truncated).is_err());
+}
+
+#[test]
+fn a_handle_padded_to_the_abi_size_connects() {
+    let net = SocketNet::new(LOOPBACK);
+    let context = context(&net);
+    let (mut handle, mut listen) = net.listen(&context, 0).unwrap();
+    handle.resize(HANDLE_MAX_BYTES, 0xA5);
+    let until = deadline();
+    let (mut send, mut recv) = (None, None);
+    while send.is_none() || recv.is_none() {
+        send = send.or(net.connect(&context, 0, &handle).unwrap());
+        recv = recv.or(net.accept(&mut listen).unwrap());
+        assert!(Instant::now() < until, "no connection");
+    }
+    net.finalize(context).unwrap();
+}
+
+#[test]
+fn each_interface_is_a_device() {
+    let net = SocketNet::with_devices(vec![SocketDevice::interface("lo", LOOPBACK), SocketDevice::address(IpAddr::V6(Ipv6Addr::LOCALHOST))], 2);
+    assert_eq!(net.devices().unwrap(), 2);
+    let (lo, v6) = (net.properties(0).unwrap(), net.properties(1).unwrap());
+    assert_eq!((lo.name.as_str(), lo.speed_mbps, lo.pci_path.as_deref(), lo.guid), ("lo", DEFAULT_SPEED_MBPS, None, 0));
+    assert_eq!((v6.name.as_str(), v6.guid, v6.max_recvs), ("socket:::1", 1, 2));
+    let context = context(&net);
+    let (handle, _listen) = net.listen(&context, 1).unwrap();
+    assert_eq!(decode_handle(&handle).unwrap().0.ip(), IpAddr::V6(Ipv6Addr::LOCALHOST));
+    let err = net.listen(&context, 2).unwrap_err().to_string();
+    assert!(err.contains("device 2") && err.contains("there are 2"), "{err}");
 }
 
 #[test]
@@ -266,7 +305,10 @@ fn properties_are_reported() {
     assert_eq!(SocketNet::new(LOOPBACK).properties(0).unwrap().max_recvs, 1);
     assert!(net.properties(1).is_err());
     assert_eq!(net.devices().unwrap(), 1);
-    net.finalize().unwrap();
+    let context = context(&net);
+    net.finalize(context).unwrap();
+    let foreign = Context::new(5u8);
+    assert!(net.finalize(foreign).is_err());
 }
 
 #[test]

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The machine's real NCCL over libnccl-net-oxccl.so (gpu-bin/netplugin/, from
+# scripts/gpu-build.sh), against NCCL over its own socket transport, in the same run.
+# Two MPI ranks pose as two hosts (each its own NCCL_HOSTID) on one GPU shared under MPS, so
+# that NCCL sends everything through its network plugin; both on loopback
+# (NCCL_SOCKET_IFNAME=lo). $1: the build directory of nccl-tests built with MPI=1 against
+# the machine's NCCL (gpu-session.sh's nccl-tests stage makes .nccl-tests/build-mpi).
+#
+# For each test (NETPLUGIN_TESTS), NETPLUGIN_ROUNDS rounds (default 2), each running NCCL
+# over the plugin (NCCL_NET_PLUGIN=oxccl NCCL_NET=oxccl) and over its socket transport
+# (NCCL_NET_PLUGIN=none NCCL_NET=Socket), in alternating order, `-c 1` (results checked).
+# Writes under $OUT (or gpu-out/):
+#   netplugin-<test>-<net>-<round>.txt  nccl-tests' output with NCCL's INFO log (INIT,NET)
+#   netplugin-compare.txt               per test and size: the best bus bandwidth of each net
+#                                       over the rounds (out-of-place) and plugin/socket
+#   summary.txt                         per run: exit code, wrong values, whether NCCL's log
+#                                       names the plugin; per test: the ratio over sizes of
+#                                       1 MiB and more (geometric mean and minimum)
+# Exits non-zero when a run fails, has wrong values, or the plugin run's log does not show
+# NCCL using the plugin. GPU clocks and modes are never touched; the MPS daemon this script
+# starts (with pipes in a directory of its own) is stopped at the end.
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+build="${1:?usage: gpu-netplugin.sh <nccl-tests MPI=1 build directory>}"
+out="${OUT:-$here/../gpu-out}"
+mkdir -p "$out"
+plugin_dir="$here/netplugin"
+[[ -f $plugin_dir/libnccl-net-oxccl.so ]] || { echo "no $plugin_dir/libnccl-net-oxccl.so (run scripts/gpu-build.sh)" | tee -a "$out/summary.txt"; exit 1; }
+status=0
+note() { echo "$*" | tee -a "$out/summary.txt"; }
+
+note "netplugin: machine NCCL $(grep -hE '^#define NCCL_(MAJOR|MINOR|PATCH) ' /usr/include/nccl.h 2>/dev/null | awk '{printf "%s%s", sep, $3; sep="."}')"
+
+# MPS, so that the two ranks' kernels run at once on the one GPU.
+mps=$(mktemp -d)
+export CUDA_MPS_PIPE_DIRECTORY="$mps/pipe" CUDA_MPS_LOG_DIRECTORY="$mps/log"
+mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+if ! nvidia-cuda-mps-control -d; then
+  note "netplugin: the MPS daemon did not start; two ranks cannot share the GPU"
+  exit 1
+fi
+# shellcheck disable=SC2317  # called by the EXIT trap
+stop_mps() { echo quit | nvidia-cuda-mps-control >/dev/null 2>&1; rm -rf "$mps"; }
+trap stop_mps EXIT
+
+export NCCL_NVLS_ENABLE=0 NCCL_SOCKET_IFNAME=lo NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET
+export NCCL_TESTS_DEVICE=0 CUDA_VISIBLE_DEVICES="${NETPLUGIN_GPU:-0}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+args=(-b "${NCCL_TESTS_MIN:-8}" -e "${NCCL_TESTS_MAX:-64M}" -f "${NCCL_TESTS_FACTOR:-4}" -c 1 -n "${NCCL_TESTS_ITERS:-20}" -w 5 -g 1)
+
+# One run of test $1 over net $2 (plugin or socket), round $3; its output file.
+run() {
+  local t=$1 net=$2 round=$3 table="$out/netplugin-$1-$2-$3.txt" rc
+  local path="${LD_LIBRARY_PATH:-}"
+  if [[ $net == plugin ]]; then
+    path="$plugin_dir${path:+:$path}"
+    export NCCL_NET_PLUGIN=oxccl NCCL_NET=oxccl
+  else
+    export NCCL_NET_PLUGIN=none NCCL_NET=Socket
+  fi
+  # Each rank its own host: NCCL_HOSTID from the rank, set in the rank's own shell.
+  # shellcheck disable=SC2016  # expanded by that shell
+  LD_LIBRARY_PATH="$path" timeout "${NCCL_TESTS_TIMEOUT:-300}" mpirun --oversubscribe -np 2 \
+    -x LD_LIBRARY_PATH -x NCCL_NET_PLUGIN -x NCCL_NET -x NCCL_NVLS_ENABLE -x NCCL_SOCKET_IFNAME -x NCCL_DEBUG \
+    -x NCCL_DEBUG_SUBSYS -x NCCL_TESTS_DEVICE -x CUDA_VISIBLE_DEVICES -x CUDA_MPS_PIPE_DIRECTORY \
+    --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
+    bash -c 'NCCL_HOSTID=netplugin-host$OMPI_COMM_WORLD_RANK exec "$@"' rank "$build/${t}_perf" "${args[@]}" > "$table" 2>&1
+  rc=$?
+  local wrong named=""
+  wrong=$(grep -o "Out of bounds values : [0-9]*" "$table" | grep -o "[0-9]*$")
+  if [[ $net == plugin ]]; then
+    # NCCL's own INFO lines: the plugin loaded, and the network in use.
+    if grep -q "NET/Plugin: Loaded net plugin oxccl" "$table" && grep -q "Using network oxccl" "$table"; then named=", NCCL log names oxccl: yes"; else named=", NCCL log names oxccl: NO"; status=1; fi
+  fi
+  note "$t over $net (round $round): exit $rc, wrong ${wrong:-?}$named"
+  if ((rc != 0)) || [[ ${wrong:-x} != 0 ]]; then status=1; fi
+}
+
+# Out-of-place bus bandwidth by size from an nccl-tests output: "bytes busbw" lines.
+busbw() {
+  awk '$1 ~ /^[0-9]+$/ && NF >= 13 && $8 ~ /^[0-9.]+$/ { print $1, $8 }' "$1"
+}
+
+: > "$out/netplugin-compare.txt"
+rounds=${NETPLUGIN_ROUNDS:-2}
+for t in ${NETPLUGIN_TESTS:-all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv}; do
+  for ((round = 1; round <= rounds; round++)); do
+    if ((round % 2)); then order=(plugin socket); else order=(socket plugin); fi
+    for net in "${order[@]}"; do run "$t" "$net" "$round"; done
+  done
+  # Best of the rounds per size, each net; then plugin / socket.
+  for net in plugin socket; do
+    for ((round = 1; round <= rounds; round++)); do busbw "$out/netplugin-$t-$net-$round.txt"; done \
+      | awk '{ if (!($1 in best) || $2 > best[$1]) best[$1] = $2 } END { for (s in best) print s, best[s] }' | sort -n > "$out/.best-$net"
+  done
+  # bytes, plugin, socket: the sizes both nets ran.
+  awk 'NR == FNR { plugin[$1] = $2; next } $1 in plugin { print $1, plugin[$1], $2 }' "$out/.best-plugin" "$out/.best-socket" | sort -n > "$out/.both"
+  {
+    echo "# $t: bytes, bus bandwidth GB/s over libnccl-net-oxccl.so, over NCCL's socket transport, ratio (best of $rounds rounds, out-of-place)"
+    awk '{ printf "%12d %9.3f %9.3f %7.3f\n", $1, $2, $3, ($3 > 0 ? $2 / $3 : 0) }' "$out/.both"
+  } >> "$out/netplugin-compare.txt"
+  awk -v t="$t" '
+    $1 >= 1048576 && $3 > 0 { r = $2 / $3; n++; s += log(r); if (n == 1 || r < m) m = r }
+    END { if (n) printf "%s plugin/socket bus bandwidth, sizes >= 1 MiB: geometric mean %.3fx, minimum %.3fx over %d sizes\n", t, exp(s / n), m, n;
+          else printf "%s: no sizes >= 1 MiB to compare\n", t }' "$out/.both" | tee -a "$out/summary.txt"
+done
+rm -f "$out/.best-plugin" "$out/.best-socket" "$out/.both"
+exit $status
