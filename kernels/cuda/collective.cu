@@ -60,6 +60,10 @@ __device__ __forceinline__ int ox_spin(Ready ready, const OxWatch& w, u32 peer) 
   return 0;
 }
 
+// A system-scope acquire-release fence: orders this thread's earlier accesses (and those
+// its block's barrier made it observe) before its later ones, as seen from the CPU.
+__device__ __forceinline__ void ox_fence_acq_rel_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+
 // Waits until *word >= target, which `peer` writes.
 __device__ int ox_wait_for(volatile u64* word, u64 target, const OxWatch& w, u32 peer) {
   return ox_spin([&] { return *word >= target; }, w, peer);
@@ -250,11 +254,14 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
         why = n + 1 > c.slots ? ox_wait_for(c.head, n + 1 - c.slots, a.watch, c.peer) : 0;
         at = c.peer;
         out = c.slots_base + (n % c.slots) * c.slot_bytes;
+        // The proxy reads the size only once it sees the tail (published after the data,
+        // below): written now, it needs no fence of its own.
+        if (!why && c.sizes) c.sizes[n % c.slots] = s.bytes;
       }
       if (why) ox_fail(a.watch, why, OX_KERNEL_RUN, lane, i - first, at);
       // Over the network the proxy wrote the slot from the CPU: order this block's reads
-      // after the tail at system scope.
-      if (fresh) __threadfence_system(); else __threadfence();
+      // after the tail at system scope (an acquire; no sequential consistency needed).
+      if (fresh) ox_fence_acq_rel_sys(); else __threadfence();
       s_in = in;
       s_out = out;
       s_stop = why;
@@ -282,7 +289,10 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-      __threadfence_system();
+      // Publish the block's writes before the counters: peers' GPUs need the full fence;
+      // a FIFO in host memory, whose other end is the proxy, a release.
+      const bool to_proxy = (s.recv == OX_NO_CONN || (a.conns[s.recv].flags & OX_CONN_HOST)) && (s.send == OX_NO_CONN || (a.conns[s.send].flags & OX_CONN_HOST));
+      if (to_proxy) ox_fence_acq_rel_sys(); else __threadfence_system();
       if (s.recv != OX_NO_CONN) {
         const OxConn& c = a.conns[s.recv];
         const u64 n = *c.counter + 1;
@@ -293,11 +303,6 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
         const OxConn& c = a.conns[s.send];
         const u64 n = *c.counter + 1;
         *c.counter = n;
-        if (c.sizes) {
-          // The proxy reads the size once it sees the tail.
-          c.sizes[(n - 1) % c.slots] = s.bytes;
-          __threadfence_system();
-        }
         *c.tail = n;
       }
     }

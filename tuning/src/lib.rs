@@ -4,7 +4,8 @@
 //!   [`Protocol`] (LL, LL128, Simple).
 //! - [`Selection`]: `NCCL_ALGO` / `NCCL_PROTO` in NCCL's syntax.
 //! - The cost models: [`NcclModel`] (NCCL's, from the searched topology, for GPU paths) and
-//!   [`HostModel`] (the host executor's, measured).
+//!   [`HostModel`] (the host executor's, measured), [`NetKernelModel`] (GPU kernels across
+//!   hosts over the network, measured).
 //! - [`CostTable`]: predicted µs per algorithm × protocol, the table a choice is made from.
 //! - [`Tuner`]: the choice — model, settings, tuner plugin, cheapest runnable entry; pairs
 //!   that cannot run are errors, never silently replaced.
@@ -15,6 +16,7 @@ mod error;
 mod host;
 mod names;
 mod nccl;
+mod net_kernels;
 pub mod plugin;
 mod selection;
 mod setup;
@@ -26,6 +28,7 @@ pub use error::{Error, Result};
 pub use host::HostModel;
 pub use names::{Algorithm, Protocol};
 pub use nccl::{Constants, ModelInput, NcclModel};
+pub use net_kernels::NetKernelModel;
 pub use plugin::{InitInfo, NvlDomains, TunerPlugin};
 pub use selection::Selection;
 pub use setup::{gpu_setup, rank_locally, GpuSetup};

@@ -20,6 +20,8 @@ pub enum Model {
     Nccl(Box<NcclModel>),
     /// The host executor's measured model.
     Host(HostModel),
+    /// GPU kernels across hosts over the network, measured.
+    NetKernels(crate::net_kernels::NetKernelModel),
 }
 
 /// Which pairs the executor can run, per collective.
@@ -87,6 +89,7 @@ impl Tuner {
         match &self.model {
             Model::Nccl(m) => m.table(request.collective, request.bytes, request.pipe_ops, request.fp8),
             Model::Host(m) => m.table(request.collective, request.bytes),
+            Model::NetKernels(m) => m.table(request.collective, request.bytes),
         }
     }
 

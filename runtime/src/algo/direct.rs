@@ -1,6 +1,7 @@
 //! Direct exchange: every pair talks on its own connections, with one lane per peer,
 //! direction and channel, so that no exchange waits behind another (all_to_all, gather,
-//! scatter). Each block is split over `shape.channels` channels (channel c carries part c,
+//! scatter; and all_gather, broadcast, reduce and reduce_scatter in one hop where hops cost
+//! more than bytes: across hosts, for small calls). Each block is split over `shape.channels` channels (channel c carries part c,
 //! and the local copy is split alike), so that an executor with a worker per lane (a GPU
 //! block per lane) moves one block with many. Any FIFO depth of at least one slot
 //! suffices.
@@ -13,6 +14,14 @@
 //! reduced by one rank only, so all ranks hold the same bits whatever the op. No message
 //! waits for anything its receiver has received, so any FIFO depth of one suffices; in
 //! place, a rank's chunk of block p is sent before p's reduced chunk can come back.
+//!
+//! all_gather: every rank sends its block to every peer and copies its own into place;
+//! broadcast: the root sends its buffer to every peer; reduce: every rank sends its input
+//! to the root; reduce_scatter: every rank sends block p of its input to rank p. A
+//! reduction's owner folds its part from every peer in one lane per channel, chunk by
+//! chunk, in rank order after its own input (as two-shot all_reduce's first phase), so
+//! that no two lanes write one element. One hop instead of the ring's n-1; the same bytes
+//! per rank but for broadcast and reduce, whose root moves n-1 times its buffer.
 //!
 //! With two ranks, all_reduce goes in one hop instead ("one shot"): each rank sends its
 //! whole input to the other and folds the other's into its own, half the two-shot's
@@ -69,9 +78,60 @@ pub(super) fn lanes(shape: &Shape, rank: usize) -> Vec<Lane> {
             }
         }
         Collective::Scatter => lanes.extend(receives(root, 0)),
+        Collective::AllGather => {
+            lanes.extend(copy_then_send(&parts, peers().collect(), rank * count, chunk));
+            for p in peers() {
+                lanes.extend(receives(p, p * count));
+            }
+        }
+        Collective::Broadcast if rank == root => lanes.extend(copy_then_send(&parts, peers().collect(), 0, chunk)),
+        Collective::Broadcast => lanes.extend(receives(root, 0)),
+        Collective::Reduce if rank == root => lanes.extend(folds(&parts, peers().collect(), 0, chunk)),
+        Collective::Reduce => lanes.extend(sends(root, 0)),
+        Collective::ReduceScatter => {
+            for p in peers() {
+                lanes.extend(sends(p, p * count));
+            }
+            lanes.extend(folds(&parts, peers().collect(), rank * count, chunk));
+        }
         other => unreachable!("{other:?} is not planned by direct exchange"),
     }
     lanes
+}
+
+/// A rank's lanes that put its own data in its output and send it from there: per channel
+/// part, one lane that copies each chunk from the input into the output at `output` + the
+/// chunk's offset, then sends it to every peer of `peers`. In place the copy is no copy,
+/// and the sends read what it would have written, in order.
+fn copy_then_send(parts: &[(usize, usize, usize)], peers: Vec<usize>, output: usize, chunk: usize) -> impl Iterator<Item = Lane> + '_ {
+    parts.iter().map(move |&(channel, o, c)| {
+        let mut steps = Vec::new();
+        for (o, c) in chunks(o, c, chunk) {
+            let own = Slice::recv(output + o, c);
+            steps.push(Step::Copy { src: Slice::send(o, c), dst: own });
+            steps.extend(peers.iter().map(|&p| Step::Send { to: Link { peer: p, channel }, src: own }));
+        }
+        Lane { role: Role::Local, steps }
+    })
+}
+
+/// The owner's lanes of a direct reduction: per channel part (channel, offset, count), one
+/// lane that folds each chunk from every peer of `peers` (on that channel), in rank order,
+/// into the output, starting from its own input at `input` + the chunk's offset.
+fn folds(parts: &[(usize, usize, usize)], peers: Vec<usize>, input: usize, chunk: usize) -> impl Iterator<Item = Lane> + '_ {
+    parts.iter().map(move |&(channel, o, c)| {
+        let mut steps = Vec::new();
+        for (o, c) in chunks(o, c, chunk) {
+            if peers.is_empty() {
+                steps.push(Step::Copy { src: Slice::send(input + o, c), dst: Slice::recv(o, c) });
+            }
+            for (i, &p) in peers.iter().enumerate() {
+                let local = if i == 0 { Slice::send(input + o, c) } else { Slice::recv(o, c) };
+                steps.push(Step::RecvReduceCopy { from: Link { peer: p, channel }, local, dst: Slice::recv(o, c) });
+            }
+        }
+        Lane { role: Role::Local, steps }
+    })
 }
 
 fn two_shot_all_reduce(shape: &Shape, rank: usize) -> Vec<Lane> {

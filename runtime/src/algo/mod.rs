@@ -119,7 +119,7 @@ impl Planned for Algorithm {
         match self {
             Algorithm::Ring => true,
             Algorithm::Tree => collective == Collective::AllReduce,
-            Algorithm::Direct => matches!(collective, Collective::AllReduce | Collective::AllToAll | Collective::Gather | Collective::Scatter),
+            Algorithm::Direct => true,
             _ => false,
         }
     }
@@ -198,10 +198,9 @@ pub fn plan_lanes(shape: Shape, algorithm: Algorithm, rank: usize) -> Result<Vec
     }
     let mut lanes = match (algorithm, shape.collective) {
         (Algorithm::Ring | Algorithm::Direct, Collective::AllToAll | Collective::Gather | Collective::Scatter) => direct::lanes(&shape, rank),
-        (Algorithm::Direct, Collective::AllReduce) => direct::lanes(&shape, rank),
+        (Algorithm::Direct, _) => direct::lanes(&shape, rank),
         (Algorithm::Ring, _) => ring::lanes(&shape, rank),
         (Algorithm::Tree, Collective::AllReduce) => tree::lanes(&shape, rank),
-        (Algorithm::Direct, _) => return Err(unsupported("direct exchange serves all_reduce, all_to_all, gather and scatter")),
         (Algorithm::Tree, _) => return Err(unsupported("the double binary tree serves all_reduce only")),
         (_, _) => return Err(unsupported("oxccl plans ring, tree and direct schedules only (CollNet, NVLS and PAT need hardware or kernels it does not have)")),
     };

@@ -64,9 +64,9 @@ impl GpuBackend {
         let min_channels = config.min_channels.clamp(1, max_channels);
         let selection = oxccl_tuning::Selection::parse(config.algo.as_deref(), config.proto.as_deref()).map_err(|e| Error::invalid(e.to_string()))?;
         let protocols = Protocols::new(&selection);
-        // Across hosts the host executor's model prices the network's choice (route.rs).
-        let model = oxccl_tuning::HostModel { nranks: core.nranks, net: true, oversubscribed: false };
-        let tuner = oxccl_tuning::Tuner::new(selection, oxccl_tuning::Model::Host(model), oxccl_tuning::HostModel::runs, None);
+        // Across hosts the network kernels' model prices the choice (route.rs).
+        let model = oxccl_tuning::NetKernelModel { nranks: core.nranks };
+        let tuner = oxccl_tuning::Tuner::new(selection, oxccl_tuning::Model::NetKernels(model), oxccl_tuning::NetKernelModel::runs, None);
         let inner = Arc::new(Inner {
             arch,
             toolchain,
@@ -182,8 +182,10 @@ impl GpuBackend {
             ends.insert(End::Send(algo::Link { peer: (rank + 1) % n, channel }));
             ends.insert(End::Recv(algo::Link { peer: (rank + n - 1) % n, channel }));
         }
+        // Two-shot all_reduce's second phase is channel 1 (across hosts it is planned).
+        let direct_channels = if self.inner.departures.get().is_some() { self.inner.direct_channels(n).max(2) } else { self.inner.direct_channels(n) };
         for peer in (0..n).filter(|&p| p != rank) {
-            for channel in 0..self.inner.direct_channels(n) {
+            for channel in 0..direct_channels {
                 ends.insert(End::Send(algo::Link { peer, channel }));
                 ends.insert(End::Recv(algo::Link { peer, channel }));
             }

@@ -55,13 +55,10 @@ impl GpuBackend {
         let algorithm = if exchanges {
             Algorithm::Direct
         } else if inner.departures.get().is_some() {
-            // Across hosts: the cost model's choice for the network (the ring, or the
-            // direct exchange's fewer hops for small calls), among what init connected.
+            // Across hosts: the network kernels' model chooses between the ring and the
+            // direct exchange's one hop (what init connected); NCCL_ALGO may force either.
             let request = oxccl_tuning::Request::new(collective, collective.tuning_bytes(count, dtype.size(), n));
-            match inner.tuner.choose(&request).map_err(|e| Error::invalid(e.to_string()))?.algorithm {
-                Algorithm::Tree => Algorithm::Ring,
-                chosen => chosen,
-            }
+            inner.tuner.choose(&request).map_err(|e| Error::invalid(e.to_string()))?.algorithm
         } else {
             Algorithm::Ring
         };

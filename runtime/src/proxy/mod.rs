@@ -603,7 +603,16 @@ fn run(proxy: &Proxy) {
         idle = idle.saturating_add(1);
         if links.is_empty() {
             std::thread::park_timeout(Duration::from_millis(100));
-        } else if idle < 256 || links.iter().any(|l| l.needs_polling()) {
+        } else if links.iter().any(|l| l.needs_polling()) {
+            // A kernel's next slot shows only by looking: look again at once, yielding the
+            // core now and then (a yield is a system call, microseconds on the message's
+            // path).
+            if idle % 32 == 0 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        } else if idle < 256 {
             std::thread::yield_now();
         } else {
             std::thread::park_timeout(Duration::from_micros(50));
@@ -733,5 +742,47 @@ mod device_tests {
         run(1, false);
         run(8, true);
         run(8, false);
+    }
+}
+#[cfg(test)]
+mod pingpong_tmp {
+    use super::*;
+    use oxccl_transports::fifo::{self, Geometry};
+    use oxccl_transports::net::socket::SocketNet;
+    use std::sync::atomic::{AtomicU32, AtomicU64};
+    #[repr(C, align(128))]
+    #[derive(Clone, Copy)]
+    struct Line([u8; 128]);
+    fn lent(geometry: Geometry) -> (Arc<Region>, usize, usize) {
+        let header = vec![Line([0; 128]); fifo::HEADER_BYTES / 128].into_boxed_slice();
+        let slots = vec![Line([0; 128]); (geometry.slots * geometry.stride()).div_ceil(128)].into_boxed_slice();
+        let (h, s) = (header.as_ptr() as usize, slots.as_ptr() as usize);
+        let region = unsafe { Region::lent(geometry, h as *mut u8, s as *mut u8, Box::new((header, slots))) }.unwrap();
+        (region, h, s)
+    }
+    fn word(base: usize, offset: usize) -> &'static AtomicU64 { unsafe { &*((base + offset) as *const AtomicU64) } }
+    #[test]
+    #[ignore]
+    fn pingpong() {
+        let g = Geometry { slots: 8, slot_bytes: 4096 };
+        let net = Arc::new(SocketNet::with_max_recvs("127.0.0.1".parse().unwrap(), 1));
+        let a = NetLinks::new(net.clone(), 11, 2, Duration::from_secs(30)).unwrap();
+        let b = NetLinks::new(net.clone(), 12, 2, Duration::from_secs(30)).unwrap();
+        let l = Link { peer: 0, channel: 9 };
+        let (ab_rx, abrh, _) = lent(g); let (ab_tx, abth, _) = lent(g);
+        let (ba_rx, barh, _) = lent(g); let (ba_tx, bath, _) = lent(g);
+        let (h1, _) = b.listen(l, ab_rx.clone(), Driver::Device).unwrap();
+        a.connect(l, &h1, ab_tx.clone(), Driver::Device).unwrap();
+        let (h2, _) = a.listen(l, ba_rx.clone(), Driver::Device).unwrap();
+        b.connect(l, &h2, ba_tx.clone(), Driver::Device).unwrap();
+        let n = 20000u64;
+        for links in [&a, &b] { links.announce(l, Direction::Send, n, false); links.announce(l, Direction::Recv, n, false); }
+        let post = |h: usize, m: u64| { unsafe { (*((h + fifo::SIZES_OFFSET) as *const AtomicU32).add((m % 8) as usize)).store(8, Ordering::Relaxed) }; word(h, fifo::TAIL_OFFSET).store(m + 1, Ordering::Release); };
+        let echo = std::thread::spawn(move || { for m in 0..n { while word(abrh, fifo::TAIL_OFFSET).load(Ordering::Acquire) < m + 1 {} word(abrh, fifo::HEAD_OFFSET).store(m+1, Ordering::Release); while m + 1 > word(bath, fifo::HEAD_OFFSET).load(Ordering::Acquire) + 8 {} post(bath, m); } });
+        let start = Instant::now();
+        for m in 0..n { while m + 1 > word(abth, fifo::HEAD_OFFSET).load(Ordering::Acquire) + 8 {} post(abth, m); while word(barh, fifo::TAIL_OFFSET).load(Ordering::Acquire) < m + 1 {} word(barh, fifo::HEAD_OFFSET).store(m+1, Ordering::Release); }
+        let rtt = start.elapsed() / n as u32;
+        echo.join().unwrap();
+        eprintln!("round trip {rtt:?}, one way {:?}", rtt / 2);
     }
 }

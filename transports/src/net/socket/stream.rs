@@ -4,8 +4,10 @@
 //! Wire format: each message is a 12-byte header (tag: u32 LE, length: u64 LE) followed by
 //! the bytes. The sender writes header and bytes with one `sendmsg` (MSG_NOSIGNAL, so a
 //! peer that went away is an error, not a SIGPIPE in a C host program). The receiver reads
-//! the header, picks the buffer of the oldest posted receive with that tag, and reads the
-//! bytes straight into it: no copy in between.
+//! what has arrived into a staging buffer of [`STAGE_BYTES`] (so that a small message's
+//! header and bytes, and the next messages', come in one read), picks the buffer of the
+//! oldest posted receive with the header's tag, and copies the bytes there; what is left
+//! of a large message is read straight into its buffer.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, IoSlice, Read};
@@ -47,11 +49,17 @@ pub(super) struct RecvState {
     header_read: usize,
     /// The message whose bytes are being read.
     body: Option<Body>,
+    /// Bytes read from the socket and not yet consumed: `stage[staged.0..staged.1]`.
+    stage: Box<[u8]>,
+    staged: (usize, usize),
     /// Sizes of completed requests that `test` has not collected yet.
     completed: HashMap<u64, Vec<usize>>,
     failed: Option<String>,
     stats: Arc<Stats>,
 }
+
+/// The receiver's staging buffer: a small message and its header arrive in one read.
+const STAGE_BYTES: usize = 64 << 10;
 
 struct Incoming {
     id: u64,
@@ -133,6 +141,8 @@ impl RecvState {
             header: [0; HEADER_BYTES],
             header_read: 0,
             body: None,
+            stage: vec![0; STAGE_BYTES].into_boxed_slice(),
+            staged: (0, 0),
             completed: HashMap::new(),
             failed: None,
             stats,
@@ -186,14 +196,14 @@ impl RecvState {
     /// Reads the next message's header and picks its buffer; `None` if not all here yet.
     fn read_header(&mut self) -> Result<Option<Body>> {
         while self.header_read < HEADER_BYTES {
-            let at = self.header_read;
-            match (&self.socket).read(&mut self.header[at..]) {
-                Ok(0) => return fail(&mut self.failed, "the sender closed the connection".into()),
-                Ok(n) => self.header_read += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return fail(&mut self.failed, format!("receive failed: {e}")),
+            if self.staged.0 == self.staged.1 && !self.fill()? {
+                return Ok(None);
             }
+            let at = self.header_read;
+            let (start, n) = (self.staged.0, (HEADER_BYTES - at).min(self.staged.1 - self.staged.0));
+            self.header[at..at + n].copy_from_slice(&self.stage[start..start + n]);
+            self.staged.0 += n;
+            self.header_read += n;
         }
         let tag = u32::from_le_bytes(self.header[..4].try_into().expect("4 bytes"));
         let len = u64::from_le_bytes(self.header[4..].try_into().expect("8 bytes"));
@@ -215,24 +225,59 @@ impl RecvState {
 
     /// Reads the message's bytes into its buffer; `None` (and progress kept) if not all here.
     fn read_body(&mut self, mut body: Body) -> Result<Option<Body>> {
-        let front = self.queue.front_mut().expect("called with a posted receive");
-        let target = &mut front.buffers[body.buffer].0.as_mut_slice()[..body.len];
         while body.read < body.len {
-            match (&self.socket).read(&mut target[body.read..]) {
+            let left = body.len - body.read;
+            if self.staged.0 < self.staged.1 {
+                let (start, n) = (self.staged.0, left.min(self.staged.1 - self.staged.0));
+                let front = self.queue.front_mut().expect("called with a posted receive");
+                front.buffers[body.buffer].0.as_mut_slice()[body.read..body.read + n].copy_from_slice(&self.stage[start..start + n]);
+                self.staged.0 += n;
+                body.read += n;
+                self.stats.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
+                continue;
+            }
+            // Large rests go straight into the buffer; small ones through the stage (with
+            // whatever follows them).
+            let read = if left >= STAGE_BYTES {
+                let front = self.queue.front_mut().expect("called with a posted receive");
+                let target = &mut front.buffers[body.buffer].0.as_mut_slice()[body.read..body.len];
+                match (&self.socket).read(target) {
+                    Ok(0) => return fail(&mut self.failed, "the sender closed the connection".into()),
+                    Ok(n) => {
+                        body.read += n;
+                        self.stats.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
+                        true
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => false,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => true,
+                    Err(e) => return fail(&mut self.failed, format!("receive failed: {e}")),
+                }
+            } else {
+                self.fill()?
+            };
+            if !read {
+                self.body = Some(body);
+                return Ok(None);
+            }
+        }
+        Ok(Some(body))
+    }
+
+    /// Reads what has arrived into the empty stage; whether anything came.
+    fn fill(&mut self) -> Result<bool> {
+        debug_assert_eq!(self.staged.0, self.staged.1, "the stage is refilled only once empty");
+        loop {
+            match (&self.socket).read(&mut self.stage) {
                 Ok(0) => return fail(&mut self.failed, "the sender closed the connection".into()),
                 Ok(n) => {
-                    body.read += n;
-                    self.stats.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
+                    self.staged = (0, n);
+                    return Ok(true);
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    self.body = Some(body);
-                    return Ok(None);
-                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return fail(&mut self.failed, format!("receive failed: {e}")),
             }
         }
-        Ok(Some(body))
     }
 }
 

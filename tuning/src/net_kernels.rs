@@ -1,0 +1,88 @@
+//! The cost model of GPU kernels across hosts over the network (the NET transport: kernels
+//! over FIFOs in pinned host memory that the network proxy moves), measured on one H100
+//! with 2 and 4 ranks posing as hosts over loopback TCP (docs/PERFORMANCE.md): a hop — a
+//! message from one rank's kernel to its peer's — costs ~24 µs, a rank moves ~6 GB/s over
+//! its connections, and the GPU's reductions cost nothing next to that. What it runs:
+//! the ring, and the direct exchange for every collective (one hop where the ring takes
+//! n-1; all_reduce two-shot in two, or one for two ranks).
+
+use crate::collective::Collective;
+use crate::names::{Algorithm, Protocol};
+use crate::table::CostTable;
+
+/// What the model knows of a communicator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NetKernelModel {
+    pub nranks: usize,
+}
+
+/// Seconds of one hop.
+const HOP: f64 = 24e-6;
+/// Seconds to issue one more message of a hop (the proxy handles them in turn).
+const ISSUE: f64 = 2e-6;
+/// Bytes per second a rank moves over its connections.
+const BANDWIDTH: f64 = 6e9;
+
+impl NetKernelModel {
+    /// Whether the GPU kernels run `algorithm` for `collective` across hosts (Simple only).
+    pub fn runs(_collective: Collective, algorithm: Algorithm, protocol: Protocol) -> bool {
+        protocol == Protocol::Simple && matches!(algorithm, Algorithm::Ring | Algorithm::Direct)
+    }
+
+    /// Estimated seconds of `algorithm` for `collective` on `bytes` (the call's `count`
+    /// elements: a rank's block for all_gather, reduce_scatter and alltoall).
+    pub fn estimate(&self, collective: Collective, algorithm: Algorithm, bytes: usize) -> f64 {
+        let n = self.nranks.max(1) as f64;
+        let s = bytes as f64;
+        let (hops, messages, moved) = match (collective, algorithm) {
+            (Collective::AllReduce, Algorithm::Ring) => (2.0 * (n - 1.0), 2.0 * (n - 1.0), 2.0 * (n - 1.0) / n * s),
+            (Collective::AllReduce, Algorithm::Direct) if self.nranks == 2 => (1.0, 1.0, s),
+            (Collective::AllReduce, Algorithm::Direct) => (2.0, 2.0 * (n - 1.0), 2.0 * (n - 1.0) / n * s),
+            // The ring pipelines a rooted call through every rank; direct, the root moves
+            // the whole buffer to (or from) every peer.
+            (Collective::Broadcast | Collective::Reduce, Algorithm::Ring) => (n - 1.0, n - 1.0, s),
+            (Collective::Broadcast | Collective::Reduce, Algorithm::Direct) => (1.0, n - 1.0, (n - 1.0) * s),
+            (_, Algorithm::Ring) => (n - 1.0, n - 1.0, (n - 1.0) * s),
+            (_, _) => (1.0, n - 1.0, (n - 1.0) * s),
+        };
+        hops * HOP + messages * ISSUE + moved / BANDWIDTH
+    }
+
+    /// The cost table (µs) of a call of NCCL's `bytes` ([`Collective::tuning_bytes`]).
+    pub fn table(&self, collective: Collective, bytes: usize) -> CostTable {
+        let bytes = match collective {
+            Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => bytes / self.nranks.max(1),
+            _ => bytes,
+        };
+        let mut table = CostTable::default();
+        if self.nranks <= 1 {
+            table.set(Algorithm::Ring, Protocol::Simple, Some(0.0));
+            return table;
+        }
+        for a in [Algorithm::Ring, Algorithm::Direct] {
+            table.set(a, Protocol::Simple, Some((self.estimate(collective, a, bytes) * 1e6) as f32));
+        }
+        table
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn best(model: NetKernelModel, collective: Collective, bytes: usize) -> Algorithm {
+        model.table(collective, bytes).best().unwrap().0
+    }
+
+    #[test]
+    fn one_hop_for_small_calls_the_ring_for_large_rooted_ones() {
+        let four = NetKernelModel { nranks: 4 };
+        for c in [Collective::AllGather, Collective::ReduceScatter, Collective::Broadcast, Collective::Reduce, Collective::AllReduce] {
+            assert_eq!(best(four, c, 4096), Algorithm::Direct, "{c:?}, 4 KiB");
+        }
+        // The root of a direct broadcast sends 3 copies: past ~150 KB the ring's pipeline wins.
+        assert_eq!(best(four, Collective::Broadcast, 64 << 20), Algorithm::Ring);
+        // Two ranks: one shot at every size (the ring's bytes in one hop).
+        assert_eq!(best(NetKernelModel { nranks: 2 }, Collective::AllReduce, 1 << 30), Algorithm::Direct);
+    }
+}
