@@ -62,7 +62,7 @@ pub struct Config {
     pub coll_timeout: Duration,
     pub socket_max_recvs: usize,
     /// OXCCL_PROXY_THREADS: the process's proxy threads, which progress its network
-    /// connections (0: one per 4 cores, 1 to 4).
+    /// connections (0: one per two of the host's cores per rank on it, 1 to 4).
     pub proxy_threads: usize,
     /// NCCL_COMM_BLOCKING: calls wait for their own completion (init included). `false`
     /// asks for non-blocking communicators (ncclInProgress semantics, the fault-handling
@@ -389,7 +389,7 @@ pub static KNOBS: &[Knob] = &[
     Knob {
         name: "OXCCL_PROXY_THREADS",
         default: "0",
-        doc: "threads progressing the process's network connections, each link on one, dealt in turn (1..=16; 0: one per 4 cores, 1 to 4); the first communicator to use the network sets it for the process",
+        doc: "threads progressing the process's network connections, each link on one, dealt in turn (1..=16; 0: one per two of the host's cores per rank on it, 1 to 4); the first communicator to use the network sets it for the process",
         set: |c, v| match v.parse::<usize>() {
             Ok(n @ 0..=16) => Ok(c.proxy_threads = n),
             _ => Err("expected 0 (automatic) to 16".into()),

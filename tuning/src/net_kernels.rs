@@ -2,7 +2,7 @@
 //! over FIFOs in pinned host memory that the network proxy moves), measured on one H100
 //! with 2 and 4 ranks posing as hosts over loopback TCP (docs/PERFORMANCE.md): a hop — a
 //! message from one rank's kernel to its peer's — costs ~24 µs, a rank moves ~6 GB/s over
-//! its connections, and the GPU's reductions cost nothing next to that. What it runs:
+//! its connections (~1.8 GB/s over one), and the GPU's reductions cost nothing next to that. What it runs:
 //! the ring, and the direct exchange for every collective (one hop where the ring takes
 //! n-1; all_reduce two-shot in two, or one for two ranks).
 
@@ -20,8 +20,12 @@ pub struct NetKernelModel {
 const HOP: f64 = 24e-6;
 /// Seconds to issue one more message of a hop (the proxy handles them in turn).
 const ISSUE: f64 = 2e-6;
-/// Bytes per second a rank moves over its connections.
+/// Bytes per second a rank moves over its connections (several channels or peers).
 const BANDWIDTH: f64 = 6e9;
+/// Bytes per second over one connection (a TCP stream): two ranks' one-shot all_reduce
+/// sends everything over one (1.8 GB/s at 2-128 MiB on one H100, where the ring's four
+/// channels moved 5-7.5).
+const CONNECTION: f64 = 1.8e9;
 
 impl NetKernelModel {
     /// Whether the GPU kernels run `algorithm` for `collective` across hosts (Simple only).
@@ -36,8 +40,10 @@ impl NetKernelModel {
         let s = bytes as f64;
         let (hops, messages, moved) = match (collective, algorithm) {
             (Collective::AllReduce, Algorithm::Ring) => (2.0 * (n - 1.0), 2.0 * (n - 1.0), 2.0 * (n - 1.0) / n * s),
-            (Collective::AllReduce, Algorithm::Direct) if self.nranks == 2 => (1.0, 1.0, s),
-            (Collective::AllReduce, Algorithm::Direct) => (2.0, 2.0 * (n - 1.0), 2.0 * (n - 1.0) / n * s),
+            // One shot moves everything over one connection; two-shot, one channel a phase
+            // over n-1 peers' connections at once (bytes scaled to BANDWIDTH's rate).
+            (Collective::AllReduce, Algorithm::Direct) if self.nranks == 2 => (1.0, 1.0, s * BANDWIDTH / CONNECTION),
+            (Collective::AllReduce, Algorithm::Direct) => (2.0, 2.0 * (n - 1.0), 2.0 * (n - 1.0) / n * s * BANDWIDTH / (CONNECTION * (n - 1.0)).min(BANDWIDTH)),
             // The ring pipelines a rooted call through every rank; direct, the root moves
             // the whole buffer to (or from) every peer.
             (Collective::Broadcast | Collective::Reduce, Algorithm::Ring) => (n - 1.0, n - 1.0, s),
@@ -82,7 +88,10 @@ mod tests {
         }
         // The root of a direct broadcast sends 3 copies: past ~150 KB the ring's pipeline wins.
         assert_eq!(best(four, Collective::Broadcast, 64 << 20), Algorithm::Ring);
-        // Two ranks: one shot at every size (the ring's bytes in one hop).
-        assert_eq!(best(NetKernelModel { nranks: 2 }, Collective::AllReduce, 1 << 30), Algorithm::Direct);
+        // Two ranks: one shot for small calls (one hop), the ring's channels for large ones
+        // (one shot moves everything over one connection).
+        let two = NetKernelModel { nranks: 2 };
+        assert_eq!(best(two, Collective::AllReduce, 8192), Algorithm::Direct);
+        assert_eq!(best(two, Collective::AllReduce, 1 << 20), Algorithm::Ring);
     }
 }

@@ -53,7 +53,7 @@ impl Core {
         Ok(Arc::new(Core {
             rank: boot.rank() as usize,
             nranks: boot.nranks() as usize,
-            net: NetLinks::new(chosen, comm_id, config.proxy_threads, config.bootstrap_timeout)?,
+            net: NetLinks::new(chosen, comm_id, proxy_threads(config, &same_host), config.bootstrap_timeout)?,
             socket,
             boot,
             config: config.clone(),
@@ -144,4 +144,15 @@ impl Core {
     pub fn name(&self) -> String {
         format!("communicator rank {} of {}", self.rank, self.nranks)
     }
+}
+
+/// OXCCL_PROXY_THREADS, or the default for this host: its cores online (not this process's
+/// affinity: launchers bind ranks) shared by the communicator's ranks on it.
+fn proxy_threads(config: &Config, same_host: &[bool]) -> usize {
+    if config.proxy_threads != 0 {
+        return config.proxy_threads;
+    }
+    // SAFETY: sysconf has no preconditions.
+    let cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+    crate::proxy::default_threads(cores, same_host.iter().filter(|&&same| same).count())
 }

@@ -131,8 +131,8 @@ impl Drop for NetContext {
 
 impl NetLinks {
     /// Links over `net`, initialized for the communicator `comm_id`, progressed by the
-    /// process's proxy threads (`threads` of them, 0: automatic, if this is the first
-    /// communicator to start them); a link must connect within `setup_timeout`.
+    /// process's proxy threads (`threads` of them, if this is the first communicator to
+    /// start them; see [`default_threads`]); a link must connect within `setup_timeout`.
     pub fn new(net: Arc<dyn Net>, comm_id: u64, threads: usize, setup_timeout: Duration) -> Result<NetLinks> {
         let shared = Shared { failure: Arc::default(), closed: AbortFlag::new() };
         let context = Arc::new(NetContext::new(net.clone(), comm_id)?);
@@ -538,12 +538,11 @@ struct Proxy {
 
 static PROXIES: OnceLock<Proxies> = OnceLock::new();
 
-/// The process's proxy threads, started on first use with `threads` of them (0: one per 4
-/// cores, 1 to 4); later callers get those, whatever they ask.
+/// The process's proxy threads, started on first use with `threads` of them; later callers
+/// get those, whatever they ask.
 fn proxies(threads: usize) -> &'static Proxies {
     let proxies = PROXIES.get_or_init(|| {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let count = if threads == 0 { (cores / 4).clamp(1, 4) } else { threads };
+        let count = threads.max(1);
         let threads = (0..count)
             .map(|i| {
                 let thread = std::thread::Builder::new()
@@ -589,6 +588,13 @@ impl Proxy {
     }
 }
 
+/// The proxy threads a process starts when OXCCL_PROXY_THREADS does not say (0): one per
+/// two of the host's cores per rank of the communicator on it (`local` ranks: every rank
+/// runs its own), 1 to 4 — enough cores left for the ranks themselves.
+pub(crate) fn default_threads(cores: usize, local: usize) -> usize {
+    (cores / (2 * local.max(1))).clamp(1, 4)
+}
+
 /// One proxy thread's loop.
 fn run(proxy: &Proxy) {
     let mut links: Vec<Box<dyn Progress>> = Vec::new();
@@ -604,14 +610,11 @@ fn run(proxy: &Proxy) {
         if links.is_empty() {
             std::thread::park_timeout(Duration::from_millis(100));
         } else if links.iter().any(|l| l.needs_polling()) {
-            // A kernel's next slot shows only by looking: look again at once, yielding the
-            // core now and then (a yield is a system call, microseconds on the message's
-            // path).
-            if idle % 32 == 0 {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
+            // A kernel's next slot shows only by looking: look again soon. A yield, not a
+            // spin: with several ranks' proxies on a host, spinning threads took the cores
+            // the others needed (4 ranks posing as hosts on one 16-core machine: small
+            // alltoall 45-52 us with yields, 70-104 spinning).
+            std::thread::yield_now();
         } else if idle < 256 {
             std::thread::yield_now();
         } else {
