@@ -21,10 +21,14 @@ export NCCL_NVLS_ENABLE=0 XDG_CACHE_HOME="${XDG_CACHE_HOME:-/tmp/oxccl-cache}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 gpus=$(nvidia-smi -L | wc -l)
 
-# MPS lets the ranks' kernels run at once on a shared GPU (left running for later calls).
-if ! pgrep -x nvidia-cuda-mps >/dev/null; then
-  nvidia-cuda-mps-control -d && echo "MPS started" | tee -a "$out/summary.txt"
+# MPS lets the ranks' kernels run at once on a shared GPU (left running for later calls);
+# without it the GPU time-slices the ranks' processes and every call takes milliseconds.
+# The default pipe directory: a daemon of another one (another script's) does not count.
+unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+if ! echo get_server_list | timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1; then
+  nvidia-cuda-mps-control -d && sleep 1 && echo "MPS started" | tee -a "$out/summary.txt"
 fi
+echo get_server_list | timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1 || { echo "MPS is not running: the tables would time-slice the GPU" | tee -a "$out/summary.txt"; exit 1; }
 
 # Each rank: its own host id and GPU rank % gpus.
 wrapper="$out/rank.sh"

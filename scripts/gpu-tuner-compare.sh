@@ -73,9 +73,9 @@ status=0
 compare() { # a, b: lines of a whose (collective, bytes) b also has
   join -j1 <(awk '{print $1"/"$2, $3"/"$4}' "$out/$1" | sort) <(awk '{print $1"/"$2, $3"/"$4}' "$out/$2" | sort) > "$out/$1-vs-$2.txt"
   local n differ
-  n=$(wc -l < "$out/$1-vs-$2.txt"); differ=$(awk '$2 != $3' "$out/$1-vs-$2.txt" | wc -l)
+  n=$(wc -l < "$out/$1-vs-$2.txt"); differ=$(awk 'toupper($2) != toupper($3)' "$out/$1-vs-$2.txt" | wc -l)
   echo "$1 vs $2: $n calls compared, $differ differ" | tee -a "$out/compare.txt"
-  awk '$2 != $3 {print "  " $0}' "$out/$1-vs-$2.txt" | tee -a "$out/compare.txt"
+  awk 'toupper($2) != toupper($3) {print "  " $0}' "$out/$1-vs-$2.txt" | tee -a "$out/compare.txt"
   ((n > 0 && differ == 0)) || status=1
 }
 : > "$out/compare.txt"
