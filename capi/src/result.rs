@@ -65,8 +65,8 @@ pub fn code_of(e: &Error) -> NcclResult {
         Error::PeerFailed { .. } | Error::Aborted { .. } => REMOTE_ERROR,
         Error::Timeout { .. } => TIMEOUT,
         Error::InProgress { .. } => IN_PROGRESS,
-        Error::Transport(_) | Error::Bootstrap(_) => SYSTEM_ERROR,
-        Error::Cuda(_) => UNHANDLED_CUDA_ERROR,
+        Error::Transport { .. } | Error::Bootstrap { .. } => SYSTEM_ERROR,
+        Error::Cuda { .. } => UNHANDLED_CUDA_ERROR,
         _ => INTERNAL_ERROR,
     }
 }

@@ -46,7 +46,7 @@ impl Core {
     /// Net is chosen (a plugin or the socket Net) and initialized for this communicator.
     pub fn new(boot: Bootstrap, same_host: Vec<bool>, config: &Config) -> Result<Arc<Core>> {
         let socket = Arc::new(SocketNet::with_max_recvs(boot.listen_addr().ip(), config.socket_max_recvs));
-        let chosen = net::open(&config.net_plugin, config.net.as_deref(), vec![socket.clone() as Arc<dyn Net>]).map_err(|e| Error::Transport(e.to_string()))?;
+        let chosen = net::open(&config.net_plugin, config.net.as_deref(), vec![socket.clone() as Arc<dyn Net>]).map_err(|e| Error::from_transport("choosing the network (NCCL_NET_PLUGIN, NCCL_NET)", e))?;
         // Tells communicators apart in the Net's context (NCCL passes its comm hash).
         static COMMUNICATORS: AtomicU64 = AtomicU64::new(0);
         let comm_id = u64::from(std::process::id()) << 32 | COMMUNICATORS.fetch_add(1, Ordering::Relaxed);

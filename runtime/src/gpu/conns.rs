@@ -81,7 +81,7 @@ impl Record {
 
     fn from_bytes(b: &[u8], peer: usize) -> Result<Record> {
         if b.len() != RECORD_BYTES {
-            return Err(Error::Transport(format!("rank {peer} sent a GPU connection record of {} bytes, expected {RECORD_BYTES}", b.len())));
+            return Err(Error::transport(format!("rank {peer} sent a GPU connection record of {} bytes, expected {RECORD_BYTES}", b.len())));
         }
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
@@ -392,7 +392,7 @@ fn net_fifo(geometry: Geometry) -> Result<(Arc<Region>, MappedFifo)> {
     // SAFETY: the mapping is page-aligned and holds the header page and the slots
     // (region_bytes); it lives in the region's owner, and only the region's two ends touch
     // it: this rank's proxy and its kernels, through the FIFO protocol.
-    let region = unsafe { Region::lent(geometry, host, host.add(fifo::HEADER_BYTES), Box::new(memory)) }.map_err(|e| Error::Transport(e.to_string()))?;
+    let region = unsafe { Region::lent(geometry, host, host.add(fifo::HEADER_BYTES), Box::new(memory)) }.map_err(|e| Error::from_transport("lending a network FIFO its mapped memory", e))?;
     Ok((region, MappedFifo { device }))
 }
 
@@ -422,8 +422,8 @@ fn net_end(end: End, region: Arc<Region>, memory: &MappedFifo, cx: &Setup) -> Re
 fn announced(message: &[u8], kind: u8, peer: usize) -> Result<&[u8]> {
     match message.split_first() {
         Some((&k, rest)) if k == kind => Ok(rest),
-        Some((&k, _)) => Err(Error::Transport(format!("rank {peer} announced a connection of kind {k}, expected {kind} (one of the two sees the other on its host, the other not: NCCL_HOSTID differs?)"))),
-        None => Err(Error::Transport(format!("rank {peer} announced an empty connection"))),
+        Some((&k, _)) => Err(Error::transport(format!("rank {peer} announced a connection of kind {k}, expected {kind} (one of the two sees the other on its host, the other not: NCCL_HOSTID differs?)"))),
+        None => Err(Error::transport(format!("rank {peer} announced an empty connection"))),
     }
 }
 

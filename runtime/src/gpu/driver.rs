@@ -23,7 +23,7 @@ pub(crate) fn check(status: CUresult, what: impl FnOnce() -> String) -> Result<(
         // SAFETY: a NUL-terminated static string from the driver.
         unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned()
     };
-    Err(Error::Cuda(format!("{}: {name}", what())))
+    Err(Error::cuda(format!("{}: {name}", what())))
 }
 
 /// Whether libcuda can be loaded and initialised.
@@ -66,7 +66,7 @@ impl Device {
     /// Opens GPU `ordinal` (retains its primary context; [`Device::bind`] makes it current).
     pub fn open(ordinal: usize) -> Result<Device> {
         if !available() {
-            return Err(Error::Cuda("no usable CUDA driver (libcuda.so.1 missing or cuInit failed): this machine cannot run the GPU backend".into()));
+            return Err(Error::cuda("no usable CUDA driver (libcuda.so.1 missing or cuInit failed): this machine cannot run the GPU backend"));
         }
         let count = device_count();
         if ordinal >= count {
@@ -85,7 +85,7 @@ impl Device {
     /// The GPU of the calling thread's current context (what `cudaSetDevice` chose).
     pub fn current() -> Result<Device> {
         if !available() {
-            return Err(Error::Cuda("no usable CUDA driver (libcuda.so.1 missing or cuInit failed)".into()));
+            return Err(Error::cuda("no usable CUDA driver (libcuda.so.1 missing or cuInit failed)"));
         }
         let mut device = 0;
         // SAFETY: writes one device handle; fails when no context is current.
@@ -140,7 +140,7 @@ impl Device {
         // SAFETY: writes one int.
         check(unsafe { sys::cuDeviceCanAccessPeer(&mut can, self.device, peer.device) }, || "asking for peer access".into())?;
         if can == 0 {
-            return Err(Error::Cuda(format!("GPU {} cannot access GPU {}'s memory (no NVLink or PCIe peer path)", self.ordinal, peer.ordinal)));
+            return Err(Error::cuda(format!("GPU {} cannot access GPU {}'s memory (no NVLink or PCIe peer path)", self.ordinal, peer.ordinal)));
         }
         self.bind()?;
         // SAFETY: both contexts are retained.

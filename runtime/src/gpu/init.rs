@@ -40,8 +40,8 @@ impl GpuBackend {
         let device = Device::open(ordinal)?;
         device.bind()?;
         let (major, minor) = device.capability()?;
-        let arch = oxccl_kernels::cuda::arch_name(major, minor).map_err(|e| Error::Cuda(e.to_string()))?;
-        let toolchain = Toolchain::find().map_err(|e| Error::Cuda(e.to_string()))?;
+        let arch = oxccl_kernels::cuda::arch_name(major, minor).map_err(|e| Error::from_kernels(format!("compute capability {major}.{minor}"), e))?;
+        let toolchain = Toolchain::find().map_err(|e| Error::from_kernels("finding NVRTC and the CUDA headers", e))?;
         let config = &core.config;
         let slot_bytes = config.gpu_slot_bytes.next_multiple_of(128);
         // Ranks sharing this GPU run their kernels side by side, and a kernel whose blocks

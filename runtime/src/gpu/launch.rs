@@ -115,7 +115,7 @@ impl Inner {
         if let Some(l) = loaded.get(&(self.device.ordinal, spec)) {
             return Ok(l.clone());
         }
-        let compiled = self.toolchain.compile(spec, self.arch).map_err(|e| Error::Cuda(e.to_string()))?;
+        let compiled = self.toolchain.compile(spec, self.arch).map_err(|e| Error::from_kernels(format!("compiling the kernels for {}", self.arch), e))?;
         self.device.bind()?;
         let module = Module::load(&compiled.ptx)?;
         let kernels = Arc::new(Loaded { run: module.function(RUN)?, direct: module.function(DIRECT)?, p2p: module.function(P2P)?, divide: module.function(DIVIDE)?, wait_host: module.function(WAIT_HOST)?, _module: module, _device: Device::open(self.device.ordinal as usize)? });

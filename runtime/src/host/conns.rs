@@ -94,10 +94,10 @@ pub(crate) fn ensure(lanes: &[Lane], conns: &mut Connections, boot: &Bootstrap, 
     }
     for link in receives {
         let (receiver, handle) = if transports.shared_memory(link.peer) {
-            let (region, handle) = Region::create_shared(transports.geometry.slots, transports.geometry.slot_bytes).map_err(transport)?;
+            let (region, handle) = Region::create_shared(transports.geometry.slots, transports.geometry.slot_bytes).map_err(|e| Error::from_transport(format!("making the shared-memory FIFO from rank {}", link.peer), e))?;
             (Receiver::new(region), [vec![KIND_SHM], handle].concat())
         } else {
-            let region = Region::heap(transports.geometry.slots, transports.geometry.slot_bytes).map_err(transport)?;
+            let region = Region::heap(transports.geometry.slots, transports.geometry.slot_bytes).map_err(|e| Error::from_transport("making a network FIFO", e))?;
             let (handle, proxy) = net.listen(link, region.clone(), Driver::Host)?;
             conns.proxies.insert((link, false), proxy);
             (Receiver::new(region), [vec![KIND_NET], handle].concat())
@@ -109,14 +109,14 @@ pub(crate) fn ensure(lanes: &[Lane], conns: &mut Connections, boot: &Bootstrap, 
     for link in sends {
         let handle = boot.recv(link.peer as u32, HANDLE_TAG + link.channel as u64)?;
         let sender = match handle.split_first() {
-            Some((&KIND_SHM, rest)) => Sender::new(Region::open_shared(rest).map_err(transport)?),
+            Some((&KIND_SHM, rest)) => Sender::new(Region::open_shared(rest).map_err(|e| Error::from_transport(format!("opening rank {}'s shared-memory FIFO", link.peer), e))?),
             Some((&KIND_NET, rest)) => {
-                let region = Region::heap(transports.geometry.slots, transports.geometry.slot_bytes).map_err(transport)?;
+                let region = Region::heap(transports.geometry.slots, transports.geometry.slot_bytes).map_err(|e| Error::from_transport("making a network FIFO", e))?;
                 let proxy = net.connect(link, rest, region.clone(), Driver::Host)?;
                 conns.proxies.insert((link, true), proxy);
                 Sender::new(region)
             }
-            _ => return Err(Error::Transport(format!("rank {} sent a malformed connection handle", link.peer))),
+            _ => return Err(Error::transport(format!("rank {} sent a malformed connection handle", link.peer))),
         };
         conns.senders.insert(link, sender);
     }
@@ -131,9 +131,6 @@ pub(crate) fn p2p_link(peer: usize) -> Link {
 /// Channel of point-to-point traffic.
 pub(crate) const P2P_CHANNEL: usize = 1 << 16;
 
-fn transport(e: oxccl_transports::Error) -> Error {
-    Error::Transport(e.to_string())
-}
 
 #[cfg(test)]
 mod tests {

@@ -105,7 +105,7 @@ pub(crate) struct NetContext {
 impl NetContext {
     /// `net` initialized for the communicator `comm_id`.
     pub fn new(net: Arc<dyn Net>, comm_id: u64) -> Result<NetContext> {
-        let context = net.init(comm_id, &CommConfig::default()).map_err(transport)?;
+        let context = net.init(comm_id, &CommConfig::default()).map_err(|e| Error::from_transport(format!("initializing the {} net for the communicator", net.name()), e))?;
         Ok(NetContext { net, context: Some(context) })
     }
 
@@ -115,7 +115,7 @@ impl NetContext {
 
     /// The device for a link of `channel`: channels are dealt over the Net's devices.
     fn device(&self, channel: usize) -> Result<usize> {
-        Ok(channel % self.net.devices().map_err(transport)?.max(1))
+        Ok(channel % self.net.devices().map_err(|e| Error::from_transport("counting the net's devices", e))?.max(1))
     }
 }
 
@@ -407,8 +407,8 @@ impl RecvLink {
         timeout: Duration,
     ) -> Result<(Vec<u8>, RecvLink)> {
         let device = context.device(link.channel)?;
-        let (handle, listen) = net.listen(context.get(), device).map_err(transport)?;
-        let max_recvs = net.properties(device).map_err(transport)?.max_recvs;
+        let (handle, listen) = net.listen(context.get(), device).map_err(|e| Error::from_transport(format!("listening on device {device}"), e))?;
+        let max_recvs = net.properties(device).map_err(|e| Error::from_transport(format!("asking device {device} its properties"), e))?.max_recvs;
         let edge = RecvLink {
             link,
             net,
@@ -643,9 +643,6 @@ fn progress_all(links: &mut Vec<Box<dyn Progress>>, now: Instant) -> bool {
     busy
 }
 
-fn transport(e: oxccl_transports::Error) -> Error {
-    Error::Transport(e.to_string())
-}
 
 #[cfg(test)]
 mod device_tests {
