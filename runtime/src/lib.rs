@@ -14,6 +14,7 @@
 pub use oxccl_bootstrap as bootstrap;
 
 pub mod algo;
+mod base;
 mod call;
 pub mod check;
 mod comm;

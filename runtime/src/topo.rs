@@ -8,7 +8,7 @@ use oxccl_topology::discover::{self, NicDescription, Options};
 use oxccl_topology::XmlNode;
 use oxccl_transports::net::Net;
 
-use crate::comm::core::Core;
+use crate::base::Core;
 use crate::error::{Error, Result};
 use crate::log_target;
 

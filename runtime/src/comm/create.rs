@@ -5,7 +5,7 @@
 
 use oxccl_bootstrap::{AbortFlag, Bootstrap, Config, UniqueId};
 
-use super::core::Core;
+use crate::base::{host_id, Core};
 use super::{Backend, Communicator, Memory};
 use crate::error::{Error, Result};
 
@@ -215,14 +215,6 @@ pub(crate) fn shrink_agreed(parent: &Core, memory: Memory, abort: &AbortFlag) ->
     let failed = boot.agree_failed(abort)?;
     let built = shrunk(parent, boot.shrink(&failed, abort.clone())?, &failed, memory)?;
     Ok((built, failed.into_iter().map(|r| r as usize).collect()))
-}
-
-/// This host's identity: NCCL_HOSTID, else host name and boot id.
-pub fn host_id(config: &Config) -> String {
-    config.host_id.clone().unwrap_or_else(|| {
-        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-        format!("{}:{}", oxccl_bootstrap::host_name(), boot_id.trim())
-    })
 }
 
 /// Which ranks share this rank's host ([`host_id`]).

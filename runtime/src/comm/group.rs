@@ -2,9 +2,7 @@
 //! for one communicator).
 
 use crate::algo::Collective;
-use crate::call;
 use crate::error::Result;
-use crate::host::exec::Buffers;
 use crate::host::stream::Work;
 use crate::host::task::{CollectiveTask, PointToPoint, Task};
 use crate::ReduceOp;
@@ -53,10 +51,8 @@ impl<'a> Group<'a> {
     }
 
     fn point_to_point(&mut self, peer: usize, send: *const u8, recv: *mut u8, bytes: usize, is_send: bool) -> Result<&mut Self> {
-        let address = if is_send { send as u64 } else { recv as u64 };
-        call::check_transfer(is_send, peer, address, bytes, self.comm.nranks())?;
-        let buffers = Buffers { send, send_bytes: if is_send { bytes } else { 0 }, recv, recv_bytes: if is_send { 0 } else { bytes } };
-        self.p2p.push(PointToPoint { peer, bytes, buffers, send: is_send });
+        let data = if is_send { send.cast_mut() } else { recv };
+        self.p2p.push(PointToPoint::checked(is_send, peer, data, bytes, self.comm.nranks())?);
         Ok(self)
     }
 

@@ -1,7 +1,7 @@
 //! [`Communicator`]: a set of ranks that run collectives together, on host memory or on one
 //! GPU per rank ([`Memory`]).
 //!
-//! A communicator is a [`Core`](core::Core) (bootstrap, settings, network links, fault
+//! A communicator is a [`Core`](crate::base::Core) (bootstrap, settings, network links, fault
 //! state), shared by its backend: the host backend (`crate::host`) or the GPU backend
 //! (`crate::gpu`). Every call is checked once here (`crate::call`; a caller error leaves
 //! the communicator usable) and handed to the backend, which plans and runs it.
@@ -15,7 +15,6 @@
 //! runs creations in the background, `group` collects grouped operations, `suspend`
 //! suspends and reports memory, `gpu` holds the calls on device memory.
 
-pub(crate) mod core;
 mod create;
 mod gpu;
 mod group;
@@ -28,16 +27,14 @@ use oxccl_bootstrap::Config;
 use oxccl_kernels::{DataType, ReduceOp};
 
 use crate::algo::Collective;
-use crate::call::{self, Addresses};
 use crate::error::{Error, Result};
-use crate::host::exec::Buffers;
 use crate::host::stream::Work;
 use crate::host::task::{CollectiveTask, Task};
 use crate::host::HostBackend;
 use crate::log_target;
-use self::core::Core;
+use crate::base::Core;
 
-pub use create::host_id;
+pub use crate::base::host_id;
 pub use group::Group;
 pub use pending::PendingCommunicator;
 pub use suspend::MemoryStats;
@@ -281,11 +278,7 @@ impl Communicator {
     /// A checked collective on host buffers.
     #[allow(clippy::too_many_arguments)]
     fn collective_task(&self, collective: Collective, send: *const u8, recv: *mut u8, count: usize, dtype: DataType, op: ReduceOp, root: usize) -> Result<CollectiveTask> {
-        let checked = call::check_collective(collective, send as u64, recv as u64, count, dtype, self.nranks(), self.rank(), root, Addresses::Host)?;
-        if collective == Collective::AllToAll && std::ptr::eq(send, recv) && count > 0 {
-            return Err(Error::invalid("all_to_all on host memory cannot run in place (send and recv are the same buffer)"));
-        }
-        Ok(CollectiveTask { collective, count, dtype, op, root, buffers: Buffers { send, send_bytes: checked.send_bytes, recv, recv_bytes: checked.recv_bytes } })
+        CollectiveTask::checked(collective, send, recv, count, dtype, op, root, self.nranks(), self.rank())
     }
 
     /// Starts a group: operations added to it are launched together by [`Group::end`].

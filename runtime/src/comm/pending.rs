@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use oxccl_bootstrap::{AbortFlag, Config, UniqueId, NOCOLOR};
 use parking_lot::{Condvar, Mutex};
 
-use super::core::Core;
+use crate::base::Core;
 use super::create::{join, shrink_agreed, shrunk};
 use super::Communicator;
 use crate::error::{Error, Result};

@@ -9,28 +9,8 @@
 use std::sync::atomic::Ordering;
 
 use super::{Backend, Communicator};
+pub use crate::base::MemoryStats;
 use crate::error::{Error, Result};
-
-/// A communicator's memory, in bytes, as `ncclCommMemStats` reports it (on the host
-/// backend the buffers are host memory).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MemoryStats {
-    /// Held now and released by [`Communicator::suspend`] with `release_memory` (0 while
-    /// suspended so).
-    pub releasable: u64,
-    /// Held for the communicator's life: the FIFO slots of its connections (this rank's
-    /// receiving ends, and the sending ends it keeps itself, over the network).
-    pub persistent: u64,
-    /// Whether the communicator is suspended.
-    pub suspended: bool,
-}
-
-impl MemoryStats {
-    /// Everything counted.
-    pub fn total(&self) -> u64 {
-        self.releasable + self.persistent
-    }
-}
 
 impl Communicator {
     /// Suspends the communicator (ncclCommSuspend): waits for the work queued so far (on a

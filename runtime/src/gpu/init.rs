@@ -27,11 +27,10 @@ use super::staged::Staged;
 use super::{Direct, GpuBackend, Inner, P2pLl, Protocols, State, FLAG_WORDS, ONE_WORD};
 use oxccl_bootstrap::config::AcrossHosts;
 use crate::algo;
-use crate::comm::core::Core;
-use crate::comm::{host_id, Memory};
+use crate::base::Core;
+use crate::base::host_id;
 use crate::error::{Error, Result};
 use crate::host::SLOTS;
-use crate::Communicator;
 
 impl GpuBackend {
     /// The GPU backend of `core`'s communicator on GPU `ordinal`: every connection and
@@ -122,8 +121,7 @@ impl GpuBackend {
             let gone = DeviceMemory::zeroed(core.nranks * 4)?;
             let _ = inner.gone.set(gone.ptr);
             inner.state.lock().gone = Some(gone);
-            let host = Arc::new(Communicator::over(core.clone(), Memory::Host)?);
-            let staged = Staged::new(host, inner.clone())?;
+            let staged = Staged::new(core.clone(), inner.clone())?;
             tracing::info!(target: crate::log_target::INIT, "rank {}: GPU {} ({arch}); ranks on other hosts: collectives and send/recv staged through host memory", core.rank, inner.device.ordinal);
             return Ok(GpuBackend { inner, watcher: Some(watcher), core, staged: Some(staged) });
         }
@@ -277,6 +275,7 @@ fn warn_streams_may_share_queues(ordinal: i32, ranks: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Communicator;
     use crate::bootstrap::Config;
 
     /// Counting the ranks that share a GPU needs no GPU: ranks 0 and 2 of three threads

@@ -52,8 +52,8 @@ use oxccl_kernels::device::{status, DevConn, DevStep, DevWatch, LL_LINE_DATA};
 
 use crate::algo::{self, Algorithm, Collective, Planned, Shape};
 use crate::call::PlanKey;
-use crate::comm::core::Core;
-use crate::comm::MemoryStats;
+use crate::base::Core;
+use crate::base::MemoryStats;
 use crate::error::{Error, Result};
 use crate::{DataType, ReduceOp};
 

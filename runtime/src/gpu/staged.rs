@@ -36,7 +36,10 @@ use parking_lot::Mutex;
 use super::driver::{self, Event, PinnedHost, Stream};
 use super::{CUstream, Inner, P2p, Pause};
 use crate::error::{Error, Result};
-use crate::{Collective, Communicator, DataType, ReduceOp};
+use crate::base::Core;
+use crate::host::task::{CollectiveTask, PointToPoint, Task};
+use crate::host::HostBackend;
+use crate::{Collective, DataType, ReduceOp};
 
 /// An all_reduce or broadcast of at least twice this many bytes is staged in pieces of
 /// about this size, each its own host operation, so that the copies of one piece
@@ -56,8 +59,8 @@ const PIECE_ALIGN: usize = 4096;
 /// The staging state of a communicator that spans hosts.
 pub(super) struct Staged {
     rank: u32,
-    /// The host-memory communicator (over the same core) that runs the host operations.
-    host: Arc<Communicator>,
+    /// The host backend (over the communicator's core) that runs the host operations.
+    host: Arc<Host>,
     jobs: crossbeam_channel::Sender<Job>,
     worker: std::thread::JoinHandle<()>,
     buffers: Mutex<Buffers>,
@@ -115,9 +118,10 @@ unsafe impl Send for Job {}
 impl Staged {
     /// Starts the worker of `comm`, which publishes finished operations in `inner`'s
     /// done word. The GPU's context is current.
-    pub fn new(comm: Arc<Communicator>, inner: Arc<Inner>) -> Result<Staged> {
+    pub fn new(core: Arc<Core>, inner: Arc<Inner>) -> Result<Staged> {
+        let comm = Arc::new(Host { backend: HostBackend::new(core.clone())?, core });
         let (jobs, queue) = crossbeam_channel::unbounded::<Job>();
-        let rank = comm.rank();
+        let rank = comm.core.rank;
         let host = comm.clone();
         let mut worker = Worker::new(comm, inner)?;
         let worker = std::thread::Builder::new()
@@ -141,7 +145,7 @@ impl Staged {
 
     /// The host operations' error, if one failed.
     pub fn error(&self) -> Option<Error> {
-        self.host.error()
+        self.host.backend.error()
     }
 
     /// Ends the staging thread but leaks the buffers: a copy may still be pending on them.
@@ -323,10 +327,27 @@ impl Buffers {
     }
 }
 
-/// The staging thread's state: the communicator that runs the host operations, and the
+/// The host backend that runs the staged operations, and its communicator's core.
+struct Host {
+    backend: HostBackend,
+    core: Arc<Core>,
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        // As a host communicator's drop: what this rank sent is taken by its peers first.
+        if self.core.error().is_none() && self.backend.error().is_none() {
+            if let Err(e) = self.backend.finalize() {
+                tracing::warn!(target: crate::log_target::INIT, "rank {}: finalizing the staging host path: {e}", self.core.rank);
+            }
+        }
+    }
+}
+
+/// The staging thread's state: the host backend that runs the host operations, and the
 /// streams on which it copies the inner pieces' data.
 struct Worker {
-    comm: Arc<Communicator>,
+    comm: Arc<Host>,
     inner: Arc<Inner>,
     copy_in: Stream,
     copy_out: Stream,
@@ -338,7 +359,7 @@ struct Worker {
 
 impl Worker {
     /// Makes the worker's streams: the GPU's context is current.
-    fn new(comm: Arc<Communicator>, inner: Arc<Inner>) -> Result<Worker> {
+    fn new(comm: Arc<Host>, inner: Arc<Inner>) -> Result<Worker> {
         let (copy_in, copy_out) = (Stream::create()?, Stream::create()?);
         // SAFETY: streams of the current context, just made.
         let ends = unsafe { [Event::record(copy_in.raw())?, Event::record(copy_out.raw())?] };
@@ -441,25 +462,17 @@ impl Work {
     /// # Safety
     /// The staging buffers hold its input and room for its output, and nothing else
     /// touches them until it returns.
-    unsafe fn run(&self, comm: &Communicator) -> Result<()> {
-        match *self {
-            // SAFETY: per this function's contract.
-            Work::Collective { collective, input, output, count, dtype, op, root } => unsafe { comm.run_raw(collective, input, output, count, dtype, op, root) },
+    unsafe fn run(&self, host: &Host) -> Result<()> {
+        let (n, rank) = (host.core.nranks, host.core.rank);
+        let task = match *self {
+            Work::Collective { collective, input, output, count, dtype, op, root } => Task::Collective(CollectiveTask::checked(collective, input, output, count, dtype, op, root, n, rank)?),
             Work::Group { ref ops } => {
-                let mut group = comm.group();
-                for &(send, peer, at, bytes) in ops {
-                    // SAFETY: as above.
-                    unsafe {
-                        if send {
-                            group.send_raw(at, bytes, peer)?;
-                        } else {
-                            group.recv_raw(at, bytes, peer)?;
-                        }
-                    }
-                }
-                group.end()
+                let p2p = ops.iter().map(|&(send, peer, at, bytes)| PointToPoint::checked(send, peer, at, bytes, n)).collect::<Result<_>>()?;
+                Task::Group { p2p, collectives: Vec::new() }
             }
-        }
+        };
+        host.core.health()?;
+        host.backend.run_now(task)
     }
 }
 

@@ -21,8 +21,8 @@ use rustc_hash::FxHashMap;
 
 use crate::algo::{self, Planned, Shape, Slice, Step};
 use crate::call::PlanKey;
-use crate::comm::core::Core;
-use crate::comm::MemoryStats;
+use crate::base::Core;
+use crate::base::MemoryStats;
 use crate::error::{Error, Result};
 use crate::log_target;
 use crate::proxy::Direction;

@@ -2,8 +2,10 @@
 
 use oxccl_kernels::{DataType, ReduceOp};
 
-use crate::algo::Collective;
 use super::exec::Buffers;
+use crate::algo::Collective;
+use crate::call::{self, Addresses};
+use crate::error::{Error, Result};
 
 /// One collective call.
 #[derive(Clone, Copy, Debug)]
@@ -14,6 +16,28 @@ pub(crate) struct CollectiveTask {
     pub op: ReduceOp,
     pub root: usize,
     pub buffers: Buffers,
+}
+
+impl CollectiveTask {
+    /// One collective on host buffers, checked (`crate::call`) for rank `rank` of `nranks`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn checked(collective: Collective, send: *const u8, recv: *mut u8, count: usize, dtype: DataType, op: ReduceOp, root: usize, nranks: usize, rank: usize) -> Result<CollectiveTask> {
+        let checked = call::check_collective(collective, send as u64, recv as u64, count, dtype, nranks, rank, root, Addresses::Host)?;
+        if collective == Collective::AllToAll && std::ptr::eq(send, recv) && count > 0 {
+            return Err(Error::invalid("all_to_all on host memory cannot run in place (send and recv are the same buffer)"));
+        }
+        Ok(CollectiveTask { collective, count, dtype, op, root, buffers: Buffers { send, send_bytes: checked.send_bytes, recv, recv_bytes: checked.recv_bytes } })
+    }
+}
+
+impl PointToPoint {
+    /// One send (`send`) or receive of `bytes` at `data` with `peer`, checked for a
+    /// communicator of `nranks`.
+    pub fn checked(send: bool, peer: usize, data: *mut u8, bytes: usize, nranks: usize) -> Result<PointToPoint> {
+        call::check_transfer(send, peer, data as u64, bytes, nranks)?;
+        let buffers = if send { Buffers { send: data, send_bytes: bytes, recv: std::ptr::null_mut(), recv_bytes: 0 } } else { Buffers { send: std::ptr::null(), send_bytes: 0, recv: data, recv_bytes: bytes } };
+        Ok(PointToPoint { peer, bytes, buffers, send })
+    }
 }
 
 /// One send or receive of a group.

@@ -1,7 +1,9 @@
 //! What every backend of a communicator shares: who is in it and who shares this rank's
 //! host, its settings, the network links the proxy engine progresses for it, and its fault
-//! state (abort flag, failure announcements, creations running from it, suspension).
-//! Backends hold an `Arc<Core>`; nothing here knows how a collective runs.
+//! state (abort flag, failure announcements, creations running from it, suspension); and
+//! the figures a backend reports about its memory. Backends hold an `Arc<Core>`; nothing
+//! here knows how a collective runs, and nothing here imports the API above it (`comm`)
+//! or a backend.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -155,4 +157,33 @@ fn proxy_threads(config: &Config, same_host: &[bool]) -> usize {
     // SAFETY: sysconf has no preconditions.
     let cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
     crate::proxy::default_threads(cores, same_host.iter().filter(|&&same| same).count())
+}
+
+/// A communicator's memory, in bytes, as `ncclCommMemStats` reports it (on the host
+/// backend the buffers are host memory).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Held now and released by `Communicator::suspend` with `release_memory` (0 while
+    /// suspended so).
+    pub releasable: u64,
+    /// Held for the communicator's life: the FIFO slots of its connections (this rank's
+    /// receiving ends, and the sending ends it keeps itself, over the network).
+    pub persistent: u64,
+    /// Whether the communicator is suspended.
+    pub suspended: bool,
+}
+
+impl MemoryStats {
+    /// Everything counted.
+    pub fn total(&self) -> u64 {
+        self.releasable + self.persistent
+    }
+}
+
+/// This host's identity: NCCL_HOSTID, else host name and boot id.
+pub fn host_id(config: &Config) -> String {
+    config.host_id.clone().unwrap_or_else(|| {
+        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+        format!("{}:{}", oxccl_bootstrap::host_name(), boot_id.trim())
+    })
 }
