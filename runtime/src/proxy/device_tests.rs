@@ -1,0 +1,238 @@
+//! The NET transport's host side with threads playing the GPU kernels: FIFOs in lent
+//! memory spoken through raw addresses and the header offsets only (as `DevConn` gives a
+//! kernel), moved by the real proxy threads over the real socket Net — on loopback, and
+//! between two processes in namespaced hosts of a simulated cluster. A kernel never wakes
+//! the proxy: the proxy must poll while work is announced.
+
+use super::*;
+use oxccl_transports::fifo::{self, Geometry};
+use oxccl_transports::net::socket::SocketNet;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+#[repr(C, align(128))]
+#[derive(Clone, Copy)]
+struct Line([u8; 128]);
+
+/// A FIFO in lent memory, and the addresses a kernel would be given.
+struct Fifo {
+    region: Arc<Region>,
+    header: usize,
+    slots: usize,
+    geometry: Geometry,
+}
+
+impl Fifo {
+    fn new(geometry: Geometry) -> Fifo {
+        let header = vec![Line([0; 128]); fifo::HEADER_BYTES / 128].into_boxed_slice();
+        let slots = vec![Line([0; 128]); (geometry.slots * geometry.stride()).div_ceil(128)].into_boxed_slice();
+        let (h, s) = (header.as_ptr() as usize, slots.as_ptr() as usize);
+        // SAFETY: the boxes live in the owner, which outlives the region; the region's ends
+        // (the proxy, and a test thread through the offsets) follow the FIFO protocol.
+        let region = unsafe { Region::lent(geometry, h as *mut u8, s as *mut u8, Box::new((header, slots))) }.unwrap();
+        Fifo { region, header: h, slots: s, geometry }
+    }
+
+    fn word(&self, offset: usize) -> &AtomicU64 {
+        // SAFETY: an 8-byte aligned counter inside the region's header, which lives as long
+        // as `self`.
+        unsafe { &*((self.header + offset) as *const AtomicU64) }
+    }
+
+    fn slot(&self, m: u64) -> *mut u8 {
+        (self.slots + (m % self.geometry.slots as u64) as usize * self.geometry.stride()) as *mut u8
+    }
+
+    /// Plays a sending kernel for `messages`: message `m` of `len(m)` bytes into its slot, its size, the
+    /// tail; waiting for the head before reusing a slot.
+    fn kernel_send(&self, messages: std::ops::Range<u64>, len: impl Fn(u64) -> usize) {
+        let (tail, head) = (self.word(fifo::TAIL_OFFSET), self.word(fifo::HEAD_OFFSET));
+        for m in messages {
+            while m + 1 > head.load(Ordering::Acquire) + self.geometry.slots as u64 {
+                std::hint::spin_loop();
+            }
+            let (slot, n) = (self.slot(m), len(m));
+            // SAFETY: slot m is free (the head says so) and holds slot_bytes >= n.
+            unsafe { (0..n).for_each(|i| *slot.add(i) = byte(m, i)) };
+            // SAFETY: sizes are u32s at SIZES_OFFSET, one per slot.
+            unsafe { (*((self.header + fifo::SIZES_OFFSET) as *const AtomicU32).add((m % self.geometry.slots as u64) as usize)).store(n as u32, Ordering::Relaxed) };
+            tail.store(m + 1, Ordering::Release);
+        }
+    }
+
+    /// Plays a receiving kernel for `messages`: waits for the tail, checks message `m`, advances the head;
+    /// `check` is called while waiting (a link's failure ends the wait).
+    fn kernel_recv(&self, messages: std::ops::Range<u64>, len: impl Fn(u64) -> usize, check: impl Fn()) {
+        let (tail, head) = (self.word(fifo::TAIL_OFFSET), self.word(fifo::HEAD_OFFSET));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for m in messages {
+            while tail.load(Ordering::Acquire) < m + 1 {
+                check();
+                assert!(Instant::now() < deadline, "message {m} did not come");
+                std::hint::spin_loop();
+            }
+            let slot = self.slot(m);
+            // SAFETY: slot m is filled (the tail says so) and within the slots.
+            let bad = unsafe { (0..len(m)).find(|&i| *slot.add(i) != byte(m, i)) };
+            assert_eq!(bad, None, "message {m} corrupted");
+            head.store(m + 1, Ordering::Release);
+        }
+    }
+}
+
+fn byte(message: u64, i: usize) -> u8 {
+    (message as usize * 131 + i * 7) as u8
+}
+
+fn len(m: u64) -> usize {
+    1 + (m as usize * 37) % 4096
+}
+
+const GEOMETRY: Geometry = Geometry { slots: 8, slot_bytes: 4096 };
+
+fn run(max_recvs: usize, independent: bool) {
+    let net = Arc::new(SocketNet::with_max_recvs("127.0.0.1".parse().unwrap(), max_recvs));
+    let (sender, receiver) = (NetLinks::new(net.clone(), 1, 2, Duration::from_secs(30)).unwrap(), NetLinks::new(net.clone(), 2, 2, Duration::from_secs(30)).unwrap());
+    let link = Link { peer: 0, channel: 7 };
+    let (rx, tx) = (Fifo::new(GEOMETRY), Arc::new(Fifo::new(GEOMETRY)));
+    let (handle, _) = receiver.listen(link, rx.region.clone(), Driver::Device).unwrap();
+    sender.connect(link, &handle, tx.region.clone(), Driver::Device).unwrap();
+    let messages = 500u64;
+    sender.announce(link, Direction::Send, messages, independent);
+    receiver.announce(link, Direction::Recv, messages, independent);
+    let kernel = tx.clone();
+    let send = std::thread::spawn(move || kernel.kernel_send(0..messages, len));
+    rx.kernel_recv(0..messages, len, || {
+        receiver.check().unwrap();
+        sender.check().unwrap();
+    });
+    send.join().unwrap();
+    // Every link let go before the memory goes.
+    assert!(sender.close(Duration::from_secs(5)) && receiver.close(Duration::from_secs(5)));
+    assert_eq!((Arc::strong_count(&tx.region), Arc::strong_count(&rx.region)), (1, 1), "the proxy still holds a FIFO");
+    let stats = net.stats().snapshot();
+    if independent && max_recvs > 1 {
+        assert!(stats.irecv_grouped > 0, "{stats:?}");
+    } else {
+        assert_eq!(stats.irecv_grouped, 0, "{stats:?}");
+    }
+}
+
+#[test]
+fn kernel_driven_fifos_over_the_socket_net() {
+    run(1, false);
+    run(8, true);
+    run(8, false);
+}
+
+/// One end of [`kernel_driven_fifos_between_namespaced_hosts`] (does nothing when run as an
+/// ordinary test): `OXCCL_TEST_FIFO_ROLE` is `recv` (listens, writes its handle into
+/// `OXCCL_TEST_FIFO_DIR`, plays the receiving kernel) or `send` (connects to that handle,
+/// plays the sending kernel, waits until the proxy sent everything); each on its host's
+/// address `OXCCL_TEST_FIFO_IP`.
+#[test]
+fn fifo_child() {
+    let Ok(role) = std::env::var("OXCCL_TEST_FIFO_ROLE") else { return };
+    let dir = std::path::PathBuf::from(std::env::var("OXCCL_TEST_FIFO_DIR").unwrap());
+    let ip = std::env::var("OXCCL_TEST_FIFO_IP").unwrap().parse().unwrap();
+    let net = Arc::new(SocketNet::with_max_recvs(ip, 8));
+    let links = NetLinks::new(net, 3, 2, Duration::from_secs(30)).unwrap();
+    let link = Link { peer: 0, channel: 0 };
+    let fifo = Fifo::new(GEOMETRY);
+    let messages = 2000u64;
+    let handle_file = dir.join("handle");
+    if role == "recv" {
+        let (handle, _) = links.listen(link, fifo.region.clone(), Driver::Device).unwrap();
+        std::fs::write(dir.join("handle.tmp"), &handle).unwrap();
+        std::fs::rename(dir.join("handle.tmp"), &handle_file).unwrap();
+        links.announce(link, Direction::Recv, messages, true);
+        fifo.kernel_recv(0..messages, len, || links.check().unwrap());
+        println!("received {messages} messages");
+    } else {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let handle = loop {
+            if let Ok(handle) = std::fs::read(&handle_file) {
+                break handle;
+            }
+            assert!(Instant::now() < deadline, "no handle from the receiving host");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        links.connect(link, &handle, fifo.region.clone(), Driver::Device).unwrap();
+        links.announce(link, Direction::Send, messages, true);
+        fifo.kernel_send(0..messages, len);
+        while fifo.region.in_flight() > 0 {
+            links.check().unwrap();
+            assert!(Instant::now() < deadline + Duration::from_secs(30), "the proxy did not send everything");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        println!("sent {messages} messages");
+    }
+    assert!(links.close(Duration::from_secs(5)));
+}
+
+/// The same protocol between two processes on two namespaced hosts of a simulated cluster
+/// (a veth pair each into a bridge): the proxy and socket Net carry a kernel's FIFO across
+/// a real network path, receives grouped up to 8.
+#[test]
+fn kernel_driven_fifos_between_namespaced_hosts() {
+    let Some(cluster) = oxccl_testkit::cluster::Cluster::or_skip(&oxccl_testkit::cluster::Spec::new(2, 1)) else { return };
+    let dir = std::env::temp_dir().join(format!("oxccl-fifo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let outputs = std::thread::scope(|s| {
+        let ends: Vec<_> = [("recv", 0), ("send", 1)]
+            .into_iter()
+            .map(|(role, host)| {
+                let host = &cluster.hosts[host];
+                let mut command = host.command(std::env::current_exe().unwrap());
+                command
+                    .args(["proxy::device_tests::fifo_child", "--exact", "--nocapture", "--test-threads", "1"])
+                    .env("OXCCL_TEST_FIFO_ROLE", role)
+                    .env("OXCCL_TEST_FIFO_DIR", &dir)
+                    .env("OXCCL_TEST_FIFO_IP", host.address(0).to_string());
+                s.spawn(move || oxccl_testkit::run(command, Duration::from_secs(120)))
+            })
+            .collect();
+        ends.into_iter().map(|end| end.join().unwrap()).collect::<Vec<_>>()
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    for (role, output) in ["recv", "send"].iter().zip(&outputs) {
+        let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        assert!(output.status.success() && stdout.contains("2000 messages"), "{role}: {}\n{stdout}\n{stderr}", output.status);
+    }
+}
+
+/// The proxy's one-way latency with threads playing the kernels: a ping-pong over two
+/// links (`cargo test -p oxccl-runtime --lib pingpong -- --ignored --nocapture`; on a
+/// machine with cores to spare: two proxy threads and two spinning "kernels" per side).
+#[test]
+#[ignore]
+fn pingpong() {
+    let net = Arc::new(SocketNet::with_max_recvs("127.0.0.1".parse().unwrap(), 1));
+    let (a, b) = (NetLinks::new(net.clone(), 11, 2, Duration::from_secs(30)).unwrap(), NetLinks::new(net.clone(), 12, 2, Duration::from_secs(30)).unwrap());
+    let link = Link { peer: 0, channel: 9 };
+    let (ab_rx, ab_tx, ba_rx, ba_tx) = (Arc::new(Fifo::new(GEOMETRY)), Fifo::new(GEOMETRY), Fifo::new(GEOMETRY), Arc::new(Fifo::new(GEOMETRY)));
+    let (h1, _) = b.listen(link, ab_rx.region.clone(), Driver::Device).unwrap();
+    a.connect(link, &h1, ab_tx.region.clone(), Driver::Device).unwrap();
+    let (h2, _) = a.listen(link, ba_rx.region.clone(), Driver::Device).unwrap();
+    b.connect(link, &h2, ba_tx.region.clone(), Driver::Device).unwrap();
+    let n = 20000u64;
+    for links in [&a, &b] {
+        links.announce(link, Direction::Send, n, false);
+        links.announce(link, Direction::Recv, n, false);
+    }
+    let (rx, tx) = (ab_rx.clone(), ba_tx.clone());
+    let echo = std::thread::spawn(move || {
+        for m in 0..n {
+            rx.kernel_recv(m..m + 1, |_| 8, || {});
+            tx.kernel_send(m..m + 1, |_| 8);
+        }
+    });
+    let start = Instant::now();
+    for m in 0..n {
+        ab_tx.kernel_send(m..m + 1, |_| 8);
+        ba_rx.kernel_recv(m..m + 1, |_| 8, || {});
+    }
+    echo.join().unwrap();
+    let rtt = start.elapsed() / n as u32;
+    eprintln!("round trip {rtt:?}, one way {:?}", rtt / 2);
+}
