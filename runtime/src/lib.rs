@@ -15,7 +15,6 @@ pub use oxccl_bootstrap as bootstrap;
 
 pub mod algo;
 mod call;
-pub mod check;
 mod comm;
 mod error;
 pub mod gpu;

@@ -1,5 +1,5 @@
 //! The GPU backend on real GPUs: every collective × datatype × op × size, in and out of
-//! place, checked against the collectives' definitions (`oxccl_runtime::check`, which
+//! place, checked against the collectives' definitions (`oxccl_testkit::check`, which
 //! knows nothing of schedules or kernels), with ranks as threads and as processes, plus
 //! abort of a kernel waiting on a peer that never comes. Output buffers are poisoned
 //! before each run, so unwritten elements are caught.
@@ -13,10 +13,10 @@
 use std::time::{Duration, Instant};
 
 use oxccl_runtime::bootstrap::Config;
-use oxccl_runtime::check::{self, Case};
 use oxccl_runtime::gpu;
 use oxccl_runtime::Memory;
 use oxccl_runtime::{Collective, Communicator, DataType, ReduceOp};
+use oxccl_testkit::check::{self, Case};
 
 /// The GPUs, once the earlier tests' communicators have freed their memory: a free in the
 /// background would hold up this test's CUDA calls while its kernels wait for them.
