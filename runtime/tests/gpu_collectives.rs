@@ -659,7 +659,7 @@ fn send_and_receive_between_every_pair() {
 /// messages between random pairs (several to one peer, self included), sizes on both sides
 /// of the LL limit (NCCL_P2P_LL_THRESHOLD, 64 KiB) and of a line, each rank calling its
 /// part in an order of its own; first the two patterns the protocol model found deadlocks
-/// in for other lane layouts (p2p_model.rs). 60 groups in a row run the message counters
+/// in for other lane layouts (tests/protocol_models/p2p.rs). 60 groups in a row run the message counters
 /// through both inbox halves many times; every byte is checked, outputs poisoned.
 /// OXCCL_TEST_P2P_GROUPS sets the number of groups (default 60), OXCCL_TEST_P2P_RANKS the
 /// rank counts (default "2 3 4").
