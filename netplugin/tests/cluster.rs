@@ -8,8 +8,8 @@
 mod common;
 
 use common::library;
-use oxccl_runtime::check as matrix;
 use oxccl_runtime::{bootstrap::Config, Communicator};
+use oxccl_testkit::check as matrix;
 use oxccl_testkit::cluster::{Cluster, Spec, PROCESS_TIMEOUT};
 
 const HOSTS: usize = 2;

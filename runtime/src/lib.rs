@@ -16,7 +16,6 @@ pub use oxccl_bootstrap as bootstrap;
 pub mod algo;
 mod base;
 mod call;
-pub mod check;
 mod comm;
 mod error;
 pub mod gpu;

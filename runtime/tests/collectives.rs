@@ -1,13 +1,11 @@
 //! Every collective × datatype × op × size × placement, ranks as threads of this process,
 //! over shared memory and over the socket Net, each rank checking its output against the
-//! reference of tests/common/matrix.rs.
-
-mod common;
+//! reference of the test kit's collectives' checker (`oxccl_testkit::check`).
 
 use std::time::{Duration, Instant};
 
-use common::matrix::{self, Case};
 use oxccl_runtime::{bootstrap::Config, Communicator};
+use oxccl_testkit::check::{self as matrix, Case};
 
 /// How ranks on this machine reach each other.
 #[derive(Clone, Copy, Debug)]

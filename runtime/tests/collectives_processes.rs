@@ -3,13 +3,11 @@
 //! rank is this test binary re-run with `child` as its filter; every job runs under a hard
 //! timeout, so a hang fails the test.
 
-mod common;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::matrix;
 use oxccl_runtime::{bootstrap::Config, Communicator};
+use oxccl_testkit::check as matrix;
 
 /// What the children run, named by OXCCL_TEST_MATRIX.
 fn cases(which: &str, n: usize) -> Vec<matrix::Case> {

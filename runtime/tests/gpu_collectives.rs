@@ -1,5 +1,5 @@
 //! The GPU backend on real GPUs: every collective × datatype × op × size, in and out of
-//! place, checked against the collectives' definitions (`oxccl_runtime::check`, which
+//! place, checked against the collectives' definitions (`oxccl_testkit::check`, which
 //! knows nothing of schedules or kernels), with ranks as threads and as processes, plus
 //! abort of a kernel waiting on a peer that never comes. Output buffers are poisoned
 //! before each run, so unwritten elements are caught.
@@ -13,10 +13,10 @@
 use std::time::{Duration, Instant};
 
 use oxccl_runtime::bootstrap::Config;
-use oxccl_runtime::check::{self, Case};
 use oxccl_runtime::gpu;
 use oxccl_runtime::Memory;
 use oxccl_runtime::{Collective, Communicator, DataType, ReduceOp};
+use oxccl_testkit::check::{self, Case};
 
 /// The GPUs, once the earlier tests' communicators have freed their memory: a free in the
 /// background would hold up this test's CUDA calls while its kernels wait for them.
@@ -659,7 +659,7 @@ fn send_and_receive_between_every_pair() {
 /// messages between random pairs (several to one peer, self included), sizes on both sides
 /// of the LL limit (NCCL_P2P_LL_THRESHOLD, 64 KiB) and of a line, each rank calling its
 /// part in an order of its own; first the two patterns the protocol model found deadlocks
-/// in for other lane layouts (p2p_model.rs). 60 groups in a row run the message counters
+/// in for other lane layouts (tests/protocol_models/p2p.rs). 60 groups in a row run the message counters
 /// through both inbox halves many times; every byte is checked, outputs poisoned.
 /// OXCCL_TEST_P2P_GROUPS sets the number of groups (default 60), OXCCL_TEST_P2P_RANKS the
 /// rank counts (default "2 3 4").

@@ -7,8 +7,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use oxccl_runtime::check as matrix;
 use oxccl_runtime::{bootstrap::Config, Communicator, ReduceOp};
+use oxccl_testkit::check as matrix;
 
 fn plugin(name: &str, flags: &[&str]) -> PathBuf {
     let source = concat!(env!("CARGO_MANIFEST_DIR"), "/../transports/tests/plugins/loopback.c");

@@ -1,10 +1,17 @@
-//! Helpers the test suites of several crates share (a dev-dependency only): running a
-//! process under a hard timeout, so that a hang fails a test instead of stalling CI, and
-//! `mpirun` set up for loopback, the skip rule of the GPU tests, C libraries built for a
-//! test (net plugins), and simulated clusters of hosts as network namespaces ([`cluster`]).
+//! Helpers the test suites of several crates share: running a process under a hard
+//! timeout, so that a hang fails a test instead of stalling CI, and `mpirun` set up for
+//! loopback, the skip rule of the GPU tests, C libraries built for a test (net plugins),
+//! and simulated clusters of hosts as network namespaces ([`cluster`]). With the `check`
+//! feature, the collectives' checker ([`check`]: the runtime's test matrix and its
+//! reference), which `oxccl-perf -c 1` uses too, the one use outside a test.
 
-#![forbid(unsafe_code)]
+// Unsafe only where the checker hands buffers to the collectives it checks.
+#![deny(unsafe_code)]
 
+#[cfg(feature = "check")]
+// The collectives take raw buffer addresses (the C ABI's calls, host and GPU).
+#[allow(unsafe_code)]
+pub mod check;
 pub mod cluster;
 mod logs;
 

@@ -35,10 +35,6 @@ mod p2p;
 mod route;
 mod staged;
 mod teardown;
-#[cfg(test)]
-mod direct_model;
-#[cfg(test)]
-mod p2p_model;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

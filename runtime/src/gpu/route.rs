@@ -1,6 +1,6 @@
 //! Which path a collective call takes on a GPU communicator, decided in one place:
 //! [`GpuBackend::enqueue`] follows it, and the checks ask it what the CPU must compute to
-//! hold the same bits (`check::gpu_reference`).
+//! hold the same bits (`oxccl_testkit::check::gpu_reference`).
 
 use oxccl_kernels::device::direct;
 

@@ -8,7 +8,7 @@
 //!
 //! Time is as nccl-tests takes it: the ranks line up, each launches `-n` calls back to
 //! back on its stream and waits for it; the slowest rank's mean per call is reported.
-//! `-c 1` checks one separate call per row against `oxccl_runtime::check` for rows up to
+//! `-c 1` checks one separate call per row against `oxccl_testkit::check` for rows up to
 //! 16 MiB (the host reference is too slow beyond; larger rows say "-").
 
 use std::ffi::c_void;

@@ -15,7 +15,7 @@
 //! size / time, `busbw` = algbw × the collective's factor (all_reduce 2(n-1)/n; all_gather,
 //! reduce_scatter, alltoall, gather, scatter (n-1)/n; broadcast, reduce, sendrecv 1).
 //! `#wrong` counts wrong elements of a separate checked call (`-c 1`) against
-//! `oxccl_runtime::check`'s reference.
+//! `oxccl_testkit::check`'s reference.
 
 mod gpu;
 
@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use oxccl_bootstrap::{config::process_env, log, spawn, Config};
-use oxccl_runtime::check::{self, Case};
 use oxccl_runtime::{Collective, Communicator, DataType, ReduceOp};
+use oxccl_testkit::check::{self, Case};
 
 #[derive(Parser, Debug, Clone)]
 #[command(name = "oxccl-perf", about = "nccl-tests-style benchmark of oxccl's collectives on CPU memory")]

@@ -11,6 +11,8 @@
 
 use oxccl_kernels::device::direct;
 
+use crate::scheduler;
+
 /// Who sends to whom in a launch of `mode` (the kernel's rules).
 fn sends(mode: u32, root: usize, from: usize, to: usize) -> bool {
     from != to
@@ -108,17 +110,6 @@ fn run(n: usize, launches: &[Launch], seed: u64, wait_for_acks: bool) -> Result<
         if rank.acked.iter().enumerate().all(|(p, &a)| a || p == r) && rank.sent == dests && rank.received == srcs {
             *rank = Rank { launch: rank.launch + 1, acked: vec![false; n], sent: 0, received: 0 };
         }
-    }
-}
-
-/// The seeded choices of a model's scheduler (xorshift): `next(bound)` is below `bound`.
-pub(super) fn scheduler(seed: u64) -> impl FnMut(usize) -> usize {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    move |bound: usize| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state % bound as u64) as usize
     }
 }
 

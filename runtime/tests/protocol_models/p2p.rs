@@ -17,6 +17,8 @@
 
 use std::collections::VecDeque;
 
+use crate::scheduler;
+
 /// How a rank's kernel runs its group.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Lanes {
@@ -96,7 +98,7 @@ fn layout(lanes: Lanes, calls: &[Call], n: usize) -> Vec<VecDeque<Call>> {
 /// when every lane of the first has ended, the next group when both have.
 fn simulate(groups: &[Vec<Vec<Call>>], model: &Model, seed: u64) -> Result<(), String> {
     let n = groups.first().map_or(0, Vec::len);
-    let mut next = super::direct_model::scheduler(seed);
+    let mut next = scheduler(seed);
     let class = |g: usize, s: usize, d: usize, k: usize| if model.split { (g * 31 + s * 7 + d * 3 + k).wrapping_mul(0x9e37_79b9) >> 7 & 1 } else { 0 };
     // Per launch kind and ordered pair (s, d): messages written, messages read, and d's
     // acknowledgement as s sees it; inbox[kind][d][s][slot] holds (message, read).
@@ -205,7 +207,7 @@ fn run(groups: &[Vec<Vec<Call>>], lanes: Lanes, seed: u64) -> Result<(), String>
 #[test]
 fn per_peer_lanes_deliver_in_order_and_never_deadlock() {
     for seed in 0..3000u64 {
-        let mut rng = super::direct_model::scheduler(!seed);
+        let mut rng = scheduler(!seed);
         let n = 2 + rng(4);
         let sequence = groups(n, 8, &mut rng);
         if let Err(e) = run(&sequence, Lanes::PerPeer, seed) {
@@ -245,7 +247,7 @@ fn one_send_lane_and_one_receive_lane_deadlock_on_a_cycle_of_three() {
 #[test]
 fn a_sender_more_than_two_messages_ahead_overwrites_unread_data() {
     let overwrote = (0..500u64).any(|seed| {
-        let mut rng = super::direct_model::scheduler(!seed);
+        let mut rng = scheduler(!seed);
         let n = 2 + rng(3);
         run_with(&groups(n, 8, &mut rng), Lanes::PerPeer, 3, seed).is_err_and(|e| e.contains("overwrote"))
     });
@@ -262,7 +264,7 @@ fn run_split(groups: &[Vec<Vec<Call>>], seed: u64, reversed: Option<usize>) -> R
 #[test]
 fn an_ll_launch_then_a_simple_launch_per_group_never_deadlocks() {
     for seed in 0..3000u64 {
-        let mut rng = super::direct_model::scheduler(!seed ^ 0x5eed);
+        let mut rng = scheduler(!seed ^ 0x5eed);
         let n = 2 + rng(4);
         let sequence = groups(n, 8, &mut rng);
         if let Err(e) = run_split(&sequence, seed, None) {
@@ -271,7 +273,7 @@ fn an_ll_launch_then_a_simple_launch_per_group_never_deadlocks() {
     }
     // The model can fail: one rank running its Simple launch first deadlocks somewhere.
     let deadlocked = (0..500u64).any(|seed| {
-        let mut rng = super::direct_model::scheduler(!seed ^ 0x5eed);
+        let mut rng = scheduler(!seed ^ 0x5eed);
         let n = 2 + rng(4);
         run_split(&groups(n, 8, &mut rng), seed, Some(0)).is_err_and(|e| e.contains("deadlock"))
     });

@@ -21,11 +21,9 @@
 use oxccl_kernels::{combine_into, Combine, ReducePlan};
 
 use super::{copied, decode, encode, on_gpu, rank_op, run_checked, Case, Mismatch};
-use crate::algo::{self, Algorithm, Options, Shape};
-use crate::error::{Error, Result};
-use crate::gpu::{DeviceBuffer, Route, Stream};
-use crate::Communicator;
-use crate::{Collective, DataType};
+use oxccl_runtime::algo::{self, Algorithm, Options, Shape};
+use oxccl_runtime::gpu::{DeviceBuffer, Route, Stream};
+use oxccl_runtime::{Collective, Communicator, DataType, Error, Result};
 
 /// Rank `rank`'s input for `case`, drawn from `seed` (every rank can draw every rank's):
 /// integers and one float element in four take random bits, the other floats random values
@@ -73,7 +71,7 @@ pub fn gpu_reference(route: &Route, case: &Case, inputs: &[Vec<u8>]) -> Result<V
         Route::Schedule { shape, algorithm } => simulated(shape, algorithm, case, &prepared)?,
         Route::Direct if reduces => folded_in_rank_order(case, &prepared)?,
         Route::Direct | Route::Exchange if !reduces => (0..n).map(|r| copied(case, inputs, r)).collect(),
-        Route::Staged => return Err(Error::invalid(format!("{case}: staged through host memory, it runs on the host data path: no GPU route to check"))),
+        Route::Staged => return Err(Error::InvalidArgument { what: format!("{case}: staged through host memory, it runs on the host data path: no GPU route to check") }),
         Route::Direct | Route::Exchange => return Err(Error::Internal(format!("{case}: a reducing collective routed to {route:?}"))),
     };
     for (output, plan) in outputs.iter_mut().zip(&plans) {
@@ -97,7 +95,7 @@ pub fn run_random_case_on_gpu(comm: &Communicator, stream: &Stream, send: &Devic
 /// the schedule interpreter with oxccl-kernels' combine.
 fn simulated(shape: Shape, algorithm: Algorithm, case: &Case, prepared: &[Vec<u8>]) -> Result<Vec<Vec<u8>>> {
     let (dtype, es) = (case.dtype, case.dtype.size());
-    let schedule = algo::plan(shape, algorithm).map_err(|e| Error::invalid(e.to_string()))?;
+    let schedule = algo::plan(shape, algorithm).map_err(|e| Error::InvalidArgument { what: e.to_string() })?;
     let inputs: Vec<Vec<u64>> = prepared.iter().map(|bytes| bytes.chunks_exact(es).map(element).collect()).collect();
     let combine = |received: &u64, local: &u64| combined(dtype, case.op.combine(), *received, *local);
     let options = Options { in_place: case.in_place && case.collective.has_in_place(), check_races: false, ..Options::default() };
@@ -190,7 +188,7 @@ fn splitmix64(state: &mut u64) -> u64 {
 mod tests {
     use super::super::{compare, expected_output, full_matrix, input};
     use super::*;
-    use crate::ReduceOp;
+    use oxccl_runtime::ReduceOp;
 
     /// The routes a call of `case` could take among `n` ranks: the direct kernel or an LL
     /// exchange where the collective has one, and its schedule on 1 and 3 channels with

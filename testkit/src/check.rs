@@ -1,5 +1,5 @@
 //! Checking collectives against their definitions: the test matrix of the runtime's tests
-//! and `oxccl-perf -c 1`.
+//! and `oxccl-perf -c 1` (the `check` feature).
 //!
 //! Every rank derives every rank's input from (rank, element index), so each checks its
 //! own output against a reference computed here, directly from the definitions of the
@@ -13,8 +13,8 @@
 use half::{bf16, f16};
 use oxccl_kernels::fp8::Format;
 use oxccl_kernels::Scalar;
-
-use crate::{Collective, Communicator, DataType, ReduceOp};
+use oxccl_runtime::gpu::{DeviceBuffer, Stream};
+use oxccl_runtime::{Collective, Communicator, DataType, ReduceOp, Result};
 
 mod reference;
 pub use reference::{gpu_reference, random_input, run_random_case_on_gpu};
@@ -152,7 +152,7 @@ pub enum Placement {
 }
 
 /// Runs one case on the host communicator; `Ok(Some(..))` describes a wrong result.
-pub fn run_case(comm: &Communicator, case: &Case) -> crate::Result<Option<Mismatch>> {
+pub fn run_case(comm: &Communicator, case: &Case) -> Result<Option<Mismatch>> {
     run_case_with(case, comm.rank(), comm.nranks(), |send, recv, placement, op| {
         let work = match placement {
             Placement::OutputInInput { recv_offset } => {
@@ -178,7 +178,7 @@ pub fn run_case(comm: &Communicator, case: &Case) -> crate::Result<Option<Mismat
 /// says, with the op this rank passes: PreMulSum's scalar is per rank) and leaves the
 /// results in them — on the host, or copied to a GPU and back. Then checks the output, the
 /// guard bytes after it, and that an out-of-place input was left alone.
-pub fn run_case_with(case: &Case, rank: usize, n: usize, run: impl FnOnce(&mut [u8], &mut [u8], Placement, ReduceOp) -> crate::Result<()>) -> crate::Result<Option<Mismatch>> {
+pub fn run_case_with(case: &Case, rank: usize, n: usize, run: impl FnOnce(&mut [u8], &mut [u8], Placement, ReduceOp) -> Result<()>) -> Result<Option<Mismatch>> {
     run_checked(case, rank, n, &input(case, rank, n), run, &expected_output(case, rank, n), |got, expected| compare(case, n, got, expected))
 }
 
@@ -189,10 +189,10 @@ fn run_checked(
     rank: usize,
     n: usize,
     my_input: &[u8],
-    run: impl FnOnce(&mut [u8], &mut [u8], Placement, ReduceOp) -> crate::Result<()>,
+    run: impl FnOnce(&mut [u8], &mut [u8], Placement, ReduceOp) -> Result<()>,
     expected: &[u8],
     compare: impl FnOnce(&[u8], &[u8]) -> Option<Mismatch>,
-) -> crate::Result<Option<Mismatch>> {
+) -> Result<Option<Mismatch>> {
     let es = case.dtype.size();
     let (send_count, recv_count) = case.collective.buffer_counts(case.count, n, rank, case.root);
     assert_eq!(my_input.len(), send_count * es);
@@ -437,19 +437,19 @@ pub fn decode(dtype: DataType, b: &[u8]) -> f64 {
 /// Runs one case on a GPU communicator: the checker's host buffers are copied into `send`
 /// and `recv` (device buffers large enough for the case, laid out the same way), the
 /// collective runs on `stream`, and the buffers come back to be checked.
-pub fn run_case_on_gpu(comm: &crate::Communicator, stream: &crate::gpu::Stream, send: &crate::gpu::DeviceBuffer, recv: &crate::gpu::DeviceBuffer, case: &Case) -> crate::Result<Option<Mismatch>> {
+pub fn run_case_on_gpu(comm: &Communicator, stream: &Stream, send: &DeviceBuffer, recv: &DeviceBuffer, case: &Case) -> Result<Option<Mismatch>> {
     run_case_with(case, comm.rank(), comm.nranks(), on_gpu(comm, stream, send, recv, case))
 }
 
 /// The `run` of [`run_case_with`] that runs `case` on `comm`'s GPU through `send` and
 /// `recv` (see [`run_case_on_gpu`]).
 fn on_gpu<'a>(
-    comm: &'a crate::Communicator,
-    stream: &'a crate::gpu::Stream,
-    send: &'a crate::gpu::DeviceBuffer,
-    recv: &'a crate::gpu::DeviceBuffer,
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    send: &'a DeviceBuffer,
+    recv: &'a DeviceBuffer,
     case: &'a Case,
-) -> impl FnOnce(&mut [u8], &mut [u8], Placement, ReduceOp) -> crate::Result<()> + 'a {
+) -> impl FnOnce(&mut [u8], &mut [u8], Placement, ReduceOp) -> Result<()> + 'a {
     move |host_send, host_recv, placement, op| {
         send.upload(host_send)?;
         recv.upload(host_recv)?;
