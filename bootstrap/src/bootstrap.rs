@@ -249,6 +249,23 @@ impl Bootstrap {
         self.recv_internal(peer, tag, "recv")
     }
 
+    /// Takes the next message under `tag` from any of `peers`, waiting up to `wait`: the
+    /// sender and the message, or `None` if nothing came by then (a failure or an abort
+    /// also ends the wait early: ask [`Bootstrap::check`]). For a service that answers
+    /// requests of whichever peer asks, between checks of its own state.
+    pub fn recv_any(&self, tag: u64, peers: &[u32], wait: Duration) -> Result<Option<(u32, Vec<u8>)>> {
+        self.check_user_tag(tag)?;
+        for &peer in peers {
+            self.check_peer(peer, "recv_any peer")?;
+        }
+        let job: Vec<u32> = peers.iter().map(|&p| self.members[p as usize]).collect();
+        let until = Instant::now() + wait;
+        Ok(self.endpoint.recv_any(self.comm, tag, &job, until).map(|(from, message)| {
+            let rank = self.members.iter().position(|&m| m == from).expect("a peer of this communicator") as u32;
+            (rank, message)
+        }))
+    }
+
     /// Splits the communicator: ranks passing the same `color` form a new one, ordered by
     /// `key` then by their rank here. [`NOCOLOR`] (-1) takes part in the exchange but joins
     /// nothing (`None`). Collective; reuses these connections (no new rendezvous).

@@ -61,6 +61,10 @@ pub struct Config {
     pub shm_disable: bool,
     pub coll_timeout: Duration,
     pub socket_max_recvs: usize,
+    /// NCCL_PXN_DISABLE: never send through a rank of this host on the destination's rail.
+    pub pxn_disable: bool,
+    /// NCCL_P2P_PXN_LEVEL: 0 keeps point-to-point sends off PXN; 1 and 2 allow it.
+    pub p2p_pxn_level: u8,
     /// OXCCL_PROXY_THREADS: the process's proxy threads, which progress its network
     /// connections (0: one per two of the host's cores per rank on it, 1 to 4).
     pub proxy_threads: usize,
@@ -366,6 +370,21 @@ pub static KNOBS: &[Knob] = &[
         },
     },
     Knob {
+        name: "NCCL_PXN_DISABLE",
+        default: "0",
+        doc: "1: never send to another host through a rank of this host that sits on the destination's rail (PXN); each rank then uses its own NIC",
+        set: |c, v| Ok(c.pxn_disable = parse_bool(v)?),
+    },
+    Knob {
+        name: "NCCL_P2P_PXN_LEVEL",
+        default: "2",
+        doc: "PXN for point-to-point sends: 0 never, 1 or 2 when the sender has no NIC on the destination's rail (host ranks have their NICs alone: both levels mean the same)",
+        set: |c, v| match v.parse::<u8>() {
+            Ok(n @ 0..=2) => Ok(c.p2p_pxn_level = n),
+            _ => Err("expected 0, 1 or 2".into()),
+        },
+    },
+    Knob {
         name: "NCCL_NET_PLUGIN",
         default: "",
         doc: "net plugins to try, in order: a comma list of names (x loads libnccl-net-x.so), file names or paths; none: oxccl's socket net; unset: libnccl-net.so if the loader finds one and it can be used, else the socket net",
@@ -554,6 +573,8 @@ impl Config {
             gpu_net_channels: 4,
             coll_timeout: Duration::from_secs(600),
             socket_max_recvs: 1,
+            pxn_disable: false,
+            p2p_pxn_level: 2,
             net_plugin: NetPlugins::Default,
             net: None,
             netplugin_max_recvs: 8,

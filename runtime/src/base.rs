@@ -9,12 +9,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use oxccl_bootstrap::{AbortFlag, Bootstrap, Config};
-use oxccl_transports::net::socket::SocketNet;
+use oxccl_transports::net::socket::{SocketDevice, SocketNet};
 use oxccl_transports::net::{self, Net};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
 use crate::proxy::NetLinks;
+use crate::rails::{self, Rails};
 
 /// The shared part of a communicator.
 pub(crate) struct Core {
@@ -33,6 +34,8 @@ pub(crate) struct Core {
     /// oxccl's socket Net, the one under `net` unless a plugin was chosen (its counters are
     /// reported by [`Communicator::net_receive_stats`](crate::Communicator::net_receive_stats)).
     pub socket: Arc<SocketNet>,
+    /// Which NIC, and whose proxy, carries each network connection (PXN).
+    pub rails: Rails,
     /// Set by a suspension: calls are refused until the communicator is resumed.
     pub suspended: AtomicBool,
     /// Abort flags of the non-blocking splits, shrinks and grows running from this
@@ -47,16 +50,18 @@ impl Core {
     /// The core over a joined bootstrap, once the ranks know who shares their host: the
     /// Net is chosen (a plugin or the socket Net) and initialized for this communicator.
     pub fn new(boot: Bootstrap, same_host: Vec<bool>, config: &Config) -> Result<Arc<Core>> {
-        let socket = Arc::new(SocketNet::with_max_recvs(boot.listen_addr().ip(), config.socket_max_recvs));
+        let socket = Arc::new(SocketNet::with_devices(vec![bootstrap_device(boot.listen_addr().ip())], config.socket_max_recvs));
         let chosen = net::open(&config.net_plugin, config.net.as_deref(), vec![socket.clone() as Arc<dyn Net>]).map_err(|e| Error::from_transport("choosing the network (NCCL_NET_PLUGIN, NCCL_NET)", e))?;
+        let rails = gather_rails(&boot, chosen.as_ref(), &same_host, config)?;
         // Tells communicators apart in the Net's context (NCCL passes its comm hash).
         static COMMUNICATORS: AtomicU64 = AtomicU64::new(0);
         let comm_id = u64::from(std::process::id()) << 32 | COMMUNICATORS.fetch_add(1, Ordering::Relaxed);
-        Ok(Arc::new(Core {
+        let core = Arc::new(Core {
             rank: boot.rank() as usize,
             nranks: boot.nranks() as usize,
             net: NetLinks::new(chosen, comm_id, proxy_threads(config, &same_host), config.bootstrap_timeout)?,
             socket,
+            rails,
             boot,
             config: config.clone(),
             abort: AbortFlag::new(),
@@ -64,7 +69,12 @@ impl Core {
             suspended: AtomicBool::new(false),
             creating: Mutex::new(Vec::new()),
             background_error: Mutex::new(None),
-        }))
+        });
+        if core.rails.may_relay_for_others(core.rank) {
+            let locals = (0..core.nranks).filter(|&r| r != core.rank && core.same_host[r]).collect();
+            crate::proxy::relay::serve(&core, locals);
+        }
+        Ok(core)
     }
 
     /// An error once the communicator is aborted or a peer has failed (the control plane
@@ -146,6 +156,29 @@ impl Core {
     pub fn name(&self) -> String {
         format!("communicator rank {} of {}", self.rank, self.nranks)
     }
+}
+
+/// The socket Net's device: the bootstrap's address, named after its interface (the rail
+/// name PXN pairs NICs by), or after the address where no interface has it.
+fn bootstrap_device(ip: std::net::IpAddr) -> SocketDevice {
+    let interfaces = oxccl_bootstrap::iface::list().unwrap_or_default();
+    match interfaces.iter().find(|i| i.addr == ip) {
+        Some(interface) => SocketDevice::interface(&interface.name, ip),
+        None => SocketDevice::address(ip),
+    }
+}
+
+/// The communicator's NIC map: every rank's host and device names, gathered when it spans
+/// hosts (every rank then has a peer elsewhere, so all of them take part, or none).
+fn gather_rails(boot: &Bootstrap, net: &dyn Net, same_host: &[bool], config: &Config) -> Result<Rails> {
+    if same_host.iter().all(|&same| same) {
+        return Ok(Rails::default());
+    }
+    let devices = net.devices().map_err(|e| Error::from_transport("counting the net's devices", e))?;
+    let names = (0..devices).map(|d| net.properties(d).map(|p| p.name)).collect::<std::result::Result<Vec<_>, _>>().map_err(|e| Error::from_transport("reading the net's devices", e))?;
+    let records = boot.allgather(&rails::encode_record(&host_id(config), &names)?)?;
+    let (hosts, names): (Vec<String>, Vec<Vec<String>>) = records.chunks(rails::RECORD_BYTES).map(rails::decode_record).unzip();
+    Ok(Rails::new(names, &hosts, !config.shm_disable, config.pxn_disable, config.p2p_pxn_level))
 }
 
 /// OXCCL_PROXY_THREADS, or the default for this host: its cores online (not this process's

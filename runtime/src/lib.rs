@@ -21,6 +21,7 @@ mod error;
 pub mod gpu;
 mod host;
 mod proxy;
+mod rails;
 mod topo;
 mod types;
 
@@ -28,6 +29,7 @@ pub use algo::Collective;
 pub use comm::{host_id, Communicator, Group, Memory, MemoryStats, PendingCommunicator};
 pub use error::{Error, Result};
 pub use host::stream::Work;
+pub use proxy::NetConnection;
 pub use host::SLOTS;
 pub use types::{DataType, Element, ReduceOp, E4M3, E5M2};
 

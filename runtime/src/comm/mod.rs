@@ -26,6 +26,7 @@ use std::sync::Arc;
 use oxccl_bootstrap::Config;
 use oxccl_kernels::{DataType, ReduceOp};
 
+use crate::proxy::NetConnection;
 use crate::algo::Collective;
 use crate::error::{Error, Result};
 use crate::host::stream::Work;
@@ -138,6 +139,14 @@ impl Communicator {
     /// this one included, in rank order.
     pub fn local_ranks(&self) -> Vec<usize> {
         self.core.same_host.iter().enumerate().filter(|(_, &same)| same).map(|(r, _)| r).collect()
+    }
+
+    /// The network connections of a host-memory communicator this rank sends or receives
+    /// on, in the order they were made: for each, whose data it carries to whom on which
+    /// channel, which rank's proxy sends it (another rank of the sender's host for a PXN
+    /// relay; see docs/NET.md) and the NIC at this rank's end. Empty on one host.
+    pub fn net_connections(&self) -> Vec<NetConnection> {
+        self.core.net.connections()
     }
 
     /// Counts of the socket net's receive calls: (calls, calls carrying several buffers).

@@ -29,6 +29,7 @@ use super::driver::{Device, DeviceMemory, IpcMemory, MappedHost};
 use super::encode::End;
 use crate::error::{Error, Result};
 use crate::proxy::{Direction, Driver, NetLinks};
+use crate::rails::Rails;
 
 /// Bootstrap tags of the announcements (per channel), apart from the host transports'.
 const FIFO_TAG: u64 = 1 << 61;
@@ -196,6 +197,9 @@ pub(crate) struct Setup<'a> {
     /// Which ranks share this rank's host: the others are reached over `net`.
     pub same_host: &'a [bool],
     pub net: &'a NetLinks,
+    /// Which NIC each network send leaves by (a kernel's FIFO is this process's memory:
+    /// no PXN relay through another rank).
+    pub rails: &'a Rails,
 }
 
 impl Connections {
@@ -215,7 +219,7 @@ impl Connections {
             if !cx.same_host[link.peer] {
                 if let End::Recv(_) = end {
                     let (region, memory) = net_fifo(cx.geometry)?;
-                    let (handle, _) = cx.net.listen(link, region.clone(), Driver::Device)?;
+                    let (handle, _) = cx.net.listen(link, link.peer, region.clone(), Driver::Device)?;
                     cx.boot.send(link.peer as u32, FIFO_TAG + link.channel as u64, &[&[KIND_NET][..], &handle].concat())?;
                     pending.push(Pending::Listening(region, memory));
                 } else {
@@ -258,7 +262,7 @@ impl Connections {
                     let handle = cx.boot.recv(link.peer as u32, FIFO_TAG + link.channel as u64)?;
                     let handle = announced(&handle, KIND_NET, link.peer)?;
                     let (region, memory) = net_fifo(cx.geometry)?;
-                    cx.net.connect(link, handle, region.clone(), Driver::Device)?;
+                    cx.net.connect(link, handle, region.clone(), Driver::Device, cx.rails.own_device(cx.boot.rank() as usize, link.peer, link.channel))?;
                     net_end(end, region, &memory, cx)?
                 }
             };

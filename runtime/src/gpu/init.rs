@@ -200,7 +200,7 @@ impl GpuBackend {
     /// What connecting needs: the bootstrap, the GPU, who this rank is, the FIFO shape.
     pub(super) fn setup(&self) -> Setup<'_> {
         let inner = &self.inner;
-        Setup { boot: &self.core.boot, device: &inner.device, origin: inner.origin, geometry: inner.geometry, same_host: &self.core.same_host, net: &self.core.net }
+        Setup { boot: &self.core.boot, device: &inner.device, origin: inner.origin, geometry: inner.geometry, same_host: &self.core.same_host, net: &self.core.net, rails: &self.core.rails }
     }
 }
 

@@ -13,7 +13,8 @@ use crate::algo::Link;
 use crate::error::{Error, Result};
 use super::exec::{Connections, Lane};
 use crate::log_target;
-use crate::proxy::{Driver, NetLinks};
+use crate::proxy::{relay, Driver, NetConnection, NetLinks};
+use crate::rails::{Hop, Rails};
 
 /// Bootstrap tags for connection handles: one per channel, above user tags' usual range.
 const HANDLE_TAG: u64 = 1 << 62;
@@ -80,8 +81,10 @@ fn one_core_warning(allowed: usize, cores: usize, local: usize) -> Option<String
     })
 }
 
-/// Makes sure every link the lanes use is connected.
-pub(crate) fn ensure(lanes: &[Lane], conns: &mut Connections, boot: &Bootstrap, transports: &Transports, net: &NetLinks) -> Result<()> {
+/// Makes sure every link the lanes use is connected: network sends leave by the NIC, and
+/// the proxy, that `rails` says (PXN).
+pub(crate) fn ensure(lanes: &[Lane], conns: &mut Connections, boot: &Bootstrap, transports: &Transports, net: &NetLinks, rails: &Rails) -> Result<()> {
+    let me = boot.rank() as usize;
     let mut receives = BTreeSet::new();
     let mut sends = BTreeSet::new();
     for (step, _) in lanes.iter().flat_map(|l| &l.steps) {
@@ -98,8 +101,11 @@ pub(crate) fn ensure(lanes: &[Lane], conns: &mut Connections, boot: &Bootstrap, 
             (Receiver::new(region), [vec![KIND_SHM], handle].concat())
         } else {
             let region = Region::heap(transports.geometry.slots, transports.geometry.slot_bytes).map_err(|e| Error::from_transport("making a network FIFO", e))?;
-            let (handle, proxy) = net.listen(link, region.clone(), Driver::Host)?;
+            let sender = rails.carrier(link.peer, me, link.channel, link.channel == P2P_CHANNEL);
+            let (handle, proxy) = net.listen(link, sender, region.clone(), Driver::Host)?;
             conns.proxies.insert((link, false), proxy);
+            let device = rails.receive_device(me, link.channel);
+            net.record(NetConnection { from: link.peer, to: me, channel: link.channel, proxy: sender, send: false, device, nic: net.device_name(device) });
             (Receiver::new(region), [vec![KIND_NET], handle].concat())
         };
         boot.send(link.peer as u32, HANDLE_TAG + link.channel as u64, &handle)?;
@@ -110,12 +116,22 @@ pub(crate) fn ensure(lanes: &[Lane], conns: &mut Connections, boot: &Bootstrap, 
         let handle = boot.recv(link.peer as u32, HANDLE_TAG + link.channel as u64)?;
         let sender = match handle.split_first() {
             Some((&KIND_SHM, rest)) => Sender::new(Region::open_shared(rest).map_err(|e| Error::from_transport(format!("opening rank {}'s shared-memory FIFO", link.peer), e))?),
-            Some((&KIND_NET, rest)) => {
-                let region = Region::heap(transports.geometry.slots, transports.geometry.slot_bytes).map_err(|e| Error::from_transport("making a network FIFO", e))?;
-                let proxy = net.connect(link, rest, region.clone(), Driver::Host)?;
-                conns.proxies.insert((link, true), proxy);
-                Sender::new(region)
-            }
+            Some((&KIND_NET, rest)) => match rails.route(me, link.peer, link.channel, link.channel == P2P_CHANNEL) {
+                Hop::Direct { device } => {
+                    let region = Region::heap(transports.geometry.slots, transports.geometry.slot_bytes).map_err(|e| Error::from_transport("making a network FIFO", e))?;
+                    let proxy = net.connect(link, rest, region.clone(), Driver::Host, device)?;
+                    conns.proxies.insert((link, true), proxy);
+                    net.record(NetConnection { from: me, to: link.peer, channel: link.channel, proxy: me, send: true, device, nic: net.device_name(device) });
+                    Sender::new(region)
+                }
+                Hop::Relay { proxy, device } => {
+                    // The relaying rank's proxy drains the FIFO: nothing here to wake.
+                    let region = relay::ask(boot, proxy, link, rest, device, transports.geometry)?;
+                    let nic = rails.rail(proxy, device).unwrap_or("?").to_string();
+                    net.record(NetConnection { from: me, to: link.peer, channel: link.channel, proxy, send: true, device, nic });
+                    Sender::new(region)
+                }
+            },
             _ => return Err(Error::transport(format!("rank {} sent a malformed connection handle", link.peer))),
         };
         conns.senders.insert(link, sender);

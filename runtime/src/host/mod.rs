@@ -254,7 +254,7 @@ impl Exec {
     /// every receiving end, and the sending ends over the network (a shared-memory sending
     /// end maps its peer's FIFO).
     fn connect(&self, lanes: &[Lane], connections: &mut Connections) -> Result<()> {
-        let result = conns::ensure(lanes, connections, &self.core.boot, &self.transports, &self.core.net);
+        let result = conns::ensure(lanes, connections, &self.core.boot, &self.transports, &self.core.net, &self.core.rails);
         let geometry = self.transports.geometry;
         let fifos = connections.receivers.len() + connections.senders.keys().filter(|l| !self.transports.shared_memory(l.peer)).count();
         self.fifo_bytes.store((fifos * geometry.slots * geometry.slot_bytes) as u64, Ordering::Release);

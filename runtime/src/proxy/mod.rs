@@ -27,6 +27,7 @@
 //! one peer: every Net call is non-blocking and every link is visited in turn.
 
 pub(crate) mod core;
+pub(crate) mod relay;
 #[cfg(test)]
 mod sim;
 
@@ -61,6 +62,30 @@ pub(crate) enum Driver {
     Host,
     /// A GPU kernel, which cannot: the thread polls while the link has work announced.
     Device,
+    /// Another process of the host (PXN: the proxy sends its data from this rank's NIC),
+    /// which can neither wake the thread nor announce: the thread looks at the FIFO on
+    /// each pass, and polls while sends are in flight.
+    Relay,
+}
+
+/// One network connection of a communicator, as a rank that sends or receives on it sees
+/// it: whose data (`from`) to whom on which channel, which rank's proxy sends it, and
+/// the NIC at this rank's end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetConnection {
+    /// The rank whose data the connection carries.
+    pub from: usize,
+    /// The rank it goes to.
+    pub to: usize,
+    pub channel: usize,
+    /// The rank whose proxy sends it: `from`, or the rank of `from`'s host that relays
+    /// its sends (PXN).
+    pub proxy: usize,
+    /// Whether this rank is the sending end (`from`): then `device` and `nic` are the
+    /// sending NIC (`proxy`'s); else the receiving one (`to`'s).
+    pub send: bool,
+    pub device: usize,
+    pub nic: String,
 }
 
 /// A communicator's network links, and the way to the process's proxy threads.
@@ -76,6 +101,8 @@ pub(crate) struct NetLinks {
     proxies: OnceLock<&'static Proxies>,
     /// Each link's mailbox for announcements, and the thread that progresses it.
     links: Mutex<FxHashMap<(Link, Direction), LinkEntry>>,
+    /// Every connection made for this communicator on this rank, in order.
+    made: Mutex<Vec<NetConnection>>,
     shared: Shared,
 }
 
@@ -136,7 +163,7 @@ impl NetLinks {
     pub fn new(net: Arc<dyn Net>, comm_id: u64, threads: usize, setup_timeout: Duration) -> Result<NetLinks> {
         let shared = Shared { failure: Arc::default(), closed: AbortFlag::new() };
         let context = Arc::new(NetContext::new(net.clone(), comm_id)?);
-        Ok(NetLinks { net, context, threads, setup_timeout, proxies: OnceLock::new(), links: Mutex::new(FxHashMap::default()), shared })
+        Ok(NetLinks { net, context, threads, setup_timeout, proxies: OnceLock::new(), links: Mutex::new(FxHashMap::default()), made: Mutex::default(), shared })
     }
 
     /// The thread for a new link (the process's threads start with the first link).
@@ -147,17 +174,52 @@ impl NetLinks {
     /// The receiving side of a network link over `region`, which the proxy fills (the
     /// caller reads it through a [`Receiver`]): the handle the sender connects with, and
     /// the proxy thread to wake when a slot is free again.
-    pub fn listen(&self, link: Link, region: Arc<Region>, driver: Driver) -> Result<(Vec<u8>, std::thread::Thread)> {
-        let (handle, edge) = RecvLink::new(link, self.net.clone(), self.context.clone(), region, driver, self.shared.clone(), Instant::now(), self.setup_timeout)?;
+    /// `sender` is the rank whose proxy connects: the link's peer, or the rank of its host
+    /// relaying its sends (PXN), whose end a failure of the connection names.
+    pub fn listen(&self, link: Link, sender: usize, region: Arc<Region>, driver: Driver) -> Result<(Vec<u8>, std::thread::Thread)> {
+        let (handle, mut edge) = RecvLink::new(link, self.net.clone(), self.context.clone(), region, driver, self.shared.clone(), Instant::now(), self.setup_timeout)?;
+        edge.sender = sender;
         Ok((handle, self.submit(link, Direction::Recv, edge.mailbox.clone(), Box::new(edge))))
     }
 
     /// The sending side of a network link over `region`, which the caller fills through a
-    /// [`Sender`] and the proxy drains into the Net once connected to the peer's `handle`:
-    /// the proxy thread to wake when a slot is filled.
-    pub fn connect(&self, link: Link, handle: &[u8], region: Arc<Region>, driver: Driver) -> Result<std::thread::Thread> {
-        let edge = SendLink::new(link, self.net.clone(), self.context.clone(), handle, region, driver, self.shared.clone(), Instant::now(), self.setup_timeout)?;
+    /// [`Sender`] and the proxy drains into the Net's `device` once connected to the
+    /// peer's `handle`: the proxy thread to wake when a slot is filled.
+    pub fn connect(&self, link: Link, handle: &[u8], region: Arc<Region>, driver: Driver, device: usize) -> Result<std::thread::Thread> {
+        let edge = SendLink::new(link, self.net.clone(), self.context.clone(), device, handle, region, driver, self.shared.clone(), Instant::now(), self.setup_timeout)?;
         Ok(self.submit(link, Direction::Send, edge.mailbox.clone(), Box::new(edge)))
+    }
+
+    /// The sending side of a PXN relay: rank `origin` of this host fills `region` (a
+    /// shared-memory FIFO) with messages for `link`'s peer, which this rank's proxy sends
+    /// from the Net's `device`. Progressed without announcements ([`Driver::Relay`]); it
+    /// goes with this communicator.
+    pub fn relay(&self, origin: usize, link: Link, handle: &[u8], region: Arc<Region>, device: usize) -> Result<()> {
+        let mut edge = SendLink::new(link, self.net.clone(), self.context.clone(), device, handle, region, Driver::Relay, self.shared.clone(), Instant::now(), self.setup_timeout)?;
+        edge.origin = Some(origin);
+        self.next_proxy().submit(Box::new(edge));
+        Ok(())
+    }
+
+    /// Records a connection this rank made or asked for (see [`NetLinks::connections`]).
+    pub fn record(&self, connection: NetConnection) {
+        tracing::debug!(target: log_target::NET, "rank {} to rank {} channel {}: sent by rank {}'s proxy, {} NIC {} (device {})", connection.from, connection.to, connection.channel, connection.proxy, if connection.send { "sending" } else { "receiving" }, connection.nic, connection.device);
+        self.made.lock().push(connection);
+    }
+
+    /// Every connection recorded on this rank, in order.
+    pub fn connections(&self) -> Vec<NetConnection> {
+        self.made.lock().clone()
+    }
+
+    /// The name of the Net's `device`.
+    pub fn device_name(&self, device: usize) -> String {
+        self.net.properties(device).map_or_else(|_| format!("device {device}"), |p| p.name)
+    }
+
+    /// Whether the communicator's links were closed (it is going).
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.is_raised()
     }
 
     fn submit(&self, link: Link, direction: Direction, mailbox: Mailbox, edge: Box<dyn Progress>) -> std::thread::Thread {
@@ -238,6 +300,8 @@ trait Progress: Send {
 /// The sending end of a network connection.
 struct SendLink {
     link: Link,
+    /// The rank of this host whose data a PXN relay sends (`None`: this rank's own).
+    origin: Option<usize>,
     net: Arc<dyn Net>,
     /// The communicator's context, and the device of this link.
     context: Arc<NetContext>,
@@ -265,6 +329,7 @@ impl SendLink {
         link: Link,
         net: Arc<dyn Net>,
         context: Arc<NetContext>,
+        device: usize,
         handle: &[u8],
         region: Arc<Region>,
         driver: Driver,
@@ -272,10 +337,15 @@ impl SendLink {
         now: Instant,
         timeout: Duration,
     ) -> Result<SendLink> {
+        let devices = net.devices().map_err(|e| Error::from_transport("counting the net's devices", e))?;
+        if device >= devices {
+            return Err(Error::invalid(format!("net device {device} for a send to rank {} (the {} net has {devices})", link.peer, net.name())));
+        }
         Ok(SendLink {
             link,
+            origin: None,
             net,
-            device: context.device(link.channel)?,
+            device,
             context,
             handle: handle.to_vec(),
             comm: None,
@@ -343,7 +413,11 @@ impl Progress for SendLink {
     }
 
     fn needs_polling(&self) -> bool {
-        self.driver == Driver::Device && self.core.active()
+        match self.driver {
+            Driver::Host => false,
+            Driver::Device => self.core.active(),
+            Driver::Relay => self.core.active() && !self.requests.is_empty(),
+        }
     }
 
     fn shared(&self) -> &Shared {
@@ -351,7 +425,10 @@ impl Progress for SendLink {
     }
 
     fn describe(&self) -> String {
-        format!("send to rank {} channel {}", self.link.peer, self.link.channel)
+        match self.origin {
+            Some(origin) => format!("PXN relay of rank {origin}'s sends to rank {} channel {}", self.link.peer, self.link.channel),
+            None => format!("send to rank {} channel {}", self.link.peer, self.link.channel),
+        }
     }
 
     fn peer(&self) -> usize {
@@ -375,6 +452,8 @@ impl Drop for SendLink {
 /// The receiving end of a network connection.
 struct RecvLink {
     link: Link,
+    /// The rank whose proxy sends (the link's peer, or its PXN relay).
+    sender: usize,
     net: Arc<dyn Net>,
     /// The communicator's context: finalized after this link's comms are closed.
     _context: Arc<NetContext>,
@@ -411,6 +490,7 @@ impl RecvLink {
         let max_recvs = net.properties(device).map_err(|e| Error::from_transport(format!("asking device {device} its properties"), e))?.max_recvs;
         let edge = RecvLink {
             link,
+            sender: link.peer,
             net,
             _context: context,
             listen: Some(listen),
@@ -501,11 +581,14 @@ impl Progress for RecvLink {
     }
 
     fn describe(&self) -> String {
-        format!("receive from rank {} channel {}", self.link.peer, self.link.channel)
+        match self.sender {
+            sender if sender == self.link.peer => format!("receive from rank {} channel {}", self.link.peer, self.link.channel),
+            relay => format!("receive from rank {} channel {} relayed by rank {relay}", self.link.peer, self.link.channel),
+        }
     }
 
     fn peer(&self) -> usize {
-        self.link.peer
+        self.sender
     }
 }
 

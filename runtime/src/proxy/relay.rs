@@ -1,0 +1,151 @@
+//! PXN relays between ranks of one host: a rank whose send must leave by another local
+//! rank's NIC ([`crate::rails`]) asks that rank, over the bootstrap, to relay it; the
+//! relaying rank makes a shared-memory FIFO, starts a proxy link that sends what the
+//! asking rank writes there to the destination's listen handle from its NIC, and answers
+//! with the FIFO's handle. Requests are answered by a service thread of each communicator
+//! whose rank may relay for others, so that a rank relays whatever the others connect
+//! (collectives' links, and point-to-point links made lazily by calls this rank is not
+//! part of) without taking part in their calls.
+//!
+//! The relayed link belongs to the relaying rank's communicator: its failure (the
+//! destination gone) is that communicator's, naming the destination; the asking rank
+//! writes into the FIFO as into any shared-memory FIFO, whose reader is the relaying
+//! process (its exit ends the asking rank's waits).
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use oxccl_bootstrap::Bootstrap;
+use oxccl_transports::fifo::{Geometry, Region};
+
+use crate::algo::Link;
+use crate::base::Core;
+use crate::error::{Error, Result};
+use crate::log_target;
+
+/// Bootstrap tags of requests (to the relaying rank) and replies (to the asking one), below
+/// the connection handles' (`1 << 62` and up).
+const REQUEST_TAG: u64 = (1 << 62) - 2;
+const REPLY_TAG: u64 = (1 << 62) - 1;
+/// First byte of a request: the format's version.
+const VERSION: u8 = 1;
+/// How long the service waits for a request before it looks at its communicator again.
+const POLL: Duration = Duration::from_millis(50);
+
+/// What the asking rank sends: the link (its peer is the destination), the relaying rank's
+/// device to send from, the FIFO's geometry and the destination's listen handle.
+#[derive(Debug, PartialEq, Eq)]
+struct Request {
+    link: Link,
+    device: usize,
+    geometry: Geometry,
+    handle: Vec<u8>,
+}
+
+impl Request {
+    fn encode(&self) -> Vec<u8> {
+        let mut bytes = vec![VERSION];
+        for value in [self.link.peer as u64, self.link.channel as u64, self.device as u64, self.geometry.slots as u64, self.geometry.slot_bytes as u64] {
+            bytes.extend_from_slice(&value.to_le_bytes());
+        }
+        bytes.extend_from_slice(&self.handle);
+        bytes
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Request> {
+        let malformed = |why: &str| Error::transport(format!("malformed PXN relay request ({} bytes): {why}", bytes.len()));
+        let (&version, rest) = bytes.split_first().ok_or_else(|| malformed("empty"))?;
+        if version != VERSION {
+            return Err(malformed(&format!("version {version}, this rank reads {VERSION}")));
+        }
+        if rest.len() < 40 {
+            return Err(malformed("shorter than its fixed part"));
+        }
+        let word = |i: usize| -> Result<usize> { usize::try_from(u64::from_le_bytes(rest[i * 8..i * 8 + 8].try_into().expect("8 bytes"))).map_err(|_| malformed("a field beyond usize")) };
+        Ok(Request {
+            link: Link { peer: word(0)?, channel: word(1)? },
+            device: word(2)?,
+            geometry: Geometry { slots: word(3)?, slot_bytes: word(4)? },
+            handle: rest[40..].to_vec(),
+        })
+    }
+}
+
+/// Asks rank `proxy` of this host to relay `link` (to its peer, whose listen `handle` this
+/// rank got) from its `device`; the FIFO to write the link's messages into. Bounded by the
+/// bootstrap's timeout; ends on abort or the proxy rank's failure.
+pub(crate) fn ask(boot: &Bootstrap, proxy: usize, link: Link, handle: &[u8], device: usize, geometry: Geometry) -> Result<Arc<Region>> {
+    let request = Request { link, device, geometry, handle: handle.to_vec() };
+    boot.send(proxy as u32, REQUEST_TAG, &request.encode())?;
+    let reply = boot.recv(proxy as u32, REPLY_TAG)?;
+    match reply.split_first() {
+        Some((0, fifo)) => Region::open_shared(fifo).map_err(|e| Error::from_transport(format!("opening rank {proxy}'s PXN relay FIFO"), e)),
+        Some((1, why)) => Err(Error::transport(format!("rank {proxy} cannot relay the send to rank {} channel {}: {}", link.peer, link.channel, String::from_utf8_lossy(why)))),
+        _ => Err(Error::transport(format!("rank {proxy} answered the PXN relay request with {} malformed bytes", reply.len()))),
+    }
+}
+
+/// Starts the relay service of `core`'s rank, answering the requests of `locals` (the
+/// ranks of its host) until the communicator goes.
+pub(crate) fn serve(core: &Arc<Core>, locals: Vec<usize>) {
+    let (weak, rank) = (Arc::downgrade(core), core.rank);
+    let spawned = std::thread::Builder::new().name(format!("oxccl-pxn-{rank}")).spawn(move || run(weak, locals));
+    if let Err(e) = spawned {
+        tracing::warn!(target: log_target::NET, "rank {rank}: starting the PXN relay service: {e}; ranks of this host that would relay through it will time out");
+    }
+}
+
+fn run(core: Weak<Core>, locals: Vec<usize>) {
+    let peers: Vec<u32> = locals.iter().map(|&r| r as u32).collect();
+    loop {
+        let Some(core) = core.upgrade() else { return };
+        if core.net.is_closed() || core.abort.is_raised() {
+            return;
+        }
+        match core.boot.recv_any(REQUEST_TAG, &peers, POLL) {
+            Ok(Some((from, bytes))) => {
+                let reply = match relay(&core, from as usize, &bytes) {
+                    Ok(fifo) => [vec![0], fifo].concat(),
+                    Err(e) => {
+                        tracing::warn!(target: log_target::NET, "rank {}: PXN relay for rank {from}: {e}", core.rank);
+                        [vec![1], e.to_string().into_bytes()].concat()
+                    }
+                };
+                if let Err(e) = core.boot.send(from, REPLY_TAG, &reply) {
+                    tracing::warn!(target: log_target::NET, "rank {}: answering rank {from}'s PXN relay request: {e}", core.rank);
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(target: log_target::NET, "rank {}: the PXN relay service stops: {e}", core.rank);
+                return;
+            }
+        }
+    }
+}
+
+/// Starts relaying what `origin` asks for; the handle of the FIFO it is to write into.
+fn relay(core: &Core, origin: usize, bytes: &[u8]) -> Result<Vec<u8>> {
+    let request = Request::decode(bytes)?;
+    if request.link.peer >= core.nranks {
+        return Err(Error::invalid(format!("relay to rank {} of a communicator of {}", request.link.peer, core.nranks)));
+    }
+    let (region, handle) = Region::create_shared(request.geometry.slots, request.geometry.slot_bytes).map_err(|e| Error::from_transport("making the PXN relay FIFO", e))?;
+    core.net.relay(origin, request.link, &request.handle, region, request.device)?;
+    tracing::debug!(target: log_target::NET, "rank {}: relaying rank {origin}'s sends to rank {} channel {} from device {}", core.rank, request.link.peer, request.link.channel, request.device);
+    Ok(handle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip_and_bad_ones_are_named() {
+        let request = Request { link: Link { peer: 5, channel: 1 << 16 }, device: 1, geometry: Geometry { slots: 8, slot_bytes: 1 << 17 }, handle: vec![7; 30] };
+        assert_eq!(Request::decode(&request.encode()).unwrap(), request);
+        assert!(Request::decode(&[]).unwrap_err().to_string().contains("empty"));
+        assert!(Request::decode(&[9, 0]).unwrap_err().to_string().contains("version 9"));
+        assert!(Request::decode(&[VERSION, 0, 0]).unwrap_err().to_string().contains("shorter than its fixed part"));
+    }
+}

@@ -1,0 +1,227 @@
+//! Which NIC, and whose proxy, carries each network connection: the communicator's map of
+//! NICs to ranks and the PXN rule over it. Nothing here moves data or talks to anyone; the
+//! host backend asks [`Rails::route`] when it connects a link, the relay service of the
+//! proxy engine does what the answer says.
+//!
+//! Each rank's NICs are its Net's devices, named as the Net names them (the interface for
+//! sockets: `rail0`, `ib1`; the device for plugins: `mlx5_0`), gathered from every rank
+//! when the communicator spans hosts. Devices of one name on different hosts are taken to
+//! be one rail (one network, a switch of its own), as rail-optimized clusters are cabled
+//! and as NCCL assumes when it pairs a GPU with the peer's NIC of the same index.
+//!
+//! A receive on `channel` listens on the receiver's device `channel % its devices` (as
+//! before there was a map: channels are dealt over a rank's NICs). A send to it goes out
+//! of a NIC on that device's rail:
+//! 1. the sender's own NIC on that rail, if it has one;
+//! 2. else, with PXN allowed, the NIC of the lowest rank of its host that has one and is
+//!    reached through shared memory: the sender writes into a FIFO that rank's proxy
+//!    reads and sends from (NCCL's PXN: traffic stays on its rail instead of crossing
+//!    between rails, a spine or a slower path);
+//! 3. else the sender's NIC for the channel, across rails.
+
+use crate::error::{Error, Result};
+
+/// Whose NIC a send leaves by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Hop {
+    /// The sender's own device `device`.
+    Direct { device: usize },
+    /// Rank `proxy` of the sender's host sends from its device `device`.
+    Relay { proxy: usize, device: usize },
+}
+
+/// The communicator's NIC map and PXN settings: the same on every rank, so that a
+/// receiver knows whose proxy its sender's data comes through.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Rails {
+    /// Each rank's devices' names, in device order (empty when the communicator is on
+    /// one host: nothing is routed then).
+    names: Vec<Vec<String>>,
+    /// Each rank's host, numbered in order of first appearance.
+    hosts: Vec<usize>,
+    /// Whether ranks of one host reach each other through shared memory (not
+    /// NCCL_SHM_DISABLE): a relay needs it.
+    shared_memory: bool,
+    /// NCCL_PXN_DISABLE.
+    pxn_disable: bool,
+    /// NCCL_P2P_PXN_LEVEL.
+    p2p_pxn_level: u8,
+}
+
+impl Rails {
+    /// The map of every rank's device `names` and host identity (`hosts`: equal strings,
+    /// one host).
+    pub fn new(names: Vec<Vec<String>>, hosts: &[String], shared_memory: bool, pxn_disable: bool, p2p_pxn_level: u8) -> Rails {
+        let mut seen: Vec<&String> = Vec::new();
+        let hosts = hosts
+            .iter()
+            .map(|h| match seen.iter().position(|s| *s == h) {
+                Some(i) => i,
+                None => {
+                    seen.push(h);
+                    seen.len() - 1
+                }
+            })
+            .collect();
+        Rails { names, hosts, shared_memory, pxn_disable, p2p_pxn_level }
+    }
+
+    /// Whether ranks `a` and `b` (not the same) reach each other through shared memory.
+    fn local(&self, a: usize, b: usize) -> bool {
+        a != b && self.shared_memory && self.hosts.get(a).is_some_and(|h| self.hosts.get(b) == Some(h))
+    }
+
+    fn own(&self, rank: usize) -> &[String] {
+        self.names.get(rank).map_or(&[][..], |n| &n[..])
+    }
+
+    /// The device rank `rank` receives `channel`'s messages on.
+    pub fn receive_device(&self, rank: usize, channel: usize) -> usize {
+        channel % self.own(rank).len().max(1)
+    }
+
+    /// The rail (device name) of `rank`'s device `device`.
+    pub fn rail(&self, rank: usize, device: usize) -> Option<&str> {
+        self.own(rank).get(device).map(String::as_str)
+    }
+
+    /// How a send from `from` to `to` on `channel` leaves `from`'s host; `point_to_point`
+    /// for send/recv calls (NCCL_P2P_PXN_LEVEL applies to them).
+    pub fn route(&self, from: usize, to: usize, channel: usize, point_to_point: bool) -> Hop {
+        let direct = Hop::Direct { device: self.own_device(from, to, channel) };
+        let Some(rail) = self.rail(to, self.receive_device(to, channel)) else { return direct };
+        let allowed = !self.pxn_disable && !(point_to_point && self.p2p_pxn_level == 0);
+        if allowed && !self.own(from).iter().any(|n| n == rail) {
+            let proxy = (0..self.names.len()).filter(|&r| self.local(from, r)).find_map(|r| self.own(r).iter().position(|n| n == rail).map(|device| (r, device)));
+            if let Some((proxy, device)) = proxy {
+                return Hop::Relay { proxy, device };
+            }
+        }
+        direct
+    }
+
+    /// The rank whose proxy sends `from`'s messages to `to` on `channel`: `from`, or the
+    /// rank relaying them (a receiver's connection ends when that rank goes).
+    pub fn carrier(&self, from: usize, to: usize, channel: usize, point_to_point: bool) -> usize {
+        match self.route(from, to, channel, point_to_point) {
+            Hop::Direct { .. } => from,
+            Hop::Relay { proxy, .. } => proxy,
+        }
+    }
+
+    /// Which of `from`'s own devices a send to `to` on `channel` leaves by, relays aside
+    /// (rules 1 and 3; for senders that cannot hand their data to another process: GPU
+    /// kernels).
+    pub fn own_device(&self, from: usize, to: usize, channel: usize) -> usize {
+        let own = self.own(from);
+        let rail = self.rail(to, self.receive_device(to, channel));
+        rail.and_then(|rail| own.iter().position(|n| n == rail)).unwrap_or(channel % own.len().max(1))
+    }
+
+    /// Whether some rank of this host may send through `me`'s NICs (so `me` must answer
+    /// relay requests): a rank of the host lacks a rail `me` has and a rank elsewhere is on.
+    pub fn may_relay_for_others(&self, me: usize) -> bool {
+        let n = self.names.len();
+        let remote_rails: Vec<&String> = (0..n).filter(|&r| r != me && self.hosts.get(r) != self.hosts.get(me)).flat_map(|r| self.own(r)).collect();
+        !self.pxn_disable && (0..n).filter(|&r| self.local(me, r)).any(|r| self.own(me).iter().any(|rail| !self.own(r).contains(rail) && remote_rails.contains(&rail)))
+    }
+}
+
+/// Bytes of each rank's record in the bootstrap's allgather (records have one size).
+pub(crate) const RECORD_BYTES: usize = 1024;
+
+/// This rank's record of the allgather: its host identity and device names, one per line
+/// (neither holds a newline), zero-padded.
+pub(crate) fn encode_record(host: &str, names: &[String]) -> Result<Vec<u8>> {
+    let mut record = std::iter::once(host).chain(names.iter().map(String::as_str)).collect::<Vec<_>>().join("\n").into_bytes();
+    if record.len() > RECORD_BYTES {
+        return Err(Error::invalid(format!("the host identity and the net's device names take {} bytes (at most {RECORD_BYTES}): {host:?}, {names:?}", record.len())));
+    }
+    record.resize(RECORD_BYTES, 0);
+    Ok(record)
+}
+
+/// The host identity and device names of a record.
+pub(crate) fn decode_record(record: &[u8]) -> (String, Vec<String>) {
+    let end = record.iter().position(|&b| b == 0).unwrap_or(record.len());
+    let text = String::from_utf8_lossy(&record[..end]);
+    let mut lines = text.split('\n');
+    let host = lines.next().unwrap_or_default().to_string();
+    (host, lines.filter(|n| !n.is_empty()).map(str::to_string).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(rails: &[&str]) -> Vec<Vec<String>> {
+        rails.iter().map(|r| r.split(',').map(str::to_string).collect()).collect()
+    }
+
+    fn hosts(of: &[usize]) -> Vec<String> {
+        of.iter().map(|h| format!("host{h}")).collect()
+    }
+
+    /// 2 hosts × 2 ranks, each rank alone on its rail (rank 2h+i on `rail<i>`).
+    fn rail_optimized(pxn_disable: bool, p2p_pxn_level: u8) -> Rails {
+        Rails::new(names(&["rail0", "rail1", "rail0", "rail1"]), &hosts(&[0, 0, 1, 1]), true, pxn_disable, p2p_pxn_level)
+    }
+
+    #[test]
+    fn a_send_to_another_rail_goes_through_the_host_rank_on_that_rail() {
+        let rails = rail_optimized(false, 2);
+        assert_eq!(rails.route(0, 2, 0, false), Hop::Direct { device: 0 }, "rank 2 is on rank 0's rail");
+        assert_eq!(rails.route(0, 3, 0, false), Hop::Relay { proxy: 1, device: 0 }, "rank 3 is on rail1: rank 1's");
+        assert_eq!(rails.route(0, 3, 5, true), Hop::Relay { proxy: 1, device: 0 }, "any channel, point-to-point too");
+        assert_eq!(rails.route(3, 0, 0, false), Hop::Relay { proxy: 2, device: 0 }, "and back");
+        assert_eq!((rails.carrier(0, 3, 0, false), rails.carrier(0, 2, 0, false)), (1, 0), "the receiver knows who connects");
+        assert!(rails.may_relay_for_others(0), "rank 1 lacks rail0, which rank 2 is on");
+    }
+
+    #[test]
+    fn pxn_settings_keep_sends_on_the_senders_nic() {
+        let disabled = rail_optimized(true, 2);
+        assert_eq!(disabled.route(0, 3, 0, false), Hop::Direct { device: 0 });
+        assert!(!disabled.may_relay_for_others(0));
+        let no_p2p = rail_optimized(false, 0);
+        assert_eq!(no_p2p.route(0, 3, 0, true), Hop::Direct { device: 0 }, "NCCL_P2P_PXN_LEVEL=0: point-to-point direct");
+        assert_eq!(no_p2p.route(0, 3, 0, false), Hop::Relay { proxy: 1, device: 0 }, "collectives still use PXN");
+        let no_shm = Rails::new(names(&["rail0", "rail1", "rail0", "rail1"]), &hosts(&[0, 0, 1, 1]), false, false, 2);
+        assert_eq!(no_shm.route(0, 3, 0, false), Hop::Direct { device: 0 }, "NCCL_SHM_DISABLE: no FIFO to relay through");
+    }
+
+    #[test]
+    fn ranks_with_every_rail_send_from_their_own_nic_on_the_receivers_rail() {
+        let rails = Rails::new(names(&["rail0,rail1"; 4]), &hosts(&[0, 0, 1, 1]), true, false, 2);
+        for channel in 0..4 {
+            assert_eq!(rails.route(0, 2, channel, false), Hop::Direct { device: channel % 2 }, "channel {channel}: dealt over the NICs as before");
+        }
+        assert!(!rails.may_relay_for_others(0));
+    }
+
+    #[test]
+    fn without_a_host_rank_on_the_rail_a_send_crosses_rails_from_its_own_nic() {
+        // Rank 1 (rail1) of host 0 is gone: rank 0 has no one to relay through.
+        let rails = Rails::new(names(&["rail0", "rail0", "rail1"]), &hosts(&[0, 0, 1]), true, false, 2);
+        assert_eq!(rails.route(0, 2, 3, false), Hop::Direct { device: 0 });
+        assert!(!rails.may_relay_for_others(1));
+    }
+
+    #[test]
+    fn one_host_or_one_rail_routes_nothing_anywhere_else() {
+        let rails = Rails::new(names(&["lo"; 3]), &hosts(&[0, 1, 1]), true, false, 2);
+        assert_eq!(rails.route(0, 1, 7, false), Hop::Direct { device: 0 });
+        assert!(!rails.may_relay_for_others(1));
+        let empty = Rails::default();
+        assert_eq!(empty.route(0, 1, 3, false), Hop::Direct { device: 0 });
+        assert_eq!(empty.receive_device(1, 3), 0);
+    }
+
+    #[test]
+    fn records_round_trip_and_oversized_ones_are_refused() {
+        let record = encode_record("host-a", &["rail0".into(), "rail1".into()]).unwrap();
+        assert_eq!(record.len(), RECORD_BYTES);
+        assert_eq!(decode_record(&record), ("host-a".to_string(), vec!["rail0".to_string(), "rail1".to_string()]));
+        assert!(encode_record("h", &["x".repeat(2000)]).unwrap_err().to_string().contains("take 2002 bytes"));
+    }
+}

@@ -1,0 +1,328 @@
+//! PXN on a simulated rail-optimized cluster: 4 hosts (network namespaces) × 2 ranks,
+//! two rails (a bridge each) joined only by a slow spine (a router namespace whose links
+//! have a rate). Rank `2h + i` runs in host `h` and is given the NIC of rail `i` alone
+//! (NCCL_SOCKET_IFNAME), as ranks of a rail-optimized host each own a NIC.
+//!
+//! With PXN, a rank's data for a rank on the other rail leaves by the NIC of its host's
+//! rank on that rail, whose proxy reads it from shared memory; without, it crosses the
+//! spine. The tests check where every connection went (each rank reports its
+//! `net_connections`), run every collective and alltoall checked, both ways; count the
+//! receives posted together (OXCCL_SOCKET_MAX_RECVS 1 vs 8); and kill a rank while it
+//! relays its host mate's traffic mid-alltoall: every survivor fails naming it, shrinks
+//! it out and goes on (alltoall checked on the survivors).
+
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use oxccl_runtime::{bootstrap::Config, Communicator, NetConnection};
+use oxccl_testkit::check as matrix;
+use oxccl_testkit::cluster::{Cluster, Spec};
+
+const HOSTS: usize = 4;
+const RANKS_PER_HOST: usize = 2;
+const NRANKS: usize = HOSTS * RANKS_PER_HOST;
+/// The spine's rate: slower than the rails (veth, unlimited).
+const SPINE_MBPS: u64 = 400;
+/// A job's bound: a hang fails the test.
+const JOB_TIMEOUT: Duration = Duration::from_secs(240);
+
+/// One rank (does nothing when run as an ordinary test): OXCCL_TEST_PXN says what to run.
+#[test]
+fn child() {
+    let Ok(mode) = std::env::var("OXCCL_TEST_PXN") else { return };
+    let config = Config::from_env().unwrap();
+    oxccl_runtime::bootstrap::log::init(&config);
+    let comm = Communicator::from_env(&config).unwrap_or_else(|e| panic!("joining the job: {e}"));
+    match mode.as_str() {
+        "matrix" => {
+            let start = Instant::now();
+            let failures = matrix::run_cases(&comm, &matrix::full_matrix(comm.nranks(), &matrix::SMALL_COUNTS));
+            assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures[..failures.len().min(20)].join("\n"));
+            let matrix_time = start.elapsed();
+            exchange(&comm);
+            report(&comm);
+            println!("rank {}: matrix ok in {matrix_time:?}, exchange ok", comm.rank());
+        }
+        "exchange" => {
+            exchange(&comm);
+            report(&comm);
+            println!("rank {}: exchange ok", comm.rank());
+        }
+        "kill" => alltoall_until_failure(comm),
+        "bench" => bench(&comm),
+        other => panic!("OXCCL_TEST_PXN={other}"),
+    }
+}
+
+/// A grouped send/recv with every peer, then alltoalls, checked: independent messages,
+/// whose receives may be posted together.
+fn exchange(comm: &Communicator) {
+    let (n, r) = (comm.nranks(), comm.rank());
+    let len = 50_000;
+    let outs: Vec<Vec<u32>> = (0..n).map(|p| (0..len).map(|i| (r * 1_000_000 + p * 100_000 + i) as u32).collect()).collect();
+    let mut ins: Vec<Vec<u32>> = vec![vec![0; len]; n];
+    let mut group = comm.group();
+    for (p, buf) in ins.iter_mut().enumerate().filter(|(p, _)| *p != r) {
+        group.recv(buf, p).unwrap();
+    }
+    for (p, buf) in outs.iter().enumerate().filter(|(p, _)| *p != r) {
+        group.send(buf, p).unwrap();
+    }
+    group.end().unwrap();
+    for (p, buf) in ins.iter().enumerate().filter(|(p, _)| *p != r) {
+        assert!(buf.iter().enumerate().all(|(i, &x)| x == (p * 1_000_000 + r * 100_000 + i) as u32), "rank {r}: data from {p}");
+    }
+    checked_alltoall(comm, len, 0);
+}
+
+/// An alltoall of `len` elements per peer whose values depend on `round`, checked.
+fn checked_alltoall(comm: &Communicator, len: usize, round: u64) {
+    let (n, r) = (comm.nranks(), comm.rank());
+    let value = |from: usize, to: usize, i: usize| ((from * n + to) * len + i) as u64 ^ (round << 40);
+    let send: Vec<u64> = (0..n).flat_map(|to| (0..len).map(move |i| value(r, to, i))).collect();
+    let mut recv = vec![0u64; n * len];
+    comm.all_to_all(&send, &mut recv).unwrap_or_else(|e| panic!("rank {r} round {round}: {e}"));
+    for from in 0..n {
+        for i in 0..len {
+            assert_eq!(recv[from * len + i], value(from, r, i), "rank {r} round {round}: alltoall from {from}");
+        }
+    }
+}
+
+/// Prints this rank's connections and receive counters, for the test to read.
+fn report(comm: &Communicator) {
+    for NetConnection { from, to, channel, proxy, send, device, nic } in comm.net_connections() {
+        println!("CONN from={from} to={to} channel={channel} proxy={proxy} send={send} device={device} nic={nic}");
+    }
+    let (calls, grouped) = comm.net_receive_stats();
+    println!("RECVS calls={calls} grouped={grouped}");
+}
+
+/// Alltoalls until one fails; rank 1 (which relays rank 0's traffic to rail 1) dies at
+/// round 10. A survivor prints whom its error named, shrinks that rank out, checks an
+/// alltoall on the survivors and exits 5.
+fn alltoall_until_failure(comm: Communicator) {
+    let victim = 1;
+    for round in 0u64.. {
+        if comm.rank() == victim && round == 10 {
+            // SAFETY: kill(2) of this very process touches no memory; dying here, without
+            // a goodbye, is the point.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        let (n, r) = (comm.nranks(), comm.rank());
+        let len = 20_000;
+        let send: Vec<u64> = vec![(r * n) as u64 + round; n * len];
+        let mut recv = vec![0u64; n * len];
+        if let Err(e) = comm.all_to_all(&send, &mut recv) {
+            let oxccl_runtime::Error::PeerFailed { rank: dead, .. } = e else { panic!("rank {r}: not a peer failure: {e}") };
+            println!("rank {r} round {round}: failed naming rank {dead}: {e}");
+            let survivors = comm.shrink(&[dead as usize], true).unwrap_or_else(|e| panic!("rank {r}: shrink: {e}"));
+            for round in 0..3 {
+                checked_alltoall(&survivors, 10_000, round);
+            }
+            report(&survivors);
+            println!("rank {r} now rank {} of {}: alltoall checked", survivors.rank(), survivors.nranks());
+            drop(survivors);
+            drop(comm);
+            std::process::exit(5);
+        }
+    }
+}
+
+/// The benchmark's rows: alltoall and all_gather, busbw per size.
+fn bench(comm: &Communicator) {
+    let n = comm.nranks();
+    for bytes in [1usize << 16, 1 << 20, 4 << 20, 16 << 20] {
+        let count = bytes / 8;
+        for (name, per_rank) in [("alltoall", count / n), ("all_gather", count / n)] {
+            let send = vec![1u64; if name == "alltoall" { per_rank * n } else { per_rank }];
+            let mut recv = vec![0u64; per_rank * n];
+            let run = |recv: &mut [u64]| if name == "alltoall" { comm.all_to_all(&send, recv) } else { comm.all_gather(&send, recv) };
+            run(&mut recv).unwrap();
+            let iterations = 5;
+            comm.barrier().unwrap();
+            let start = Instant::now();
+            for _ in 0..iterations {
+                run(&mut recv).unwrap();
+            }
+            let seconds = start.elapsed().as_secs_f64() / iterations as f64;
+            let size = per_rank * n * 8;
+            let busbw = size as f64 / seconds / 1e9 * (n - 1) as f64 / n as f64;
+            if comm.rank() == 0 {
+                println!("BENCH {name} {size} {:.1} {busbw:.3}", seconds * 1e6);
+            }
+        }
+    }
+    let (calls, grouped) = comm.net_receive_stats();
+    if comm.rank() == 0 {
+        println!("RECVS calls={calls} grouped={grouped}");
+    }
+}
+
+/// Runs `mode` on every rank of `cluster` with `env`; each rank's output.
+fn job(cluster: &Cluster, mode: &str, env: &[(&str, &str)], port: u16) -> Vec<Output> {
+    let root = format!("{}:{port}", cluster.hosts[0].address(0));
+    std::thread::scope(|s| {
+        let ranks: Vec<_> = (0..NRANKS)
+            .map(|rank| {
+                let host = &cluster.hosts[rank / RANKS_PER_HOST];
+                let mut command = host.command_on_rail(std::env::current_exe().unwrap(), rank % RANKS_PER_HOST);
+                command
+                    .args(["child", "--exact", "--nocapture", "--test-threads", "1"])
+                    .env("OXCCL_TEST_PXN", mode)
+                    .env("OXCCL_RANK", rank.to_string())
+                    .env("OXCCL_NRANKS", NRANKS.to_string())
+                    .env("OXCCL_LOCAL_RANK", (rank % RANKS_PER_HOST).to_string())
+                    .env("NCCL_COMM_ID", &root)
+                    .env("NCCL_NET_PLUGIN", "none")
+                    .env("OXCCL_COLL_TIMEOUT_MS", "60000")
+                    // Two proxy threads a rank: 8 ranks share this machine's cores.
+                    .env("OXCCL_PROXY_THREADS", "1")
+                    .envs(env.iter().copied());
+                s.spawn(move || oxccl_testkit::run(command, JOB_TIMEOUT))
+            })
+            .collect();
+        ranks.into_iter().map(|rank| rank.join().unwrap()).collect()
+    })
+}
+
+/// Asserts every rank exited with `code` and printed `marker`; the ranks' stdouts.
+fn expect(outputs: &[Output], code: i32, marker: &str, skip: Option<usize>) -> Vec<String> {
+    let mut stdouts = Vec::new();
+    for (rank, output) in outputs.iter().enumerate() {
+        let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr));
+        if Some(rank) != skip {
+            assert!(output.status.code() == Some(code) && stdout.contains(marker), "rank {rank}: {} (expected exit {code} and {marker:?})\n{stdout}\n{stderr}", output.status);
+        }
+        stdouts.push(stdout);
+    }
+    stdouts
+}
+
+/// Each reported connection of rank `rank`'s stdout, parsed.
+fn connections(stdout: &str) -> Vec<NetConnection> {
+    stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("CONN "))
+        .map(|line| {
+            let field = |name: &str| line.split(' ').find_map(|f| f.strip_prefix(&format!("{name}="))).unwrap_or_else(|| panic!("{name} in {line}")).to_string();
+            let number = |name: &str| field(name).parse::<usize>().unwrap();
+            NetConnection { from: number("from"), to: number("to"), channel: number("channel"), proxy: number("proxy"), send: field("send") == "true", device: number("device"), nic: field("nic") }
+        })
+        .collect()
+}
+
+/// The receive counters a rank reported: (irecv calls, grouped ones).
+fn receives(stdout: &str) -> (u64, u64) {
+    let line = stdout.lines().find_map(|l| l.strip_prefix("RECVS ")).expect("a RECVS line");
+    let field = |name: &str| line.split(' ').find_map(|f| f.strip_prefix(&format!("{name}="))).unwrap().parse::<u64>().unwrap();
+    (field("calls"), field("grouped"))
+}
+
+fn rail_of(rank: usize) -> usize {
+    rank % RANKS_PER_HOST
+}
+
+fn same_host(a: usize, b: usize) -> bool {
+    a / RANKS_PER_HOST == b / RANKS_PER_HOST
+}
+
+fn cluster() -> Option<Cluster> {
+    Cluster::or_skip(&Spec::new(HOSTS, 2).spine(Some(SPINE_MBPS)))
+}
+
+#[test]
+fn every_collective_with_pxn_on_and_off_and_where_each_connection_went() {
+    let Some(cluster) = cluster() else { return };
+    for (pxn, port) in [(true, 29610), (false, 29611)] {
+        let start = Instant::now();
+        let outputs = job(&cluster, "matrix", &[("NCCL_PXN_DISABLE", if pxn { "0" } else { "1" })], port);
+        let stdouts = expect(&outputs, 0, "matrix ok", None);
+        let mut relayed = 0;
+        for (rank, stdout) in stdouts.iter().enumerate() {
+            let made = connections(stdout);
+            assert!(!made.is_empty(), "rank {rank} reported no connections:\n{stdout}");
+            for c in &made {
+                let rail = format!("rail{}", rail_of(c.to));
+                assert!(!same_host(c.from, c.to), "rank {rank}: a network connection inside a host: {c:?}");
+                if c.send {
+                    assert_eq!(c.from, rank, "{c:?}");
+                    let expected_proxy = if pxn && rail_of(c.from) != rail_of(c.to) { c.from ^ 1 } else { c.from };
+                    assert_eq!(c.proxy, expected_proxy, "rank {rank}, PXN {pxn}: {c:?}");
+                    let nic = if pxn { rail.clone() } else { format!("rail{}", rail_of(c.from)) };
+                    assert_eq!(c.nic, nic, "rank {rank}, PXN {pxn}: the send leaves by {nic}: {c:?}");
+                    relayed += usize::from(c.proxy != c.from);
+                } else {
+                    assert_eq!((c.to, c.nic.as_str()), (rank, format!("rail{}", rail_of(rank)).as_str()), "{c:?}");
+                    let expected_proxy = if pxn && rail_of(c.from) != rail_of(c.to) { c.from ^ 1 } else { c.from };
+                    assert_eq!(c.proxy, expected_proxy, "rank {rank}, PXN {pxn}: the receiver knows who sends: {c:?}");
+                }
+            }
+        }
+        assert_eq!(relayed > 0, pxn, "PXN {pxn}: {relayed} relayed sends");
+        eprintln!("PXN {pxn}: matrix and exchange checked on {NRANKS} ranks in {:?}, {relayed} sends relayed", start.elapsed());
+    }
+}
+
+#[test]
+fn receives_through_a_relay_are_posted_together_only_when_the_net_takes_several() {
+    let Some(cluster) = cluster() else { return };
+    for (max_recvs, port) in [(1, 29620), (8, 29621)] {
+        let outputs = job(&cluster, "exchange", &[("OXCCL_SOCKET_MAX_RECVS", &max_recvs.to_string()), ("NCCL_BUFFSIZE", "65536")], port);
+        let stdouts = expect(&outputs, 0, "exchange ok", None);
+        let (calls, grouped) = stdouts.iter().map(|s| receives(s)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        eprintln!("max_recvs {max_recvs}: {calls} irecv calls, {grouped} grouped");
+        assert!(calls > 0);
+        if max_recvs == 1 {
+            assert_eq!(grouped, 0, "one buffer per irecv when the net takes one");
+        } else {
+            assert!(grouped > 0, "receives posted together through relays too");
+        }
+    }
+}
+
+#[test]
+fn a_rank_killed_while_relaying_fails_every_survivor_naming_it_and_they_shrink_and_go_on() {
+    let Some(cluster) = cluster() else { return };
+    let outputs = job(&cluster, "kill", &[("OXCCL_HEARTBEAT_TIMEOUT_MS", "5000")], 29630);
+    let stdouts = expect(&outputs, 5, "alltoall checked", Some(1));
+    assert!(outputs[1].status.code().is_none(), "the victim was killed: {}", outputs[1].status);
+    for (rank, stdout) in stdouts.iter().enumerate().filter(|(r, _)| *r != 1) {
+        assert!(stdout.contains("failed naming rank 1:"), "rank {rank}:\n{stdout}");
+    }
+    // Rank 0 has no rank on rail 1 left on its host: its sends to rail 1 cross the spine.
+    let after = connections(&stdouts[0]);
+    assert!(after.iter().filter(|c| c.send).all(|c| c.proxy == 0 && c.nic == "rail0"), "{after:?}");
+}
+
+/// alltoall and all_gather busbw with PXN on and off on the cluster, the spine at a
+/// quarter of the rails' rate (`cargo test --release -p oxccl-runtime --test pxn_cluster
+/// -- --ignored --nocapture bench`).
+#[test]
+#[ignore]
+fn bench() {
+    let Some(cluster) = Cluster::or_skip(&Spec::new(HOSTS, 2).link_rate(2000).spine(Some(500))) else { return };
+    let mut rows: Vec<(String, usize, [(f64, f64); 2])> = Vec::new();
+    for (i, (pxn, port)) in [(false, 29640), (true, 29641)].into_iter().enumerate() {
+        let outputs = job(&cluster, "bench", &[("NCCL_PXN_DISABLE", if pxn { "0" } else { "1" }), ("OXCCL_SOCKET_MAX_RECVS", "8")], port);
+        let stdouts = expect(&outputs, 0, "", None);
+        eprintln!("PXN {pxn}: {}", stdouts[0].lines().find(|l| l.starts_with("RECVS")).unwrap_or(""));
+        for line in stdouts[0].lines().filter_map(|l| l.strip_prefix("BENCH ")) {
+            let f: Vec<&str> = line.split(' ').collect();
+            let (name, size, time, busbw) = (f[0].to_string(), f[1].parse::<usize>().unwrap(), f[2].parse::<f64>().unwrap(), f[3].parse::<f64>().unwrap());
+            match rows.iter_mut().find(|r| r.0 == name && r.1 == size) {
+                Some(row) => row.2[i] = (time, busbw),
+                None => {
+                    let mut row = (name, size, [(0.0, 0.0); 2]);
+                    row.2[i] = (time, busbw);
+                    rows.push(row);
+                }
+            }
+        }
+    }
+    println!("# {NRANKS} ranks, {HOSTS} hosts x 2 rails, host links 2000 Mbit/s, spine 500 Mbit/s; busbw GB/s");
+    println!("{:>12} {:>10} {:>12} {:>10} {:>12} {:>10} {:>7}", "collective", "size(B)", "off time(us)", "off busbw", "on time(us)", "on busbw", "on/off");
+    for (name, size, [(t0, b0), (t1, b1)]) in rows {
+        println!("{name:>12} {size:>10} {t0:>12.1} {b0:>10.3} {t1:>12.1} {b1:>10.3} {:>7.2}", b1 / b0);
+    }
+}
