@@ -10,13 +10,13 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 packages=(
-  libopenmpi-dev openmpi-bin      # MPI bootstrap (rsmpi) and the mpirun tests
+  libopenmpi-dev openmpi-bin      # MPI bootstrap (rsmpi) and the mpirun tests (on one host, and across namespaced hosts)
   libclang-dev clang              # bindgen, for rsmpi and ibverbs-sys
   libhwloc-dev libudev-dev        # topology through hwlocality
   libibverbs-dev rdma-core        # the ibverbs feature
   cmake libnl-3-dev libnl-route-3-dev  # ibverbs-sys configures its vendored rdma-core with cmake
   pkg-config gfortran             # build glue, the Fortran example
-  slurm-wlm munge                 # the single-host Slurm of the srun tests
+  slurm-wlm munge                 # the srun tests: the single-host Slurm, and a Slurm of namespaced hosts
   iproute2                        # `ip` and `tc`: interfaces, and the simulated clusters' namespaces
   python3-pip                     # the NVRTC and CUDA-header wheels (--python)
 )

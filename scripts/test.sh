@@ -6,11 +6,12 @@
 #
 # Knobs: CARGO_BUILD_JOBS (default 2: the suite must fit in ~25 min on 2 cores without
 # starving the multi-process tests), OXCCL_TEST_THREADS (tests run at once, default: nextest's,
-# one per core), OXCCL_TEST_SLURM=0 (deliberately run without Slurm: the srun tests then say
-# they are skipped), OXCCL_TEST_NVRTC=0 (do not install the NVRTC and CUDA-header wheels;
-# the NVRTC test then fails unless a CUDA toolkit is installed), OXCCL_TEST_NETNS=0
-# (deliberately run without network namespaces, e.g. not as root: the tests of simulated
-# clusters then say they are skipped; otherwise such a test fails when it cannot make them).
+# one per core), OXCCL_TEST_SLURM=0 (deliberately run without Slurm: the srun tests, on the
+# one-node Slurm and on a simulated cluster's, then say they are skipped), OXCCL_TEST_NVRTC=0
+# (do not install the NVRTC and CUDA-header wheels; the NVRTC test then fails unless a CUDA
+# toolkit is installed), OXCCL_TEST_NETNS=0 (deliberately run without network namespaces,
+# e.g. not as root: the tests of simulated clusters then say they are skipped; otherwise such
+# a test fails when it cannot make them).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -44,7 +45,8 @@ export PMIX_MCA_ptl_tcp_if_include=lo
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
-# The srun tests need a running Slurm. A Slurm that does not come up fails the run: skipping
+# The srun tests need a running Slurm (and munged, which it starts: a simulated cluster's
+# Slurm authenticates through it too). A Slurm that does not come up fails the run: skipping
 # those tests silently would report a green suite that tested less.
 slurm_held=0
 backstop=""

@@ -3,9 +3,17 @@
 //! namespace of its own, the "fabric") joining the hosts' interfaces of that rail through
 //! veth pairs, optionally a rate on every host link (`tc ... tbf`), and optionally a router
 //! namespace joining the rails as a slow "spine". Ranks run as processes inside their host
-//! ([`Host::command`]: `ip netns exec`), each told its interfaces (`NCCL_SOCKET_IFNAME`) and
-//! its host identity (`NCCL_HOSTID`: the namespaces share the machine's host name and
-//! /dev/shm, so without it every rank would count as one host).
+//! ([`Host::command`]: `ip netns exec`, and a UTS namespace with the host's name, `h0`,
+//! `h1`, ...), each told its interfaces (`NCCL_SOCKET_IFNAME`) and its host identity
+//! (`NCCL_HOSTID`: the namespaces share /dev/shm and the boot id, so a rank started some
+//! other way, under its own name, counts as its own host only by that name).
+//!
+//! The host names resolve inside the hosts (to their rail-0 addresses: an `/etc/hosts` that
+//! `ip netns exec` puts in place from `/etc/netns/<namespace>/hosts`), and the cluster's
+//! directory ([`Cluster::directory`]) holds a map from host names and addresses to
+//! namespaces for `scripts/netns-rsh.sh`, the remote agent that lets `mpirun` start its
+//! daemons in the hosts instead of through ssh ([`mpirun`]), and what a Slurm of the
+//! cluster writes ([`slurm`]).
 //!
 //! Addresses: host `h` is `10.(100 + r).0.(h + 1)/24` on rail `r`; the spine router is
 //! `.254` on every rail. Rails are separate: traffic from a host's rail-`r` address goes out
@@ -14,18 +22,21 @@
 //! address therefore stays on its rail, as a NIC does.
 //!
 //! Nothing is made in the machine's own namespace: deleting the namespaces deletes every
-//! interface, bridge and rate with them. [`Cluster`] deletes them when dropped (a failing
-//! test included); names carry the test process's id and a counter, so tests may run at
-//! once, and namespaces left by a test process that was killed are deleted by the next
-//! cluster made on the machine.
+//! interface, bridge and rate with them. [`Cluster`] deletes them, their `/etc/netns` files
+//! and its directory when dropped (a failing test included); names carry the test process's
+//! id and a counter, so tests may run at once, and what a test process that was killed left
+//! (namespaces, files, a Slurm's daemons) is deleted by the next cluster made on the machine.
 //!
 //! Making namespaces needs root (CAP_SYS_ADMIN) and iproute2. [`Cluster::or_skip`] fails the
 //! test with a clear message when they cannot be made, unless `OXCCL_TEST_NETNS=0` says to
 //! run without them (the test then says it is skipped): a silently skipped test would report
 //! a green suite that tested less.
 
+pub mod mpirun;
+pub mod slurm;
+
 use std::net::Ipv4Addr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -66,6 +77,9 @@ impl Spec {
 #[derive(Clone, Debug)]
 pub struct Host {
     pub namespace: String,
+    /// Its host name (`h0`, `h1`, ...: what `hostname` says inside, and what resolves to
+    /// its rail-0 address in every host).
+    pub name: String,
     /// The host identity its ranks get (`NCCL_HOSTID`).
     pub id: String,
     /// `(interface name, address)` per rail.
@@ -78,6 +92,8 @@ pub struct Cluster {
     pub hosts: Vec<Host>,
     /// Every namespace made, the hosts' included.
     namespaces: Vec<String>,
+    /// Files of the cluster (the agent's host map, hostfiles, a Slurm's configuration).
+    directory: PathBuf,
 }
 
 impl Host {
@@ -86,8 +102,9 @@ impl Host {
         self.interfaces[rail].1
     }
 
-    /// `program` run inside this host (`ip netns exec`), with `NCCL_SOCKET_IFNAME` naming
-    /// its rail interfaces exactly (`=rail0,rail1`) and `NCCL_HOSTID` set.
+    /// `program` run inside this host (`ip netns exec`, under the host's name), with
+    /// `NCCL_SOCKET_IFNAME` naming its rail interfaces exactly (`=rail0,rail1`) and
+    /// `NCCL_HOSTID` set.
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let names: Vec<&str> = self.interfaces.iter().map(|(name, _)| name.as_str()).collect();
         self.command_on(program, &names)
@@ -99,9 +116,28 @@ impl Host {
     }
 
     fn command_on(&self, program: impl AsRef<std::ffi::OsStr>, interfaces: &[&str]) -> Command {
-        let mut command = Command::new("ip");
-        command.args(["netns", "exec", &self.namespace]).arg(program);
+        let mut command = self.command_as_host(program);
         command.env("NCCL_SOCKET_IFNAME", format!("={}", interfaces.join(","))).env("NCCL_HOSTID", &self.id);
+        command
+    }
+
+    /// `program` run inside this host under the host's name, nothing added to its
+    /// environment: `ip netns exec` (the network namespace, and the host's /etc/hosts), then
+    /// a UTS namespace of its own whose host name is set before `program` replaces the shell
+    /// (one process throughout: killing the command's pid kills `program`).
+    fn command_as_host(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", &self.namespace, "unshare", "--uts", "sh", "-c", r#"echo "$0" > /proc/sys/kernel/hostname && exec "$@""#, &self.name]).arg(program);
+        command
+    }
+
+    /// [`Host::command_as_host`] with the environment of a login rather than the test
+    /// process's: PATH, HOME, LD_LIBRARY_PATH and TMPDIR only. What launchers and daemons of
+    /// the cluster start from, so that nothing the test process was given (scripts/test.sh's
+    /// loopback settings for MPI and PMIx, say) reaches a job in the hosts.
+    pub fn login_command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut command = self.command_as_host(program);
+        crate::keep_only_login_environment(&mut command);
         command
     }
 }
@@ -115,8 +151,10 @@ impl Cluster {
         delete_orphans();
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let name = format!("{PREFIX}{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
-        // From here on every namespace made is deleted on drop, even if a later step fails.
-        let mut cluster = Cluster { hosts: Vec::new(), namespaces: Vec::new() };
+        // From here on every namespace and file made is deleted on drop, even if a later step fails.
+        let directory = std::env::temp_dir().join(&name);
+        let mut cluster = Cluster { hosts: Vec::new(), namespaces: Vec::new(), directory };
+        std::fs::create_dir_all(&cluster.directory).map_err(|e| format!("creating {}: {e}", cluster.directory.display()))?;
         let fabric = cluster.namespace(&format!("{name}-fabric"))?;
         for rail in 0..spec.rails {
             ip(&["-n", &fabric, "link", "add", &format!("rail{rail}"), "type", "bridge"])?;
@@ -140,8 +178,9 @@ impl Cluster {
                 ip(&[&["-n", &namespace, "route", "add"], beyond, &["table", &table]].concat())?;
                 interfaces.push((interface, address));
             }
-            cluster.hosts.push(Host { namespace, id: format!("{name}-h{index}"), interfaces });
+            cluster.hosts.push(Host { namespace, name: format!("h{index}"), id: format!("{name}-h{index}"), interfaces });
         }
+        cluster.write_host_names()?;
         if let Some(rate) = spec.spine {
             let router = cluster.namespace(&format!("{name}-spine"))?;
             for rail in 0..spec.rails {
@@ -175,6 +214,35 @@ impl Cluster {
         &self.namespaces
     }
 
+    /// The cluster's own directory (under the temporary directory, named like its
+    /// namespaces), deleted on drop.
+    pub fn directory(&self) -> &Path {
+        &self.directory
+    }
+
+    /// The file `scripts/netns-rsh.sh` reads (`NETNS_RSH_HOSTS`): per host a line
+    /// `<namespace> <host name> <address>...`, its addresses on every rail.
+    pub fn host_map(&self) -> PathBuf {
+        self.directory.join("hosts")
+    }
+
+    /// The host names, resolving inside every host (`/etc/netns/<namespace>/hosts`, which
+    /// `ip netns exec` mounts on /etc/hosts), and the agent's map.
+    fn write_host_names(&self) -> Result<(), String> {
+        let mut etc_hosts = String::from("127.0.0.1 localhost\n::1 localhost\n");
+        let mut map = String::new();
+        for host in &self.hosts {
+            etc_hosts += &format!("{} {}\n", host.address(0), host.name);
+            let addresses: Vec<String> = host.interfaces.iter().map(|(_, address)| address.to_string()).collect();
+            map += &format!("{} {} {}\n", host.namespace, host.name, addresses.join(" "));
+        }
+        write(&self.host_map(), &map)?;
+        for host in &self.hosts {
+            write(&Path::new(NETNS_ETC).join(&host.namespace).join("hosts"), &etc_hosts)?;
+        }
+        Ok(())
+    }
+
     fn namespace(&mut self, name: &str) -> Result<String, String> {
         ip(&["netns", "add", name])?;
         self.namespaces.push(name.to_string());
@@ -192,7 +260,25 @@ impl Drop for Cluster {
             if let Err(e) = ip(&["netns", "delete", namespace]) {
                 eprintln!("could not delete network namespace {namespace}: {e}");
             }
+            remove_dir(&Path::new(NETNS_ETC).join(namespace));
         }
+        remove_dir(&self.directory);
+    }
+}
+
+/// Where `ip netns exec` finds the files it mounts over /etc for a namespace.
+const NETNS_ETC: &str = "/etc/netns";
+
+/// Writes `text` to `path`, making its directory.
+fn write(path: &Path, text: &str) -> Result<(), String> {
+    let written = path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| std::fs::write(path, text));
+    written.map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
+fn remove_dir(path: &Path) {
+    match std::fs::remove_dir_all(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => eprintln!("could not delete {}: {e}", path.display()),
+        _ => {}
     }
 }
 
@@ -244,16 +330,27 @@ fn checked(program: &str, args: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
-/// Deletes namespaces of this harness whose test process no longer exists (killed before
-/// it could drop its cluster).
+/// Deletes what clusters of test processes that no longer exist (killed before they could
+/// drop their clusters) left: a Slurm's daemons first, then namespaces, their /etc/netns
+/// files and the clusters' directories.
 fn delete_orphans() {
-    let Ok(entries) = std::fs::read_dir("/var/run/netns") else { return };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name.strip_prefix(PREFIX).and_then(|rest| rest.split('-').next()).and_then(|pid| pid.parse::<u32>().ok()) else { continue };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = ip(&["netns", "delete", &name]);
-        }
+    let orphans = |directory: &Path| -> Vec<PathBuf> {
+        let Ok(entries) = std::fs::read_dir(directory) else { return Vec::new() };
+        let orphaned = |name: &str| {
+            let pid = name.strip_prefix(PREFIX).and_then(|rest| rest.split('-').next()).and_then(|pid| pid.parse::<u32>().ok());
+            pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+        };
+        entries.flatten().filter(|entry| orphaned(&entry.file_name().to_string_lossy())).map(|entry| entry.path()).collect()
+    };
+    for directory in orphans(&std::env::temp_dir()) {
+        slurm::stop_orphaned_daemons(&directory);
+        remove_dir(&directory);
+    }
+    for namespace in orphans(Path::new("/var/run/netns")) {
+        let _ = ip(&["netns", "delete", &namespace.file_name().unwrap_or_default().to_string_lossy()]);
+    }
+    for files in orphans(Path::new(NETNS_ETC)) {
+        remove_dir(&files);
     }
 }
 

@@ -26,14 +26,20 @@ use std::time::{Duration, Instant};
 /// LD_LIBRARY_PATH and TMPDIR, and `NCCL_SOCKET_IFNAME=lo`.
 pub fn clean_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
     let mut c = Command::new(program);
-    c.env_clear();
-    for keep in ["PATH", "HOME", "LD_LIBRARY_PATH", "TMPDIR"] {
-        if let Ok(v) = std::env::var(keep) {
-            c.env(keep, v);
-        }
-    }
+    keep_only_login_environment(&mut c);
     c.env("NCCL_SOCKET_IFNAME", "lo");
     c
+}
+
+/// Clears `command`'s environment but for PATH, HOME, LD_LIBRARY_PATH and TMPDIR (those of
+/// the test process).
+pub(crate) fn keep_only_login_environment(command: &mut Command) {
+    command.env_clear();
+    for keep in ["PATH", "HOME", "LD_LIBRARY_PATH", "TMPDIR"] {
+        if let Ok(value) = std::env::var(keep) {
+            command.env(keep, value);
+        }
+    }
 }
 
 /// The GPUs a GPU test runs on, given how many the driver shows: `None` (the test says

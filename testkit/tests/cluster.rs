@@ -7,7 +7,7 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use oxccl_testkit::cluster::{Cluster, Host, Spec, PROCESS_TIMEOUT};
+use oxccl_testkit::cluster::{mpirun, Cluster, Host, Spec, PROCESS_TIMEOUT};
 use socket2::{Domain, Socket, Type};
 
 const PORT: u16 = 5000;
@@ -115,4 +115,43 @@ fn rails_are_separate_unless_a_spine_joins_them() {
     assert_eq!(joined.hosts[3].address(1), Ipv4Addr::new(10, 101, 0, 4));
     assert!(fetch(&joined.hosts[0], &joined.hosts[3], 0, 1, 1000).starts_with("fetched"), "across the spine");
     assert!(fetch(&joined.hosts[2], &joined.hosts[1], 1, 1, 1000).starts_with("fetched"), "on rail 1");
+}
+
+/// What a command prints (stdout, trimmed) and its exit code, under the process timeout.
+fn output_of(command: Command) -> (String, Option<i32>, String) {
+    let output = oxccl_testkit::run(command, PROCESS_TIMEOUT);
+    (String::from_utf8_lossy(&output.stdout).trim().to_string(), output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+#[test]
+fn hosts_have_names_the_remote_agent_enters_them_and_their_files_are_deleted() {
+    let Some(cluster) = Cluster::or_skip(&Spec::new(2, 2)) else { return };
+    let mut names = cluster.hosts[1].command("sh");
+    names.args(["-c", "hostname; getent hosts h0"]);
+    let (printed, _, _) = output_of(names);
+    assert_eq!(printed.split_whitespace().collect::<Vec<_>>(), ["h1", "10.100.0.1", "h0"], "inside h1: its name, and h0 resolving to its rail-0 address");
+
+    // The agent, as mpirun calls it: a host by any of its addresses or its name, the
+    // command's words joined, a login's environment (not the caller's), the command's status.
+    let agent = |host: &str, words: &[&str]| {
+        let mut command = Command::new(mpirun::agent());
+        command.env("NETNS_RSH_HOSTS", cluster.host_map()).env("OXCCL_TEST_CALLER", "leaked").arg(host).args(words);
+        output_of(command)
+    };
+    for host in ["10.101.0.2", "10.100.0.2", "h1"] {
+        let (printed, code, stderr) = agent(host, &["echo", "$(hostname)", "${OXCCL_TEST_CALLER:-unset}"]);
+        assert_eq!((printed.as_str(), code), ("h1 unset", Some(0)), "netns-rsh.sh {host}: {stderr}");
+    }
+    assert_eq!(agent("h0", &["exit", "3"]).1, Some(3));
+    let (_, code, stderr) = agent("h9", &["true"]);
+    assert_eq!(code, Some(255), "an unknown host: {stderr}");
+    assert!(stderr.contains("no host 'h9'") && stderr.contains("h0 h1"), "an unknown host, and the hosts there are: {stderr}");
+
+    let files: Vec<std::path::PathBuf> = cluster.namespaces().iter().map(|namespace| std::path::Path::new("/etc/netns").join(namespace)).collect();
+    assert!(files[1].join("hosts").exists(), "{} is not there", files[1].display());
+    let directory = cluster.directory().to_path_buf();
+    drop(cluster);
+    for path in files.iter().chain([&directory]) {
+        assert!(!path.exists(), "{} was left behind", path.display());
+    }
 }
