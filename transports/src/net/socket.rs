@@ -18,7 +18,9 @@
 //! Devices are interface addresses ([`SocketDevice`]): one for [`SocketNet::new`], one per
 //! interface for [`SocketNet::with_devices`] (as NCCL's socket transport makes a device of
 //! each interface `NCCL_SOCKET_IFNAME` allows). A listen handle carries its device's address,
-//! which a peer reaches through its host's routes. Handles may
+//! which a peer reaches through its host's routes; a connection is made from its device's
+//! address (bound to it), so that hosts routing by source address send it out of that
+//! device. Handles may
 //! arrive padded with anything (NCCL passes 128-byte buffers): only their first bytes count.
 
 mod stream;
@@ -259,12 +261,12 @@ impl Net for SocketNet {
     }
 
     fn connect(&self, context: &Context, device: usize, handle: &[u8]) -> Result<Option<SendComm>> {
-        self.device(device)?;
+        let local = self.device(device)?.ip;
         let (addr, magic) = decode_handle(handle)?;
         let mut connecting = lock(&context.get::<SocketContext>()?.connecting, "the communicator's pending connections")?;
         let mut attempt = match connecting.remove(handle) {
             Some(attempt) => attempt,
-            None => Connecting::start(addr, magic)?,
+            None => Connecting::start(local, addr, magic)?,
         };
         // On error the attempt is dropped: the next call starts afresh.
         match attempt.progress()? {
@@ -432,8 +434,14 @@ impl SocketNet {
 }
 
 impl Connecting {
-    fn start(addr: SocketAddr, magic: u64) -> Result<Connecting> {
+    /// A connection to `addr` from the device's address `local`: bound to it (when of the
+    /// same family), so that its traffic leaves by that device where the host routes by
+    /// source address (rails), as an RDMA NIC's does.
+    fn start(local: IpAddr, addr: SocketAddr, magic: u64) -> Result<Connecting> {
         let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(|e| Error::io("creating a socket", e))?;
+        if local.is_ipv4() == addr.is_ipv4() && !local.is_unspecified() && local.is_loopback() == addr.ip().is_loopback() {
+            socket.bind(&SocketAddr::new(local, 0).into()).map_err(|e| Error::io(format!("binding a connection to {addr} to the device's address {local}"), e))?;
+        }
         socket.set_nonblocking(true).map_err(|e| Error::io("making a socket non-blocking", e))?;
         socket.set_tcp_nodelay(true).map_err(|e| Error::io("setting TCP_NODELAY", e))?;
         let connected = match socket.connect(&addr.into()) {
