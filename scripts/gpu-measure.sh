@@ -25,7 +25,8 @@
 # With more than one GPU, rank r runs on GPU r % GPUs (so "sharing" only shares when
 # N > GPUs). NVLink multicast stays off; clocks and modes are never touched. A budget
 # (MEASURE_BUDGET_S, default 540 s: the device tool stops a call at 600) skips what would
-# start after it, saying so. Writes under a temporary folder, packed into $OUT/results.tgz
+# start after it, saying so, and a run gets at most what is left of it (MEASURE_RUN_S, default
+# 300 s, at most). Writes under a temporary folder, packed into $OUT/results.tgz
 # (OUT defaults to gpu-out/): summary.txt (one line per run), <stage>/<lib>-<config>/rank-R.txt
 # (each rank's key=value lines), init.md (the init stage's table), env.txt, build.txt.
 # MEASURE_PROGRAM runs another build of gpu_measure instead of building one (tests).
@@ -74,6 +75,10 @@ run() {
   fi
   mkdir -p "$dir/sync"
   [[ $lib == oxccl ]] && path="$oxccl_lib:$LD_LIBRARY_PATH"
+  # A run may not outlast the budget: its processes get what is left (MEASURE_RUN_S at most).
+  local limit=$((budget - SECONDS))
+  ((limit > ${MEASURE_RUN_S:-300})) && limit=${MEASURE_RUN_S:-300}
+  ((limit < 10)) && limit=10
   local start=$SECONDS
   for ((rank = 0; rank < n; rank++)); do
     (
@@ -81,7 +86,7 @@ run() {
       [[ $hosts == 1 ]] && export NCCL_HOSTID="measure-host-$rank"
       # Ranks as hosts on one machine: NCCL needs its socket transport (no RDMA here).
       [[ $hosts == 1 && $lib == nccl ]] && export NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo
-      exec timeout 300 "$program" "$@"
+      exec timeout "$limit" "$program" "$@"
     ) > "$dir/rank-$rank.txt" 2>&1 &
     pids+=($!)
   done
