@@ -251,7 +251,9 @@ fn parse_row(line: &str, layout: &Layout, origin: &str, line_number: usize) -> R
     let bad = |what: String| Error::Line { origin: origin.into(), line: line_number, what };
     let fields: Vec<&str> = line.split_whitespace().collect();
     if fields.len() != layout.columns() {
-        return Err(bad(format!("a row of {} columns where the header announces {}: {line:?}", fields.len(), layout.columns())));
+        // NCCL_DEBUG=INFO's lines land inside nccl-tests' rows, which it prints in pieces.
+        let hint = if line.contains(" NCCL INFO ") || line.contains(" NCCL WARN ") { " (NCCL's log is interleaved with the row: send it elsewhere with NCCL_DEBUG_FILE)" } else { "" };
+        return Err(bad(format!("a row of {} columns where the header announces {}{hint}: {line:?}", fields.len(), layout.columns())));
     }
     let whole = |at: usize, name: &str| fields[at].parse::<u64>().map_err(|_| bad(format!("{name} {:?} is not a whole number", fields[at])));
     let bytes = whole(0, "size")?;
