@@ -174,8 +174,8 @@ fn legend(out: &mut String, chart: &Chart, top: f64) -> f64 {
     let (mut x, mut y) = (PANELS[0].0, top + 6.0);
     let _ = writeln!(out, "<g id=\"legend\">");
     for (index, series) in chart.series.iter().enumerate() {
-        // 7 px per character of 12 px sans-serif is generous: entries never overlap.
-        let width = 44.0 + 7.0 * series.label.chars().count() as f64;
+        // 6.5 px per character of 12 px sans-serif is generous: entries never overlap.
+        let width = 44.0 + 6.5 * series.label.chars().count() as f64;
         if x + width > PANELS[1].1 && x > PANELS[0].0 {
             x = PANELS[0].0;
             y += 20.0;
