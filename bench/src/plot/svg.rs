@@ -62,7 +62,7 @@ pub fn render(chart: &Chart) -> Result<String> {
         points.sort_by_key(|p| p.bytes);
         let left_out = series.points.len() - points.len();
         if left_out > 0 {
-            notes.push(format!("{}: {left_out} rows of 0 bytes not drawn (log size axis)", series.label));
+            notes.push(format!("{}: {left_out} row{} of 0 bytes not drawn (log size axis)", series.label, if left_out == 1 { "" } else { "s" }));
         }
         drawn.push(points);
     }
@@ -155,7 +155,8 @@ fn panel(out: &mut String, frame: &Frame, quantity: Quantity, heading: &str, uni
         let _ = writeln!(out, "<g class=\"series\" data-series=\"{}\">", escape(&series.label));
         let shown: Vec<(Point, f64)> = points.iter().filter_map(|p| quantity.of(p).map(|v| (*p, v))).collect();
         if shown.len() < points.len() {
-            notes.push(format!("{}: {} points not in the {} panel (a time of 0 on a log axis, or not a number)", series.label, points.len() - shown.len(), quantity.name()));
+            let missing = points.len() - shown.len();
+            notes.push(format!("{}: {missing} point{} not in the {} panel (a time of 0 on a log axis, or not a number)", series.label, if missing == 1 { "" } else { "s" }, quantity.name()));
         }
         let line: Vec<String> = shown.iter().map(|(p, v)| format!("{:.1},{:.1}", frame.x(p.bytes), frame.y(*v))).collect();
         let _ = writeln!(out, "<polyline points=\"{}\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.8\" stroke-linejoin=\"round\"/>", line.join(" "));
@@ -339,8 +340,8 @@ mod tests {
     fn what_cannot_be_drawn_is_said() {
         let zero = chart(vec![Series { label: "z".into(), points: vec![point(0, 5.0, 0.0), point(64, 0.0, 0.0), point(128, 6.0, 0.1)] }]);
         let svg = zero.to_svg().unwrap();
-        assert!(svg.contains("z: 1 rows of 0 bytes not drawn (log size axis)"), "{svg}");
-        assert!(svg.contains("z: 1 points not in the time panel"), "{svg}");
+        assert!(svg.contains("z: 1 row of 0 bytes not drawn (log size axis)"), "{svg}");
+        assert!(svg.contains("z: 1 point not in the time panel"), "{svg}");
         roxmltree::Document::parse(&svg).unwrap();
         assert_eq!(chart(vec![]).to_svg().unwrap_err().to_string(), "\"all_reduce, 2 ranks, 1 GPU (H100) on vm\": nothing to draw: no series");
         let only_zero = chart(vec![Series { label: "z".into(), points: vec![point(0, 5.0, 0.0)] }]);
