@@ -164,25 +164,25 @@ pub fn compare(inputs: &[Input], options: &Options) -> Result<Chart> {
     let rows = tables.iter().flat_map(|t| &t.rows);
     facts.push(joined(rows.clone().map(|r| if r.op == "none" { r.dtype.clone() } else { format!("{} {}", r.dtype, r.op) })));
     facts.push(format!("{} columns", options.placement.name()));
-    facts.extend(tables.iter().filter_map(|t| t.tool.clone()).fold(Vec::new(), |mut tools, tool| {
-        if !tools.contains(&tool) {
-            tools.push(tool);
-        }
-        tools
-    }));
+    facts.extend(distinct(tables.iter().filter_map(|t| t.tool.clone())));
     notes.insert(0, "Drawn from:".into());
     Ok(Chart { title, facts, series, notes })
 }
 
 /// The distinct values, in first-seen order, joined by " / ".
 fn joined(values: impl Iterator<Item = String>) -> String {
+    distinct(values).join(" / ")
+}
+
+/// The values in first-seen order, each once.
+fn distinct(values: impl Iterator<Item = String>) -> Vec<String> {
     let mut seen: Vec<String> = Vec::new();
     for v in values {
         if !seen.contains(&v) {
             seen.push(v);
         }
     }
-    seen.join(" / ")
+    seen
 }
 
 #[cfg(test)]

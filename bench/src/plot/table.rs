@@ -8,6 +8,7 @@
 //! comments that say what was measured (the collective, the ranks and their GPUs, the
 //! baseline), which are read for the picture's title.
 
+use super::distinct;
 use crate::{Error, Result};
 
 /// One table: its rows and what its comments say about the run.
@@ -225,17 +226,6 @@ impl About {
         }
         self.cpu_host.as_ref().map(|host| format!("CPU memory on {host}{hosts_note}"))
     }
-}
-
-/// The values in first-seen order, each once.
-fn distinct(values: impl Iterator<Item = String>) -> Vec<String> {
-    let mut seen: Vec<String> = Vec::new();
-    for v in values {
-        if !seen.contains(&v) {
-            seen.push(v);
-        }
-    }
-    seen
 }
 
 fn plural(n: usize) -> &'static str {
