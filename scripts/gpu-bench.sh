@@ -4,7 +4,8 @@
 # collective into $OUT (or gpu-out/). NVLink multicast stays off; clocks and modes are
 # never touched. GPU_BENCH_COLLECTIVES and GPU_BENCH_GPUS narrow the run. Then the staged
 # path (ranks posing as separate hosts) against NCCL's socket transport, for all_reduce and
-# sendrecv up to 64 MiB (GPU_BENCH_STAGED=0 skips it).
+# sendrecv up to 64 MiB (GPU_BENCH_STAGED=0 skips it). Each table also as a picture beside
+# it (oxccl-perf --svg: busbw and time against size, oxccl and NCCL).
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-$here/../gpu-out}"
@@ -20,14 +21,14 @@ for c in ${GPU_BENCH_COLLECTIVES:-all_reduce all_gather reduce_scatter broadcast
     all_reduce | sendrecv) range=(-b 8 -e 1G -f 2) ;;
     *) range=(-b 1K -e 1G -f 4) ;;
   esac
-  timeout 300 "$here/oxccl-perf" "$c" "${range[@]}" -n "${GPU_BENCH_ITERS:-20}" -w 5 -c 1 --gpus "$gpus" --baseline nccl > "$out/perf-$c-${gpus}gpu.txt" 2>&1
+  timeout 300 "$here/oxccl-perf" "$c" "${range[@]}" -n "${GPU_BENCH_ITERS:-20}" -w 5 -c 1 --gpus "$gpus" --baseline nccl --svg "$out/perf-$c-${gpus}gpu.svg" > "$out/perf-$c-${gpus}gpu.txt" 2>&1
   rc=$?
   echo "$c on $gpus GPUs: exit $rc" | tee -a "$out/summary.txt"
   ((rc == 0)) || status=$rc
 done
 if [[ ${GPU_BENCH_STAGED:-1} == 1 ]]; then
   for c in all_reduce sendrecv; do
-    timeout 300 "$here/oxccl-perf" "$c" -b 8 -e 64M -f 4 -n "${GPU_BENCH_ITERS:-20}" -w 5 -c 1 --gpus "$gpus" --separate-hosts --baseline nccl > "$out/perf-$c-${gpus}gpu-staged.txt" 2>&1
+    timeout 300 "$here/oxccl-perf" "$c" -b 8 -e 64M -f 4 -n "${GPU_BENCH_ITERS:-20}" -w 5 -c 1 --gpus "$gpus" --separate-hosts --baseline nccl --svg "$out/perf-$c-${gpus}gpu-staged.svg" > "$out/perf-$c-${gpus}gpu-staged.txt" 2>&1
     rc=$?
     echo "$c staged (separate hosts) on $gpus GPUs: exit $rc" | tee -a "$out/summary.txt"
     ((rc == 0)) || status=$rc

@@ -22,9 +22,11 @@ for line in sys.stdin:
 ' | while read -r name exe; do
   case $name in gpu|nvrtc|gpu_collectives|gpu_calls) strip -o "gpu-bin/$name" "$exe" ;; esac
 done
-cargo build --release -p oxccl-bench --bin oxccl-perf --bin oxccl-topo
+cargo build --release -p oxccl-bench --bin oxccl-perf --bin oxccl-topo --bin oxccl-plot
 strip -o gpu-bin/oxccl-perf target/release/oxccl-perf
 strip -o gpu-bin/oxccl-topo target/release/oxccl-topo
+# Draws gpu-net-bench.sh's tables as SVG pictures.
+strip -o gpu-bin/oxccl-plot target/release/oxccl-plot
 # oxccl's libnccl.so.2, for NCCL-linked programs (nccl-tests) put first on LD_LIBRARY_PATH.
 cargo build --release -p oxccl-capi
 mkdir -p gpu-bin/lib

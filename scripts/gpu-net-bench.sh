@@ -6,7 +6,9 @@
 # against the machine's NCCL at its defaults and at the socket settings given in
 # NCCL_BEST (default: 4 threads x 4 sockets per thread), in one run. Also the loopback TCP
 # throughput between two processes, the physical limit of this setup. Tables go to $OUT
-# (or gpu-out/) as net-<n>r-<test>-<lib>.txt, a summary to summary.txt.
+# (or gpu-out/) as net-<n>r-<test>-<lib>.txt, a summary to summary.txt, and a picture per
+# test and rank count, net-<n>r-<test>.svg (busbw and time against size, a line per
+# library whose run succeeded), drawn by oxccl-plot from gpu-bin/ (scripts/gpu-build.sh).
 #
 # Knobs: NET_TESTS (default all_reduce all_gather reduce_scatter broadcast alltoall
 # sendrecv), NET_RANKS (default "2 4"), NET_LIBS (default "oxccl nccl nccl-best"),
@@ -20,6 +22,7 @@ mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 XDG_CACHE_HOME="${XDG_CACHE_HOME:-/tmp/oxccl-cache}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 gpus=$(nvidia-smi -L | wc -l)
+if ((gpus == 1)); then on="one GPU"; else on="$gpus GPUs"; fi
 
 # MPS lets the ranks' kernels run at once on a shared GPU (left running for later calls);
 # without it the GPU time-slices the ranks' processes and every call takes milliseconds.
@@ -62,9 +65,23 @@ for streams in (1, 4):
     print(f"loopback TCP, {streams} stream(s) between threads of one Python process: {sum(results)/1e9:.2f} GB/s in all")
 PY
 
+# A legend label per library; NCCL's version as its tables print it (nccl-library=22803).
+label() {
+  local version
+  version=$(grep -o "nccl-library=[0-9]*" "$2" 2>/dev/null | head -1 | grep -o "[0-9]*$")
+  version=${version:+ $((version / 10000)).$((version / 100 % 100)).$((version % 100))}
+  case $1 in
+    oxccl) echo "oxccl" ;;
+    nccl) echo "NCCL$version at its defaults" ;;
+    nccl-best) echo "NCCL$version, ${NCCL_BEST_THREADS:-4} threads × ${NCCL_BEST_SOCKS:-4} sockets" ;;
+    *) echo "$1" ;;
+  esac
+}
+
 status=0
 for n in ${NET_RANKS:-2 4}; do
   for t in ${NET_TESTS:-all_reduce all_gather reduce_scatter broadcast alltoall sendrecv}; do
+    drawn=()
     for lib in ${NET_LIBS:-oxccl nccl nccl-best}; do
       env=(-x NCCL_NVLS_ENABLE -x XDG_CACHE_HOME -x NCCL_SOCKET_IFNAME=lo -x NET_GPUS="$gpus")
       case $lib in
@@ -80,7 +97,20 @@ for n in ${NET_RANKS:-2 4}; do
       wrong=$(grep -o "Out of bounds values : [0-9]*" "$table" | grep -o "[0-9]*$")
       echo "$n ranks as hosts, $t with $lib: exit $rc, wrong ${wrong:-?}" | tee -a "$out/summary.txt"
       ((rc == 0)) || status=1
+      ((rc == 0)) && drawn+=("$(label "$lib" "$table")=$(basename "$table")")
     done
+    # The picture, from inside $out so that its notes name the tables beside it.
+    picture="net-${n}r-$t.svg"
+    if [[ ! -x "$here/oxccl-plot" ]]; then
+      echo "$picture: not drawn, no $here/oxccl-plot (scripts/gpu-build.sh builds it)" | tee -a "$out/summary.txt"
+    elif ((${#drawn[@]} > 0)); then
+      if (cd "$out" && "$here/oxccl-plot" --title "$t, $n ranks posing as hosts on $on under MPS, loopback sockets" --out "$picture" "${drawn[@]}") 2>>"$out/summary.txt"; then
+        echo "$picture: ${#drawn[@]} lines" | tee -a "$out/summary.txt"
+      else
+        echo "$picture: oxccl-plot failed (its message is above)" | tee -a "$out/summary.txt"
+        status=1
+      fi
+    fi
   done
 done
 exit $status

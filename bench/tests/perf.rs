@@ -61,6 +61,7 @@ fn bad_arguments_are_named() {
         (vec!["broadcast", "-r", "9", "--nranks", "2"], "root 9 out of range"),
         (vec!["all_reduce", "--baseline", "mpi"], "mpirun"),
         (vec!["all_reduce", "--baseline", "gloo"], "unknown baseline"),
+        (vec!["all_reduce", "--svg", "/nonexistent-folder/x.svg"], "--svg /nonexistent-folder/x.svg: the folder /nonexistent-folder does not exist"),
     ] {
         let out = perf(&args);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -72,7 +73,8 @@ fn bad_arguments_are_named() {
 #[test]
 fn mpi_baseline_under_mpirun() {
     let mut cmd = oxccl_testkit::mpirun(2, std::path::Path::new(env!("CARGO_BIN_EXE_oxccl-perf")), &[]);
-    cmd.args(["all_reduce", "-b", "1K", "-e", "1M", "-f", "32", "-n", "5", "-w", "1", "--baseline", "mpi"]);
+    let svg = std::env::temp_dir().join(format!("oxccl-perf-mpi-{}.svg", std::process::id()));
+    cmd.args(["all_reduce", "-b", "1K", "-e", "1M", "-f", "32", "-n", "5", "-w", "1", "--baseline", "mpi", "--svg", svg.to_str().unwrap()]);
     let out = run(cmd, Duration::from_secs(300));
     let stdout = assert_ok(&out, "mpirun --baseline mpi");
     assert!(stdout.contains("MPI baseline"), "{stdout}");
@@ -80,5 +82,38 @@ fn mpi_baseline_under_mpirun() {
         // ... then the baseline: mpi time, mpi busbw, ratio.
         assert_eq!(r.len(), 16, "{r:?}");
         assert!(r[15].parse::<f64>().is_ok_and(|x| x >= 0.0), "{r:?}");
+    }
+    // The picture: oxccl's line and MPI's, a point per row each.
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let _ = std::fs::remove_file(&svg);
+    let series = series_of(&text);
+    assert_eq!(series, [("oxccl".to_string(), 3), ("MPI, same run".to_string(), 3), ("oxccl".to_string(), 3), ("MPI, same run".to_string(), 3)], "{text}");
+    assert!(text.contains("all_reduce, 2 ranks, CPU memory on ") && text.contains(": oxccl against MPI"), "{text}");
+}
+
+/// The series of an SVG from `--svg`, as (label, points) per panel, read back as XML.
+fn series_of(svg: &str) -> Vec<(String, usize)> {
+    let document = roxmltree::Document::parse(svg).unwrap();
+    let series = document.descendants().filter(|n| n.attribute("class") == Some("series"));
+    series.map(|s| (s.attribute("data-series").unwrap().to_string(), s.children().find(|n| n.has_tag_name("polyline")).unwrap().attribute("points").unwrap().split(' ').count())).collect()
+}
+
+#[test]
+fn svg_draws_the_rows_it_prints() {
+    let svg = std::env::temp_dir().join(format!("oxccl-perf-{}.svg", std::process::id()));
+    let out = perf(&["all_reduce", "-b", "1K", "-e", "64K", "-f", "8", "--nranks", "2", "-n", "3", "-w", "1", "--svg", svg.to_str().unwrap()]);
+    let stdout = assert_ok(&out, "--svg");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let _ = std::fs::remove_file(&svg);
+    assert_eq!(series_of(&text), [("oxccl".to_string(), 3), ("oxccl".to_string(), 3)]);
+    assert!(text.contains("all_reduce, 2 ranks, CPU memory on ") && text.contains("float sum · out-of-place · oxccl-perf -n 3 -w 1"), "{text}");
+    // Each row's hover text holds the time the table prints (to its two decimals).
+    let table = oxccl_bench::plot::Table::parse(&stdout, "stdout").unwrap();
+    assert_eq!(table.rows.iter().map(|r| r.bytes).collect::<Vec<_>>(), [1024, 8192, 65536]);
+    for row in &table.rows {
+        let hover = format!("oxccl: {} KiB ({} B): ", row.bytes / 1024, row.bytes);
+        let at = text.find(&hover).unwrap_or_else(|| panic!("{hover:?} not in {text}")) + hover.len();
+        let time: f64 = text[at..].split(' ').next().unwrap().parse().unwrap();
+        assert!((time - row.out_of_place.time_us).abs() <= 0.006, "{time} against the table's {}", row.out_of_place.time_us);
     }
 }

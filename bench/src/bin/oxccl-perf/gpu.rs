@@ -31,6 +31,7 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
     if plan.kind.rooted() && plan.args.root >= n {
         return Err(format!("root {} out of range for {n} ranks", plan.args.root).into());
     }
+    let mut picture = picture::Picture::new(plan);
     let devices: Vec<usize> = (0..n).map(|r| r % visible).collect();
     let comms = if plan.args.separate_hosts {
         let mut configs = vec![config.clone(); n];
@@ -136,6 +137,9 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
                 at(1.0)
             );
         }
+        if let Some(picture) = picture.as_mut() {
+            picture.add(size, out_of_place, baseline, factor);
+        }
         wrong_total += wrong_out + wrong_in;
         busbw_sum += size as f64 / out_of_place / 1e9 * factor;
         rows += 1;
@@ -147,6 +151,7 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
     println!("# Out of bounds values : {wrong_total} {}", if wrong_total == 0 { "OK" } else { "FAILED" });
     println!("# Avg bus bandwidth    : {:.4}", busbw_sum / rows as f64);
     println!("#");
+    let baseline_name = nccl.as_ref().map(|b| format!("NCCL {}", b.version));
     drop(ranks);
     drop(nccl);
     std::thread::scope(|s| {
@@ -156,6 +161,12 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
     });
     if wrong_total > 0 {
         return Err(format!("{wrong_total} wrong elements").into());
+    }
+    if let Some(picture) = picture {
+        let gpus = devices.iter().collect::<std::collections::BTreeSet<_>>().len();
+        let hosts = if plan.args.separate_hosts { ", each rank posing as a host" } else { "" };
+        let machine = format!("{gpus} GPU{} on {}{hosts}", if gpus == 1 { "" } else { "s" }, oxccl_bootstrap::host_name());
+        picture.write(plan, n, &machine, baseline_name.as_deref())?;
     }
     Ok(())
 }

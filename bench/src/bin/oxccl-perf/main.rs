@@ -6,7 +6,7 @@
 //! ```text
 //! oxccl-perf all_reduce -b 8 -e 64M -f 4 --nranks 4            # starts its own 4 ranks
 //! mpirun -np 4 oxccl-perf all_reduce -b 256K -e 64M --baseline mpi
-//! oxccl-perf all_reduce -b 8 -e 1G -f 2 --gpus 2 --baseline nccl
+//! oxccl-perf all_reduce -b 8 -e 1G -f 2 --gpus 2 --baseline nccl --svg all_reduce.svg
 //! ```
 //!
 //! Sizes, counts, columns and bus-bandwidth factors are nccl-tests': `size` is the largest
@@ -15,10 +15,13 @@
 //! size / time, `busbw` = algbw × the collective's factor (all_reduce 2(n-1)/n; all_gather,
 //! reduce_scatter, alltoall, gather, scatter (n-1)/n; broadcast, reduce, sendrecv 1).
 //! `#wrong` counts wrong elements of a separate checked call (`-c 1`) against
-//! `oxccl_testkit::check`'s reference.
+//! `oxccl_testkit::check`'s reference. `--svg FILE` also draws the table as a picture:
+//! busbw and time per call against size, oxccl beside its baseline.
 
 mod gpu;
+mod picture;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -86,6 +89,10 @@ struct Args {
     /// RDMA.
     #[arg(long)]
     separate_hosts: bool,
+    /// Also draw the table as an SVG picture in this file: busbw and time per call against
+    /// size, oxccl's out-of-place rows beside the baseline's (with --baseline).
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
 }
 
 /// What is measured.
@@ -182,6 +189,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     if args.iters == 0 {
         return Err("-n must be at least 1".into());
     }
+    if let Some(path) = &args.svg {
+        picture::check(path)?;
+    }
     if args.gpus > 0 {
         if let Some(b) = args.baseline.as_deref().filter(|b| *b != "nccl") {
             return Err(format!("unknown baseline {b:?} on GPUs: the only one is nccl").into());
@@ -228,6 +238,7 @@ fn table(plan: &Plan, comm: &Communicator, mut mpi: Option<&mut dyn FnMut(usize)
     }
     let es = plan.dtype.size();
     let header = rank == 0;
+    let mut picture = if header { picture::Picture::new(plan) } else { None };
     if header {
         println!(
             "# oxccl-perf {}: nranks {n} minBytes {} maxBytes {} step: {}(factor) warmup iters: {} iters: {} validation: {} blocking: {} baseline: {}",
@@ -283,6 +294,9 @@ fn table(plan: &Plan, comm: &Communicator, mut mpi: Option<&mut dyn FnMut(usize)
                 .unwrap_or_default();
             println!("{size:>12} {:>13} {:>9} {op:>7} {root:>7} {} {}{baseline}", count * if size > count * es { n } else { 1 }, plan.dtype.name(), cols(Some(out_of_place)), cols(in_place));
         }
+        if let Some(picture) = picture.as_mut() {
+            picture.add(size, out_of_place.seconds, mpi_seconds, factor);
+        }
         wrong_total += out_of_place.wrong + in_place.map_or(0, |m| m.wrong);
         busbw_sum += size as f64 / out_of_place.seconds / 1e9 * factor;
         rows += 1;
@@ -299,6 +313,9 @@ fn table(plan: &Plan, comm: &Communicator, mut mpi: Option<&mut dyn FnMut(usize)
     }
     if wrong_total > 0 {
         return Err(format!("rank {rank}: {wrong_total} wrong elements").into());
+    }
+    if let Some(picture) = picture {
+        picture.write(plan, n, &format!("CPU memory on {}", oxccl_bootstrap::host_name()), mpi.is_some().then_some("MPI"))?;
     }
     Ok(())
 }

@@ -1,0 +1,233 @@
+//! Pictures of benchmark tables: busbw and time per call against message size, one line
+//! per series (oxccl beside its baseline, NCCL at its defaults and at its best settings,
+//! ...), drawn as one self-contained SVG with two panels.
+//!
+//! [`Table::parse`] reads a table (nccl-tests' or oxccl-perf's); [`compare`] turns tables
+//! into a [`Chart`], one series per table (and one more for a table's same-run
+//! baseline); [`Chart::to_svg`] draws it. oxccl-perf builds its [`Chart`] from its own
+//! measurements directly. Only what the tables hold is drawn: no fitted curves, no
+//! interpolation between sizes beyond the straight lines joining the measured points.
+
+mod axis;
+mod svg;
+mod table;
+
+pub use table::{Measurement, Row, Table};
+
+use crate::{Error, Result};
+
+/// One measured size of a series.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Point {
+    /// Message size, bytes.
+    pub bytes: u64,
+    /// Time per call, microseconds.
+    pub time_us: f64,
+    /// Bus bandwidth, GB/s.
+    pub busbw: f64,
+}
+
+/// One line of the picture: a label and its points.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    /// The legend's text ("oxccl", "NCCL 2.28.3 at its defaults").
+    pub label: String,
+    /// The points, in any order (drawn by size).
+    pub points: Vec<Point>,
+}
+
+/// A picture: a title, a line of facts under it, the series, and notes at the bottom (where
+/// each series was read from, what was left out).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Chart {
+    /// The title: what was measured, on what.
+    pub title: String,
+    /// Facts shown under the title, joined by " · " (datatype, placement, program).
+    pub facts: Vec<String>,
+    /// The series, drawn in this order, in the legend's order.
+    pub series: Vec<Series>,
+    /// Lines at the bottom of the picture.
+    pub notes: Vec<String>,
+}
+
+impl Chart {
+    /// The picture as an SVG document: two panels (busbw GB/s and time per call against
+    /// size, size and time on log scales), a legend, the title, facts and notes.
+    ///
+    /// Errors: no series, or a series with no point that a log size axis can show (all
+    /// its rows are 0 bytes).
+    pub fn to_svg(&self) -> Result<String> {
+        svg::render(self)
+    }
+}
+
+/// Which of a table's two placements to draw.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Placement {
+    /// nccl-tests' out-of-place columns (what oxccl-perf's ratio compares).
+    #[default]
+    OutOfPlace,
+    /// The in-place columns.
+    InPlace,
+}
+
+impl Placement {
+    fn name(self) -> &'static str {
+        match self {
+            Placement::OutOfPlace => "out-of-place",
+            Placement::InPlace => "in-place",
+        }
+    }
+
+    fn of(self, row: &Row) -> Option<Measurement> {
+        match self {
+            Placement::OutOfPlace => Some(row.out_of_place),
+            Placement::InPlace => row.in_place,
+        }
+    }
+}
+
+/// One table to compare and its legend label.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Input {
+    /// The legend's text for the table's series.
+    pub label: String,
+    /// The table.
+    pub table: Table,
+}
+
+/// How [`compare`] draws.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Options {
+    /// The title; by default one naming the collective, ranks and machine the tables say.
+    pub title: Option<String>,
+    /// The columns to draw.
+    pub placement: Placement,
+    /// Draw rows whose check found wrong elements (refused by default: a fast wrong result
+    /// is no result).
+    pub allow_wrong: bool,
+}
+
+/// A chart comparing `inputs`: a series per table, labelled by its input, and one more per
+/// table that holds a same-run baseline ("NCCL 2.28.3, same run as <label>", baseline
+/// columns have no placement: they are out-of-place).
+///
+/// Errors: no input; a table without the chosen placement's columns; a row with wrong
+/// elements (unless `options.allow_wrong`), naming its file and line.
+pub fn compare(inputs: &[Input], options: &Options) -> Result<Chart> {
+    if inputs.is_empty() {
+        return Err(Error::Chart { what: "no tables to compare".into() });
+    }
+    let mut series = Vec::new();
+    let mut notes = Vec::new();
+    for Input { label, table } in inputs {
+        let mut points = Vec::new();
+        let mut lines = Vec::new();
+        for row in &table.rows {
+            let Some(measured) = options.placement.of(row) else { continue };
+            if let (Some(wrong @ 1..), false) = (measured.wrong, options.allow_wrong) {
+                return Err(Error::Line {
+                    origin: table.origin.clone(),
+                    line: row.line,
+                    what: format!("{wrong} wrong elements {} at {} bytes: a picture of wrong results would mislead (oxccl-plot --allow-wrong draws it anyway)", options.placement.name(), row.bytes),
+                });
+            }
+            points.push(Point { bytes: row.bytes, time_us: measured.time_us, busbw: measured.busbw });
+            lines.push(row.line);
+        }
+        if points.is_empty() {
+            return Err(Error::File { origin: table.origin.clone(), what: format!("no {} columns to draw (every row says N/A)", options.placement.name()) });
+        }
+        let skipped = table.rows.len() - points.len();
+        let skipped = if skipped > 0 { format!(", {skipped} rows N/A") } else { String::new() };
+        notes.push(format!("{label}: {} {}, lines {}-{}{skipped}", table.origin, options.placement.name(), lines[0], lines[lines.len() - 1]));
+        series.push(Series { label: label.clone(), points });
+        if let Some(name) = &table.baseline {
+            let points: Vec<Point> = table.rows.iter().filter_map(|r| r.baseline.map(|b| Point { bytes: r.bytes, time_us: b.time_us, busbw: b.busbw })).collect();
+            notes.push(format!("{name}, same run as {label}: {} baseline columns", table.origin));
+            series.push(Series { label: format!("{name}, same run as {label}"), points });
+        }
+    }
+    let tables: Vec<&Table> = inputs.iter().map(|i| &i.table).collect();
+    let collective = joined(tables.iter().map(|t| t.collective.clone().unwrap_or_else(|| "collective not named".into())));
+    let ranks = joined(tables.iter().map(|t| t.ranks.map_or("ranks not named".into(), |n| format!("{n} ranks"))));
+    let machine = joined(tables.iter().filter_map(|t| t.machine.clone()));
+    let measured: Vec<String> = [collective, ranks, machine].into_iter().filter(|s| !s.is_empty()).collect();
+    let mut facts = Vec::new();
+    let title = match &options.title {
+        Some(title) => {
+            facts.extend(measured);
+            title.clone()
+        }
+        None => measured.join(", "),
+    };
+    let rows = tables.iter().flat_map(|t| &t.rows);
+    facts.push(joined(rows.clone().map(|r| if r.op == "none" { r.dtype.clone() } else { format!("{} {}", r.dtype, r.op) })));
+    facts.push(format!("{} columns", options.placement.name()));
+    facts.extend(distinct(tables.iter().filter_map(|t| t.tool.clone())));
+    notes.insert(0, "Drawn from:".into());
+    Ok(Chart { title, facts, series, notes })
+}
+
+/// The distinct values, in first-seen order, joined by " / ".
+fn joined(values: impl Iterator<Item = String>) -> String {
+    distinct(values).join(" / ")
+}
+
+/// The values in first-seen order, each once.
+fn distinct(values: impl Iterator<Item = String>) -> Vec<String> {
+    let mut seen: Vec<String> = Vec::new();
+    for v in values {
+        if !seen.contains(&v) {
+            seen.push(v);
+        }
+    }
+    seen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(origin: &str, rows: &[(u64, f64, f64, Option<u64>)], baseline: bool) -> Table {
+        let mut text = String::from("# nccl-tests version 2.19.6\n# Collective test starting: all_gather_perf\n#  Rank  0 Group  0 Pid 1 on h device  0 [0000:00:06] NVIDIA H100 80GB HBM3\n#  Rank  1 Group  0 Pid 2 on h device  0 [0000:00:06] NVIDIA H100 80GB HBM3\n#  size  count  type  redop  root  time  algbw  busbw  #wrong  time  algbw  busbw  #wrong");
+        text += if baseline { "  nccl  nccl  ratio\n" } else { "\n" };
+        for (i, (bytes, time, busbw, wrong)) in rows.iter().enumerate() {
+            let wrong = wrong.map_or("N/A".into(), |w| w.to_string());
+            text += &format!("{bytes} {} float none -1 {time} 0.1 {busbw} {wrong} N/A N/A N/A N/A", bytes / 4);
+            text += &if baseline { format!(" {} {} 1.0\n", time * 2.0, busbw / 2.0 + i as f64) } else { "\n".into() };
+        }
+        Table::parse(&text, origin).unwrap()
+    }
+
+    #[test]
+    fn a_series_per_table_and_per_baseline_with_facts_and_sources() {
+        let inputs = [
+            Input { label: "oxccl".into(), table: table("ox.txt", &[(8, 20.0, 0.0, Some(0)), (1024, 30.0, 0.5, Some(0))], true) },
+            Input { label: "NCCL".into(), table: table("nccl.txt", &[(8, 25.0, 0.0, None), (1024, 28.0, 0.6, None)], false) },
+        ];
+        let chart = compare(&inputs, &Options::default()).unwrap();
+        assert_eq!(chart.title, "all_gather, 2 ranks, 1 GPU (NVIDIA H100 80GB HBM3) on h");
+        assert_eq!(chart.facts, ["float", "out-of-place columns", "nccl-tests 2.19.6"]);
+        let labels: Vec<&str> = chart.series.iter().map(|s| s.label.as_str()).collect();
+        assert_eq!(labels, ["oxccl", "NCCL, same run as oxccl", "NCCL"]);
+        assert_eq!(chart.series[0].points[1], Point { bytes: 1024, time_us: 30.0, busbw: 0.5 });
+        assert_eq!(chart.series[1].points, [Point { bytes: 8, time_us: 40.0, busbw: 0.0 }, Point { bytes: 1024, time_us: 60.0, busbw: 1.25 }]);
+        assert_eq!(chart.notes, ["Drawn from:", "oxccl: ox.txt out-of-place, lines 6-7", "NCCL, same run as oxccl: ox.txt baseline columns", "NCCL: nccl.txt out-of-place, lines 6-7"]);
+
+        let titled = compare(&inputs[1..], &Options { title: Some("mine".into()), ..Options::default() }).unwrap();
+        assert_eq!(titled.title, "mine");
+        assert_eq!(titled.facts[..3], ["all_gather", "2 ranks", "1 GPU (NVIDIA H100 80GB HBM3) on h"]);
+    }
+
+    #[test]
+    fn wrong_rows_and_missing_placements_are_refused() {
+        let wrong = [Input { label: "x".into(), table: table("w.txt", &[(8, 20.0, 0.0, Some(0)), (64, 20.0, 0.0, Some(3))], false) }];
+        let error = compare(&wrong, &Options::default()).unwrap_err().to_string();
+        assert!(error.starts_with("w.txt:7: 3 wrong elements out-of-place at 64 bytes"), "{error}");
+        assert_eq!(compare(&wrong, &Options { allow_wrong: true, ..Options::default() }).unwrap().series[0].points.len(), 2);
+        let error = compare(&wrong, &Options { placement: Placement::InPlace, ..Options::default() }).unwrap_err().to_string();
+        assert_eq!(error, "w.txt: no in-place columns to draw (every row says N/A)");
+        assert_eq!(compare(&[], &Options::default()).unwrap_err().to_string(), "no tables to compare");
+    }
+}
