@@ -95,7 +95,8 @@ run() {
   local errors
   errors=$(grep -h "error=" "$dir"/rank-*.txt | head -2 | tr '\n' ' ')
   local wrong
-  wrong=$(grep -h "total_wrong=" "$dir"/rank-*.txt | sed 's/.*total_wrong=//' | paste -sd+ | bc 2>/dev/null)
+  # awk, not bc: the GPU machines have no bc.
+  wrong=$(grep -h "total_wrong=" "$dir"/rank-*.txt | sed 's/.*total_wrong=//' | awk '{ s += $1 } END { if (NR) print s }')
   note "$stage $lib $config: exit $rc, $((SECONDS - start)) s${wrong:+, wrong $wrong}${errors:+, $errors}"
 }
 
@@ -132,8 +133,8 @@ for stage in ${MEASURE_STAGES:-init check}; do
           b=$(value "$r0" device_free_before); i=$(value "$r0" device_free_after_init)
           c=$(value "$r0" device_free_after_calls); d=$(value "$r0" device_free_after_destroy)
           stats=$(value "$r0" memstats_after_calls_total)
-          [[ $stats =~ ^[0-9]+$ ]] && stats=$(echo "scale=1; $stats / 1048576" | bc)
-          mib() { echo "scale=1; ($b - $1) / 1048576 / $per_device" | bc; }
+          [[ $stats =~ ^[0-9]+$ ]] && stats=$(awk -v s="$stats" 'BEGIN { printf "%.1f", s / 1048576 }')
+          mib() { awk -v b="$b" -v x="$1" -v n="$per_device" 'BEGIN { printf "%.1f", (b - x) / 1048576 / n }'; }
           echo "| $lib | ${config%-*} | ${config##*-} | $(slowest "$dir" init_s) | $(slowest "$dir" first_allreduce_8B_s) | $(slowest "$dir" second_allreduce_8B_s) | $(slowest "$dir" first_allreduce_64MiB_s) | $(mib "$i") | $(mib "$c") | $(mib "$d") | ${stats:-?} |"
         done
       } > "$res/init.md"
