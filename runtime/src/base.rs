@@ -36,6 +36,9 @@ pub(crate) struct Core {
     pub socket: Arc<SocketNet>,
     /// Which NIC, and whose proxy, carries each network connection (PXN).
     pub rails: Rails,
+    /// Set once this rank and the ranks relaying for it, or relayed by it, parted
+    /// (`proxy::relay::part`).
+    pub relays_parted: AtomicBool,
     /// Set by a suspension: calls are refused until the communicator is resumed.
     pub suspended: AtomicBool,
     /// Abort flags of the non-blocking splits, shrinks and grows running from this
@@ -62,6 +65,7 @@ impl Core {
             net: NetLinks::new(chosen, comm_id, proxy_threads(config, &same_host), config.bootstrap_timeout)?,
             socket,
             rails,
+            relays_parted: AtomicBool::new(false),
             boot,
             config: config.clone(),
             abort: AbortFlag::new(),

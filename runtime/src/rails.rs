@@ -118,6 +118,28 @@ impl Rails {
         rail.and_then(|rail| own.iter().position(|n| n == rail)).unwrap_or(channel % own.len().max(1))
     }
 
+    /// The ranks of `me`'s host whose proxies may relay `me`'s sends: for each rail of a rank
+    /// elsewhere that `me` has no NIC on, the rank [`Rails::route`] would pick.
+    pub fn relays_of(&self, me: usize) -> Vec<usize> {
+        if self.pxn_disable {
+            return Vec::new();
+        }
+        let mut relays: Vec<usize> = (0..self.names.len())
+            .filter(|&r| r != me && self.hosts.get(r) != self.hosts.get(me))
+            .flat_map(|r| self.own(r))
+            .filter(|rail| !self.own(me).contains(rail))
+            .filter_map(|rail| (0..self.names.len()).find(|&p| self.local(me, p) && self.own(p).contains(rail)))
+            .collect();
+        relays.sort_unstable();
+        relays.dedup();
+        relays
+    }
+
+    /// The ranks of `me`'s host whose sends `me` may relay.
+    pub fn relayed_for(&self, me: usize) -> Vec<usize> {
+        (0..self.names.len()).filter(|&r| self.local(me, r) && self.relays_of(r).contains(&me)).collect()
+    }
+
     /// Whether some rank of this host may send through `me`'s NICs (so `me` must answer
     /// relay requests): a rank of the host lacks a rail `me` has and a rank elsewhere is on.
     pub fn may_relay_for_others(&self, me: usize) -> bool {
@@ -176,6 +198,12 @@ mod tests {
         assert_eq!(rails.route(3, 0, 0, false), Hop::Relay { proxy: 2, device: 0 }, "and back");
         assert_eq!((rails.carrier(0, 3, 0, false), rails.carrier(0, 2, 0, false)), (1, 0), "the receiver knows who connects");
         assert!(rails.may_relay_for_others(0), "rank 1 lacks rail0, which rank 2 is on");
+        assert_eq!((rails.relays_of(0), rails.relayed_for(0)), (vec![1], vec![1]), "host mates relay for each other");
+        assert_eq!(rails_without_pxn().relays_of(0), Vec::<usize>::new());
+    }
+
+    fn rails_without_pxn() -> Rails {
+        rail_optimized(true, 2)
     }
 
     #[test]
@@ -205,6 +233,7 @@ mod tests {
         let rails = Rails::new(names(&["rail0", "rail0", "rail1"]), &hosts(&[0, 0, 1]), true, false, 2);
         assert_eq!(rails.route(0, 2, 3, false), Hop::Direct { device: 0 });
         assert!(!rails.may_relay_for_others(1));
+        assert!(rails.relays_of(0).is_empty() && rails.relayed_for(1).is_empty());
     }
 
     #[test]

@@ -385,6 +385,7 @@ impl Drop for Communicator {
         match &self.backend {
             Backend::Host(host) => {
                 if self.error().is_some() {
+                    host.part_in_error();
                     return;
                 }
                 if let Err(e) = host.finalize() {

@@ -27,6 +27,8 @@ use crate::log_target;
 /// the connection handles' (`1 << 62` and up).
 const REQUEST_TAG: u64 = (1 << 62) - 2;
 const REPLY_TAG: u64 = (1 << 62) - 1;
+/// Tag of the notice that a rank has flushed its relayed sends (see [`part`]).
+const DONE_TAG: u64 = (1 << 62) - 3;
 /// First byte of a request: the format's version.
 const VERSION: u8 = 1;
 /// How long the service waits for a request before it looks at its communicator again.
@@ -83,6 +85,26 @@ pub(crate) fn ask(boot: &Bootstrap, proxy: usize, link: Link, handle: &[u8], dev
         Some((1, why)) => Err(Error::transport(format!("rank {proxy} cannot relay the send to rank {} channel {}: {}", link.peer, link.channel, String::from_utf8_lossy(why)))),
         _ => Err(Error::transport(format!("rank {proxy} answered the PXN relay request with {} malformed bytes", reply.len()))),
     }
+}
+
+/// Before a communicator goes (finalize, destroy): a rank whose sends other ranks of its
+/// host relay tells them its relayed sends are flushed (the caller flushed them first),
+/// and a rank that relays for others waits for that notice from each, since its links
+/// end with its communicator and its process may exit right after. Once per
+/// communicator; bounded by the bootstrap's timeout, ended by a failure or an abort. A
+/// communicator going in error only sends its notices (`wait` false): the ranks relaying
+/// for it must not wait for it.
+pub(crate) fn part(core: &Core, wait: bool) -> Result<()> {
+    if core.relays_parted.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        return Ok(());
+    }
+    for proxy in core.rails.relays_of(core.rank) {
+        core.boot.send(proxy as u32, DONE_TAG, &[])?;
+    }
+    for origin in core.rails.relayed_for(core.rank).into_iter().filter(|_| wait) {
+        core.boot.recv(origin as u32, DONE_TAG)?;
+    }
+    Ok(())
 }
 
 /// Starts the relay service of `core`'s rank, answering the requests of `locals` (the
