@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
 use crate::proxy::NetLinks;
-use crate::rails::{self, Rails};
+use crate::pxn::{self, Rails};
 
 /// The shared part of a communicator.
 pub(crate) struct Core {
@@ -37,8 +37,10 @@ pub(crate) struct Core {
     /// Which NIC, and whose proxy, carries each network connection (PXN).
     pub rails: Rails,
     /// Set once this rank and the ranks relaying for it, or relayed by it, parted
-    /// (`proxy::relay::part`).
+    /// (`pxn::relay::part`).
     pub relays_parted: AtomicBool,
+    /// Set once the relay service of this rank started (`pxn::relay::serve_if_needed`).
+    pub relay_served: AtomicBool,
     /// Set by a suspension: calls are refused until the communicator is resumed.
     pub suspended: AtomicBool,
     /// Abort flags of the non-blocking splits, shrinks and grows running from this
@@ -59,13 +61,14 @@ impl Core {
         // Tells communicators apart in the Net's context (NCCL passes its comm hash).
         static COMMUNICATORS: AtomicU64 = AtomicU64::new(0);
         let comm_id = u64::from(std::process::id()) << 32 | COMMUNICATORS.fetch_add(1, Ordering::Relaxed);
-        let core = Arc::new(Core {
+        Ok(Arc::new(Core {
             rank: boot.rank() as usize,
             nranks: boot.nranks() as usize,
             net: NetLinks::new(chosen, comm_id, proxy_threads(config, &same_host), config.bootstrap_timeout)?,
             socket,
             rails,
             relays_parted: AtomicBool::new(false),
+            relay_served: AtomicBool::new(false),
             boot,
             config: config.clone(),
             abort: AbortFlag::new(),
@@ -73,12 +76,7 @@ impl Core {
             suspended: AtomicBool::new(false),
             creating: Mutex::new(Vec::new()),
             background_error: Mutex::new(None),
-        });
-        if core.rails.may_relay_for_others(core.rank) {
-            let locals = (0..core.nranks).filter(|&r| r != core.rank && core.same_host[r]).collect();
-            crate::proxy::relay::serve(&core, locals);
-        }
-        Ok(core)
+        }))
     }
 
     /// An error once the communicator is aborted or a peer has failed (the control plane
@@ -180,8 +178,8 @@ fn gather_rails(boot: &Bootstrap, net: &dyn Net, same_host: &[bool], config: &Co
     }
     let devices = net.devices().map_err(|e| Error::from_transport("counting the net's devices", e))?;
     let names = (0..devices).map(|d| net.properties(d).map(|p| p.name)).collect::<std::result::Result<Vec<_>, _>>().map_err(|e| Error::from_transport("reading the net's devices", e))?;
-    let records = boot.allgather(&rails::encode_record(&host_id(config), &names)?)?;
-    let (hosts, names): (Vec<String>, Vec<Vec<String>>) = records.chunks(rails::RECORD_BYTES).map(rails::decode_record).unzip();
+    let records = boot.allgather(&pxn::encode_record(&host_id(config), &names)?)?;
+    let (hosts, names): (Vec<String>, Vec<Vec<String>>) = records.chunks(pxn::RECORD_BYTES).map(pxn::decode_record).unzip();
     Ok(Rails::new(names, &hosts, !config.shm_disable, config.pxn_disable, config.p2p_pxn_level))
 }
 

@@ -21,7 +21,7 @@ mod error;
 pub mod gpu;
 mod host;
 mod proxy;
-mod rails;
+mod pxn;
 mod topo;
 mod types;
 

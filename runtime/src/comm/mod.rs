@@ -98,6 +98,7 @@ impl Communicator {
     /// A communicator on `memory` over `core` (collective for a GPU: the ranks connect).
     pub(crate) fn over(core: Arc<Core>, memory: Memory) -> Result<Communicator> {
         crate::topo::dump_if_asked(&core)?;
+        crate::pxn::relay::serve_if_needed(&core);
         let backend = match memory {
             Memory::Host => Backend::Host(HostBackend::new(core.clone())?),
             Memory::Gpu { device } => Backend::Gpu(Box::new(crate::gpu::GpuBackend::new(core.clone(), device)?)),

@@ -29,7 +29,7 @@ use super::driver::{Device, DeviceMemory, IpcMemory, MappedHost};
 use super::encode::End;
 use crate::error::{Error, Result};
 use crate::proxy::{Direction, Driver, NetLinks};
-use crate::rails::Rails;
+use crate::pxn::Rails;
 
 /// Bootstrap tags of the announcements (per channel), apart from the host transports'.
 const FIFO_TAG: u64 = 1 << 61;

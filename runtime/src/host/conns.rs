@@ -13,8 +13,9 @@ use crate::algo::Link;
 use crate::error::{Error, Result};
 use super::exec::{Connections, Lane};
 use crate::log_target;
-use crate::proxy::{relay, Driver, NetConnection, NetLinks};
-use crate::rails::{Hop, Rails};
+use crate::proxy::{Driver, NetConnection, NetLinks};
+use crate::pxn::relay;
+use crate::pxn::{Hop, Rails};
 
 /// Bootstrap tags for connection handles: one per channel, above user tags' usual range.
 const HANDLE_TAG: u64 = 1 << 62;

@@ -155,7 +155,7 @@ impl HostBackend {
     /// Tells the ranks of this host relaying this rank's sends that it is going, without
     /// waiting for anyone (a communicator dropped in error).
     pub fn part_in_error(&self) {
-        let _ = crate::proxy::relay::part(&self.exec.core, false);
+        let _ = crate::pxn::relay::part(&self.exec.core, false);
     }
 
     /// Waits for queued work, then for every message this rank sent to be taken by its
@@ -165,7 +165,7 @@ impl HostBackend {
         self.exec.flush()?;
         // PXN: relayed sends are flushed into the relaying rank's proxy, which must not go
         // before they are sent.
-        crate::proxy::relay::part(&self.exec.core, true)
+        crate::pxn::relay::part(&self.exec.core, true)
     }
 
     /// Waits for queued work; with `release_memory`, frees what is made again on demand

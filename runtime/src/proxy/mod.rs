@@ -27,7 +27,6 @@
 //! one peer: every Net call is non-blocking and every link is visited in turn.
 
 pub(crate) mod core;
-pub(crate) mod relay;
 #[cfg(test)]
 mod sim;
 

@@ -1,5 +1,5 @@
-//! PXN relays between ranks of one host: a rank whose send must leave by another local
-//! rank's NIC ([`crate::rails`]) asks that rank, over the bootstrap, to relay it; the
+//! The relays of PXN between ranks of one host: a rank whose send must leave by another
+//! local rank's NIC ([`super::Rails`]) asks that rank, over the bootstrap, to relay it; the
 //! relaying rank makes a shared-memory FIFO, starts a proxy link that sends what the
 //! asking rank writes there to the destination's listen handle from its NIC, and answers
 //! with the FIFO's handle. Requests are answered by a service thread of each communicator
@@ -107,9 +107,14 @@ pub(crate) fn part(core: &Core, wait: bool) -> Result<()> {
     Ok(())
 }
 
-/// Starts the relay service of `core`'s rank, answering the requests of `locals` (the
-/// ranks of its host) until the communicator goes.
-pub(crate) fn serve(core: &Arc<Core>, locals: Vec<usize>) {
+/// Starts the relay service of `core`'s rank if ranks of its host may relay through it,
+/// answering their requests until the communicator goes.
+pub(crate) fn serve_if_needed(core: &Arc<Core>) {
+    // A communicator moved onto GPU memory keeps its core: one service per core.
+    if !core.rails.may_relay_for_others(core.rank) || core.relay_served.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        return;
+    }
+    let locals = (0..core.nranks).filter(|&r| r != core.rank && core.same_host[r]).collect();
     let (weak, rank) = (Arc::downgrade(core), core.rank);
     let spawned = std::thread::Builder::new().name(format!("oxccl-pxn-{rank}")).spawn(move || run(weak, locals));
     if let Err(e) = spawned {

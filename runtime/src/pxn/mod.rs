@@ -1,7 +1,7 @@
-//! Which NIC, and whose proxy, carries each network connection: the communicator's map of
-//! NICs to ranks and the PXN rule over it. Nothing here moves data or talks to anyone; the
-//! host backend asks [`Rails::route`] when it connects a link, the relay service of the
-//! proxy engine does what the answer says.
+//! PXN: which NIC, and whose proxy, carries each network connection — the communicator's
+//! map of NICs to ranks and the rule over it (this file: no I/O; the host backend asks
+//! [`Rails::route`] when it connects a link) — and the relays that carry out its answer
+//! ([`relay`]: requests over the bootstrap, a service thread, parting).
 //!
 //! Each rank's NICs are its Net's devices, named as the Net names them (the interface for
 //! sockets: `rail0`, `ib1`; the device for plugins: `mlx5_0`), gathered from every rank
@@ -18,6 +18,8 @@
 //!    reads and sends from (NCCL's PXN: traffic stays on its rail instead of crossing
 //!    between rails, a spine or a slower path);
 //! 3. else the sender's NIC for the channel, across rails.
+
+pub(crate) mod relay;
 
 use crate::error::{Error, Result};
 
