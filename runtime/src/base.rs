@@ -171,13 +171,15 @@ fn bootstrap_device(ip: std::net::IpAddr) -> SocketDevice {
 }
 
 /// The communicator's NIC map: every rank's host and device names, gathered when it spans
-/// hosts (every rank then has a peer elsewhere, so all of them take part, or none).
+/// hosts (every rank then has a peer elsewhere, so all of them take part, or none); on one
+/// host every rank has this rank's devices (network links there: NCCL_SHM_DISABLE).
 fn gather_rails(boot: &Bootstrap, net: &dyn Net, same_host: &[bool], config: &Config) -> Result<Rails> {
-    if same_host.iter().all(|&same| same) {
-        return Ok(Rails::default());
-    }
     let devices = net.devices().map_err(|e| Error::from_transport("counting the net's devices", e))?;
     let names = (0..devices).map(|d| net.properties(d).map(|p| p.name)).collect::<std::result::Result<Vec<_>, _>>().map_err(|e| Error::from_transport("reading the net's devices", e))?;
+    if same_host.iter().all(|&same| same) {
+        let n = same_host.len();
+        return Ok(Rails::new(vec![names; n], &vec![String::new(); n], !config.shm_disable, config.pxn_disable, config.p2p_pxn_level));
+    }
     let records = boot.allgather(&pxn::encode_record(&host_id(config), &names)?)?;
     let (hosts, names): (Vec<String>, Vec<Vec<String>>) = records.chunks(pxn::RECORD_BYTES).map(pxn::decode_record).unzip();
     Ok(Rails::new(names, &hosts, !config.shm_disable, config.pxn_disable, config.p2p_pxn_level))

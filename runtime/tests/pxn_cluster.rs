@@ -199,13 +199,18 @@ fn expect(outputs: &[Output], code: i32, marker: &str, skip: Option<usize>) -> V
     stdouts
 }
 
+/// The value of `name=` in a reported line.
+fn field(line: &str, name: &str) -> String {
+    line.split(' ').find_map(|f| f.strip_prefix(&format!("{name}="))).unwrap_or_else(|| panic!("{name} in {line}")).to_string()
+}
+
 /// Each reported connection of rank `rank`'s stdout, parsed.
 fn connections(stdout: &str) -> Vec<NetConnection> {
     stdout
         .lines()
         .filter_map(|line| line.strip_prefix("CONN "))
         .map(|line| {
-            let field = |name: &str| line.split(' ').find_map(|f| f.strip_prefix(&format!("{name}="))).unwrap_or_else(|| panic!("{name} in {line}")).to_string();
+            let field = |name: &str| field(line, name);
             let number = |name: &str| field(name).parse::<usize>().unwrap();
             NetConnection { from: number("from"), to: number("to"), channel: number("channel"), proxy: number("proxy"), send: field("send") == "true", device: number("device"), nic: field("nic") }
         })
@@ -215,8 +220,7 @@ fn connections(stdout: &str) -> Vec<NetConnection> {
 /// The receive counters a rank reported: (irecv calls, grouped ones).
 fn receives(stdout: &str) -> (u64, u64) {
     let line = stdout.lines().find_map(|l| l.strip_prefix("RECVS ")).expect("a RECVS line");
-    let field = |name: &str| line.split(' ').find_map(|f| f.strip_prefix(&format!("{name}="))).unwrap().parse::<u64>().unwrap();
-    (field("calls"), field("grouped"))
+    (field(line, "calls").parse().unwrap(), field(line, "grouped").parse().unwrap())
 }
 
 fn rail_of(rank: usize) -> usize {

@@ -219,7 +219,7 @@ impl Connections {
             if !cx.same_host[link.peer] {
                 if let End::Recv(_) = end {
                     let (region, memory) = net_fifo(cx.geometry)?;
-                    let (handle, _) = cx.net.listen(link, link.peer, region.clone(), Driver::Device)?;
+                    let (handle, _) = cx.net.listen(link, link.peer, region.clone(), Driver::Device, cx.rails.receive_device(cx.boot.rank() as usize, link.channel))?;
                     cx.boot.send(link.peer as u32, FIFO_TAG + link.channel as u64, &[&[KIND_NET][..], &handle].concat())?;
                     pending.push(Pending::Listening(region, memory));
                 } else {

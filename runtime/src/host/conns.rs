@@ -103,9 +103,9 @@ pub(crate) fn ensure(lanes: &[Lane], conns: &mut Connections, boot: &Bootstrap, 
         } else {
             let region = Region::heap(transports.geometry.slots, transports.geometry.slot_bytes).map_err(|e| Error::from_transport("making a network FIFO", e))?;
             let sender = rails.carrier(link.peer, me, link.channel, link.channel == P2P_CHANNEL);
-            let (handle, proxy) = net.listen(link, sender, region.clone(), Driver::Host)?;
-            conns.proxies.insert((link, false), proxy);
             let device = rails.receive_device(me, link.channel);
+            let (handle, proxy) = net.listen(link, sender, region.clone(), Driver::Host, device)?;
+            conns.proxies.insert((link, false), proxy);
             net.record(NetConnection { from: link.peer, to: me, channel: link.channel, proxy: sender, send: false, device, nic: net.device_name(device) });
             (Receiver::new(region), [vec![KIND_NET], handle].concat())
         };

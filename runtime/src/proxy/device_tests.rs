@@ -94,7 +94,7 @@ fn run(max_recvs: usize, independent: bool) {
     let (sender, receiver) = (NetLinks::new(net.clone(), 1, 2, Duration::from_secs(30)).unwrap(), NetLinks::new(net.clone(), 2, 2, Duration::from_secs(30)).unwrap());
     let link = Link { peer: 0, channel: 7 };
     let (rx, tx) = (Fifo::new(GEOMETRY), Arc::new(Fifo::new(GEOMETRY)));
-    let (handle, _) = receiver.listen(link, link.peer, rx.region.clone(), Driver::Device).unwrap();
+    let (handle, _) = receiver.listen(link, link.peer, rx.region.clone(), Driver::Device, 0).unwrap();
     sender.connect(link, &handle, tx.region.clone(), Driver::Device, 0).unwrap();
     let messages = 500u64;
     sender.announce(link, Direction::Send, messages, independent);
@@ -141,7 +141,7 @@ fn fifo_child() {
     let messages = 2000u64;
     let handle_file = dir.join("handle");
     if role == "recv" {
-        let (handle, _) = links.listen(link, link.peer, fifo.region.clone(), Driver::Device).unwrap();
+        let (handle, _) = links.listen(link, link.peer, fifo.region.clone(), Driver::Device, 0).unwrap();
         std::fs::write(dir.join("handle.tmp"), &handle).unwrap();
         std::fs::rename(dir.join("handle.tmp"), &handle_file).unwrap();
         links.announce(link, Direction::Recv, messages, true);
@@ -211,9 +211,9 @@ fn pingpong() {
     let (a, b) = (NetLinks::new(net.clone(), 11, 2, Duration::from_secs(30)).unwrap(), NetLinks::new(net.clone(), 12, 2, Duration::from_secs(30)).unwrap());
     let link = Link { peer: 0, channel: 9 };
     let (ab_rx, ab_tx, ba_rx, ba_tx) = (Arc::new(Fifo::new(GEOMETRY)), Fifo::new(GEOMETRY), Fifo::new(GEOMETRY), Arc::new(Fifo::new(GEOMETRY)));
-    let (h1, _) = b.listen(link, link.peer, ab_rx.region.clone(), Driver::Device).unwrap();
+    let (h1, _) = b.listen(link, link.peer, ab_rx.region.clone(), Driver::Device, 0).unwrap();
     a.connect(link, &h1, ab_tx.region.clone(), Driver::Device, 0).unwrap();
-    let (h2, _) = a.listen(link, link.peer, ba_rx.region.clone(), Driver::Device).unwrap();
+    let (h2, _) = a.listen(link, link.peer, ba_rx.region.clone(), Driver::Device, 0).unwrap();
     b.connect(link, &h2, ba_tx.region.clone(), Driver::Device, 0).unwrap();
     let n = 20000u64;
     for links in [&a, &b] {

@@ -138,11 +138,6 @@ impl NetContext {
     fn get(&self) -> &Context {
         self.context.as_ref().expect("the context lives until dropped")
     }
-
-    /// The device for a link of `channel`: channels are dealt over the Net's devices.
-    fn device(&self, channel: usize) -> Result<usize> {
-        Ok(channel % self.net.devices().map_err(|e| Error::from_transport("counting the net's devices", e))?.max(1))
-    }
 }
 
 impl Drop for NetContext {
@@ -174,10 +169,10 @@ impl NetLinks {
     /// caller reads it through a [`Receiver`]): the handle the sender connects with, and
     /// the proxy thread to wake when a slot is free again.
     /// `sender` is the rank whose proxy connects: the link's peer, or the rank of its host
-    /// relaying its sends (PXN), whose end a failure of the connection names.
-    pub fn listen(&self, link: Link, sender: usize, region: Arc<Region>, driver: Driver) -> Result<(Vec<u8>, std::thread::Thread)> {
-        let (handle, mut edge) = RecvLink::new(link, self.net.clone(), self.context.clone(), region, driver, self.shared.clone(), Instant::now(), self.setup_timeout)?;
-        edge.sender = sender;
+    /// relaying its sends (PXN), whose end a failure of the connection names. Listens on
+    /// the Net's `device` (the one the sender's side expects: `pxn::Rails::receive_device`).
+    pub fn listen(&self, link: Link, sender: usize, region: Arc<Region>, driver: Driver, device: usize) -> Result<(Vec<u8>, std::thread::Thread)> {
+        let (handle, edge) = RecvLink::new(link, sender, self.net.clone(), self.context.clone(), device, region, driver, self.shared.clone(), Instant::now(), self.setup_timeout)?;
         Ok((handle, self.submit(link, Direction::Recv, edge.mailbox.clone(), Box::new(edge))))
     }
 
@@ -476,20 +471,21 @@ impl RecvLink {
     #[allow(clippy::too_many_arguments)]
     fn new(
         link: Link,
+        sender: usize,
         net: Arc<dyn Net>,
         context: Arc<NetContext>,
+        device: usize,
         region: Arc<Region>,
         driver: Driver,
         shared: Shared,
         now: Instant,
         timeout: Duration,
     ) -> Result<(Vec<u8>, RecvLink)> {
-        let device = context.device(link.channel)?;
         let (handle, listen) = net.listen(context.get(), device).map_err(|e| Error::from_transport(format!("listening on device {device}"), e))?;
         let max_recvs = net.properties(device).map_err(|e| Error::from_transport(format!("asking device {device} its properties"), e))?.max_recvs;
         let edge = RecvLink {
             link,
-            sender: link.peer,
+            sender,
             net,
             _context: context,
             listen: Some(listen),

@@ -325,7 +325,7 @@ impl Pair {
         let link = Link { peer: 1, channel: 0 };
         let (send_region, recv_region) = (Region::heap(SLOTS, SLOT_BYTES).unwrap(), Region::heap(SLOTS, SLOT_BYTES).unwrap());
         let context = Arc::new(NetContext::new(net.clone(), 1).unwrap());
-        let (handle, recv) = RecvLink::new(link, net.clone(), context.clone(), recv_region.clone(), Driver::Host, shared.clone(), now, TIMEOUT).unwrap();
+        let (handle, recv) = RecvLink::new(link, link.peer, net.clone(), context.clone(), 0, recv_region.clone(), Driver::Host, shared.clone(), now, TIMEOUT).unwrap();
         let send = SendLink::new(link, net, context, 0, &handle, send_region.clone(), Driver::Host, shared.clone(), now, TIMEOUT).unwrap();
         Pair { send, recv, producer: Sender::new(send_region), consumer: Receiver::new(recv_region), shared, now }
     }

@@ -36,8 +36,8 @@ pub(crate) enum Hop {
 /// receiver knows whose proxy its sender's data comes through.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Rails {
-    /// Each rank's devices' names, in device order (empty when the communicator is on
-    /// one host: nothing is routed then).
+    /// Each rank's devices' names, in device order (on one host, this rank's for every
+    /// rank: nothing is relayed then).
     names: Vec<Vec<String>>,
     /// Each rank's host, numbered in order of first appearance.
     hosts: Vec<usize>,
@@ -143,11 +143,9 @@ impl Rails {
     }
 
     /// Whether some rank of this host may send through `me`'s NICs (so `me` must answer
-    /// relay requests): a rank of the host lacks a rail `me` has and a rank elsewhere is on.
+    /// relay requests).
     pub fn may_relay_for_others(&self, me: usize) -> bool {
-        let n = self.names.len();
-        let remote_rails: Vec<&String> = (0..n).filter(|&r| r != me && self.hosts.get(r) != self.hosts.get(me)).flat_map(|r| self.own(r)).collect();
-        !self.pxn_disable && (0..n).filter(|&r| self.local(me, r)).any(|r| self.own(me).iter().any(|rail| !self.own(r).contains(rail) && remote_rails.contains(&rail)))
+        !self.relayed_for(me).is_empty()
     }
 }
 
