@@ -11,7 +11,8 @@
 # library whose run succeeded), drawn by oxccl-plot from gpu-bin/ (scripts/gpu-build.sh).
 #
 # Knobs: NET_TESTS (default all_reduce all_gather reduce_scatter broadcast alltoall
-# sendrecv), NET_RANKS (default "2 4"), NET_LIBS (default "oxccl nccl nccl-best"),
+# sendrecv), NET_RANKS (default "2 4"), NET_LIBS (default "oxccl nccl nccl-best"; also
+# oxccl-simple: oxccl with NCCL_PROTO=Simple, no LL over the network),
 # NET_MAX (default 128M), NET_ITERS (20), NET_TIMEOUT (per run, 150 s).
 # NVLink multicast stays off; GPU clocks and modes are never touched.
 set -uo pipefail
@@ -72,6 +73,7 @@ label() {
   version=${version:+ $((version / 10000)).$((version / 100 % 100)).$((version % 100))}
   case $1 in
     oxccl) echo "oxccl" ;;
+    oxccl-simple) echo "oxccl, NCCL_PROTO=Simple" ;;
     nccl) echo "NCCL$version at its defaults" ;;
     nccl-best) echo "NCCL$version, ${NCCL_BEST_THREADS:-4} threads × ${NCCL_BEST_SOCKS:-4} sockets" ;;
     *) echo "$1" ;;
@@ -86,6 +88,7 @@ for n in ${NET_RANKS:-2 4}; do
       env=(-x NCCL_NVLS_ENABLE -x XDG_CACHE_HOME -x NCCL_SOCKET_IFNAME=lo -x NET_GPUS="$gpus")
       case $lib in
         oxccl) env+=(-x LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}") ;;
+        oxccl-simple) env+=(-x LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}" -x NCCL_PROTO=Simple) ;;
         nccl) env+=(-x LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}") ;;
         nccl-best) env+=(-x LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" -x NCCL_SOCKET_NTHREADS="${NCCL_BEST_THREADS:-4}" -x NCCL_NSOCKS_PERTHREAD="${NCCL_BEST_SOCKS:-4}") ;;
       esac

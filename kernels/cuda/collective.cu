@@ -210,115 +210,7 @@ __device__ void ox_move(char* d0, char* d1, const char* in, const char* local, u
   }
 }
 
-// Reports why a lane stopped, and where: the kernel, its lane (block) and step (for
-// ox_direct the peer waited for; for ox_p2p the lane's peer and message), and the peer
-// waited for (plain stores: atomics on mapped host memory are not available everywhere;
-// lanes racing here all report the same kind of failure).
-__device__ void ox_fail(const OxWatch& w, int why, int kernel, u32 lane, u32 step, u32 peer) {
-  volatile int* status = w.status;
-  status[1] = (int)lane;
-  status[2] = (int)step;
-  status[3] = kernel;
-  status[4] = (int)peer;
-  __threadfence_system();
-  status[0] = why;
-}
-
-extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) {
-  __shared__ const char* s_in;
-  __shared__ char* s_out;
-  __shared__ int s_stop;
-  __shared__ bool s_fresh;
-  const u32 lane = blockIdx.x;
-  const u32 first = a.bounds[lane], end = a.bounds[lane + 1];
-  for (u32 i = first; i < end; ++i) {
-    const OxStep s = a.steps[i];
-    if (threadIdx.x == 0) {
-      int why = 0;
-      u32 at = 0;
-      const char* in = 0;
-      char* out = 0;
-      bool fresh = false;
-      if (s.recv != OX_NO_CONN) {
-        const OxConn& c = a.conns[s.recv];
-        const u64 n = *c.counter;
-        why = ox_wait_for(c.tail, n + 1, a.watch, c.peer);
-        at = c.peer;
-        in = c.slots_base + (n % c.slots) * c.slot_bytes;
-        fresh = (c.flags & OX_CONN_HOST) != 0;
-      }
-      if (!why && s.send != OX_NO_CONN) {
-        const OxConn& c = a.conns[s.send];
-        const u64 n = *c.counter;
-        // Slot n % slots is free once the receiver consumed message n - slots.
-        why = n + 1 > c.slots ? ox_wait_for(c.head, n + 1 - c.slots, a.watch, c.peer) : 0;
-        at = c.peer;
-        out = c.slots_base + (n % c.slots) * c.slot_bytes;
-        // The proxy reads the size only once it sees the tail (published after the data,
-        // below): written now, it needs no fence of its own.
-        if (!why && c.sizes) c.sizes[n % c.slots] = s.bytes;
-      }
-      if (why) ox_fail(a.watch, why, OX_KERNEL_RUN, lane, i - first, at);
-      // Over the network the proxy wrote the slot from the CPU: order this block's reads
-      // after the tail at system scope (an acquire; no sequential consistency needed).
-      if (fresh) ox_fence_acq_rel_sys(); else __threadfence();
-      s_in = in;
-      s_out = out;
-      s_stop = why;
-      s_fresh = fresh;
-    }
-    __syncthreads();
-    if (s_stop) return;
-    const bool reads = s.kind == OX_SEND || s.kind == OX_RECV_REDUCE_SEND || s.kind == OX_RECV_REDUCE_COPY || s.kind == OX_RECV_REDUCE_COPY_SEND || s.kind == OX_COPY;
-    const bool writes = s.kind != OX_SEND && s.kind != OX_RECV_REDUCE_SEND;
-    const bool from_input = reads && !(s.src & OX_RECV_BUFFER);
-    const char* local = !reads ? 0 : from_input ? a.send + s.src : a.recv + (s.src & ~OX_RECV_BUFFER);
-    char* dst = writes ? a.recv + (s.dst & ~OX_RECV_BUFFER) : 0;
-    const bool scale = a.scaled && from_input;
-    const bool fresh = s_fresh;
-    switch (s.kind) {
-      case OX_SEND: ox_move(s_out, 0, 0, local, s.bytes, scale, a.scale, false); break;
-      case OX_RECV: ox_move(dst, 0, s_in, 0, s.bytes, false, 0, fresh); break;
-      case OX_RECV_REDUCE_SEND: ox_move(s_out, 0, s_in, local, s.bytes, scale, a.scale, fresh); break;
-      case OX_RECV_REDUCE_COPY: ox_move(dst, 0, s_in, local, s.bytes, scale, a.scale, fresh); break;
-      case OX_RECV_REDUCE_COPY_SEND: ox_move(dst, s_out, s_in, local, s.bytes, scale, a.scale, fresh); break;
-      case OX_RECV_COPY_SEND: ox_move(dst, s_out, s_in, 0, s.bytes, false, 0, fresh); break;
-      case OX_COPY:
-        if (local != dst || scale) ox_move(dst, 0, 0, local, s.bytes, scale, a.scale, false);
-        break;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      // Publish the block's writes before the counters: peers' GPUs need the full fence;
-      // a FIFO in host memory, whose other end is the proxy, a release.
-      const bool to_proxy = (s.recv == OX_NO_CONN || (a.conns[s.recv].flags & OX_CONN_HOST)) && (s.send == OX_NO_CONN || (a.conns[s.send].flags & OX_CONN_HOST));
-      if (to_proxy) ox_fence_acq_rel_sys(); else __threadfence_system();
-      if (s.recv != OX_NO_CONN) {
-        const OxConn& c = a.conns[s.recv];
-        const u64 n = *c.counter + 1;
-        *c.counter = n;
-        *c.head = n;
-      }
-      if (s.send != OX_NO_CONN) {
-        const OxConn& c = a.conns[s.send];
-        const u64 n = *c.counter + 1;
-        *c.counter = n;
-        *c.tail = n;
-      }
-    }
-  }
-}
-
-// ---- The direct kernel: a small collective in one hop, over the LL protocol ----
-//
-// Every rank writes its data straight into the receivers' inboxes (OxDirect), 8 bytes of
-// data and the launch's flag twice in one 16-byte volatile store, so a line's data and its
-// readiness arrive together; receivers spin on their own inbox lines until the flags match,
-// then reduce or copy. No handshake, no barrier: one NVLink hop where a ring takes 2(n-1).
-// Each thread owns lines l = its index + k * grid: the same lines in both phases, so a
-// rank's own input line is read before its output line is written (in place is safe).
-// Reductions combine the n contributions in rank order on every rank, so all ranks get
-// bit-identical results.
+// ---- LL lines: 8 bytes of data and a flag twice in one 16-byte store ----
 
 __device__ __forceinline__ void ox_ll_store(char* p, uint2 d, u32 flag) {
   asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(d.x), "r"(flag), "r"(d.y), "r"(flag) : "memory");
@@ -361,6 +253,203 @@ __device__ int ox_ll_wait(const char* p, u32 flag, const OxWatch& w, u32 peer, u
   *out = make_uint2(v.x, v.z);
   return why;
 }
+
+// The flag of the k-th message (k from 1): never 0, so memory not yet written never shows
+// it (oxccl_kernels::device::ll::flag).
+__device__ __forceinline__ u32 ox_ll_flag(u64 k) { return (u32)((k - 1) % 0xffffffffull + 1); }
+
+// A line read plainly from a buffer or a GPU FIFO slot (through L2: a peer rewrites
+// slots, so L1 may hold stale lines); bytes past `bytes` read as 0.
+__device__ __forceinline__ uint2 ox_line_get_cg(const char* base, u64 l, u64 bytes) {
+  const char* p = base + l * 8;
+  if (l * 8 + 8 <= bytes && ((u64)p & 7) == 0) return __ldcg((const uint2*)p);
+  unsigned char b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (u32 i = 0; i < 8 && l * 8 + i < bytes; ++i) b[i] = __ldcg((const unsigned char*)p + i);
+  uint2 d;
+  memcpy(&d, b, 8);
+  return d;
+}
+
+// One step of the executor where a network FIFO runs LL (DevArgs::ll): as ox_move, line by
+// line. `in` is a slot to read, as LL lines flagged `flag_in` (in_ll: each thread waits
+// for its own lines; line 0 is the header) or plain; `out` a slot to write, as LL lines
+// flagged `flag_out` after a header line with the byte count (out_ll), or plain. 0, or
+// why this thread stopped waiting (as ox_spin).
+__device__ int ox_move_ll(char* dst, char* out, bool out_ll, const char* in, bool in_ll, const char* local, u32 bytes, bool scale, double s, u32 flag_in, u32 flag_out, const OxWatch& w, u32 peer_in) {
+  const u64 lines = ((u64)bytes + 7) / 8;
+  if (out && out_ll && threadIdx.x == 0) ox_ll_store(out, make_uint2(bytes, 0), flag_out);
+  // The header too: a message of no bytes has nothing else to wait for.
+  if (in && in_ll && threadIdx.x == 0) {
+    uint2 header;
+    const int why = ox_ll_wait(in, flag_in, w, peer_in, &header);
+    if (why) return why;
+  }
+  for (u64 l = threadIdx.x; l < lines; l += blockDim.x) {
+    uint2 v = make_uint2(0, 0);
+    if (in) {
+      if (in_ll) {
+        const int why = ox_ll_wait(in + (l + 1) * 16, flag_in, w, peer_in, &v);
+        if (why) return why;
+      } else {
+        v = ox_line_get_cg(in, l, bytes);
+      }
+    }
+    if (local) {
+      uint2 x = ox_line_get_cg(local, l, bytes);
+      if (scale) x = ox_scale_vec(x, s);
+      v = in ? ox_combine_vec(v, x) : x;
+    }
+    if (dst) ox_line_put(dst, l, bytes, v);
+    if (out) {
+      if (out_ll) ox_ll_store(out + (l + 1) * 16, v, flag_out);
+      else ox_line_put(out, l, bytes, v);
+    }
+  }
+  return 0;
+}
+
+// Reports why a lane stopped, and where: the kernel, its lane (block) and step (for
+// ox_direct the peer waited for; for ox_p2p the lane's peer and message), and the peer
+// waited for (plain stores: atomics on mapped host memory are not available everywhere;
+// lanes racing here all report the same kind of failure).
+__device__ void ox_fail(const OxWatch& w, int why, int kernel, u32 lane, u32 step, u32 peer) {
+  volatile int* status = w.status;
+  status[1] = (int)lane;
+  status[2] = (int)step;
+  status[3] = kernel;
+  status[4] = (int)peer;
+  __threadfence_system();
+  status[0] = why;
+}
+
+extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) {
+  __shared__ const char* s_in;
+  __shared__ char* s_out;
+  __shared__ int s_stop;
+  __shared__ bool s_fresh;
+  __shared__ u32 s_flag_in, s_flag_out;
+  const u32 lane = blockIdx.x;
+  const u32 first = a.bounds[lane], end = a.bounds[lane + 1];
+  for (u32 i = first; i < end; ++i) {
+    const OxStep s = a.steps[i];
+    // Network connections run LL in an LL launch (DevArgs::ll): their own slots, no tail to
+    // wait for on receiving (each thread waits for its lines' flags), no fence on sending
+    // (the proxy sends once every line shows the flag).
+    const bool in_ll = a.ll && s.recv != OX_NO_CONN && (a.conns[s.recv].flags & OX_CONN_HOST);
+    const bool out_ll = a.ll && s.send != OX_NO_CONN && (a.conns[s.send].flags & OX_CONN_HOST);
+    if (threadIdx.x == 0) {
+      int why = 0;
+      u32 at = 0;
+      const char* in = 0;
+      char* out = 0;
+      bool fresh = false;
+      if (s.recv != OX_NO_CONN) {
+        const OxConn& c = a.conns[s.recv];
+        const u64 n = *c.counter;
+        at = c.peer;
+        if (in_ll) {
+          in = c.ll_slots + (n % c.slots) * c.ll_slot_bytes;
+          s_flag_in = ox_ll_flag(n + 1);
+        } else {
+          why = ox_wait_for(c.tail, n + 1, a.watch, c.peer);
+          in = c.slots_base + (n % c.slots) * c.slot_bytes;
+          fresh = (c.flags & OX_CONN_HOST) != 0;
+        }
+      }
+      if (!why && s.send != OX_NO_CONN) {
+        const OxConn& c = a.conns[s.send];
+        const u64 n = *c.counter;
+        // Slot n % slots is free once the receiver consumed message n - slots.
+        why = n + 1 > c.slots ? ox_wait_for(c.head, n + 1 - c.slots, a.watch, c.peer) : 0;
+        at = c.peer;
+        if (out_ll) {
+          out = c.ll_slots + (n % c.slots) * c.ll_slot_bytes;
+          s_flag_out = ox_ll_flag(n + 1);
+        } else {
+          out = c.slots_base + (n % c.slots) * c.slot_bytes;
+          // The proxy reads the size only once it sees the tail (published after the
+          // data, below): written now, it needs no fence of its own.
+          if (!why && c.sizes) c.sizes[n % c.slots] = s.bytes;
+        }
+      }
+      if (why) ox_fail(a.watch, why, OX_KERNEL_RUN, lane, i - first, at);
+      // Over the network the proxy wrote the slot from the CPU: order this block's reads
+      // after the tail at system scope (an acquire; no sequential consistency needed).
+      if (fresh) ox_fence_acq_rel_sys(); else __threadfence();
+      s_in = in;
+      s_out = out;
+      s_stop = why;
+      s_fresh = fresh;
+    }
+    __syncthreads();
+    if (s_stop) return;
+    const bool reads = s.kind == OX_SEND || s.kind == OX_RECV_REDUCE_SEND || s.kind == OX_RECV_REDUCE_COPY || s.kind == OX_RECV_REDUCE_COPY_SEND || s.kind == OX_COPY;
+    const bool writes = s.kind != OX_SEND && s.kind != OX_RECV_REDUCE_SEND;
+    const bool from_input = reads && !(s.src & OX_RECV_BUFFER);
+    const char* local = !reads ? 0 : from_input ? a.send + s.src : a.recv + (s.src & ~OX_RECV_BUFFER);
+    char* dst = writes ? a.recv + (s.dst & ~OX_RECV_BUFFER) : 0;
+    const bool scale = a.scaled && from_input;
+    const bool fresh = s_fresh;
+    int why = 0;
+    if (in_ll || out_ll) {
+      why = ox_move_ll(dst, s_out, out_ll, s_in, in_ll, local, s.bytes, scale, a.scale, s_flag_in, s_flag_out, a.watch, in_ll ? a.conns[s.recv].peer : 0);
+    } else {
+      switch (s.kind) {
+        case OX_SEND: ox_move(s_out, 0, 0, local, s.bytes, scale, a.scale, false); break;
+        case OX_RECV: ox_move(dst, 0, s_in, 0, s.bytes, false, 0, fresh); break;
+        case OX_RECV_REDUCE_SEND: ox_move(s_out, 0, s_in, local, s.bytes, scale, a.scale, fresh); break;
+        case OX_RECV_REDUCE_COPY: ox_move(dst, 0, s_in, local, s.bytes, scale, a.scale, fresh); break;
+        case OX_RECV_REDUCE_COPY_SEND: ox_move(dst, s_out, s_in, local, s.bytes, scale, a.scale, fresh); break;
+        case OX_RECV_COPY_SEND: ox_move(dst, s_out, s_in, 0, s.bytes, false, 0, fresh); break;
+        case OX_COPY:
+          if (local != dst || scale) ox_move(dst, 0, 0, local, s.bytes, scale, a.scale, false);
+          break;
+      }
+    }
+    if (__syncthreads_or(why)) {
+      // Some thread's LL wait gave up: it says why, and the lane stops.
+      if (why) ox_fail(a.watch, why, OX_KERNEL_RUN, lane, i - first, a.conns[s.recv].peer);
+      return;
+    }
+    if (threadIdx.x == 0) {
+      // Publish the block's writes before the counters: peers' GPUs need the full fence;
+      // a FIFO in host memory, whose other end is the proxy, a release; LL connections
+      // none (their lines carry their readiness, and a receive's head only frees a slot
+      // whose lines were read).
+      const bool to_proxy = (s.recv == OX_NO_CONN || (a.conns[s.recv].flags & OX_CONN_HOST)) && (s.send == OX_NO_CONN || (a.conns[s.send].flags & OX_CONN_HOST));
+      const bool all_ll = (in_ll || out_ll) && (s.recv == OX_NO_CONN || in_ll) && (s.send == OX_NO_CONN || out_ll);
+      if (all_ll) {
+      } else if (to_proxy) {
+        ox_fence_acq_rel_sys();
+      } else {
+        __threadfence_system();
+      }
+      if (s.recv != OX_NO_CONN) {
+        const OxConn& c = a.conns[s.recv];
+        const u64 n = *c.counter + 1;
+        *c.counter = n;
+        *c.head = n;
+      }
+      if (s.send != OX_NO_CONN) {
+        const OxConn& c = a.conns[s.send];
+        const u64 n = *c.counter + 1;
+        *c.counter = n;
+        *c.tail = n;
+      }
+    }
+  }
+}
+
+// ---- The direct kernel: a small collective in one hop, over the LL protocol ----
+//
+// Every rank writes its data straight into the receivers' inboxes (OxDirect), 8 bytes of
+// data and the launch's flag twice in one 16-byte volatile store, so a line's data and its
+// readiness arrive together; receivers spin on their own inbox lines until the flags match,
+// then reduce or copy. No handshake, no barrier: one NVLink hop where a ring takes 2(n-1).
+// Each thread owns lines l = its index + k * grid: the same lines in both phases, so a
+// rank's own input line is read before its output line is written (in place is safe).
+// Reductions combine the n contributions in rank order on every rank, so all ranks get
+// bit-identical results.
 
 extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirect a) {
   const u64 lines = (a.bytes + 7) / 8;
@@ -445,8 +534,6 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirec
 // d's row for this rank, flagged k, once d acknowledged message k - 2; a receiver
 // acknowledges each message as soon as every thread of its block has read its lines.
 // A lane of copies, when there is one, moves the rank's sends to itself.
-
-__device__ __forceinline__ u32 ox_ll_flag(u64 k) { return (u32)((k - 1) % 0xffffffffull + 1); }
 
 extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_p2p(const OxP2p a) {
   const OxP2pLane lane = a.lanes[blockIdx.x];

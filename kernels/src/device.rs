@@ -126,17 +126,53 @@ pub struct DevConn {
     /// nobody reads sizes (the receiver knows them from its steps).
     pub sizes: u64,
     pub slot_bytes: u64,
+    /// Over the network: the LL slots ([`ll`]), `slots` of `ll_slot_bytes` from here (0
+    /// between GPUs of a host).
+    pub ll_slots: u64,
     pub slots: u32,
     pub peer: u32,
     /// [`conn`] bits.
     pub flags: u32,
-    pub _pad: u32,
+    pub ll_slot_bytes: u32,
 }
 
 /// `DevConn::flags` bits.
 pub mod conn {
     /// The FIFO is pinned host memory that the network proxy fills or drains.
     pub const HOST: u32 = 1;
+}
+
+/// The LL protocol over a network FIFO ([`conn::HOST`], a launch with [`DevArgs::ll`]).
+/// LL messages go through slots of their own ([`DevConn::ll_slots`], [`SLOT_BYTES`]
+/// each): slot `n % slots` for message `n`, as the Simple slot, so that one FIFO's head and
+/// tail count both, but never memory a Simple message wrote (whose bytes could look like
+/// a flag). A message's slot holds a header line — its byte count in the first data word, 0 in the
+/// second — then one line per 8 bytes of data, every line of [`LL_LINE_BYTES`] carrying
+/// the message's flag ([`ll::flag`]) beside each 4 data bytes, so that each 8-byte half is
+/// whole once its flag shows. The sending kernel needs no fence: its proxy sends the slot
+/// once the header and every line show the flag; the receiving kernel polls the lines the
+/// proxy received, with no tail to wait for first.
+pub mod ll {
+    use super::LL_LINE_BYTES;
+
+    /// Bytes of an LL slot: a header line and 4095 lines, 32760 data bytes.
+    pub const SLOT_BYTES: usize = 64 << 10;
+
+    /// Data bytes a slot of `slot_bytes` carries over LL (a header line, then lines of 8).
+    pub fn slot_data(slot_bytes: usize) -> usize {
+        (slot_bytes / LL_LINE_BYTES).saturating_sub(1) * super::LL_LINE_DATA
+    }
+
+    /// Bytes of a message of `bytes` data bytes over LL, header line included.
+    pub fn message_bytes(bytes: usize) -> usize {
+        (bytes.div_ceil(super::LL_LINE_DATA) + 1) * LL_LINE_BYTES
+    }
+
+    /// The flag of message `n` (counted from 0 over the connection's life): never 0, so a
+    /// slot not yet written never shows it; equal again only 2^32 - 1 messages later.
+    pub fn flag(n: u64) -> u32 {
+        (n % 0xffff_ffff) as u32 + 1
+    }
 }
 
 /// What every wait of every kernel watches (C: `OxWatch`), part of each launch's
@@ -174,7 +210,9 @@ pub struct DevArgs {
     /// by this (PreMulSum, float Avg), in the datatype's arithmetic.
     pub scale: f64,
     pub scaled: u32,
-    pub _pad: u32,
+    /// 1: connections over the network ([`conn::HOST`]) run the LL protocol in this launch
+    /// ([`ll`]); connections between GPUs of a host stay Simple.
+    pub ll: u32,
 }
 
 /// Arguments of the direct kernel (C: `OxDirect`), passed by value: a small collective in
@@ -326,10 +364,11 @@ fn structs() -> Vec<(&'static str, usize, Vec<Field>)> {
                 "unsigned long long*" counter: u64,
                 "volatile unsigned int*" sizes: u64,
                 "unsigned long long" slot_bytes: u64,
+                "char*" ll_slots: u64,
                 "unsigned int" slots: u32,
                 "unsigned int" peer: u32,
                 "unsigned int" flags: u32,
-                "unsigned int" _pad: u32,
+                "unsigned int" ll_slot_bytes: u32,
             }),
         ),
         (
@@ -344,7 +383,7 @@ fn structs() -> Vec<(&'static str, usize, Vec<Field>)> {
                 "OxWatch" watch: DevWatch,
                 "double" scale: f64,
                 "unsigned int" scaled: u32,
-                "unsigned int" _pad: u32,
+                "unsigned int" ll: u32,
             }),
         ),
         (
@@ -458,7 +497,7 @@ mod tests {
         for (name, value) in kind::ALL {
             assert!(h.contains(&format!("#define {name} {value}u")), "{name}");
         }
-        for s in ["struct OxStep {", "struct OxConn {", "struct OxArgs {", "sizeof(OxStep) == 32", "sizeof(OxConn) == 64", "sizeof(OxArgs) == 88", "sizeof(OxWatch) == 32", "#define OX_PEER_LEFT 3", "struct OxDirect {", "sizeof(OxDirect) == 128", "#define OX_DIRECT_BROADCAST 4u", "struct OxP2p {", "sizeof(OxP2p) == 112", "sizeof(OxP2pLane) == 16", "sizeof(OxP2pMsg) == 24", "#define OX_LANE_COPY 2u"] {
+        for s in ["struct OxStep {", "struct OxConn {", "struct OxArgs {", "sizeof(OxStep) == 32", "sizeof(OxConn) == 72", "sizeof(OxArgs) == 88", "sizeof(OxWatch) == 32", "#define OX_PEER_LEFT 3", "struct OxDirect {", "sizeof(OxDirect) == 128", "#define OX_DIRECT_BROADCAST 4u", "struct OxP2p {", "sizeof(OxP2p) == 112", "sizeof(OxP2pLane) == 16", "sizeof(OxP2pMsg) == 24", "#define OX_LANE_COPY 2u"] {
             assert!(h.contains(s), "{s} missing from:\n{h}");
         }
     }

@@ -327,6 +327,8 @@ pub struct Sender {
     region: Arc<Region>,
     tail: u64,
     head_seen: u64,
+    /// See [`Sender::allow_early_release`].
+    early_release: bool,
 }
 
 /// The receiving end of a FIFO. One per FIFO.
@@ -341,7 +343,16 @@ impl Sender {
         let header = region.header();
         let tail = header.tail.0.load(Ordering::Acquire);
         let head_seen = header.head.0.load(Ordering::Acquire);
-        Sender { region, tail, head_seen }
+        Sender { region, tail, head_seen, early_release: false }
+    }
+
+    /// Lets the receiver release slots not yet posted, up to a FIFO's worth: a reader that
+    /// sees a message's bytes land by themselves (the LL protocol: each line carries its
+    /// flag) may consume and release it before the sender publishes it. Such a head reads
+    /// as no message in flight; farther ahead it is still taken for corruption (a full
+    /// FIFO).
+    pub fn allow_early_release(&mut self) {
+        self.early_release = true;
     }
 
     /// The next free slot to write in place, if there is one; publish it with [`post`](Self::post).
@@ -423,8 +434,11 @@ impl Sender {
     /// Posted and not yet released. Clamped: a head past the tail (a corrupt peer) reads as
     /// a full FIFO, which stalls into the caller's deadline instead of overwriting slots.
     fn in_flight(&self) -> u64 {
-        let in_flight = self.tail.wrapping_sub(self.head_seen);
-        in_flight.min(self.region.geometry.slots as u64)
+        let slots = self.region.geometry.slots as u64;
+        if self.early_release && self.head_seen > self.tail && self.head_seen - self.tail <= slots {
+            return 0;
+        }
+        self.tail.wrapping_sub(self.head_seen).min(slots)
     }
 
     fn refresh_head(&mut self) {

@@ -4,7 +4,12 @@
 //! message from one rank's kernel to its peer's — costs ~24 µs, a rank moves ~6 GB/s over
 //! its connections (~1.8 GB/s over one), and the GPU's reductions cost nothing next to that. What it runs:
 //! the ring, and the direct exchange for every collective (one hop where the ring takes
-//! n-1; all_reduce two-shot in two, or one for two ranks).
+//! n-1; all_reduce two-shot in two, or one for two ranks), each over Simple or LL. LL
+//! saves a hop the kernels' fences and the receiver's wait for the tail before the data,
+//! and moves twice the bytes, line by line: on one H100 with 2 ranks as hosts, LL took
+//! 0.1-7.6 µs less than Simple per call from 128 B to 2 KiB and lost from ~8 KiB
+//! (docs/PERFORMANCE.md), so the model gives it 3 µs less a hop and a tenth of Simple's
+//! bandwidth: LL up to ~2 KiB a message.
 
 use crate::collective::Collective;
 use crate::names::{Algorithm, Protocol};
@@ -18,6 +23,10 @@ pub struct NetKernelModel {
 
 /// Seconds of one hop.
 const HOP: f64 = 24e-6;
+/// Seconds of one hop over LL.
+const HOP_LL: f64 = 21e-6;
+/// Bytes per second a rank moves over LL (data, not lines).
+const BANDWIDTH_LL: f64 = 0.6e9;
 /// Seconds to issue one more message of a hop (the proxy handles them in turn).
 const ISSUE: f64 = 2e-6;
 /// Bytes per second a rank moves over its connections (several channels or peers).
@@ -28,14 +37,14 @@ const BANDWIDTH: f64 = 6e9;
 const CONNECTION: f64 = 1.8e9;
 
 impl NetKernelModel {
-    /// Whether the GPU kernels run `algorithm` for `collective` across hosts (Simple only).
+    /// Whether the GPU kernels run `algorithm` over `protocol` for `collective` across hosts.
     pub fn runs(_collective: Collective, algorithm: Algorithm, protocol: Protocol) -> bool {
-        protocol == Protocol::Simple && matches!(algorithm, Algorithm::Ring | Algorithm::Direct)
+        matches!(protocol, Protocol::Simple | Protocol::Ll) && matches!(algorithm, Algorithm::Ring | Algorithm::Direct)
     }
 
-    /// Estimated seconds of `algorithm` for `collective` on `bytes` (the call's `count`
-    /// elements: a rank's block for all_gather, reduce_scatter and alltoall).
-    pub fn estimate(&self, collective: Collective, algorithm: Algorithm, bytes: usize) -> f64 {
+    /// Estimated seconds of `algorithm` over `protocol` for `collective` on `bytes` (the
+    /// call's `count` elements: a rank's block for all_gather, reduce_scatter and alltoall).
+    pub fn estimate(&self, collective: Collective, algorithm: Algorithm, protocol: Protocol, bytes: usize) -> f64 {
         let n = self.nranks.max(1) as f64;
         let s = bytes as f64;
         let (hops, messages, moved) = match (collective, algorithm) {
@@ -51,7 +60,11 @@ impl NetKernelModel {
             (_, Algorithm::Ring) => (n - 1.0, n - 1.0, (n - 1.0) * s),
             (_, _) => (1.0, n - 1.0, (n - 1.0) * s),
         };
-        hops * HOP + messages * ISSUE + moved / BANDWIDTH
+        match protocol {
+            // Twice the bytes on the wire, read and written line by line.
+            Protocol::Ll => hops * HOP_LL + messages * ISSUE + moved / BANDWIDTH_LL,
+            _ => hops * HOP + messages * ISSUE + moved / BANDWIDTH,
+        }
     }
 
     /// The cost table (µs) of a call of NCCL's `bytes` ([`Collective::tuning_bytes`]).
@@ -66,7 +79,9 @@ impl NetKernelModel {
             return table;
         }
         for a in [Algorithm::Ring, Algorithm::Direct] {
-            table.set(a, Protocol::Simple, Some((self.estimate(collective, a, bytes) * 1e6) as f32));
+            for p in [Protocol::Simple, Protocol::Ll] {
+                table.set(a, p, Some((self.estimate(collective, a, p, bytes) * 1e6) as f32));
+            }
         }
         table
     }
@@ -78,6 +93,22 @@ mod tests {
 
     fn best(model: NetKernelModel, collective: Collective, bytes: usize) -> Algorithm {
         model.table(collective, bytes).best().unwrap().0
+    }
+
+    fn protocol(model: NetKernelModel, collective: Collective, bytes: usize) -> Protocol {
+        model.table(collective, bytes).best().unwrap().1
+    }
+
+    #[test]
+    fn ll_for_small_calls_simple_for_large_ones() {
+        for n in [2, 4] {
+            let model = NetKernelModel { nranks: n };
+            for c in [Collective::AllGather, Collective::ReduceScatter, Collective::Broadcast, Collective::AllReduce] {
+                assert_eq!(protocol(model, c, 8), Protocol::Ll, "{c:?}, {n} ranks, 8 B");
+                // Per message: all_gather's and reduce_scatter's blocks are a rank's share.
+                assert_eq!(protocol(model, c, 16 << 10), Protocol::Simple, "{c:?}, {n} ranks, 16 KiB");
+            }
+        }
     }
 
     #[test]

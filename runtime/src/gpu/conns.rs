@@ -22,12 +22,13 @@ use parking_lot::Mutex;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use oxccl_bootstrap::Bootstrap;
-use oxccl_kernels::device::{conn, DevConn};
+use oxccl_kernels::device::{conn, ll, DevConn};
 use oxccl_transports::fifo::{self, Geometry, Region};
 
 use super::driver::{Device, DeviceMemory, IpcMemory, MappedHost};
 use super::encode::End;
 use crate::error::{Error, Result};
+use crate::proxy::ll::LlSlots;
 use crate::proxy::{Direction, Driver, NetLinks};
 use crate::pxn::Rails;
 
@@ -219,7 +220,7 @@ impl Connections {
             if !cx.same_host[link.peer] {
                 if let End::Recv(_) = end {
                     let (region, memory) = net_fifo(cx.geometry)?;
-                    let (handle, _) = cx.net.listen(link, link.peer, region.clone(), Driver::Device, cx.rails.receive_device(cx.boot.rank() as usize, link.channel))?;
+                    let (handle, _) = cx.net.listen(link, link.peer, region.clone(), Driver::Device, cx.rails.receive_device(cx.boot.rank() as usize, link.channel), Some(memory.ll))?;
                     cx.boot.send(link.peer as u32, FIFO_TAG + link.channel as u64, &[&[KIND_NET][..], &handle].concat())?;
                     pending.push(Pending::Listening(region, memory));
                 } else {
@@ -262,7 +263,7 @@ impl Connections {
                     let handle = cx.boot.recv(link.peer as u32, FIFO_TAG + link.channel as u64)?;
                     let handle = announced(&handle, KIND_NET, link.peer)?;
                     let (region, memory) = net_fifo(cx.geometry)?;
-                    cx.net.connect(link, handle, region.clone(), Driver::Device, cx.rails.own_device(cx.boot.rank() as usize, link.peer, link.channel))?;
+                    cx.net.connect(link, handle, region.clone(), Driver::Device, cx.rails.own_device(cx.boot.rank() as usize, link.peer, link.channel), Some(memory.ll))?;
                     net_end(end, region, &memory, cx)?
                 }
             };
@@ -381,23 +382,27 @@ enum Pending {
     Connecting,
 }
 
-/// The mapped host memory of a network FIFO: host and device addresses of its start.
+/// The mapped host memory of a network FIFO: the device address of its start, and its LL
+/// slots (host addresses), which follow the Simple ones.
 #[derive(Clone, Copy)]
 struct MappedFifo {
     device: u64,
+    ll: LlSlots,
 }
 
 /// A network FIFO of `geometry` in pinned host memory mapped into the GPU (the context is
-/// current), owned by the region.
+/// current), owned by the region, with an LL slot (`ll::SLOT_BYTES`) per slot after its
+/// Simple slots.
 fn net_fifo(geometry: Geometry) -> Result<(Arc<Region>, MappedFifo)> {
-    let bytes = geometry.region_bytes();
+    let bytes = geometry.region_bytes() + geometry.slots * ll::SLOT_BYTES;
     let memory = MappedHost::zeroed(bytes.div_ceil(4))?;
     let (host, device) = (memory.host(), memory.device);
+    let ll = LlSlots { base: host as usize + geometry.region_bytes(), slot_bytes: ll::SLOT_BYTES };
     // SAFETY: the mapping is page-aligned and holds the header page and the slots
     // (region_bytes); it lives in the region's owner, and only the region's two ends touch
     // it: this rank's proxy and its kernels, through the FIFO protocol.
     let region = unsafe { Region::lent(geometry, host, host.add(fifo::HEADER_BYTES), Box::new(memory)) }.map_err(|e| Error::from_transport("lending a network FIFO its mapped memory", e))?;
-    Ok((region, MappedFifo { device }))
+    Ok((region, MappedFifo { device, ll }))
 }
 
 /// The open network end `end` over `region` (mapped at `memory`).
@@ -413,13 +418,14 @@ fn net_end(end: End, region: Arc<Region>, memory: &MappedFifo, cx: &Setup) -> Re
         // The proxy sends what the kernel posted: it needs each message's size.
         sizes: if matches!(end, End::Send(_)) { base + fifo::SIZES_OFFSET as u64 } else { 0 },
         slot_bytes: geometry.stride() as u64,
+        ll_slots: base + geometry.region_bytes() as u64,
         slots: geometry.slots as u32,
         peer: end.link().peer as u32,
         flags: conn::HOST,
-        _pad: 0,
+        ll_slot_bytes: ll::SLOT_BYTES as u32,
     };
     tracing::debug!(target: crate::log_target::P2P, "GPU {} {end:?} connected (network, through the proxy)", cx.device.ordinal);
-    Ok(Opened { conn, memory: EndMemory::Net { region, counter, bytes: geometry.region_bytes() } })
+    Ok(Opened { conn, memory: EndMemory::Net { region, counter, bytes: geometry.region_bytes() + geometry.slots * ll::SLOT_BYTES } })
 }
 
 /// The payload of an announcement that must be of `kind`, or an error naming the peer.

@@ -18,11 +18,13 @@ use crate::DataType;
 
 impl Inner {
     /// Launches the executor kernel of `plan` on `stream`: one block per lane, over the
-    /// buffers at `send` and `recv`, reads of the input scaled by `scale` if given.
+    /// buffers at `send` and `recv`, reads of the input scaled by `scale` if given, network
+    /// connections over LL if `ll` (the plan's steps then fit LL slots).
     ///
     /// # Safety
     /// As [`GpuBackend::enqueue`]: the buffers and stream are the caller's contract.
-    pub(super) unsafe fn launch(&self, loaded: &Loaded, plan: &Plan, send: u64, recv: u64, scale: Option<f64>, stream: CUstream) -> Result<()> {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn launch(&self, loaded: &Loaded, plan: &Plan, send: u64, recv: u64, scale: Option<f64>, ll: bool, stream: CUstream) -> Result<()> {
         let &Plan::Steps { lanes, conns, bounds, steps, .. } = plan else { return Err(Error::Internal("the executor kernel launched with a point-to-point LL plan".into())) };
         let mut args = DevArgs {
             steps,
@@ -33,7 +35,7 @@ impl Inner {
             watch: self.watch(),
             scale: scale.unwrap_or(1.0),
             scaled: scale.is_some() as u32,
-            _pad: 0,
+            ll: ll as u32,
         };
         // SAFETY: the executor kernel takes one OxArgs; the plan's memory lives in the arena
         // until the launch has run, the buffers and stream are the caller's contract.

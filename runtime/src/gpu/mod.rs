@@ -350,11 +350,11 @@ impl GpuBackend {
             }
             // SAFETY: as above; the exchange's transfers are within the buffers.
             Route::Exchange => unsafe { self.launch_group(&p2p::exchange_ops(collective, send, recv, count * esize, root, rank, n), stream)? },
-            Route::Schedule { shape, algorithm } => {
+            Route::Schedule { shape, algorithm, ll } => {
                 let plan = self.plan(PlanKey { collective, count, esize, root }, shape, algorithm)?;
-                self.announce(&plan, algorithm.sends_independently(collective, n));
+                self.announce(&plan, algorithm.sends_independently(collective, n), ll);
                 // SAFETY: as above; the plan was checked against buffers of these sizes.
-                unsafe { inner.launch(&loaded, &plan, send, recv, scale, stream)? };
+                unsafe { inner.launch(&loaded, &plan, send, recv, scale, ll, stream)? };
             }
             Route::Staged => return Err(Error::Internal("a call routed through host memory on a communicator with no staging".into())),
         }
@@ -546,11 +546,11 @@ impl GpuBackend {
 
     /// Tells the proxy how many messages `plan`'s launch moves over each network end:
     /// `independent` when every sender sends without waiting for its receiver (the proxy
-    /// may then post the receives together).
-    fn announce(&self, plan: &Plan, independent: bool) {
+    /// may then post the receives together); `ll` when they run LL.
+    fn announce(&self, plan: &Plan, independent: bool, ll: bool) {
         if let Plan::Steps { net, .. } = plan {
             for &(link, direction, messages) in net {
-                self.core.net.announce(link, direction, messages, independent);
+                self.core.net.announce(link, direction, messages, independent, ll);
             }
         }
     }

@@ -97,9 +97,9 @@ impl GpuBackend {
                 self.upload(key, &lanes, 1)
             })?;
             // Sends and receives never wait for the other side's other messages.
-            self.announce(&plan, true);
+            self.announce(&plan, true, false);
             // SAFETY: as above.
-            unsafe { inner.launch(&loaded, &plan, send_base, recv_base, None, stream)? };
+            unsafe { inner.launch(&loaded, &plan, send_base, recv_base, None, false, stream)? };
         }
         Ok(())
     }

@@ -22,8 +22,10 @@ pub enum Route {
     /// blocks up to NCCL_P2P_LL_THRESHOLD), over LL: copies only.
     Exchange,
     /// The executor kernel running `algorithm`'s schedule for `shape` (`algo::plan`) on the
-    /// Simple FIFOs, each rank's input scaled as it is read.
-    Schedule { shape: Shape, algorithm: Algorithm },
+    /// FIFOs, each rank's input scaled as it is read: Simple, or with `ll` LL on the
+    /// network connections (`oxccl_kernels::device::ll`; those between GPUs of a host stay
+    /// Simple).
+    Schedule { shape: Shape, algorithm: Algorithm, ll: bool },
 }
 
 impl GpuBackend {
@@ -44,7 +46,8 @@ impl GpuBackend {
         if allows_ll && exchanges && bytes <= inner.p2p_ll.get().map_or(0, |p| p.limit) {
             return Ok(Route::Exchange);
         }
-        if !inner.protocols.allows(collective, Protocols::SIMPLE) {
+        let across_hosts = inner.departures.get().is_some();
+        if (exchanges || !across_hosts) && !inner.protocols.allows(collective, Protocols::SIMPLE) {
             return Err(Error::invalid(format!(
                 "NCCL_PROTO excludes Simple for {}, and {bytes} bytes from each of {} peers is more than LL's one-hop path carries (OXCCL_GPU_DIRECT_BYTES={})",
                 collective.name(),
@@ -52,22 +55,25 @@ impl GpuBackend {
                 inner.direct.get().map_or(0, |d| d.limit)
             )));
         }
-        let algorithm = if exchanges {
-            Algorithm::Direct
-        } else if inner.departures.get().is_some() {
+        let (algorithm, ll) = if exchanges {
+            (Algorithm::Direct, false)
+        } else if across_hosts {
             // Across hosts: the network kernels' model chooses between the ring and the
-            // direct exchange's one hop (what init connected); NCCL_ALGO may force either.
+            // direct exchange's one hop (what init connected), over Simple or LL; NCCL_ALGO
+            // and NCCL_PROTO may force either.
             let request = oxccl_tuning::Request::new(collective, collective.tuning_bytes(count, dtype.size(), n));
-            inner.tuner.choose(&request).map_err(|e| Error::invalid(e.to_string()))?.algorithm
+            let choice = inner.tuner.choose(&request).map_err(|e| Error::invalid(e.to_string()))?;
+            (choice.algorithm, choice.protocol == oxccl_tuning::Protocol::Ll)
         } else {
-            Algorithm::Ring
+            (Algorithm::Ring, false)
         };
         let channels = match algorithm {
             Algorithm::Direct => inner.channels(bytes).min(inner.direct_channels(n)),
             _ => inner.channels(bytes),
         };
-        let shape = Shape { collective, count, nranks: n, root, chunk: inner.geometry.slot_bytes / dtype.size(), channels };
-        Ok(Route::Schedule { shape, algorithm })
+        let slot_data = if ll { oxccl_kernels::device::ll::slot_data(oxccl_kernels::device::ll::SLOT_BYTES) } else { inner.geometry.slot_bytes };
+        let shape = Shape { collective, count, nranks: n, root, chunk: slot_data / dtype.size(), channels };
+        Ok(Route::Schedule { shape, algorithm, ll })
     }
 }
 

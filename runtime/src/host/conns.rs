@@ -104,7 +104,7 @@ pub(crate) fn ensure(lanes: &[Lane], conns: &mut Connections, boot: &Bootstrap, 
             let region = Region::heap(transports.geometry.slots, transports.geometry.slot_bytes).map_err(|e| Error::from_transport("making a network FIFO", e))?;
             let sender = rails.carrier(link.peer, me, link.channel, link.channel == P2P_CHANNEL);
             let device = rails.receive_device(me, link.channel);
-            let (handle, proxy) = net.listen(link, sender, region.clone(), Driver::Host, device)?;
+            let (handle, proxy) = net.listen(link, sender, region.clone(), Driver::Host, device, None)?;
             conns.proxies.insert((link, false), proxy);
             net.record(NetConnection { from: link.peer, to: me, channel: link.channel, proxy: sender, send: false, device, nic: net.device_name(device) });
             (Receiver::new(region), [vec![KIND_NET], handle].concat())
@@ -120,7 +120,7 @@ pub(crate) fn ensure(lanes: &[Lane], conns: &mut Connections, boot: &Bootstrap, 
             Some((&KIND_NET, rest)) => match rails.route(me, link.peer, link.channel, link.channel == P2P_CHANNEL) {
                 Hop::Direct { device } => {
                     let region = Region::heap(transports.geometry.slots, transports.geometry.slot_bytes).map_err(|e| Error::from_transport("making a network FIFO", e))?;
-                    let proxy = net.connect(link, rest, region.clone(), Driver::Host, device)?;
+                    let proxy = net.connect(link, rest, region.clone(), Driver::Host, device, None)?;
                     conns.proxies.insert((link, true), proxy);
                     net.record(NetConnection { from: me, to: link.peer, channel: link.channel, proxy: me, send: true, device, nic: net.device_name(device) });
                     Sender::new(region)

@@ -290,7 +290,7 @@ impl Exec {
     fn execute(&self, lanes: &[Lane], net_expected: &[(algo::Link, Direction, u64)], buffers: &[Buffers], dtype: DataType, op: ReduceOp, independent: bool, checked: bool, connections: &mut Connections) -> Result<()> {
         let core = &self.core;
         for &(link, direction, n) in net_expected {
-            core.net.announce(link, direction, n, independent);
+            core.net.announce(link, direction, n, independent, false);
         }
         let health = || core.health();
         let departed = || core.boot.departed().into_iter().map(|r| r as usize).map(|r| (r, if self.transports.shared_memory(r) { exec::LEFT_GRACE } else { exec::NET_LEFT_GRACE })).collect();

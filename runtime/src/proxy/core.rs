@@ -99,6 +99,12 @@ impl SendCore {
         self.connect_by = None;
     }
 
+    /// The number of the message the next [`SendStep::Send`] sends (counted from 0 over the
+    /// link's life).
+    pub fn next_message(&self) -> u64 {
+        self.next
+    }
+
     /// The Net took the send of [`SendStep::Send`].
     pub fn sent(&mut self) {
         self.in_flight += 1;

@@ -19,17 +19,80 @@ struct Fifo {
     header: usize,
     slots: usize,
     geometry: Geometry,
+    /// The LL slots after the Simple ones (`LL_SLOT` bytes each).
+    ll: LlSlots,
 }
+
+/// The LL slots of the tests' FIFOs: 63 lines of data each.
+const LL_SLOT: usize = 1024;
 
 impl Fifo {
     fn new(geometry: Geometry) -> Fifo {
         let header = vec![Line([0; 128]); fifo::HEADER_BYTES / 128].into_boxed_slice();
-        let slots = vec![Line([0; 128]); (geometry.slots * geometry.stride()).div_ceil(128)].into_boxed_slice();
+        let simple = geometry.slots * geometry.stride();
+        let slots = vec![Line([0; 128]); (simple + geometry.slots * LL_SLOT).div_ceil(128)].into_boxed_slice();
         let (h, s) = (header.as_ptr() as usize, slots.as_ptr() as usize);
         // SAFETY: the boxes live in the owner, which outlives the region; the region's ends
         // (the proxy, and a test thread through the offsets) follow the FIFO protocol.
         let region = unsafe { Region::lent(geometry, h as *mut u8, s as *mut u8, Box::new((header, slots))) }.unwrap();
-        Fifo { region, header: h, slots: s, geometry }
+        Fifo { region, header: h, slots: s, geometry, ll: LlSlots { base: s + simple, slot_bytes: LL_SLOT } }
+    }
+
+    /// Word `w` (0 or 1) of line `l` of message `m`'s LL slot.
+    fn ll_word(&self, m: u64, l: usize, w: usize) -> &AtomicU64 {
+        // SAFETY: within the LL slots (l < LL_SLOT / 16), 8-aligned, living as long as `self`.
+        unsafe { &*(self.ll.slot(m, self.geometry.slots).add(l * 16 + w * 8) as *const AtomicU64) }
+    }
+
+    /// Plays a sending kernel of an LL launch for message `m` of `n` bytes: the tail first
+    /// (no fence orders it after the lines), then the lines in a scrambled order, the
+    /// header among them, each 8-byte half whole.
+    fn kernel_send_ll(&self, m: u64, n: usize) {
+        let (tail, head) = (self.word(fifo::TAIL_OFFSET), self.word(fifo::HEAD_OFFSET));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while m + 1 > head.load(Ordering::Acquire) + self.geometry.slots as u64 {
+            assert!(Instant::now() < deadline, "slot of LL message {m} never freed");
+            std::hint::spin_loop();
+        }
+        tail.store(m + 1, Ordering::Release);
+        let flag = (oxccl_kernels::device::ll::flag(m) as u64) << 32;
+        let lines = n.div_ceil(8) + 1;
+        let order: Vec<usize> = if m % 2 == 0 { (0..lines).rev().collect() } else { (0..lines).step_by(2).chain((1..lines).step_by(2)).collect() };
+        for l in order {
+            let data = |half: usize| -> u64 {
+                if l == 0 {
+                    return if half == 0 { n as u64 } else { 0 };
+                }
+                (0..4).map(|j| (l - 1) * 8 + half * 4 + j).filter(|&i| i < n).map(|i| (byte(m, i) as u64) << (8 * (i % 4))).sum()
+            };
+            self.ll_word(m, l, 0).store(data(0) | flag, Ordering::Relaxed);
+            std::thread::yield_now();
+            self.ll_word(m, l, 1).store(data(1) | flag, Ordering::Relaxed);
+        }
+    }
+
+    /// Plays a receiving kernel of an LL launch: polls message `m`'s lines for its flag (no
+    /// tail), checks its `n` bytes, advances the head.
+    fn kernel_recv_ll(&self, m: u64, n: usize, check: impl Fn()) {
+        let flag = oxccl_kernels::device::ll::flag(m);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        // The header first: an empty message is only its header.
+        for i in (0..2).map(|half| (half * 4) as isize - 8).chain((0..n).map(|i| i as isize)) {
+            let (l, half) = if i < 0 { (0, (i + 8) as usize / 4) } else { (i as usize / 8 + 1, (i as usize % 8) / 4) };
+            let word = loop {
+                let w = self.ll_word(m, l, half).load(Ordering::Acquire);
+                if (w >> 32) as u32 == flag {
+                    break w;
+                }
+                check();
+                assert!(Instant::now() < deadline, "LL message {m} did not come");
+            };
+            if i >= 0 {
+                let i = i as usize;
+                assert_eq!((word >> (8 * (i % 4))) as u8, byte(m, i), "LL message {m} byte {i}");
+            }
+        }
+        self.word(fifo::HEAD_OFFSET).store(m + 1, Ordering::Release);
     }
 
     fn word(&self, offset: usize) -> &AtomicU64 {
@@ -46,8 +109,10 @@ impl Fifo {
     /// tail; waiting for the head before reusing a slot.
     fn kernel_send(&self, messages: std::ops::Range<u64>, len: impl Fn(u64) -> usize) {
         let (tail, head) = (self.word(fifo::TAIL_OFFSET), self.word(fifo::HEAD_OFFSET));
+        let deadline = Instant::now() + Duration::from_secs(60);
         for m in messages {
             while m + 1 > head.load(Ordering::Acquire) + self.geometry.slots as u64 {
+                assert!(Instant::now() < deadline, "slot of message {m} never freed");
                 std::hint::spin_loop();
             }
             let (slot, n) = (self.slot(m), len(m));
@@ -94,11 +159,11 @@ fn run(max_recvs: usize, independent: bool) {
     let (sender, receiver) = (NetLinks::new(net.clone(), 1, 2, Duration::from_secs(30)).unwrap(), NetLinks::new(net.clone(), 2, 2, Duration::from_secs(30)).unwrap());
     let link = Link { peer: 0, channel: 7 };
     let (rx, tx) = (Fifo::new(GEOMETRY), Arc::new(Fifo::new(GEOMETRY)));
-    let (handle, _) = receiver.listen(link, link.peer, rx.region.clone(), Driver::Device, 0).unwrap();
-    sender.connect(link, &handle, tx.region.clone(), Driver::Device, 0).unwrap();
+    let (handle, _) = receiver.listen(link, link.peer, rx.region.clone(), Driver::Device, 0, None).unwrap();
+    sender.connect(link, &handle, tx.region.clone(), Driver::Device, 0, None).unwrap();
     let messages = 500u64;
-    sender.announce(link, Direction::Send, messages, independent);
-    receiver.announce(link, Direction::Recv, messages, independent);
+    sender.announce(link, Direction::Send, messages, independent, false);
+    receiver.announce(link, Direction::Recv, messages, independent, false);
     let kernel = tx.clone();
     let send = std::thread::spawn(move || kernel.kernel_send(0..messages, len));
     rx.kernel_recv(0..messages, len, || {
@@ -124,6 +189,73 @@ fn kernel_driven_fifos_over_the_socket_net() {
     run(8, false);
 }
 
+/// Launches alternating between LL and Simple on one connection: the proxy sends an LL slot
+/// only once every line shows its flag (the kernel's tail comes first), receives LL
+/// messages into the LL slots and Simple ones into the Simple slots, and the receiving
+/// kernel reads LL lines without a tail.
+#[test]
+fn kernel_driven_fifos_switch_between_ll_and_simple() {
+    for max_recvs in [1, 8] {
+        let net = Arc::new(SocketNet::with_max_recvs("127.0.0.1".parse().unwrap(), max_recvs));
+        let (sender, receiver) = (NetLinks::new(net.clone(), 1, 2, Duration::from_secs(30)).unwrap(), NetLinks::new(net.clone(), 2, 2, Duration::from_secs(30)).unwrap());
+        let link = Link { peer: 0, channel: 3 };
+        let (rx, tx) = (Fifo::new(GEOMETRY), Arc::new(Fifo::new(GEOMETRY)));
+        let (handle, _) = receiver.listen(link, link.peer, rx.region.clone(), Driver::Device, 0, Some(rx.ll)).unwrap();
+        sender.connect(link, &handle, tx.region.clone(), Driver::Device, 0, Some(tx.ll)).unwrap();
+        // Launches of 1 to 12 messages, every third Simple; LL messages of 0 to 504 bytes.
+        let launches: Vec<(u64, u64, bool)> = (0..60u64).scan(0u64, |first, i| {
+            let count = 1 + (i * 5) % 12;
+            let launch = (*first, count, i % 3 != 2);
+            *first += count;
+            Some(launch)
+        }).collect();
+        let ll_len = |m: u64| (m as usize * 41) % 505;
+        let kernel = tx.clone();
+        let plan = launches.clone();
+        let (announcer_tx, announcer_rx) = (&sender, &receiver);
+        std::thread::scope(|scope| {
+            let send = scope.spawn(move || {
+                for (first, count, ll) in plan {
+                    announcer_tx.announce(link, Direction::Send, count, true, ll);
+                    for m in first..first + count {
+                        if ll {
+                            kernel.kernel_send_ll(m, ll_len(m));
+                        } else {
+                            kernel.kernel_send(m..m + 1, len);
+                        }
+                    }
+                }
+            });
+            let check = || {
+                receiver.check().unwrap();
+                sender.check().unwrap();
+            };
+            for &(first, count, ll) in &launches {
+                announcer_rx.announce(link, Direction::Recv, count, true, ll);
+                for m in first..first + count {
+                    if ll {
+                        rx.kernel_recv_ll(m, ll_len(m), check);
+                    } else {
+                        rx.kernel_recv(m..m + 1, len, check);
+                    }
+                }
+            }
+            send.join().unwrap();
+        });
+        assert!(sender.close(Duration::from_secs(5)) && receiver.close(Duration::from_secs(5)));
+    }
+}
+
+#[test]
+fn ll_slots_must_follow_the_fifo_slots() {
+    let net = Arc::new(SocketNet::new("127.0.0.1".parse().unwrap()));
+    let links = NetLinks::new(net, 1, 1, Duration::from_secs(5)).unwrap();
+    let fifo = Fifo::new(GEOMETRY);
+    let elsewhere = LlSlots { base: fifo.ll.base + 64, slot_bytes: LL_SLOT };
+    let e = links.listen(Link { peer: 0, channel: 0 }, 0, fifo.region.clone(), Driver::Device, 0, Some(elsewhere)).err().unwrap().to_string();
+    assert!(e.contains("do not follow the FIFO's slots"), "{e}");
+}
+
 /// One end of [`kernel_driven_fifos_between_namespaced_hosts`] (does nothing when run as an
 /// ordinary test): `OXCCL_TEST_FIFO_ROLE` is `recv` (listens, writes its handle into
 /// `OXCCL_TEST_FIFO_DIR`, plays the receiving kernel) or `send` (connects to that handle,
@@ -141,10 +273,10 @@ fn fifo_child() {
     let messages = 2000u64;
     let handle_file = dir.join("handle");
     if role == "recv" {
-        let (handle, _) = links.listen(link, link.peer, fifo.region.clone(), Driver::Device, 0).unwrap();
+        let (handle, _) = links.listen(link, link.peer, fifo.region.clone(), Driver::Device, 0, None).unwrap();
         std::fs::write(dir.join("handle.tmp"), &handle).unwrap();
         std::fs::rename(dir.join("handle.tmp"), &handle_file).unwrap();
-        links.announce(link, Direction::Recv, messages, true);
+        links.announce(link, Direction::Recv, messages, true, false);
         fifo.kernel_recv(0..messages, len, || links.check().unwrap());
         println!("received {messages} messages");
     } else {
@@ -156,8 +288,8 @@ fn fifo_child() {
             assert!(Instant::now() < deadline, "no handle from the receiving host");
             std::thread::sleep(Duration::from_millis(10));
         };
-        links.connect(link, &handle, fifo.region.clone(), Driver::Device, 0).unwrap();
-        links.announce(link, Direction::Send, messages, true);
+        links.connect(link, &handle, fifo.region.clone(), Driver::Device, 0, None).unwrap();
+        links.announce(link, Direction::Send, messages, true, false);
         fifo.kernel_send(0..messages, len);
         while fifo.region.in_flight() > 0 {
             links.check().unwrap();
@@ -211,14 +343,14 @@ fn pingpong() {
     let (a, b) = (NetLinks::new(net.clone(), 11, 2, Duration::from_secs(30)).unwrap(), NetLinks::new(net.clone(), 12, 2, Duration::from_secs(30)).unwrap());
     let link = Link { peer: 0, channel: 9 };
     let (ab_rx, ab_tx, ba_rx, ba_tx) = (Arc::new(Fifo::new(GEOMETRY)), Fifo::new(GEOMETRY), Fifo::new(GEOMETRY), Arc::new(Fifo::new(GEOMETRY)));
-    let (h1, _) = b.listen(link, link.peer, ab_rx.region.clone(), Driver::Device, 0).unwrap();
-    a.connect(link, &h1, ab_tx.region.clone(), Driver::Device, 0).unwrap();
-    let (h2, _) = a.listen(link, link.peer, ba_rx.region.clone(), Driver::Device, 0).unwrap();
-    b.connect(link, &h2, ba_tx.region.clone(), Driver::Device, 0).unwrap();
+    let (h1, _) = b.listen(link, link.peer, ab_rx.region.clone(), Driver::Device, 0, None).unwrap();
+    a.connect(link, &h1, ab_tx.region.clone(), Driver::Device, 0, None).unwrap();
+    let (h2, _) = a.listen(link, link.peer, ba_rx.region.clone(), Driver::Device, 0, None).unwrap();
+    b.connect(link, &h2, ba_tx.region.clone(), Driver::Device, 0, None).unwrap();
     let n = 20000u64;
     for links in [&a, &b] {
-        links.announce(link, Direction::Send, n, false);
-        links.announce(link, Direction::Recv, n, false);
+        links.announce(link, Direction::Send, n, false, false);
+        links.announce(link, Direction::Recv, n, false, false);
     }
     let (rx, tx) = (ab_rx.clone(), ba_tx.clone());
     let echo = std::thread::spawn(move || {

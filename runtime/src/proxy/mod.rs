@@ -18,7 +18,9 @@
 //! messages are announced ([`NetLinks::announce`]): how many each link carries, and for a
 //! receive link whether they are independent (the sender sends them without waiting for
 //! this rank, as in point-to-point and direct exchanges) — independent ones are posted
-//! together, up to the Net's `max_recvs`.
+//! together, up to the Net's `max_recvs` — and whether they run LL: a GPU kernel's FIFO
+//! has LL slots beside its Simple ones, which the proxy sends from only once every line
+//! carries its flag, and receives into ([`ll`]).
 //!
 //! Wake-ups: the host executor wakes a link's thread when it gives it work (a slot to send,
 //! a slot free to receive into), so an idle thread may sleep without holding up the next
@@ -27,6 +29,7 @@
 //! one peer: every Net call is non-blocking and every link is visited in turn.
 
 pub(crate) mod core;
+pub(crate) mod ll;
 #[cfg(test)]
 mod sim;
 
@@ -43,6 +46,7 @@ use oxccl_transports::net::{CommConfig, Context, MemoryKind, MrHandle, Net, Opaq
 use parking_lot::Mutex;
 
 use self::core::{RecvCore, RecvStep, SendCore, SendStep};
+use self::ll::{LlSlots, Protocols, Scan};
 use crate::algo::Link;
 use crate::error::{Error, Result};
 use crate::log_target;
@@ -106,8 +110,8 @@ pub(crate) struct NetLinks {
 }
 
 /// Announcements for one link, from the communicator's threads to its proxy thread:
-/// (messages, independent).
-type Mailbox = Arc<Mutex<Vec<(u64, bool)>>>;
+/// (messages, independent, over LL).
+type Mailbox = Arc<Mutex<Vec<(u64, bool, bool)>>>;
 
 /// A link as its communicator knows it: its mailbox and its thread.
 type LinkEntry = (Mailbox, &'static Proxy);
@@ -171,16 +175,26 @@ impl NetLinks {
     /// `sender` is the rank whose proxy connects: the link's peer, or the rank of its host
     /// relaying its sends (PXN), whose end a failure of the connection names. Listens on
     /// the Net's `device` (the one the sender's side expects: `pxn::Rails::receive_device`).
-    pub fn listen(&self, link: Link, sender: usize, region: Arc<Region>, driver: Driver, device: usize) -> Result<(Vec<u8>, std::thread::Thread)> {
-        let (handle, edge) = RecvLink::new(link, sender, self.net.clone(), self.context.clone(), device, region, driver, self.shared.clone(), Instant::now(), self.setup_timeout)?;
+    /// `ll`: the FIFO's LL slots, for messages announced as LL (a GPU kernel's FIFO).
+    #[allow(clippy::too_many_arguments)]
+    pub fn listen(&self, link: Link, sender: usize, region: Arc<Region>, driver: Driver, device: usize, ll: Option<LlSlots>) -> Result<(Vec<u8>, std::thread::Thread)> {
+        let (handle, mut edge) = RecvLink::new(link, sender, self.net.clone(), self.context.clone(), device, region, driver, self.shared.clone(), Instant::now(), self.setup_timeout)?;
+        edge.ll = checked_ll(&edge.region, ll)?;
+        if edge.ll.is_some() {
+            // The kernel reads an LL message as its lines land, and may free its slot
+            // before the receive's completion publishes it.
+            edge.fifo.allow_early_release();
+        }
         Ok((handle, self.submit(link, Direction::Recv, edge.mailbox.clone(), Box::new(edge))))
     }
 
     /// The sending side of a network link over `region`, which the caller fills through a
     /// [`Sender`] and the proxy drains into the Net's `device` once connected to the
-    /// peer's `handle`: the proxy thread to wake when a slot is filled.
-    pub fn connect(&self, link: Link, handle: &[u8], region: Arc<Region>, driver: Driver, device: usize) -> Result<std::thread::Thread> {
-        let edge = SendLink::new(link, self.net.clone(), self.context.clone(), device, handle, region, driver, self.shared.clone(), Instant::now(), self.setup_timeout)?;
+    /// peer's `handle`: the proxy thread to wake when a slot is filled. `ll` as for
+    /// [`NetLinks::listen`].
+    pub fn connect(&self, link: Link, handle: &[u8], region: Arc<Region>, driver: Driver, device: usize, ll: Option<LlSlots>) -> Result<std::thread::Thread> {
+        let mut edge = SendLink::new(link, self.net.clone(), self.context.clone(), device, handle, region, driver, self.shared.clone(), Instant::now(), self.setup_timeout)?;
+        edge.ll = checked_ll(&edge.region, ll)?;
         Ok(self.submit(link, Direction::Send, edge.mailbox.clone(), Box::new(edge)))
     }
 
@@ -225,10 +239,10 @@ impl NetLinks {
 
     /// Announces that `messages` more messages will go over the link (an operation starts);
     /// for a receive link, `independent` when the sender sends them all without waiting
-    /// for this rank.
-    pub fn announce(&self, link: Link, direction: Direction, messages: u64, independent: bool) {
+    /// for this rank; `ll` when they run LL (in the link's LL slots).
+    pub fn announce(&self, link: Link, direction: Direction, messages: u64, independent: bool, ll: bool) {
         if let Some((mailbox, proxy)) = self.links.lock().get(&(link, direction)) {
-            mailbox.lock().push((messages, independent));
+            mailbox.lock().push((messages, independent, ll));
             proxy.wake();
         }
     }
@@ -313,6 +327,11 @@ struct SendLink {
     mailbox: Mailbox,
     driver: Driver,
     shared: Shared,
+    /// The FIFO's LL slots, if its kernel runs LL; which messages do; how far the check
+    /// of the next one got.
+    ll: Option<LlSlots>,
+    protocols: Protocols,
+    scan: Scan,
 }
 
 impl SendLink {
@@ -351,14 +370,18 @@ impl SendLink {
             mailbox: Mailbox::default(),
             driver,
             shared,
+            ll: None,
+            protocols: Protocols::default(),
+            scan: Scan::default(),
         })
     }
 }
 
 impl Progress for SendLink {
     fn progress(&mut self, now: Instant) -> Result<bool, String> {
-        for (messages, _) in self.mailbox.lock().drain(..) {
+        for (messages, _, ll) in self.mailbox.lock().drain(..) {
             self.core.announce(messages);
+            self.protocols.announce(messages, ll);
         }
         self.core.new_pass();
         let mut busy = false;
@@ -367,7 +390,7 @@ impl Progress for SendLink {
             match self.core.next(filled, now).map_err(|s| s.to_string())? {
                 SendStep::Connect => match self.net.connect(self.context.get(), self.device, &self.handle).map_err(|e| format!("connect: {e}"))? {
                     Some(mut comm) => {
-                        let (data, len) = self.region.slots_memory();
+                        let (data, len) = registered(&self.region, self.ll);
                         self.memory = Some(self.net.reg_mr(&mut comm, data, len, MemoryKind::Host).map_err(|e| format!("registering the FIFO: {e}"))?);
                         self.comm = Some(comm);
                         self.core.connected();
@@ -376,8 +399,31 @@ impl Progress for SendLink {
                     None => return Ok(busy),
                 },
                 SendStep::Send { slot, tag } => {
+                    let message = self.core.next_message();
+                    // A relay's messages are never announced: Simple.
+                    let ll = if self.driver == Driver::Relay { Some(false) } else { self.protocols.is_ll(message) };
+                    let (data, len) = match (ll, self.ll) {
+                        // Filled before its operation's announcement reached this thread.
+                        (None, _) => {
+                            self.core.refused();
+                            continue;
+                        }
+                        (Some(true), Some(slots)) => {
+                            let data = slots.slot(message, self.region.nslots());
+                            // SAFETY: the slot is the FIFO's (lent memory, checked at
+                            // creation), which the kernel writes in 16-byte LL stores.
+                            match unsafe { ll::ready(data, slots.slot_bytes, message, &mut self.scan) }? {
+                                Some(len) => (data.cast_const(), len),
+                                None => {
+                                    self.core.refused();
+                                    continue;
+                                }
+                            }
+                        }
+                        (Some(true), None) => return Err(format!("message {message} announced as LL on a FIFO without LL slots")),
+                        (Some(false), _) => self.fifo.filled_slot(slot),
+                    };
                     let (comm, memory) = (self.comm.as_mut().expect("connected"), self.memory.as_ref().expect("registered"));
-                    let (data, len) = self.fifo.filled_slot(slot);
                     // SAFETY: the slot stays filled and unchanged until released below,
                     // after the send completed.
                     match unsafe { self.net.isend(comm, data, len, tag, memory) }.map_err(|e| format!("isend: {e}"))? {
@@ -463,6 +509,11 @@ struct RecvLink {
     mailbox: Mailbox,
     driver: Driver,
     shared: Shared,
+    /// The FIFO's LL slots, if its kernel runs LL; which messages do; how many receives
+    /// were posted (the next one's message number).
+    ll: Option<LlSlots>,
+    protocols: Protocols,
+    posted: u64,
 }
 
 impl RecvLink {
@@ -498,6 +549,9 @@ impl RecvLink {
             mailbox: Mailbox::default(),
             driver,
             shared,
+            ll: None,
+            protocols: Protocols::default(),
+            posted: 0,
         };
         Ok((handle, edge))
     }
@@ -505,8 +559,9 @@ impl RecvLink {
 
 impl Progress for RecvLink {
     fn progress(&mut self, now: Instant) -> Result<bool, String> {
-        for (messages, independent) in self.mailbox.lock().drain(..) {
+        for (messages, independent, ll) in self.mailbox.lock().drain(..) {
             self.core.announce(messages, independent);
+            self.protocols.announce(messages, ll);
         }
         self.core.new_pass();
         let mut busy = false;
@@ -517,7 +572,7 @@ impl Progress for RecvLink {
                     let listen = self.listen.as_mut().expect("listening until accepted");
                     match self.net.accept(listen).map_err(|e| format!("accept: {e}"))? {
                         Some(mut comm) => {
-                            let (data, len) = self.region.slots_memory();
+                            let (data, len) = registered(&self.region, self.ll);
                             self.memory = Some(self.net.reg_mr(&mut comm, data, len, MemoryKind::Host).map_err(|e| format!("registering the FIFO: {e}"))?);
                             self.comm = Some(comm);
                             if let Some(listen) = self.listen.take() {
@@ -531,8 +586,16 @@ impl Progress for RecvLink {
                 }
                 RecvStep::Post { first, count, tag } => {
                     let (comm, memory) = (self.comm.as_mut().expect("accepted"), self.memory.as_ref().expect("registered"));
-                    let buffers: Vec<RecvBuffer> =
-                        (0..count).map(|i| RecvBuffer { data: self.fifo.free_slot_ptr(first + i), len: self.fifo.slot_bytes(), tag: tag.wrapping_add(i as u32) }).collect();
+                    let mut buffers: Vec<RecvBuffer> = Vec::with_capacity(count);
+                    for i in 0..count {
+                        let message = self.posted + i as u64;
+                        let (data, len) = match (self.protocols.is_ll(message), self.ll) {
+                            (Some(true), Some(slots)) => (slots.slot(message, self.region.nslots()), slots.slot_bytes),
+                            (Some(true), None) => return Err(format!("message {message} announced as LL on a FIFO without LL slots")),
+                            _ => (self.fifo.free_slot_ptr(first + i), self.fifo.slot_bytes()),
+                        };
+                        buffers.push(RecvBuffer { data, len, tag: tag.wrapping_add(i as u32) });
+                    }
                     let handles: Vec<&MrHandle> = vec![memory; count];
                     // SAFETY: the slots are free and stay unpublished until the receive
                     // completes.
@@ -540,6 +603,7 @@ impl Progress for RecvLink {
                         Some(request) => {
                             self.requests.push_back(request);
                             self.core.posted(count);
+                            self.posted += count as u64;
                             busy = true;
                         }
                         None => self.core.refused(),
@@ -600,6 +664,23 @@ impl Drop for RecvLink {
             let _ = self.net.close_listen(listen);
         }
     }
+}
+
+/// `ll` if its slots follow `region`'s Simple slots in the same memory (one registration
+/// covers both), or an error.
+fn checked_ll(region: &Region, ll: Option<LlSlots>) -> Result<Option<LlSlots>> {
+    let Some(slots) = ll else { return Ok(None) };
+    let (data, len) = region.slots_memory();
+    if slots.base != data as usize + len || slots.slot_bytes < oxccl_kernels::device::LL_LINE_BYTES {
+        return Err(Error::Internal(format!("LL slots at {:#x} of {} bytes do not follow the FIFO's slots ({:p}, {len} bytes)", slots.base, slots.slot_bytes, data)));
+    }
+    Ok(ll)
+}
+
+/// The memory a link registers with its Net: the FIFO's slots, and its LL slots after them.
+fn registered(region: &Region, ll: Option<LlSlots>) -> (*mut u8, usize) {
+    let (data, len) = region.slots_memory();
+    (data, len + ll.map_or(0, |s| s.slot_bytes * region.nslots()))
 }
 
 /// The process's proxy threads, and the next to get a link.

@@ -332,8 +332,8 @@ impl Pair {
 
     /// An operation of `messages` starts: both links are told.
     fn announce(&mut self, messages: u64, independent: bool) {
-        self.send.mailbox.lock().push((messages, independent));
-        self.recv.mailbox.lock().push((messages, independent));
+        self.send.mailbox.lock().push((messages, independent, false));
+        self.recv.mailbox.lock().push((messages, independent, false));
     }
 }
 

@@ -68,7 +68,7 @@ pub fn gpu_reference(route: &Route, case: &Case, inputs: &[Vec<u8>]) -> Result<V
         inputs.to_vec()
     };
     let mut outputs = match *route {
-        Route::Schedule { shape, algorithm } => simulated(shape, algorithm, case, &prepared)?,
+        Route::Schedule { shape, algorithm, .. } => simulated(shape, algorithm, case, &prepared)?,
         Route::Direct if reduces => folded_in_rank_order(case, &prepared)?,
         Route::Direct | Route::Exchange if !reduces => (0..n).map(|r| copied(case, inputs, r)).collect(),
         Route::Staged => return Err(Error::InvalidArgument { what: format!("{case}: staged through host memory, it runs on the host data path: no GPU route to check") }),
@@ -196,7 +196,7 @@ mod tests {
     fn routes(case: &Case, n: usize) -> Vec<Route> {
         let exchanges = matches!(case.collective, Collective::AllToAll | Collective::Gather | Collective::Scatter);
         let algorithm = if exchanges { Algorithm::Direct } else { Algorithm::Ring };
-        let mut routes: Vec<Route> = [1, 3].map(|channels| Route::Schedule { shape: Shape { collective: case.collective, count: case.count, nranks: n, root: case.root, chunk: 64, channels }, algorithm }).into();
+        let mut routes: Vec<Route> = [1, 3].map(|channels| Route::Schedule { shape: Shape { collective: case.collective, count: case.count, nranks: n, root: case.root, chunk: 64, channels }, algorithm, ll: false }).into();
         routes.push(if exchanges { Route::Exchange } else { Route::Direct });
         routes
     }
@@ -228,7 +228,7 @@ mod tests {
         for dtype in [DataType::Float32, DataType::Bfloat16, DataType::Float8E4M3] {
             let case = Case { collective: Collective::AllReduce, dtype, op: ReduceOp::Sum, count: 4099, root: 0, in_place: false };
             let inputs: Vec<Vec<u8>> = (0..n).map(|r| random_input(&case, r, n, 7)).collect();
-            let ring = |channels| Route::Schedule { shape: Shape { collective: case.collective, count: case.count, nranks: n, root: 0, chunk: 1024, channels }, algorithm: Algorithm::Ring };
+            let ring = |channels| Route::Schedule { shape: Shape { collective: case.collective, count: case.count, nranks: n, root: 0, chunk: 1024, channels }, algorithm: Algorithm::Ring, ll: false };
             let outputs: Vec<Vec<u8>> = [Route::Direct, ring(1), ring(2)].iter().map(|route| gpu_reference(route, &case, &inputs).unwrap().swap_remove(0)).collect();
             for (a, b) in [(0, 1), (0, 2), (1, 2)] {
                 assert!(same_bits(&case, &Route::Direct, &outputs[a], &outputs[b]).is_some(), "{dtype:?}: routes {a} and {b} agree on every element");
