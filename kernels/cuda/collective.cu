@@ -222,12 +222,13 @@ __device__ __forceinline__ uint4 ox_ll_load(const char* p) {
   return v;
 }
 
-// Line l (8 bytes) of a buffer of `bytes` bytes; bytes past the end read as 0.
-__device__ __forceinline__ uint2 ox_line_get(const char* base, u64 l, u64 bytes) {
+// Line l (8 bytes) of a buffer of `bytes` bytes; bytes past the end read as 0. `cg`: loads
+// through L2 only (a GPU FIFO slot a peer rewrites, where L1 may hold stale lines).
+__device__ __forceinline__ uint2 ox_line_get(const char* base, u64 l, u64 bytes, bool cg = false) {
   const char* p = base + l * 8;
-  if (l * 8 + 8 <= bytes && ((u64)p & 7) == 0) return *(const uint2*)p;
+  if (l * 8 + 8 <= bytes && ((u64)p & 7) == 0) return cg ? __ldcg((const uint2*)p) : *(const uint2*)p;
   unsigned char b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (u32 i = 0; i < 8 && l * 8 + i < bytes; ++i) b[i] = p[i];
+  for (u32 i = 0; i < 8 && l * 8 + i < bytes; ++i) b[i] = cg ? __ldcg((const unsigned char*)p + i) : p[i];
   uint2 d;
   memcpy(&d, b, 8);
   return d;
@@ -258,18 +259,6 @@ __device__ int ox_ll_wait(const char* p, u32 flag, const OxWatch& w, u32 peer, u
 // it (oxccl_kernels::device::ll::flag).
 __device__ __forceinline__ u32 ox_ll_flag(u64 k) { return (u32)((k - 1) % 0xffffffffull + 1); }
 
-// A line read plainly from a buffer or a GPU FIFO slot (through L2: a peer rewrites
-// slots, so L1 may hold stale lines); bytes past `bytes` read as 0.
-__device__ __forceinline__ uint2 ox_line_get_cg(const char* base, u64 l, u64 bytes) {
-  const char* p = base + l * 8;
-  if (l * 8 + 8 <= bytes && ((u64)p & 7) == 0) return __ldcg((const uint2*)p);
-  unsigned char b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (u32 i = 0; i < 8 && l * 8 + i < bytes; ++i) b[i] = __ldcg((const unsigned char*)p + i);
-  uint2 d;
-  memcpy(&d, b, 8);
-  return d;
-}
-
 // One step of the executor where a network FIFO runs LL (DevArgs::ll): as ox_move, line by
 // line. `in` is a slot to read, as LL lines flagged `flag_in` (in_ll: each thread waits
 // for its own lines; line 0 is the header) or plain; `out` a slot to write, as LL lines
@@ -291,11 +280,11 @@ __device__ int ox_move_ll(char* dst, char* out, bool out_ll, const char* in, boo
         const int why = ox_ll_wait(in + (l + 1) * 16, flag_in, w, peer_in, &v);
         if (why) return why;
       } else {
-        v = ox_line_get_cg(in, l, bytes);
+        v = ox_line_get(in, l, bytes, true);
       }
     }
     if (local) {
-      uint2 x = ox_line_get_cg(local, l, bytes);
+      uint2 x = ox_line_get(local, l, bytes, true);
       if (scale) x = ox_scale_vec(x, s);
       v = in ? ox_combine_vec(v, x) : x;
     }

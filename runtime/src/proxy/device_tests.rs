@@ -210,13 +210,11 @@ fn kernel_driven_fifos_switch_between_ll_and_simple() {
             Some(launch)
         }).collect();
         let ll_len = |m: u64| (m as usize * 41) % 505;
-        let kernel = tx.clone();
-        let plan = launches.clone();
-        let (announcer_tx, announcer_rx) = (&sender, &receiver);
+        let (kernel, sender, launches) = (&*tx, &sender, &launches);
         std::thread::scope(|scope| {
             let send = scope.spawn(move || {
-                for (first, count, ll) in plan {
-                    announcer_tx.announce(link, Direction::Send, count, true, ll);
+                for &(first, count, ll) in launches {
+                    sender.announce(link, Direction::Send, count, true, ll);
                     for m in first..first + count {
                         if ll {
                             kernel.kernel_send_ll(m, ll_len(m));
@@ -230,8 +228,8 @@ fn kernel_driven_fifos_switch_between_ll_and_simple() {
                 receiver.check().unwrap();
                 sender.check().unwrap();
             };
-            for &(first, count, ll) in &launches {
-                announcer_rx.announce(link, Direction::Recv, count, true, ll);
+            for &(first, count, ll) in launches {
+                receiver.announce(link, Direction::Recv, count, true, ll);
                 for m in first..first + count {
                     if ll {
                         rx.kernel_recv_ll(m, ll_len(m), check);

@@ -46,7 +46,7 @@ use oxccl_transports::net::{CommConfig, Context, MemoryKind, MrHandle, Net, Opaq
 use parking_lot::Mutex;
 
 use self::core::{RecvCore, RecvStep, SendCore, SendStep};
-use self::ll::{LlSlots, Protocols, Scan};
+use self::ll::{LlLink, LlSlots, Scan};
 use crate::algo::Link;
 use crate::error::{Error, Result};
 use crate::log_target;
@@ -179,7 +179,7 @@ impl NetLinks {
     #[allow(clippy::too_many_arguments)]
     pub fn listen(&self, link: Link, sender: usize, region: Arc<Region>, driver: Driver, device: usize, ll: Option<LlSlots>) -> Result<(Vec<u8>, std::thread::Thread)> {
         let (handle, mut edge) = RecvLink::new(link, sender, self.net.clone(), self.context.clone(), device, region, driver, self.shared.clone(), Instant::now(), self.setup_timeout)?;
-        edge.ll = checked_ll(&edge.region, ll)?;
+        edge.ll = checked_ll(&edge.region, ll)?.map(LlLink::new);
         if edge.ll.is_some() {
             // The kernel reads an LL message as its lines land, and may free its slot
             // before the receive's completion publishes it.
@@ -194,7 +194,7 @@ impl NetLinks {
     /// [`NetLinks::listen`].
     pub fn connect(&self, link: Link, handle: &[u8], region: Arc<Region>, driver: Driver, device: usize, ll: Option<LlSlots>) -> Result<std::thread::Thread> {
         let mut edge = SendLink::new(link, self.net.clone(), self.context.clone(), device, handle, region, driver, self.shared.clone(), Instant::now(), self.setup_timeout)?;
-        edge.ll = checked_ll(&edge.region, ll)?;
+        edge.ll = checked_ll(&edge.region, ll)?.map(LlLink::new);
         Ok(self.submit(link, Direction::Send, edge.mailbox.clone(), Box::new(edge)))
     }
 
@@ -327,10 +327,9 @@ struct SendLink {
     mailbox: Mailbox,
     driver: Driver,
     shared: Shared,
-    /// The FIFO's LL slots, if its kernel runs LL; which messages do; how far the check
-    /// of the next one got.
-    ll: Option<LlSlots>,
-    protocols: Protocols,
+    /// The FIFO's LL side, if its kernel runs LL; how far the check of the next LL
+    /// message got.
+    ll: Option<LlLink>,
     scan: Scan,
 }
 
@@ -371,7 +370,6 @@ impl SendLink {
             driver,
             shared,
             ll: None,
-            protocols: Protocols::default(),
             scan: Scan::default(),
         })
     }
@@ -381,7 +379,7 @@ impl Progress for SendLink {
     fn progress(&mut self, now: Instant) -> Result<bool, String> {
         for (messages, _, ll) in self.mailbox.lock().drain(..) {
             self.core.announce(messages);
-            self.protocols.announce(messages, ll);
+            ll::announce(&mut self.ll, messages, ll)?;
         }
         self.core.new_pass();
         let mut busy = false;
@@ -390,7 +388,7 @@ impl Progress for SendLink {
             match self.core.next(filled, now).map_err(|s| s.to_string())? {
                 SendStep::Connect => match self.net.connect(self.context.get(), self.device, &self.handle).map_err(|e| format!("connect: {e}"))? {
                     Some(mut comm) => {
-                        let (data, len) = registered(&self.region, self.ll);
+                        let (data, len) = registered(&self.region, self.ll.as_ref());
                         self.memory = Some(self.net.reg_mr(&mut comm, data, len, MemoryKind::Host).map_err(|e| format!("registering the FIFO: {e}"))?);
                         self.comm = Some(comm);
                         self.core.connected();
@@ -400,19 +398,16 @@ impl Progress for SendLink {
                 },
                 SendStep::Send { slot, tag } => {
                     let message = self.core.next_message();
-                    // A relay's messages are never announced: Simple.
-                    let ll = if self.driver == Driver::Relay { Some(false) } else { self.protocols.is_ll(message) };
-                    let (data, len) = match (ll, self.ll) {
+                    let (data, len) = match ll::slot_of(&mut self.ll, message, self.region.nslots()) {
                         // Filled before its operation's announcement reached this thread.
-                        (None, _) => {
+                        None => {
                             self.core.refused();
                             continue;
                         }
-                        (Some(true), Some(slots)) => {
-                            let data = slots.slot(message, self.region.nslots());
+                        Some(Some((data, slot_bytes))) => {
                             // SAFETY: the slot is the FIFO's (lent memory, checked at
                             // creation), which the kernel writes in 16-byte LL stores.
-                            match unsafe { ll::ready(data, slots.slot_bytes, message, &mut self.scan) }? {
+                            match unsafe { ll::ready(data, slot_bytes, message, &mut self.scan) }? {
                                 Some(len) => (data.cast_const(), len),
                                 None => {
                                     self.core.refused();
@@ -420,8 +415,7 @@ impl Progress for SendLink {
                                 }
                             }
                         }
-                        (Some(true), None) => return Err(format!("message {message} announced as LL on a FIFO without LL slots")),
-                        (Some(false), _) => self.fifo.filled_slot(slot),
+                        Some(None) => self.fifo.filled_slot(slot),
                     };
                     let (comm, memory) = (self.comm.as_mut().expect("connected"), self.memory.as_ref().expect("registered"));
                     // SAFETY: the slot stays filled and unchanged until released below,
@@ -509,10 +503,9 @@ struct RecvLink {
     mailbox: Mailbox,
     driver: Driver,
     shared: Shared,
-    /// The FIFO's LL slots, if its kernel runs LL; which messages do; how many receives
-    /// were posted (the next one's message number).
-    ll: Option<LlSlots>,
-    protocols: Protocols,
+    /// The FIFO's LL side, if its kernel runs LL; how many receives were posted (the next
+    /// one's message number).
+    ll: Option<LlLink>,
     posted: u64,
 }
 
@@ -550,7 +543,6 @@ impl RecvLink {
             driver,
             shared,
             ll: None,
-            protocols: Protocols::default(),
             posted: 0,
         };
         Ok((handle, edge))
@@ -561,7 +553,7 @@ impl Progress for RecvLink {
     fn progress(&mut self, now: Instant) -> Result<bool, String> {
         for (messages, independent, ll) in self.mailbox.lock().drain(..) {
             self.core.announce(messages, independent);
-            self.protocols.announce(messages, ll);
+            ll::announce(&mut self.ll, messages, ll)?;
         }
         self.core.new_pass();
         let mut busy = false;
@@ -572,7 +564,7 @@ impl Progress for RecvLink {
                     let listen = self.listen.as_mut().expect("listening until accepted");
                     match self.net.accept(listen).map_err(|e| format!("accept: {e}"))? {
                         Some(mut comm) => {
-                            let (data, len) = registered(&self.region, self.ll);
+                            let (data, len) = registered(&self.region, self.ll.as_ref());
                             self.memory = Some(self.net.reg_mr(&mut comm, data, len, MemoryKind::Host).map_err(|e| format!("registering the FIFO: {e}"))?);
                             self.comm = Some(comm);
                             if let Some(listen) = self.listen.take() {
@@ -589,9 +581,9 @@ impl Progress for RecvLink {
                     let mut buffers: Vec<RecvBuffer> = Vec::with_capacity(count);
                     for i in 0..count {
                         let message = self.posted + i as u64;
-                        let (data, len) = match (self.protocols.is_ll(message), self.ll) {
-                            (Some(true), Some(slots)) => (slots.slot(message, self.region.nslots()), slots.slot_bytes),
-                            (Some(true), None) => return Err(format!("message {message} announced as LL on a FIFO without LL slots")),
+                        // Only announced messages are posted: never `None`.
+                        let (data, len) = match ll::slot_of(&mut self.ll, message, self.region.nslots()) {
+                            Some(Some(slot)) => slot,
                             _ => (self.fifo.free_slot_ptr(first + i), self.fifo.slot_bytes()),
                         };
                         buffers.push(RecvBuffer { data, len, tag: tag.wrapping_add(i as u32) });
@@ -678,9 +670,9 @@ fn checked_ll(region: &Region, ll: Option<LlSlots>) -> Result<Option<LlSlots>> {
 }
 
 /// The memory a link registers with its Net: the FIFO's slots, and its LL slots after them.
-fn registered(region: &Region, ll: Option<LlSlots>) -> (*mut u8, usize) {
+fn registered(region: &Region, ll: Option<&LlLink>) -> (*mut u8, usize) {
     let (data, len) = region.slots_memory();
-    (data, len + ll.map_or(0, |s| s.slot_bytes * region.nslots()))
+    (data, len + ll.map_or(0, |l| l.slots.slot_bytes * region.nslots()))
 }
 
 /// The process's proxy threads, and the next to get a link.
