@@ -394,7 +394,7 @@ struct MappedFifo {
 /// current), owned by the region, with an LL slot (`ll::SLOT_BYTES`) per slot after its
 /// Simple slots.
 fn net_fifo(geometry: Geometry) -> Result<(Arc<Region>, MappedFifo)> {
-    let bytes = geometry.region_bytes() + geometry.slots * ll::SLOT_BYTES;
+    let bytes = net_fifo_bytes(geometry);
     let memory = MappedHost::zeroed(bytes.div_ceil(4))?;
     let (host, device) = (memory.host(), memory.device);
     let ll = LlSlots { base: host as usize + geometry.region_bytes(), slot_bytes: ll::SLOT_BYTES };
@@ -425,7 +425,12 @@ fn net_end(end: End, region: Arc<Region>, memory: &MappedFifo, cx: &Setup) -> Re
         ll_slot_bytes: ll::SLOT_BYTES as u32,
     };
     tracing::debug!(target: crate::log_target::P2P, "GPU {} {end:?} connected (network, through the proxy)", cx.device.ordinal);
-    Ok(Opened { conn, memory: EndMemory::Net { region, counter, bytes: geometry.region_bytes() + geometry.slots * ll::SLOT_BYTES } })
+    Ok(Opened { conn, memory: EndMemory::Net { region, counter, bytes: net_fifo_bytes(geometry) } })
+}
+
+/// Bytes of a network FIFO's mapped memory: the FIFO, then its LL slots.
+fn net_fifo_bytes(geometry: Geometry) -> usize {
+    geometry.region_bytes() + geometry.slots * ll::SLOT_BYTES
 }
 
 /// The payload of an announcement that must be of `kind`, or an error naming the peer.
