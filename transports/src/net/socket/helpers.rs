@@ -12,7 +12,7 @@
 //! message starts none), waits in poll(2) on its sockets that would block and on a wake-up
 //! socket that the dealer writes when it gives a sleeping thread work, and is stopped and
 //! joined when the comm closes: it looks at its stop flag between every two reads or
-//! writes, and at least every [`POLL_TIMEOUT_MS`].
+//! writes, and is woken from poll(2) to do so.
 //!
 //! Failure: the first error a thread meets (the peer closed or reset a socket) becomes the
 //! comm's failure, naming the socket and the peer. From then on no thread reads or writes
@@ -40,8 +40,10 @@ use crate::{Error, Result};
 /// The smallest piece a message is cut into: smaller messages go whole over the control
 /// socket (NCCL's NCCL_SOCKET_MIN_TASKSIZE default, 64 KiB).
 pub(super) const MIN_PIECE_BYTES: usize = 64 << 10;
-/// The longest a helper thread waits in poll(2) before looking at its flags again.
-const POLL_TIMEOUT_MS: u16 = 100;
+/// The longest a helper thread waits in poll(2) before looking at its flags again (a stop
+/// or new work wakes it at once through its wake-up socket: this only bounds a wait that
+/// would otherwise have none).
+const POLL_TIMEOUT_MS: u16 = 500;
 
 /// The bytes of each piece of a `len`-byte message over `sockets` data sockets: an equal
 /// share of each socket, at least [`MIN_PIECE_BYTES`].
@@ -169,7 +171,8 @@ impl DataPath {
         self.shared.quiesce();
     }
 
-    /// Stops and joins the helper threads; the pieces they held are dropped.
+    /// Stops and joins the helper threads and closes the data sockets; the pieces the
+    /// threads held are dropped.
     pub(super) fn stop(&mut self) {
         for helper in &self.threads {
             if let Helper::Running { inbox, .. } = helper {
@@ -178,6 +181,8 @@ impl DataPath {
             }
         }
         for helper in &mut self.threads {
+            // Sockets of threads not started are closed here, those of the others as
+            // their threads end.
             if let Helper::Running { thread, .. } = std::mem::replace(helper, Helper::Stopped) {
                 if thread.join().is_err() {
                     tracing::warn!(target: "oxccl::net", "a socket helper thread panicked");

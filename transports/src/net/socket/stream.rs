@@ -166,14 +166,16 @@ impl SendState {
         Ok(())
     }
 
-    /// Ends the comm: its helper threads stopped and joined, its messages dropped; later
-    /// calls on its requests fail.
+    /// Ends the comm: its helper threads stopped and joined, its sockets shut, its messages
+    /// dropped; later calls on its requests fail.
     pub(super) fn close(&mut self) {
         self.failed.get_or_insert_with(|| "the send comm was closed".into());
         if let Some(data) = &mut self.data {
             data.stop();
         }
         self.queue.clear();
+        // The peer hears of it now, not when the last request goes.
+        let _ = self.socket.shutdown(std::net::Shutdown::Both);
     }
 }
 
@@ -260,14 +262,16 @@ impl RecvState {
         Ok(())
     }
 
-    /// Ends the comm: its helper threads stopped and joined, its receives dropped; later
-    /// calls on its requests fail.
+    /// Ends the comm: its helper threads stopped and joined, its sockets shut, its receives
+    /// dropped; later calls on its requests fail.
     pub(super) fn close(&mut self) {
         self.failed.get_or_insert_with(|| "the receive comm was closed".into());
         if let Some(data) = &mut self.data {
             data.stop();
         }
         self.queue.clear();
+        // The peer hears of it now, not when the last request goes.
+        let _ = self.socket.shutdown(std::net::Shutdown::Both);
     }
 
     /// Reads the next message's header and picks its buffer; `None` if not all here yet.

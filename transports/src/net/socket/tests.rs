@@ -353,5 +353,5 @@ fn ipv6_loopback_works() {
 fn net_connect_error(handle: &[u8]) -> String {
     let net = SocketNet::new(LOOPBACK);
     let context = context(&net);
-    net.connect(&context, 0, handle).err().expect("a bad handle is refused").to_string()
+    net.connect(&context, 0, handle).expect_err("a bad handle is refused").to_string()
 }
