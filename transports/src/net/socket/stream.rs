@@ -169,13 +169,8 @@ impl SendState {
     /// Ends the comm: its helper threads stopped and joined, its sockets shut, its messages
     /// dropped; later calls on its requests fail.
     pub(super) fn close(&mut self) {
-        self.failed.get_or_insert_with(|| "the send comm was closed".into());
-        if let Some(data) = &mut self.data {
-            data.stop();
-        }
+        close(&mut self.failed, self.data.as_mut(), &self.socket, "send");
         self.queue.clear();
-        // The peer hears of it now, not when the last request goes.
-        let _ = self.socket.shutdown(std::net::Shutdown::Both);
     }
 }
 
@@ -265,13 +260,8 @@ impl RecvState {
     /// Ends the comm: its helper threads stopped and joined, its sockets shut, its receives
     /// dropped; later calls on its requests fail.
     pub(super) fn close(&mut self) {
-        self.failed.get_or_insert_with(|| "the receive comm was closed".into());
-        if let Some(data) = &mut self.data {
-            data.stop();
-        }
+        close(&mut self.failed, self.data.as_mut(), &self.socket, "receive");
         self.queue.clear();
-        // The peer hears of it now, not when the last request goes.
-        let _ = self.socket.shutdown(std::net::Shutdown::Both);
     }
 
     /// Reads the next message's header and picks its buffer; `None` if not all here yet.
@@ -360,6 +350,16 @@ impl RecvState {
             }
         }
     }
+}
+
+/// Marks a comm closed (its requests fail from now on), stops its helper threads and shuts
+/// its control socket: the peer hears of it now, not when the last request goes.
+fn close(failed: &mut Option<String>, data: Option<&mut DataPath>, socket: &Socket, what: &str) {
+    failed.get_or_insert_with(|| format!("the {what} comm was closed"));
+    if let Some(data) = data {
+        data.stop();
+    }
+    let _ = socket.shutdown(std::net::Shutdown::Both);
 }
 
 /// `result` of a control socket's progress, with the data path's failure (if the control
