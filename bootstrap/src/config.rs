@@ -380,7 +380,7 @@ pub static KNOBS: &[Knob] = &[
     Knob {
         name: "NCCL_SOCKET_NTHREADS",
         default: "",
-        doc: "helper threads per socket-net connection that move its messages of 64 KiB and more over its data sockets, in pieces (0..=16; larger values are lowered to 16 with a warning, as NCCL does; 0: no helpers, the caller's thread moves everything over one socket); unset: 1, or NCCL's cloud defaults on AWS (2) and Google Cloud gVNIC (4); the listening side's value counts",
+        doc: "helper threads per socket-net connection that move its messages of 64 KiB and more over its data sockets, in pieces (0..=16; larger values are lowered to 16 with a warning, as NCCL does; 0: no helpers, the caller's thread moves everything over one socket); unset: 1 on hosts of 4 cores or more, 0 below, or NCCL's cloud defaults on AWS (2) and Google Cloud gVNIC (4); the listening side's value counts",
         set: |c, v| Ok(c.socket_threads = parse_count(v, "helper threads")?),
     },
     Knob {

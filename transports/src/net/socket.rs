@@ -45,7 +45,7 @@ use crate::{Error, Result};
 use handshake::{Accepted, Connecting, Listening};
 use helpers::{DataPath, Direction};
 use stream::{RecvState, SendState};
-pub use streams::{StreamSettings, Streams, MAX_DATA_SOCKETS, MAX_THREADS};
+pub use streams::{StreamSettings, Streams, MAX_DATA_SOCKETS, MAX_THREADS, MIN_CORES_FOR_HELPERS};
 
 /// TCP on one or more interface addresses.
 pub struct SocketNet {
@@ -161,7 +161,7 @@ impl SocketNet {
     /// A net with one device per entry of `devices`, each taking up to `max_recvs` buffers
     /// per `irecv` (at least 1), its streams the automatic ones ([`StreamSettings`]).
     pub fn with_devices(devices: Vec<SocketDevice>, max_recvs: usize) -> SocketNet {
-        let streams = devices.iter().map(|device| StreamSettings::default().resolve(device.vendor.as_deref()).0).collect();
+        let streams = devices.iter().map(|device| StreamSettings::default().resolve(device.vendor.as_deref(), host_cores()).0).collect();
         SocketNet { devices, streams, max_recvs: max_recvs.max(1), stats: Arc::default() }
     }
 
@@ -173,7 +173,7 @@ impl SocketNet {
             .devices
             .iter()
             .map(|device| {
-                let (streams, warnings) = settings.resolve(device.vendor.as_deref());
+                let (streams, warnings) = settings.resolve(device.vendor.as_deref(), host_cores());
                 for warning in warnings {
                     tracing::warn!(target: "oxccl::net", "NET/Socket: {warning}");
                 }
@@ -437,6 +437,11 @@ impl SocketNet {
     fn data_path(&self, direction: Direction, peer: SocketAddr, sockets: Vec<socket2::Socket>, streams: Streams) -> Option<DataPath> {
         (!sockets.is_empty()).then(|| DataPath::new(direction, peer, sockets, streams.threads, self.stats.clone()))
     }
+}
+
+/// The cores this process may run on.
+fn host_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 fn lock<'a, T>(mutex: &'a Mutex<T>, what: &str) -> Result<MutexGuard<'a, T>> {

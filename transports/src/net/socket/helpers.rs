@@ -29,6 +29,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags};
 use socket2::Socket;
@@ -40,6 +41,9 @@ use crate::{Error, Result};
 /// The smallest piece a message is cut into: smaller messages go whole over the control
 /// socket (NCCL's NCCL_SOCKET_MIN_TASKSIZE default, 64 KiB).
 pub(super) const MIN_PIECE_BYTES: usize = 64 << 10;
+/// How long a helper thread with nothing to do keeps looking for work (yielding the core
+/// between looks) before it sleeps in poll(2).
+const SPIN: Duration = Duration::from_micros(50);
 /// The longest a helper thread waits in poll(2) before looking at its flags again (a stop
 /// or new work wakes it at once through its wake-up socket: this only bounds a wait that
 /// would otherwise have none).
@@ -327,6 +331,7 @@ enum Pass {
 impl Worker {
     fn run(mut self) {
         let mut blocked: Vec<usize> = Vec::new();
+        let mut last_moved = Instant::now();
         while !self.inbox.stop.load(Ordering::Acquire) {
             for (index, piece) in lock(&self.inbox.state).pieces.drain(..) {
                 self.queues[index].push_back(piece);
@@ -348,7 +353,13 @@ impl Worker {
                     }
                 }
             }
-            if !moved {
+            if moved {
+                last_moved = Instant::now();
+            } else if blocked.is_empty() && last_moved.elapsed() < SPIN {
+                // Just done with a piece: the next usually follows at once, and a thread
+                // woken from poll(2) starts later than one that looks again.
+                std::thread::yield_now();
+            } else {
                 self.sleep(&blocked);
             }
         }

@@ -5,10 +5,13 @@
 pub const MAX_THREADS: usize = 16;
 /// Most data sockets per comm, threads × sockets per thread (NCCL's MAX_SOCKETS).
 pub const MAX_DATA_SOCKETS: usize = 64;
-/// Helper threads per comm where nothing says otherwise.
-const DEFAULT_THREADS: usize = 1;
 /// Data sockets per helper thread where nothing says otherwise.
 const DEFAULT_SOCKETS_PER_THREAD: usize = 1;
+/// Cores a host needs for its comms to get a helper thread where nothing says otherwise.
+/// With two, the ranks' own threads and the proxy threads already have both: a helper per
+/// comm made the socket net slower there (docs/NET.md); with more, it moves the copies off
+/// the thread that calls `test` and runs each comm's on its own core.
+pub const MIN_CORES_FOR_HELPERS: usize = 4;
 
 /// NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD as set; `None`: the automatic choice.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -42,15 +45,16 @@ impl StreamSettings {
         StreamSettings { threads: config.socket_threads, sockets_per_thread: config.socks_per_thread }
     }
 
-    /// The streams of a device whose PCI vendor is `vendor` (sysfs's `0x1d0f`), and a
-    /// warning for each value lowered to NCCL's limits. Unset values are NCCL's cloud
-    /// defaults (AWS: 2 threads × 8 sockets, Google Cloud's gVNIC: 4 × 1), else 1 × 1; a
-    /// value set is kept and the other one taken from there, as NCCL does.
-    pub fn resolve(&self, vendor: Option<&str>) -> (Streams, Vec<String>) {
+    /// The streams of a device whose PCI vendor is `vendor` (sysfs's `0x1d0f`) on a host of
+    /// `cores` cores, and a warning for each value lowered to NCCL's limits. Unset values
+    /// are NCCL's cloud defaults (AWS: 2 threads × 8 sockets, Google Cloud's gVNIC: 4 × 1),
+    /// else 1 × 1 with at least [`MIN_CORES_FOR_HELPERS`] cores and none below; a value set
+    /// is kept and the other one taken from there, as NCCL does.
+    pub fn resolve(&self, vendor: Option<&str>, cores: usize) -> (Streams, Vec<String>) {
         let (cloud_threads, cloud_sockets) = match vendor {
             Some("0x1d0f") => (2, 8),
             Some("0x1ae0") => (4, 1),
-            _ => (DEFAULT_THREADS, DEFAULT_SOCKETS_PER_THREAD),
+            _ => (usize::from(cores >= MIN_CORES_FOR_HELPERS), DEFAULT_SOCKETS_PER_THREAD),
         };
         let mut warnings = Vec::new();
         let mut threads = self.threads.unwrap_or(cloud_threads);
@@ -75,15 +79,22 @@ impl StreamSettings {
 mod tests {
     use super::*;
 
+    /// On a host of 16 cores (the GPU machines').
     fn resolve(threads: Option<usize>, sockets_per_thread: Option<usize>, vendor: Option<&str>) -> ((usize, usize), Vec<String>) {
-        let (streams, warnings) = StreamSettings { threads, sockets_per_thread }.resolve(vendor);
+        let (streams, warnings) = StreamSettings { threads, sockets_per_thread }.resolve(vendor, 16);
         ((streams.threads, streams.sockets), warnings)
     }
 
     #[test]
     fn unset_values_are_the_defaults_or_nccls_cloud_ones() {
-        assert_eq!(resolve(None, None, None), ((DEFAULT_THREADS, DEFAULT_THREADS * DEFAULT_SOCKETS_PER_THREAD), vec![]));
+        assert_eq!(resolve(None, None, None), ((1, 1), vec![]));
         assert_eq!(resolve(None, None, Some("0x15b3")), resolve(None, None, None));
+        // Too few cores for helpers of their own, unless asked for, or a cloud's NIC.
+        let unset = StreamSettings::default();
+        assert_eq!(unset.resolve(None, MIN_CORES_FOR_HELPERS - 1).0, Streams { threads: 0, sockets: 0 });
+        assert_eq!(unset.resolve(None, MIN_CORES_FOR_HELPERS).0, Streams { threads: 1, sockets: 1 });
+        assert_eq!(StreamSettings { threads: Some(2), sockets_per_thread: None }.resolve(None, 2).0, Streams { threads: 2, sockets: 2 });
+        assert_eq!(unset.resolve(Some("0x1d0f"), 2).0, Streams { threads: 2, sockets: 16 });
         assert_eq!(resolve(None, None, Some("0x1d0f")), ((2, 16), vec![]));
         assert_eq!(resolve(None, None, Some("0x1ae0")), ((4, 4), vec![]));
         // One value set, the other automatic: as NCCL combines them.
