@@ -71,6 +71,11 @@ fn requests_in_flight_are_those_the_abi_promises() {
 #[test]
 fn log_lines_and_failures_come_back_through_the_abi() {
     let net = load(11);
+    // With the capture below the process's only subscriber, tracing computes a callsite's
+    // interest from the default of whichever thread hits it first: another test's thread
+    // (no subscriber) would leave the plugin's INFO line cached as wanted by nobody. With a
+    // global one beside it, every subscriber is asked.
+    let _ = tracing::subscriber::set_global_default(tracing::subscriber::NoSubscriber::default());
     let logs = CapturedLogs::default();
     let err = logs.during(|| {
         let context = net.init(0xfeed, &Default::default()).unwrap();

@@ -13,11 +13,16 @@ use oxccl_transports::net::{CommConfig, Context, MemoryKind, Net, RecvBuffer, Re
 /// libnccl-net-oxccl.so: cargo's libnccl_net_oxccl.so (built with this test, next to it)
 /// copied under the name `NCCL_NET_PLUGIN=oxccl` makes NCCL look for, in a directory of
 /// the tests (under cargo's directory for test files). The plugin's devices are
-/// loopback (NCCL_SOCKET_IFNAME=lo, set here before anything in this process loads it).
+/// loopback (NCCL_SOCKET_IFNAME=lo, set here before anything in this process loads it), and
+/// its comms have a helper thread and a data socket (NCCL_SOCKET_NTHREADS=1 unless the
+/// test set it: what they get unset on hosts of 4 cores or more, not on CI's 2).
 pub fn library() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
         std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
+        if std::env::var_os("NCCL_SOCKET_NTHREADS").is_none() {
+            std::env::set_var("NCCL_SOCKET_NTHREADS", "1");
+        }
         let exe = std::env::current_exe().expect("the test's path");
         let built = exe.parent().into_iter().flat_map(|deps| [deps.join("libnccl_net_oxccl.so"), deps.join("../libnccl_net_oxccl.so")]).find(|path| path.exists());
         let built = built.unwrap_or_else(|| panic!("libnccl_net_oxccl.so is not next to {} (cargo builds it with the tests)", exe.display()));
