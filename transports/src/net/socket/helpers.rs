@@ -209,8 +209,17 @@ impl DataPath {
             dealt[socket % threads].push((socket / threads, Piece { memory, moved: 0, left: left.clone() }));
         }
         for (thread, pieces) in dealt.into_iter().enumerate() {
-            if !pieces.is_empty() {
-                self.start(thread)?.give(pieces);
+            if pieces.is_empty() {
+                continue;
+            }
+            match self.start(thread) {
+                Ok(inbox) => inbox.give(pieces),
+                Err(e) => {
+                    // Other threads may hold pieces of this message already: the comm
+                    // fails, and they let go of the caller's memory before it hears so.
+                    self.fail(&e.to_string());
+                    return Err(e);
+                }
             }
         }
         Ok(())
@@ -246,13 +255,7 @@ impl DataPath {
                     shared.fail("a socket helper thread panicked");
                 }
             });
-            let thread_handle = match spawned {
-                Ok(handle) => handle,
-                Err(e) => {
-                    self.fail(&format!("could not start a socket helper thread: {e}"));
-                    return Err(Error::io("starting a socket helper thread", e));
-                }
-            };
+            let thread_handle = spawned.map_err(|e| Error::io("starting a socket helper thread", e))?;
             self.shared.stats.helper_threads.fetch_add(1, Ordering::Relaxed);
             self.threads[thread] = Helper::Running { inbox, thread: thread_handle };
         }
