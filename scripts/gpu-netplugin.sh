@@ -6,18 +6,26 @@
 # (NCCL_SOCKET_IFNAME=lo). $1: the build directory of nccl-tests built with MPI=1 against
 # the machine's NCCL (gpu-session.sh's nccl-tests stage makes .nccl-tests/build-mpi).
 #
-# For each test (NETPLUGIN_TESTS), NETPLUGIN_ROUNDS rounds (default 2), each running NCCL
-# over the plugin (NCCL_NET_PLUGIN=oxccl NCCL_NET=oxccl) and over its socket transport
-# (NCCL_NET_PLUGIN=none NCCL_NET=Socket), in alternating order, `-c 1` (results checked).
+# For each socket setting (NETPLUGIN_SOCKET_SETTINGS, default "default 4x4": `default`
+# leaves NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD unset, `TxS` sets them to T and S,
+# for both nets, which both read them), each test (NETPLUGIN_TESTS), NETPLUGIN_ROUNDS rounds
+# (default 2), each running NCCL over the plugin (NCCL_NET_PLUGIN=oxccl NCCL_NET=oxccl) and
+# over its socket transport (NCCL_NET_PLUGIN=none NCCL_NET=Socket), in alternating order,
+# `-c 1` (results checked). Unset, NCCL's socket transport uses no helper thread (the proxy
+# thread moves every byte; NCCL 2.28's net_socket.cc) and the plugin 1 thread x 1 socket.
 # Writes under $OUT (or gpu-out/):
-#   netplugin-<test>-<net>-<round>.txt  nccl-tests' output with NCCL's INFO log (INIT,NET)
-#   netplugin-compare.txt               per test and size: the best bus bandwidth of each net
-#                                       over the rounds (out-of-place) and plugin/socket
+#   netplugin-<setting>-<test>-<net>-<round>.txt  nccl-tests' output with NCCL's INFO log
+#                                       (INIT,NET)
+#   netplugin-compare.txt               per setting, test and size: the best bus bandwidth
+#                                       of each net over the rounds (out-of-place) and
+#                                       plugin/socket
 #   summary.txt                         per run: exit code, wrong values, whether NCCL's log
-#                                       names the plugin; per test: the ratio over sizes of
-#                                       1 MiB and more (geometric mean and minimum)
-# Exits non-zero when a run fails, has wrong values, or the plugin run's log does not show
-# NCCL using the plugin. GPU clocks and modes are never touched; the MPS daemon this script
+#                                       names the plugin and shows the setting's threads and
+#                                       sockets in use by both nets; per setting and test: the
+#                                       ratio over sizes of 1 MiB and more (geometric mean and
+#                                       minimum); at the end the same ratios as one table
+# Exits non-zero when a run fails, has wrong values, or a run's log does not show NCCL using
+# the plugin (plugin runs) or the threads and sockets the setting asks for. GPU clocks and modes are never touched; the MPS daemon this script
 # starts (with pipes in a directory of its own) is stopped at the end.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -48,10 +56,18 @@ export NCCL_TESTS_DEVICE=0 CUDA_VISIBLE_DEVICES="${NETPLUGIN_GPU:-0}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 args=(-b "${NCCL_TESTS_MIN:-8}" -e "${NCCL_TESTS_MAX:-64M}" -f "${NCCL_TESTS_FACTOR:-4}" -c 1 -n "${NCCL_TESTS_ITERS:-20}" -w 5 -g 1)
 
-# One run of test $1 over net $2 (plugin or socket), round $3; its output file.
+# One run of test $1 over net $2 (plugin or socket), round $3, socket setting $4 (`default`
+# or TxS); its output file.
 run() {
-  local t=$1 net=$2 round=$3 table="$out/netplugin-$1-$2-$3.txt" rc
-  local path="${LD_LIBRARY_PATH:-}"
+  local t=$1 net=$2 round=$3 setting=$4 table="$out/netplugin-$4-$1-$2-$3.txt" rc
+  local path="${LD_LIBRARY_PATH:-}" threads="" sockets="" streams=()
+  if [[ $setting != default ]]; then
+    threads=${setting%x*} sockets=${setting#*x}
+    export NCCL_SOCKET_NTHREADS=$threads NCCL_NSOCKS_PERTHREAD=$sockets
+    streams=(-x NCCL_SOCKET_NTHREADS -x NCCL_NSOCKS_PERTHREAD)
+  else
+    unset NCCL_SOCKET_NTHREADS NCCL_NSOCKS_PERTHREAD
+  fi
   if [[ $net == plugin ]]; then
     path="$plugin_dir${path:+:$path}"
     export NCCL_NET_PLUGIN=oxccl NCCL_NET=oxccl
@@ -62,17 +78,24 @@ run() {
   # shellcheck disable=SC2016  # expanded by that shell
   LD_LIBRARY_PATH="$path" timeout "${NCCL_TESTS_TIMEOUT:-300}" mpirun --oversubscribe -np 2 \
     -x LD_LIBRARY_PATH -x NCCL_NET_PLUGIN -x NCCL_NET -x NCCL_NVLS_ENABLE -x NCCL_SOCKET_IFNAME -x NCCL_DEBUG \
-    -x NCCL_DEBUG_SUBSYS -x NCCL_TESTS_DEVICE -x CUDA_VISIBLE_DEVICES -x CUDA_MPS_PIPE_DIRECTORY \
+    -x NCCL_DEBUG_SUBSYS -x NCCL_TESTS_DEVICE -x CUDA_VISIBLE_DEVICES -x CUDA_MPS_PIPE_DIRECTORY "${streams[@]}" \
     --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
     bash -c 'NCCL_HOSTID=netplugin-host$OMPI_COMM_WORLD_RANK exec "$@"' rank "$build/${t}_perf" "${args[@]}" > "$table" 2>&1
   rc=$?
-  local wrong named=""
+  local wrong named="" streams_seen=""
   wrong=$(grep -o "Out of bounds values : [0-9]*" "$table" | grep -o "[0-9]*$")
   if [[ $net == plugin ]]; then
     # NCCL's own INFO lines: the plugin loaded, and the network in use.
     if grep -q "NET/Plugin: Loaded net plugin oxccl" "$table" && grep -q "Using network oxccl" "$table"; then named=", NCCL log names oxccl: yes"; else named=", NCCL log names oxccl: NO"; status=1; fi
+    # The plugin's own line (through NCCL's logger): the threads and data sockets per comm.
+    streams_seen=$(grep -o "[0-9]* helper thread(s) and [0-9]* data socket(s) per connection" "$table" | head -1)
+    if [[ -n $threads ]] && [[ $streams_seen != "$threads helper thread(s) and $((threads * sockets)) data socket(s) per connection" ]]; then status=1; streams_seen="NOT THE SETTING: ${streams_seen:-no line}"; fi
+  else
+    # NCCL's socket transport logs its threads only when it has some (none by default).
+    streams_seen=$(grep -o "NET/Socket: Using [0-9]* threads and [0-9]* sockets per thread" "$table" | head -1)
+    if [[ -n $threads ]] && [[ $streams_seen != "NET/Socket: Using $threads threads and $sockets sockets per thread" ]]; then status=1; streams_seen="NOT THE SETTING: ${streams_seen:-no line}"; fi
   fi
-  note "$t over $net (round $round): exit $rc, wrong ${wrong:-?}$named"
+  note "[$setting] $t over $net (round $round): exit $rc, wrong ${wrong:-?}$named, streams: ${streams_seen:-none logged}"
   if ((rc != 0)) || [[ ${wrong:-x} != 0 ]]; then status=1; fi
 }
 
@@ -82,27 +105,46 @@ busbw() {
 }
 
 : > "$out/netplugin-compare.txt"
+: > "$out/.ratios"
 rounds=${NETPLUGIN_ROUNDS:-2}
-for t in ${NETPLUGIN_TESTS:-all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv}; do
-  for ((round = 1; round <= rounds; round++)); do
-    if ((round % 2)); then order=(plugin socket); else order=(socket plugin); fi
-    for net in "${order[@]}"; do run "$t" "$net" "$round"; done
+for setting in ${NETPLUGIN_SOCKET_SETTINGS:-default 4x4}; do
+  if [[ $setting != default && ! $setting =~ ^[0-9]+x[0-9]+$ ]]; then note "netplugin: socket setting $setting is neither default nor TxS"; status=1; continue; fi
+  for t in ${NETPLUGIN_TESTS:-all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv}; do
+    for ((round = 1; round <= rounds; round++)); do
+      if ((round % 2)); then order=(plugin socket); else order=(socket plugin); fi
+      for net in "${order[@]}"; do run "$t" "$net" "$round" "$setting"; done
+    done
+    # Best of the rounds per size, each net; then plugin / socket.
+    for net in plugin socket; do
+      for ((round = 1; round <= rounds; round++)); do busbw "$out/netplugin-$setting-$t-$net-$round.txt"; done \
+        | awk '{ if (!($1 in best) || $2 > best[$1]) best[$1] = $2 } END { for (s in best) print s, best[s] }' | sort -n > "$out/.best-$net"
+    done
+    # bytes, plugin, socket: the sizes both nets ran.
+    awk 'NR == FNR { plugin[$1] = $2; next } $1 in plugin { print $1, plugin[$1], $2 }' "$out/.best-plugin" "$out/.best-socket" | sort -n > "$out/.both"
+    {
+      echo "# [$setting] $t: bytes, bus bandwidth GB/s over libnccl-net-oxccl.so, over NCCL's socket transport, ratio (best of $rounds rounds, out-of-place)"
+      awk '{ printf "%12d %9.3f %9.3f %7.3f\n", $1, $2, $3, ($3 > 0 ? $2 / $3 : 0) }' "$out/.both"
+    } >> "$out/netplugin-compare.txt"
+    awk -v t="$t" -v setting="$setting" '
+      $1 >= 1048576 && $3 > 0 { r = $2 / $3; n++; s += log(r); if (n == 1 || r < m) m = r }
+      END { if (n) printf "[%s] %s plugin/socket bus bandwidth, sizes >= 1 MiB: geometric mean %.3fx, minimum %.3fx over %d sizes\n", setting, t, exp(s / n), m, n;
+            else printf "[%s] %s: no sizes >= 1 MiB to compare\n", setting, t }' "$out/.both" | tee -a "$out/summary.txt" >> "$out/.ratios"
   done
-  # Best of the rounds per size, each net; then plugin / socket.
-  for net in plugin socket; do
-    for ((round = 1; round <= rounds; round++)); do busbw "$out/netplugin-$t-$net-$round.txt"; done \
-      | awk '{ if (!($1 in best) || $2 > best[$1]) best[$1] = $2 } END { for (s in best) print s, best[s] }' | sort -n > "$out/.best-$net"
-  done
-  # bytes, plugin, socket: the sizes both nets ran.
-  awk 'NR == FNR { plugin[$1] = $2; next } $1 in plugin { print $1, plugin[$1], $2 }' "$out/.best-plugin" "$out/.best-socket" | sort -n > "$out/.both"
-  {
-    echo "# $t: bytes, bus bandwidth GB/s over libnccl-net-oxccl.so, over NCCL's socket transport, ratio (best of $rounds rounds, out-of-place)"
-    awk '{ printf "%12d %9.3f %9.3f %7.3f\n", $1, $2, $3, ($3 > 0 ? $2 / $3 : 0) }' "$out/.both"
-  } >> "$out/netplugin-compare.txt"
-  awk -v t="$t" '
-    $1 >= 1048576 && $3 > 0 { r = $2 / $3; n++; s += log(r); if (n == 1 || r < m) m = r }
-    END { if (n) printf "%s plugin/socket bus bandwidth, sizes >= 1 MiB: geometric mean %.3fx, minimum %.3fx over %d sizes\n", t, exp(s / n), m, n;
-          else printf "%s: no sizes >= 1 MiB to compare\n", t }' "$out/.both" | tee -a "$out/summary.txt"
 done
-rm -f "$out/.best-plugin" "$out/.best-socket" "$out/.both"
+# The ratios again, one line per test, one column per setting: "geometric mean (minimum)".
+note "netplugin: plugin/socket bus bandwidth from 1 MiB, geometric mean (minimum), by socket setting"
+awk '
+  match($0, /^\[[^]]*\] [a-z_]+ plugin/) {
+    split(substr($0, 2), head, /\] /); setting = head[1]; split(head[2], words, " "); t = words[1]
+    if (!(setting in seen)) { seen[setting] = 1; settings[++ns] = setting }
+    if (!(t in tseen)) { tseen[t] = 1; tests[++nt] = t }
+    match($0, /mean [0-9.]+x/); mean = substr($0, RSTART + 5, RLENGTH - 6)
+    match($0, /minimum [0-9.]+x/); min = substr($0, RSTART + 8, RLENGTH - 9)
+    cell[setting, t] = mean " (" min ")"
+  }
+  END {
+    line = sprintf("%-16s", "test"); for (i = 1; i <= ns; i++) line = line sprintf(" %-18s", settings[i]); print line
+    for (j = 1; j <= nt; j++) { line = sprintf("%-16s", tests[j]); for (i = 1; i <= ns; i++) line = line sprintf(" %-18s", ((settings[i], tests[j]) in cell) ? cell[settings[i], tests[j]] : "-"); print line }
+  }' "$out/.ratios" | tee -a "$out/summary.txt"
+rm -f "$out/.best-plugin" "$out/.best-socket" "$out/.both" "$out/.ratios"
 exit $status

@@ -15,7 +15,10 @@
 #                 process, and one process per GPU under mpirun
 #   netplugin     builds .nccl-tests/ with MPI (if not built) and runs gpu-netplugin.sh: the
 #                 machine's NCCL over libnccl-net-oxccl.so against NCCL over its own socket
-#                 transport, two ranks posing as hosts on one GPU under MPS
+#                 transport, two ranks posing as hosts on one GPU under MPS, once per socket
+#                 setting (NETPLUGIN_SOCKET_SETTINGS, default "default 4x4": both nets with
+#                 NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD unset, then 4 and 4), with
+#                 the ratios per setting in summary.txt (NETPLUGIN_TESTS, NETPLUGIN_ROUNDS)
 # NVLink multicast stays off; GPU clocks and modes are never touched.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"

@@ -61,6 +61,14 @@ pub struct Config {
     pub shm_disable: bool,
     pub coll_timeout: Duration,
     pub socket_max_recvs: usize,
+    /// NCCL_SOCKET_NTHREADS: helper threads per socket comm that move its large messages
+    /// over its data sockets; `None` (unset): the socket net's automatic choice. Values
+    /// above NCCL's 16 are kept here; the socket net lowers them to 16 with a warning, as
+    /// NCCL does.
+    pub socket_threads: Option<usize>,
+    /// NCCL_NSOCKS_PERTHREAD: data sockets per helper thread; `None` (unset): automatic.
+    /// The socket net keeps threads x sockets at most 64, as NCCL does.
+    pub socks_per_thread: Option<usize>,
     /// NCCL_PXN_DISABLE: never send through a rank of this host on the destination's rail.
     pub pxn_disable: bool,
     /// NCCL_P2P_PXN_LEVEL: 0 keeps point-to-point sends off PXN; 1 and 2 allow it.
@@ -370,6 +378,18 @@ pub static KNOBS: &[Knob] = &[
         },
     },
     Knob {
+        name: "NCCL_SOCKET_NTHREADS",
+        default: "",
+        doc: "helper threads per socket-net connection that move its messages of 64 KiB and more over its data sockets, in pieces (0..=16; larger values are lowered to 16 with a warning, as NCCL does; 0: no helpers, the caller's thread moves everything over one socket); unset: 1 on hosts of 4 cores or more, 0 below, or NCCL's cloud defaults on AWS (2) and Google Cloud gVNIC (4); the listening side's value counts",
+        set: |c, v| Ok(c.socket_threads = parse_count(v, "helper threads")?),
+    },
+    Knob {
+        name: "NCCL_NSOCKS_PERTHREAD",
+        default: "",
+        doc: "data sockets per helper thread of a socket-net connection (threads x sockets at most 64: more lowers this with a warning, as NCCL does); unset: 1, or 8 on AWS; the listening side's value counts",
+        set: |c, v| Ok(c.socks_per_thread = parse_count(v, "sockets per thread")?),
+    },
+    Knob {
         name: "NCCL_PXN_DISABLE",
         default: "0",
         doc: "1: never send to another host through a rank of this host that sits on the destination's rail (PXN); each rank then uses its own NIC",
@@ -573,6 +593,8 @@ impl Config {
             gpu_net_channels: 4,
             coll_timeout: Duration::from_secs(600),
             socket_max_recvs: 1,
+            socket_threads: None,
+            socks_per_thread: None,
             pxn_disable: false,
             p2p_pxn_level: 2,
             net_plugin: NetPlugins::Default,
@@ -683,6 +705,15 @@ impl ConfigBuilder {
 
 fn non_empty(v: &str) -> Option<String> {
     (!v.is_empty()).then(|| v.to_string())
+}
+
+/// A count that may be left unset (empty: `None`); negative or non-numeric values are
+/// errors (NCCL reads them as garbage).
+fn parse_count(v: &str, what: &str) -> std::result::Result<Option<usize>, String> {
+    match v {
+        "" => Ok(None),
+        _ => v.parse::<usize>().map(Some).map_err(|_| format!("expected a number of {what} (0 or more), or nothing for the automatic choice")),
+    }
 }
 
 fn parse_bool(v: &str) -> std::result::Result<bool, String> {
@@ -807,6 +838,20 @@ mod tests {
         let c = Config::from_vars(&env(&[("NCCL_NET", "Socket"), ("OXCCL_NETPLUGIN_MAX_RECVS", "2")])).unwrap();
         assert_eq!((c.net.as_deref(), c.netplugin_max_recvs), (Some("Socket"), 2));
         assert!(Config::from_vars(&env(&[("OXCCL_NETPLUGIN_MAX_RECVS", "9")])).is_err());
+    }
+
+    #[test]
+    fn socket_threads_and_sockets_parse_as_counts() {
+        let c = Config::defaults();
+        assert_eq!((c.socket_threads, c.socks_per_thread), (None, None));
+        let c = Config::from_vars(&env(&[("NCCL_SOCKET_NTHREADS", "4"), ("NCCL_NSOCKS_PERTHREAD", " 32 ")])).unwrap();
+        assert_eq!((c.socket_threads, c.socks_per_thread), (Some(4), Some(32)));
+        // Beyond NCCL's limits is for the socket net to lower (with a warning), not an error.
+        assert_eq!(Config::from_vars(&env(&[("NCCL_SOCKET_NTHREADS", "40")])).unwrap().socket_threads, Some(40));
+        for (name, value) in [("NCCL_SOCKET_NTHREADS", "-1"), ("NCCL_SOCKET_NTHREADS", "four"), ("NCCL_NSOCKS_PERTHREAD", "2.5")] {
+            let err = Config::from_vars(&env(&[(name, value)])).unwrap_err().to_string();
+            assert!(err.contains(name) && err.contains(value) && err.contains("expected a number"), "{err}");
+        }
     }
 
     #[test]

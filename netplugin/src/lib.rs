@@ -7,8 +7,10 @@
 //! one device per interface that `NCCL_SOCKET_IFNAME` allows, host memory only
 //! (`NCCL_PTR_HOST`), `maxRecvs` from `OXCCL_NETPLUGIN_MAX_RECVS` (8 unless set), 32
 //! requests in flight per receiving comm and 32 × `maxRecvs` per sending comm, as the ABI
-//! promises; each comm one TCP connection progressed by NCCL's own calls (no threads of its
-//! own). It leaves `regMrDmaBuf`, `getDeviceMr`, `irecvConsumed`, `makeVDevice` and
+//! promises; each comm a control connection progressed by NCCL's own calls and, as
+//! `NCCL_SOCKET_NTHREADS` and `NCCL_NSOCKS_PERTHREAD` say (read as NCCL's socket transport
+//! reads them), data connections and helper threads of its own that move messages of
+//! 64 KiB and more. It leaves `regMrDmaBuf`, `getDeviceMr`, `irecvConsumed`, `makeVDevice` and
 //! `setNetAttr` NULL, which NCCL reads as "not supported".
 //!
 //! Nothing panics across the C ABI: every call runs under a guard (`calls.rs`). Log lines go

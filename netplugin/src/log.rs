@@ -20,9 +20,12 @@ static LOGGER: OnceLock<Logger> = OnceLock::new();
 /// Sends this library's `tracing` events to `logger` from now on (the first non-NULL
 /// logger wins: NCCL passes the same one to every `init`).
 pub fn install(logger: Logger) {
-    if logger.is_none() || LOGGER.set(logger).is_err() {
+    if logger.is_none() {
         return;
     }
+    let _ = LOGGER.set(logger);
+    // Every caller waits here until the subscriber is in place: a second `init` racing
+    // the first must not log (and lose) its lines before it is.
     static SUBSCRIBER: Once = Once::new();
     SUBSCRIBER.call_once(|| {
         let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry().with(ToNccl));

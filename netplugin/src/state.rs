@@ -1,6 +1,7 @@
 //! The plugin's one net: oxccl's socket net on the interfaces `NCCL_SOCKET_IFNAME` and
 //! `NCCL_SOCKET_FAMILY` allow, one device per interface, taking `OXCCL_NETPLUGIN_MAX_RECVS`
-//! buffers per `irecv`. It is built from the environment at the first `init` and lives as
+//! buffers per `irecv`, its comms moving large messages as `NCCL_SOCKET_NTHREADS` and
+//! `NCCL_NSOCKS_PERTHREAD` say (as NCCL's own socket transport reads them). It is built from the environment at the first `init` and lives as
 //! long as the process (NCCL never unloads a plugin it still uses).
 //!
 //! Without `NCCL_SOCKET_IFNAME` the devices are chosen as NCCL's socket transport chooses
@@ -13,7 +14,7 @@ use std::sync::OnceLock;
 
 use oxccl_bootstrap::iface::{self, AddressFamily, Interface};
 use oxccl_bootstrap::Config;
-use oxccl_transports::net::socket::{SocketDevice, SocketNet};
+use oxccl_transports::net::socket::{SocketDevice, SocketNet, StreamSettings};
 use oxccl_transports::net::{CommConfig, Context, Net};
 
 /// Interfaces NCCL's socket transport passes over unless nothing else is up.
@@ -54,14 +55,17 @@ fn build() -> Result<Plugin, String> {
         .iter()
         .map(|d| (c_string(&d.name), d.pci_path.as_deref().map(c_string)))
         .collect();
-    let net = SocketNet::with_devices(devices, config.netplugin_max_recvs);
+    let net = SocketNet::with_devices(devices, config.netplugin_max_recvs).with_streams(StreamSettings::from_config(&config));
     let process_context = net.init(0, &CommConfig::default()).map_err(|e| e.to_string())?;
+    let streams = net.streams(0).map_err(|e| e.to_string())?;
     tracing::info!(
         target: "oxccl::init",
-        "oxccl {} socket net plugin: devices {}; {} receives per irecv",
+        "oxccl {} socket net plugin: devices {}; {} receives per irecv; {} helper thread(s) and {} data socket(s) per connection",
         env!("CARGO_PKG_VERSION"),
         described.join(", "),
-        config.netplugin_max_recvs
+        config.netplugin_max_recvs,
+        streams.threads,
+        streams.sockets
     );
     Ok(Plugin { net, names, process_context })
 }

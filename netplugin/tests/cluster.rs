@@ -64,4 +64,6 @@ fn collectives_between_namespaced_hosts_over_the_exported_plugin() {
     let log = String::from_utf8_lossy(&outputs[0].stderr);
     assert!(log.contains("NET/Plugin: using") && log.contains("libnccl-net-oxccl.so (v12, \"oxccl\")"), "{log}");
     assert!(log.contains("NET/oxccl: oxccl") && log.contains("devices rail0 (10.100.0.1, "), "{log}");
+    // NCCL_SOCKET_NTHREADS=1 (tests' library()) reached the ranks' plugin.
+    assert!(log.contains("1 helper thread(s) and 1 data socket(s) per connection"), "{log}");
 }

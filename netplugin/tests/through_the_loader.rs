@@ -7,7 +7,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{library, pair, wait_all};
+use common::{exchange, library, pair};
 use oxccl_transports::net::plugin::{self, PluginNet};
 use oxccl_transports::net::{MemoryKind, Net, RecvBuffer, MAX_REQUESTS};
 use oxccl_testkit::CapturedLogs;
@@ -15,47 +15,6 @@ use oxccl_transports::Error;
 
 fn load(version: u32) -> Arc<PluginNet> {
     plugin::load_version(library().to_str().unwrap(), version).unwrap_or_else(|e| panic!("v{version}: {e}"))
-}
-
-fn message(index: usize, len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i * 31 + index * 7) as u8).collect()
-}
-
-/// Sends one message per size and receives them in groups of up to `max_recvs`, each
-/// group's buffers posted in reverse tag order, then checks every byte.
-fn exchange(net: &PluginNet, sizes: &[usize]) {
-    let (context, mut send, mut recv) = pair(net);
-    let max_recvs = net.properties(0).unwrap().max_recvs;
-    let messages: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(index, &len)| message(index, len)).collect();
-    let mut buffers: Vec<Vec<u8>> = sizes.iter().map(|&len| vec![0u8; len + 3]).collect();
-    let send_memory = net.reg_mr(&mut send, messages[0].as_ptr().cast_mut(), messages[0].len(), MemoryKind::Host).unwrap();
-    let recv_memory = net.reg_mr(&mut recv, buffers[0].as_mut_ptr(), buffers[0].len(), MemoryKind::Host).unwrap();
-    let mut index = 0;
-    while index < sizes.len() {
-        let group = max_recvs.min(sizes.len() - index);
-        let posted: Vec<RecvBuffer> =
-            buffers[index..index + group].iter_mut().enumerate().rev().map(|(i, b)| RecvBuffer { data: b.as_mut_ptr(), len: b.len(), tag: (index + i) as u32 }).collect();
-        // SAFETY: the buffers outlive the request, which is waited for below.
-        let mut requests = vec![unsafe { net.irecv(&mut recv, &posted, &vec![&recv_memory; group]) }.unwrap().expect("room for a receive")];
-        for (m, data) in messages.iter().enumerate().skip(index).take(group) {
-            // SAFETY: messages outlive the requests, which are waited for below.
-            requests.push(unsafe { net.isend(&mut send, data.as_ptr(), data.len(), m as u32, &send_memory) }.unwrap().expect("room for a send"));
-        }
-        let got = wait_all(net, &mut requests).swap_remove(0);
-        assert_eq!(net.test(&mut requests[0]).unwrap().as_ref(), Some(&got), "asking again answers the same");
-        for (position, buffer) in posted.iter().enumerate() {
-            assert_eq!(got[position], sizes[buffer.tag as usize], "v{}: size of message {}", net.version(), buffer.tag);
-        }
-        index += group;
-    }
-    for (m, data) in messages.iter().enumerate() {
-        assert!(buffers[m][..data.len()] == data[..], "v{}: message {m} corrupted", net.version());
-    }
-    net.dereg_mr(&mut send, send_memory).unwrap();
-    net.dereg_mr(&mut recv, recv_memory).unwrap();
-    net.close_send(send).unwrap();
-    net.close_recv(recv).unwrap();
-    net.finalize(context).unwrap();
 }
 
 #[test]
@@ -112,6 +71,11 @@ fn requests_in_flight_are_those_the_abi_promises() {
 #[test]
 fn log_lines_and_failures_come_back_through_the_abi() {
     let net = load(11);
+    // With the capture below the process's only subscriber, tracing computes a callsite's
+    // interest from the default of whichever thread hits it first: another test's thread
+    // (no subscriber) would leave the plugin's INFO line cached as wanted by nobody. With a
+    // global one beside it, every subscriber is asked.
+    let _ = tracing::subscriber::set_global_default(tracing::subscriber::NoSubscriber::default());
     let logs = CapturedLogs::default();
     let err = logs.during(|| {
         let context = net.init(0xfeed, &Default::default()).unwrap();

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use oxccl_bootstrap::{AbortFlag, Bootstrap, Config};
-use oxccl_transports::net::socket::{SocketDevice, SocketNet};
+use oxccl_transports::net::socket::{SocketDevice, SocketNet, StreamSettings};
 use oxccl_transports::net::{self, Net};
 use parking_lot::Mutex;
 
@@ -55,7 +55,8 @@ impl Core {
     /// The core over a joined bootstrap, once the ranks know who shares their host: the
     /// Net is chosen (a plugin or the socket Net) and initialized for this communicator.
     pub fn new(boot: Bootstrap, same_host: Vec<bool>, config: &Config) -> Result<Arc<Core>> {
-        let socket = Arc::new(SocketNet::with_devices(vec![bootstrap_device(boot.listen_addr().ip())], config.socket_max_recvs));
+        let device = bootstrap_device(boot.listen_addr().ip());
+        let socket = Arc::new(SocketNet::with_devices(vec![device], config.socket_max_recvs).with_streams(StreamSettings::from_config(config)));
         let chosen = net::open(&config.net_plugin, config.net.as_deref(), vec![socket.clone() as Arc<dyn Net>]).map_err(|e| Error::from_transport("choosing the network (NCCL_NET_PLUGIN, NCCL_NET)", e))?;
         let rails = gather_rails(&boot, chosen.as_ref(), &same_host, config)?;
         // Tells communicators apart in the Net's context (NCCL passes its comm hash).

@@ -1,6 +1,8 @@
 //! The socket Net between two real processes on loopback: messages of 0, 1, 4097 bytes and
-//! 64 MiB with one and with eight receives per `irecv`, 64 MiB throughput, and a sender
-//! killed mid-message (the receive must fail, not hang). Each child has a hard timeout.
+//! 64 MiB with one and with eight receives per `irecv`, over the default streams and over
+//! 4 helper threads of 4 data sockets each, 64 MiB throughput, and a sender killed
+//! mid-message (the receive must fail, not hang). Each child has a hard timeout. The
+//! receiving parent listens, so its streams are the comm's.
 
 mod common;
 
@@ -8,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use common::{child_role, gigabytes_per_second, hex, stream, unhex, ChildProcess};
-use oxccl_transports::net::socket::SocketNet;
+use oxccl_transports::net::socket::{SocketNet, StreamSettings};
 use oxccl_transports::net::{CommConfig, MemoryKind, Net, RecvBuffer, RecvComm, Request};
 use oxccl_transports::Error;
 
@@ -52,6 +54,8 @@ fn child() {
     let messages: Vec<Vec<u8>> = match role.as_str() {
         "send-sizes" => SIZES.iter().enumerate().map(|(index, &len)| message(index, len)).collect(),
         "send-start-then-64-mib" | "send-and-hang" => vec![vec![1], stream(64 << 20)],
+        // More than the kernel buffers of 16 sockets hold while nobody reads.
+        "send-and-hang-256-mib" => vec![vec![1], stream(256 << 20)],
         other => panic!("unknown role {other}"),
     };
     // Every message in flight at once, as a proxy engine posts them.
@@ -61,7 +65,7 @@ fn child() {
         // SAFETY: messages outlive the requests, which are waited for below.
         .map(|(tag, data)| unsafe { net.isend(&mut send, data.as_ptr(), data.len(), tag as u32, &registration) }.unwrap().unwrap())
         .collect();
-    if role == "send-and-hang" {
+    if role.starts_with("send-and-hang") {
         println!("SENDING");
         std::thread::sleep(CHILD_TIMEOUT);
     }
@@ -86,9 +90,12 @@ fn accept_child(net: &SocketNet, role: &str) -> (ChildProcess, RecvComm) {
     }
 }
 
+/// 4 helper threads of 4 data sockets each.
+const FOUR_BY_FOUR: StreamSettings = StreamSettings { threads: Some(4), sockets_per_thread: Some(4) };
+
 /// Receives `SIZES` from a child process in groups of up to `max_recvs` buffers.
-fn receive_sizes_from_a_child(max_recvs: usize) {
-    let net = SocketNet::with_max_recvs(LOOPBACK, max_recvs);
+fn receive_sizes_from_a_child(max_recvs: usize, streams: StreamSettings) {
+    let net = SocketNet::with_max_recvs(LOOPBACK, max_recvs).with_streams(streams);
     let (mut sender, mut recv) = accept_child(&net, "send-sizes");
     let registration = net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
     let mut buffers: Vec<Vec<u8>> = SIZES.iter().map(|&len| vec![0u8; len + 1]).collect();
@@ -118,16 +125,22 @@ fn receive_sizes_from_a_child(max_recvs: usize) {
 
 #[test]
 fn sizes_up_to_64_mib_from_a_process_one_receive_per_call() {
-    receive_sizes_from_a_child(1);
+    receive_sizes_from_a_child(1, StreamSettings::default());
 }
 
 #[test]
 fn sizes_up_to_64_mib_from_a_process_eight_receives_per_call() {
-    receive_sizes_from_a_child(8);
+    receive_sizes_from_a_child(8, StreamSettings::default());
 }
 
-/// Posts a 1-byte receive (tag 0) into `start` and a 64 MiB one (tag 1) into `data`.
-fn post_start_and_64_mib(net: &SocketNet, recv: &mut RecvComm, start: &mut [u8; 1], data: &mut [u8]) -> (Request, Request) {
+#[test]
+fn sizes_up_to_64_mib_from_a_process_over_four_threads_of_four_sockets() {
+    receive_sizes_from_a_child(1, FOUR_BY_FOUR);
+    receive_sizes_from_a_child(8, FOUR_BY_FOUR);
+}
+
+/// Posts a 1-byte receive (tag 0) into `start` and one of all `data` (tag 1).
+fn post_start_and_data(net: &SocketNet, recv: &mut RecvComm, start: &mut [u8; 1], data: &mut [u8]) -> (Request, Request) {
     let registration = net.reg_mr(recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
     // SAFETY: the callers keep start and data alive until both requests are done or failed.
     unsafe {
@@ -143,7 +156,7 @@ fn sixty_four_mib_throughput_between_processes() {
     let net = SocketNet::new(LOOPBACK);
     let (mut sender, mut recv) = accept_child(&net, "send-start-then-64-mib");
     let (mut start, mut data) = ([0u8; 1], vec![0u8; 64 << 20]);
-    let (mut first, mut second) = post_start_and_64_mib(&net, &mut recv, &mut start, &mut data);
+    let (mut first, mut second) = post_start_and_data(&net, &mut recv, &mut start, &mut data);
     // Timed from the arrival of the 1-byte message the child sends just before the 64 MiB.
     wait(&net, &mut first).unwrap();
     let started = Instant::now();
@@ -154,16 +167,35 @@ fn sixty_four_mib_throughput_between_processes() {
     eprintln!("socket net, loopback: 64 MiB in {:.1} ms = {:.2} GB/s", elapsed.as_secs_f64() * 1e3, gigabytes_per_second(64 << 20, elapsed));
 }
 
-#[test]
-fn a_sender_killed_mid_message_fails_the_receive() {
-    let net = SocketNet::new(LOOPBACK);
-    let (mut sender, mut recv) = accept_child(&net, "send-and-hang");
+/// A sender killed while its message of `bytes` is on the way: the receive fails.
+fn sender_killed_mid_message(streams: StreamSettings, role: &str, bytes: usize) -> Error {
+    let net = SocketNet::new(LOOPBACK).with_streams(streams);
+    let (mut sender, mut recv) = accept_child(&net, role);
     sender.read_tagged_line("SENDING", CHILD_TIMEOUT);
     sender.kill_and_reap();
-    let (mut start, mut data) = ([0u8; 1], vec![0u8; 64 << 20]);
-    let (mut first, mut second) = post_start_and_64_mib(&net, &mut recv, &mut start, &mut data);
+    let (mut start, mut data) = ([0u8; 1], vec![0u8; bytes]);
+    let (mut first, mut second) = post_start_and_data(&net, &mut recv, &mut start, &mut data);
     // What arrived before the kill is delivered; the cut-off message fails.
     assert_eq!(wait(&net, &mut first).unwrap(), vec![1]);
     let err = wait(&net, &mut second).unwrap_err();
     assert!(matches!(err, Error::Closed(_)), "{err}");
+    err
+}
+
+#[test]
+fn a_sender_killed_mid_message_fails_the_receive() {
+    sender_killed_mid_message(StreamSettings::default(), "send-and-hang", 64 << 20);
+}
+
+#[test]
+fn a_sender_killed_mid_message_fails_the_receive_over_four_threads_of_four_sockets() {
+    let err = sender_killed_mid_message(FOUR_BY_FOUR, "send-and-hang-256-mib", 256 << 20).to_string();
+    assert!(err.contains("data socket") && err.contains("of 16 from 127.0.0.1") && err.contains("still to move"), "{err}");
+}
+
+#[test]
+fn a_sender_killed_mid_message_fails_the_receive_without_helpers() {
+    let none = StreamSettings { threads: Some(0), sockets_per_thread: None };
+    let err = sender_killed_mid_message(none, "send-and-hang", 64 << 20).to_string();
+    assert!(err.contains("the sender closed the control connection"), "{err}");
 }

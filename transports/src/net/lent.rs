@@ -36,6 +36,13 @@ impl LentBytes {
         self.len
     }
 
+    /// Cuts this loan into consecutive loans of `piece` bytes (the last one shorter), each
+    /// covering its own part of the same memory.
+    pub(crate) fn split(self, piece: usize) -> Vec<LentBytes> {
+        let piece = piece.max(1);
+        (0..self.len).step_by(piece).map(|at| LentBytes { data: self.data.wrapping_add(at), len: piece.min(self.len - at) }).collect()
+    }
+
     pub(crate) fn as_slice(&self) -> &[u8] {
         if self.len == 0 {
             return &[];
@@ -57,6 +64,19 @@ impl LentBuffer {
 
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    /// A loan of nothing, left behind where a buffer was taken out of a request.
+    pub(crate) fn empty() -> LentBuffer {
+        LentBuffer { data: std::ptr::null_mut(), len: 0 }
+    }
+
+    /// Cuts the first `len` bytes of this loan (the rest is given back) into consecutive
+    /// loans of `piece` bytes (the last one shorter), each covering its own part of the
+    /// same memory: `&mut` slices of disjoint ranges, which may go to different threads.
+    pub(crate) fn split(self, len: usize, piece: usize) -> Vec<LentBuffer> {
+        let (len, piece) = (len.min(self.len), piece.max(1));
+        (0..len).step_by(piece).map(|at| LentBuffer { data: self.data.wrapping_add(at), len: piece.min(len - at) }).collect()
     }
 
     pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {

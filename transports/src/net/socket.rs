@@ -1,15 +1,18 @@
 //! A [`Net`] over TCP, on any interface address (loopback in tests).
 //!
-//! Everything is non-blocking and progressed by the caller's calls: `connect` and `accept`
-//! advance their handshakes, and `test` moves a comm's queued bytes. The net starts no
-//! threads, so a proxy engine drives many comms from its one progress thread (as NCCL's
-//! proxy drives its socket plugin, minus the plugin's helper threads: one TCP connection
-//! per comm is enough for loopback and for the runtime's tests).
+//! Every call is non-blocking. `connect` and `accept` advance their handshakes; `test`
+//! writes and reads a comm's control connection. Messages of 64 KiB and more go instead, in
+//! pieces, over the comm's data connections, moved by helper threads of the comm
+//! ([`helpers`]), as in NCCL's socket transport: `NCCL_SOCKET_NTHREADS` threads, each with
+//! `NCCL_NSOCKS_PERTHREAD` data connections ([`StreamSettings`]; the listening side's
+//! settings count, and travel in its handle). With 0 threads a comm is its control
+//! connection alone and starts no threads: whoever calls `test` moves every byte.
 //!
-//! Handshake: the listen handle carries the listener's address and a random magic; the
-//! connecting side greets with that magic. A connection whose greeting is wrong, late or
-//! missing is logged and dropped, and counted in [`Stats::strangers_refused`]; it never
-//! disturbs the peer that was expected.
+//! Handshake ([`handshake`]): the listen handle carries the listener's address, a random
+//! magic and its streams; each connection of a comm greets with that magic, its comm's
+//! number and its own. A connection whose greeting is wrong, late or missing, or that does
+//! not fit its comm, is logged and dropped, and counted in [`Stats::strangers_refused`]; it
+//! never disturbs the peer that was expected.
 //!
 //! `max_recvs` (how many buffers one `irecv` may carry) is 1 by default, like NCCL's socket
 //! transport, and configurable ([`SocketNet::with_max_recvs`]) so that the proxy engine's
@@ -20,42 +23,35 @@
 //! each interface `NCCL_SOCKET_IFNAME` allows). A listen handle carries its device's address,
 //! which a peer reaches through its host's routes; a connection is made from its device's
 //! address (bound to it), so that hosts routing by source address send it out of that
-//! device. Handles may
-//! arrive padded with anything (NCCL passes 128-byte buffers): only their first bytes count.
+//! device. Handles may arrive padded with anything (NCCL passes 128-byte buffers): only
+//! their first bytes count.
 
+mod handshake;
+mod helpers;
 mod stream;
+mod streams;
 
-use std::collections::{HashMap, VecDeque};
-use std::io::{ErrorKind, Read};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
-
-use socket2::{Domain, Protocol, Socket, Type};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::lent::{LentBuffer, LentBytes};
 use super::{
     CommConfig, Context, DeviceOffload, ListenComm, MemoryKind, MrHandle, Net, NetProperties, Opaque, PointerSupport, RecvBuffer, RecvComm, Request, SendComm,
-    HANDLE_MAX_BYTES, MAX_MESSAGE_BYTES, MAX_REQUESTS,
+    MAX_MESSAGE_BYTES, MAX_REQUESTS,
 };
 use crate::{Error, Result};
+use handshake::{Accepted, Connecting, Listening};
+use helpers::{DataPath, Direction};
 use stream::{RecvState, SendState};
-
-/// First bytes of listen handles and greetings: the format's name and version.
-const PROTOCOL: [u8; 4] = *b"OXS1";
-const GREETING_BYTES: usize = 12;
-/// How long a connection being made may take before `connect` gives up.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long an accepted connection may take to greet before it is dropped.
-const GREETING_TIMEOUT: Duration = Duration::from_secs(10);
-/// Accepted connections waiting for their greeting; beyond this the oldest is dropped, so
-/// that a flood of strangers cannot grow memory without bound.
-const MAX_ARRIVING: usize = 64;
+pub use streams::{StreamSettings, Streams, MAX_DATA_SOCKETS, MAX_THREADS, MIN_CORES_FOR_HELPERS};
 
 /// TCP on one or more interface addresses.
 pub struct SocketNet {
     devices: Vec<SocketDevice>,
+    /// How each device's listeners ask their comms to move data.
+    streams: Vec<Streams>,
     max_recvs: usize,
     stats: Arc<Stats>,
 }
@@ -69,6 +65,9 @@ pub struct SocketDevice {
     pub speed_mbps: u32,
     /// The sysfs path of the interface's PCI device; `None` for virtual interfaces.
     pub pci_path: Option<String>,
+    /// The PCI vendor id of the interface's device as sysfs writes it (`0x1d0f`); `None`
+    /// for virtual interfaces. Picks NCCL's cloud defaults of [`StreamSettings`].
+    pub vendor: Option<String>,
 }
 
 /// Speed reported for interfaces whose speed sysfs does not know (loopback), as NCCL's
@@ -78,17 +77,19 @@ const DEFAULT_SPEED_MBPS: u32 = 10_000;
 impl SocketDevice {
     /// A device named after its address, with the default speed.
     pub fn address(ip: IpAddr) -> SocketDevice {
-        SocketDevice { name: format!("socket:{ip}"), ip, speed_mbps: DEFAULT_SPEED_MBPS, pci_path: None }
+        SocketDevice { name: format!("socket:{ip}"), ip, speed_mbps: DEFAULT_SPEED_MBPS, pci_path: None, vendor: None }
     }
 
-    /// The device of interface `name` at `ip`: its speed (`/sys/class/net/<name>/speed`)
-    /// and PCI device from sysfs, or the default speed and none where sysfs has nothing.
+    /// The device of interface `name` at `ip`: its speed (`/sys/class/net/<name>/speed`),
+    /// PCI device and vendor from sysfs, or the default speed and none where sysfs has
+    /// nothing.
     pub fn interface(name: &str, ip: IpAddr) -> SocketDevice {
         let sysfs = std::path::Path::new("/sys/class/net").join(name);
         let speed = std::fs::read_to_string(sysfs.join("speed")).ok().and_then(|text| text.trim().parse::<i64>().ok());
         let speed_mbps = speed.and_then(|mbps| u32::try_from(mbps).ok()).filter(|&mbps| mbps > 0).unwrap_or(DEFAULT_SPEED_MBPS);
         let pci_path = std::fs::canonicalize(sysfs.join("device")).ok().map(|path| path.to_string_lossy().into_owned());
-        SocketDevice { name: name.to_string(), ip, speed_mbps, pci_path }
+        let vendor = std::fs::read_to_string(sysfs.join("device/vendor")).ok().map(|text| text.trim().to_string());
+        SocketDevice { name: name.to_string(), ip, speed_mbps, pci_path, vendor }
     }
 }
 
@@ -110,8 +111,11 @@ pub struct Stats {
     pub irecv_grouped: AtomicU64,
     pub bytes_sent: AtomicU64,
     pub bytes_received: AtomicU64,
-    /// Accepted connections dropped for a wrong, late or missing greeting.
+    /// Accepted connections dropped for a wrong, late or missing greeting, or one that
+    /// does not fit its comm.
     pub strangers_refused: AtomicU64,
+    /// Helper threads started (each comm starts its own when its first piece is dealt).
+    pub helper_threads: AtomicU64,
 }
 
 /// A copy of [`Stats`] at one moment.
@@ -124,6 +128,7 @@ pub struct StatsSnapshot {
     pub bytes_sent: u64,
     pub bytes_received: u64,
     pub strangers_refused: u64,
+    pub helper_threads: u64,
 }
 
 impl Stats {
@@ -137,6 +142,7 @@ impl Stats {
             bytes_sent: load(&self.bytes_sent),
             bytes_received: load(&self.bytes_received),
             strangers_refused: load(&self.strangers_refused),
+            helper_threads: load(&self.helper_threads),
         }
     }
 }
@@ -153,9 +159,37 @@ impl SocketNet {
     }
 
     /// A net with one device per entry of `devices`, each taking up to `max_recvs` buffers
-    /// per `irecv` (at least 1).
+    /// per `irecv` (at least 1), its streams the automatic ones ([`StreamSettings`]).
     pub fn with_devices(devices: Vec<SocketDevice>, max_recvs: usize) -> SocketNet {
-        SocketNet { devices, max_recvs: max_recvs.max(1), stats: Arc::default() }
+        let streams = devices.iter().map(|device| StreamSettings::default().resolve(device.vendor.as_deref(), host_cores()).0).collect();
+        SocketNet { devices, streams, max_recvs: max_recvs.max(1), stats: Arc::default() }
+    }
+
+    /// The same net with its comms' helper threads and data sockets as `settings` say
+    /// (NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD); a value beyond NCCL's limits is
+    /// lowered with a warning, as NCCL does.
+    pub fn with_streams(mut self, settings: StreamSettings) -> SocketNet {
+        self.streams = self
+            .devices
+            .iter()
+            .map(|device| {
+                let (streams, warnings) = settings.resolve(device.vendor.as_deref(), host_cores());
+                for warning in warnings {
+                    tracing::warn!(target: "oxccl::net", "NET/Socket: {warning}");
+                }
+                streams
+            })
+            .collect();
+        if let Some(streams) = self.streams.first() {
+            tracing::info!(target: "oxccl::net", "NET/Socket: {} helper thread(s) and {} data socket(s) per connection", streams.threads, streams.sockets);
+        }
+        self
+    }
+
+    /// How comms accepted on `device` move their data.
+    pub fn streams(&self, device: usize) -> Result<Streams> {
+        self.device(device)?;
+        Ok(self.streams[device])
     }
 
     pub fn stats(&self) -> &Stats {
@@ -165,38 +199,37 @@ impl SocketNet {
     fn device(&self, device: usize) -> Result<&SocketDevice> {
         self.devices.get(device).ok_or_else(|| Error::InvalidArgument(format!("socket device {device} (there are {})", self.devices.len())))
     }
+
+    fn refuse(&self, peer: SocketAddr, reason: &str) {
+        tracing::warn!(target: "oxccl::net", "dropped a connection from {peer}: {reason}");
+        self.stats.strangers_refused.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
-/// What a listen comm holds.
-struct Listening {
-    listener: TcpListener,
-    magic: u64,
-    arriving: VecDeque<Arriving>,
+/// A send comm: its state, shared with its requests. Dropping it (closing the comm) stops
+/// and joins its helper threads.
+struct SocketSendComm(Arc<Mutex<SendState>>);
+
+/// A receive comm, as [`SocketSendComm`].
+struct SocketRecvComm(Arc<Mutex<RecvState>>);
+
+impl Drop for SocketSendComm {
+    fn drop(&mut self) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).close();
+    }
 }
 
-/// An accepted connection that has not greeted yet.
-struct Arriving {
-    socket: Socket,
-    peer: SocketAddr,
-    since: Instant,
-    greeting: [u8; GREETING_BYTES],
-    read: usize,
+impl Drop for SocketRecvComm {
+    fn drop(&mut self) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).close();
+    }
 }
 
-/// A connection being made.
-struct Connecting {
-    socket: Socket,
-    addr: SocketAddr,
-    started: Instant,
-    connected: bool,
-    greeting: [u8; GREETING_BYTES],
-    written: usize,
-}
-
-/// What a request holds: its comm's state, its id there, and its result once known.
+/// What a request holds: its comm's state, its count of unfinished parts, and what to
+/// report once done.
 enum Pending {
-    Send { state: Arc<Mutex<SendState>>, id: u64, len: usize },
-    Recv { state: Arc<Mutex<RecvState>>, id: u64, sizes: Option<Vec<usize>> },
+    Send { state: Arc<Mutex<SendState>>, left: Arc<AtomicUsize>, len: usize },
+    Recv { state: Arc<Mutex<RecvState>>, id: u64, left: Arc<AtomicUsize>, sizes: Option<Vec<usize>> },
 }
 
 /// A registration: the socket net reads and writes host memory as it is, so this only
@@ -251,76 +284,38 @@ impl Net for SocketNet {
     fn listen(&self, context: &Context, device: usize) -> Result<(Vec<u8>, ListenComm)> {
         context.get::<SocketContext>()?;
         let ip = self.device(device)?.ip;
-        let listener = TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| Error::io(format!("listening on {ip}"), e))?;
-        listener.set_nonblocking(true).map_err(|e| Error::io("making the listener non-blocking", e))?;
-        let addr = listener.local_addr().map_err(|e| Error::io("reading the listener's address", e))?;
-        let mut random = [0u8; 8];
-        getrandom::fill(&mut random).map_err(|e| Error::io("choosing a magic", std::io::Error::other(e.to_string())))?;
-        let magic = u64::from_le_bytes(random);
-        Ok((encode_handle(addr, magic), Opaque::new(Listening { listener, magic, arriving: VecDeque::new() })))
+        let (handle, listening) = Listening::bind(ip, self.streams[device])?;
+        Ok((handshake::encode_handle(&handle), Opaque::new(listening)))
     }
 
     fn connect(&self, context: &Context, device: usize, handle: &[u8]) -> Result<Option<SendComm>> {
         let local = self.device(device)?.ip;
-        let (addr, magic) = decode_handle(handle)?;
+        let decoded = handshake::decode_handle(handle)?;
         let mut connecting = lock(&context.get::<SocketContext>()?.connecting, "the communicator's pending connections")?;
         let mut attempt = match connecting.remove(handle) {
             Some(attempt) => attempt,
-            None => Connecting::start(local, addr, magic)?,
+            None => Connecting::start(local, &decoded)?,
         };
         // On error the attempt is dropped: the next call starts afresh.
-        match attempt.progress()? {
-            true => {
-                let state = SendState::new(attempt.socket, self.stats.clone());
-                Ok(Some(Opaque::new(Arc::new(Mutex::new(state)))))
-            }
-            false => {
-                connecting.insert(handle.to_vec(), attempt);
-                Ok(None)
-            }
+        if !attempt.progress()? {
+            connecting.insert(handle.to_vec(), attempt);
+            return Ok(None);
         }
+        let (control, data) = attempt.into_sockets();
+        let data = self.data_path(Direction::Send, decoded.addr, data, decoded.streams);
+        let state = SendState::new(control, data, self.stats.clone());
+        Ok(Some(Opaque::new(SocketSendComm(Arc::new(Mutex::new(state))))))
     }
 
     fn accept(&self, listen: &mut ListenComm) -> Result<Option<RecvComm>> {
         let listening = listen.get::<Listening>("listen comm")?;
-        loop {
-            match listening.listener.accept() {
-                Ok((stream, peer)) => {
-                    stream.set_nonblocking(true).map_err(|e| Error::io("making an accepted socket non-blocking", e))?;
-                    let arriving = Arriving { socket: Socket::from(stream), peer, since: Instant::now(), greeting: [0; GREETING_BYTES], read: 0 };
-                    listening.arriving.push_back(arriving);
-                    if listening.arriving.len() > MAX_ARRIVING {
-                        let oldest = listening.arriving.pop_front().expect("longer than the limit");
-                        self.refuse(&oldest, "too many connections waiting to greet");
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::io("accepting", e)),
-            }
-        }
-        let mut index = 0;
-        while index < listening.arriving.len() {
-            let arriving = &mut listening.arriving[index];
-            match arriving.progress(listening.magic) {
-                Ok(true) => {
-                    let arriving = listening.arriving.remove(index).expect("index is in range");
-                    arriving.socket.set_tcp_nodelay(true).map_err(|e| Error::io("setting TCP_NODELAY", e))?;
-                    let state = RecvState::new(arriving.socket, self.stats.clone());
-                    return Ok(Some(Opaque::new(Arc::new(Mutex::new(state)))));
-                }
-                Ok(false) if arriving.since.elapsed() < GREETING_TIMEOUT => index += 1,
-                Ok(false) => {
-                    let arriving = listening.arriving.remove(index).expect("index is in range");
-                    self.refuse(&arriving, "no greeting in time");
-                }
-                Err(reason) => {
-                    let arriving = listening.arriving.remove(index).expect("index is in range");
-                    self.refuse(&arriving, &reason);
-                }
-            }
-        }
-        Ok(None)
+        let streams = listening.streams();
+        let Some(Accepted { control, data, peer }) = listening.accept(&mut |peer, reason| self.refuse(peer, reason))? else {
+            return Ok(None);
+        };
+        let data = self.data_path(Direction::Recv, peer, data, streams);
+        let state = RecvState::new(control, data, self.stats.clone());
+        Ok(Some(Opaque::new(SocketRecvComm(Arc::new(Mutex::new(state))))))
     }
 
     fn reg_mr(&self, _comm: &mut Opaque, data: *mut u8, len: usize, kind: MemoryKind) -> Result<MrHandle> {
@@ -339,7 +334,7 @@ impl Net for SocketNet {
         if len > MAX_MESSAGE_BYTES {
             return Err(Error::InvalidArgument(format!("message of {len} bytes (at most {MAX_MESSAGE_BYTES})")));
         }
-        let state = comm.get::<Arc<Mutex<SendState>>>("send comm")?.clone();
+        let state = comm.get::<SocketSendComm>("send comm")?.0.clone();
         let mut send = lock(&state, "send comm")?;
         // A grouped receive takes max_recvs messages per request, so the sending side keeps
         // that many times more in flight (the multi-receive contract).
@@ -347,15 +342,16 @@ impl Net for SocketNet {
             return Ok(None);
         }
         // SAFETY: the caller's isend contract (valid and unchanged until done) is the one
-        // LentBytes::new asks for; the value lives in the comm's queue until sent.
+        // LentBytes::new asks for; the value lives in the comm's queue (or its pieces in the
+        // helper threads' queues) until sent, or until the comm is closed.
         let data = unsafe { LentBytes::new(data, len) }?;
-        let id = send.push(data, tag);
+        let left = send.push(data, tag)?;
         // Start at once: small messages usually leave before the first test.
         let progress = send.progress();
         drop(send);
         progress?;
         self.stats.isend_calls.fetch_add(1, Ordering::Relaxed);
-        Ok(Some(Opaque::new(Pending::Send { state, id, len })))
+        Ok(Some(Opaque::new(Pending::Send { state, left, len })))
     }
 
     unsafe fn irecv(&self, comm: &mut RecvComm, buffers: &[RecvBuffer], handles: &[&MrHandle]) -> Result<Option<Request>> {
@@ -365,7 +361,7 @@ impl Net for SocketNet {
         if handles.len() != buffers.len() {
             return Err(Error::InvalidArgument(format!("irecv of {} buffers with {} registrations", buffers.len(), handles.len())));
         }
-        let state = comm.get::<Arc<Mutex<RecvState>>>("receive comm")?.clone();
+        let state = comm.get::<SocketRecvComm>("receive comm")?.0.clone();
         let mut recv = lock(&state, "receive comm")?;
         if recv.queued() >= MAX_REQUESTS {
             return Ok(None);
@@ -373,34 +369,41 @@ impl Net for SocketNet {
         let mut lent = Vec::with_capacity(buffers.len());
         for buffer in buffers {
             // SAFETY: the caller's irecv contract (valid and untouched until done) is the one
-            // LentBuffer::new asks for; the value lives in the comm's queue until filled.
+            // LentBuffer::new asks for; the value lives in the comm's queue (or its pieces in
+            // the helper threads' queues) until filled, or until the comm is closed.
             lent.push((unsafe { LentBuffer::new(buffer.data, buffer.len) }?, buffer.tag));
         }
-        let id = recv.push(lent);
+        let (id, left) = recv.push(lent);
         drop(recv);
         self.stats.irecv_calls.fetch_add(1, Ordering::Relaxed);
         self.stats.irecv_buffers.fetch_add(buffers.len() as u64, Ordering::Relaxed);
         if buffers.len() > 1 {
             self.stats.irecv_grouped.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(Some(Opaque::new(Pending::Recv { state, id, sizes: None })))
+        Ok(Some(Opaque::new(Pending::Recv { state, id, left, sizes: None })))
     }
 
     fn test(&self, request: &mut Request) -> Result<Option<Vec<usize>>> {
+        // Acquire: a request's count reaches 0 after its bytes are in place (Release).
         match request.get::<Pending>("request")? {
-            Pending::Send { state, id, len } => {
-                let mut send = lock(state, "send comm")?;
-                if !send.is_done(*id) {
-                    send.progress()?;
+            Pending::Send { state, left, len } => {
+                if left.load(Ordering::Acquire) != 0 {
+                    let progress = lock(state, "send comm")?.progress();
+                    // A request completed before a later failure still reports done.
+                    if left.load(Ordering::Acquire) != 0 {
+                        progress?;
+                        return Ok(None);
+                    }
                 }
-                Ok(send.is_done(*id).then(|| vec![*len]))
+                Ok(Some(vec![*len]))
             }
-            Pending::Recv { state, id, sizes } => {
+            Pending::Recv { state, id, left, sizes } => {
                 if sizes.is_none() {
                     let mut recv = lock(state, "receive comm")?;
-                    // A request completed before a later failure still reports its sizes.
                     let progress = recv.progress();
-                    *sizes = recv.take_completed(*id);
+                    if left.load(Ordering::Acquire) == 0 {
+                        *sizes = recv.take_completed(*id);
+                    }
                     if sizes.is_none() {
                         progress?;
                     }
@@ -411,11 +414,13 @@ impl Net for SocketNet {
     }
 
     fn close_send(&self, comm: SendComm) -> Result<()> {
+        comm.get_ref::<SocketSendComm>("send comm")?;
         drop(comm);
         Ok(())
     }
 
     fn close_recv(&self, comm: RecvComm) -> Result<()> {
+        comm.get_ref::<SocketRecvComm>("receive comm")?;
         drop(comm);
         Ok(())
     }
@@ -427,119 +432,16 @@ impl Net for SocketNet {
 }
 
 impl SocketNet {
-    fn refuse(&self, arriving: &Arriving, reason: &str) {
-        tracing::warn!(target: "oxccl::net", "dropped a connection from {}: {reason}", arriving.peer);
-        self.stats.strangers_refused.fetch_add(1, Ordering::Relaxed);
+    /// The data path of a comm over `sockets` as `streams` say; none for a comm without
+    /// data sockets.
+    fn data_path(&self, direction: Direction, peer: SocketAddr, sockets: Vec<socket2::Socket>, streams: Streams) -> Option<DataPath> {
+        (!sockets.is_empty()).then(|| DataPath::new(direction, peer, sockets, streams.threads, self.stats.clone()))
     }
 }
 
-impl Connecting {
-    /// A connection to `addr` from the device's address `local`: bound to it (when of the
-    /// same family), so that its traffic leaves by that device where the host routes by
-    /// source address (rails), as an RDMA NIC's does.
-    fn start(local: IpAddr, addr: SocketAddr, magic: u64) -> Result<Connecting> {
-        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(|e| Error::io("creating a socket", e))?;
-        if local.is_ipv4() == addr.is_ipv4() && !local.is_unspecified() && local.is_loopback() == addr.ip().is_loopback() {
-            socket.bind(&SocketAddr::new(local, 0).into()).map_err(|e| Error::io(format!("binding a connection to {addr} to the device's address {local}"), e))?;
-        }
-        socket.set_nonblocking(true).map_err(|e| Error::io("making a socket non-blocking", e))?;
-        socket.set_tcp_nodelay(true).map_err(|e| Error::io("setting TCP_NODELAY", e))?;
-        let connected = match socket.connect(&addr.into()) {
-            Ok(()) => true,
-            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => false,
-            Err(e) => return Err(Error::io(format!("connecting to {addr}"), e)),
-        };
-        Ok(Connecting { socket, addr, started: Instant::now(), connected, greeting: greeting(magic), written: 0 })
-    }
-
-    /// Advances the handshake; true once connected and greeted.
-    fn progress(&mut self) -> Result<bool> {
-        if !self.connected {
-            if let Some(e) = self.socket.take_error().map_err(|e| Error::io("reading a socket's error", e))? {
-                return Err(Error::io(format!("connecting to {}", self.addr), e));
-            }
-            match self.socket.peer_addr() {
-                Ok(_) => self.connected = true,
-                Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
-                    if self.started.elapsed() > CONNECT_TIMEOUT {
-                        return Err(Error::Timeout { what: "a TCP connection", waited: self.started.elapsed() });
-                    }
-                    return Ok(false);
-                }
-                Err(e) => return Err(Error::io(format!("connecting to {}", self.addr), e)),
-            }
-        }
-        while self.written < GREETING_BYTES {
-            match self.socket.send_with_flags(&self.greeting[self.written..], libc::MSG_NOSIGNAL) {
-                Ok(n) => self.written += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::io(format!("greeting {}", self.addr), e)),
-            }
-        }
-        Ok(true)
-    }
-}
-
-impl Arriving {
-    /// Reads the greeting; true once it is complete and right, an error if it is wrong.
-    fn progress(&mut self, magic: u64) -> std::result::Result<bool, String> {
-        while self.read < GREETING_BYTES {
-            match (&self.socket).read(&mut self.greeting[self.read..]) {
-                Ok(0) => return Err("closed before greeting".into()),
-                Ok(n) => self.read += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(format!("reading its greeting: {e}")),
-            }
-        }
-        if self.greeting != greeting(magic) {
-            return Err("wrong greeting (not the peer this handle was given to)".into());
-        }
-        Ok(true)
-    }
-}
-
-fn greeting(magic: u64) -> [u8; GREETING_BYTES] {
-    let mut bytes = [0u8; GREETING_BYTES];
-    bytes[..4].copy_from_slice(&PROTOCOL);
-    bytes[4..].copy_from_slice(&magic.to_le_bytes());
-    bytes
-}
-
-/// Handle bytes: protocol (4), magic (u64 LE), port (u16 LE), family (4 or 6), address;
-/// whatever follows is padding.
-fn encode_handle(addr: SocketAddr, magic: u64) -> Vec<u8> {
-    let mut handle = PROTOCOL.to_vec();
-    handle.extend_from_slice(&magic.to_le_bytes());
-    handle.extend_from_slice(&addr.port().to_le_bytes());
-    match addr.ip() {
-        IpAddr::V4(ip) => {
-            handle.push(4);
-            handle.extend_from_slice(&ip.octets());
-        }
-        IpAddr::V6(ip) => {
-            handle.push(6);
-            handle.extend_from_slice(&ip.octets());
-        }
-    }
-    debug_assert!(handle.len() <= HANDLE_MAX_BYTES);
-    handle
-}
-
-fn decode_handle(handle: &[u8]) -> Result<(SocketAddr, u64)> {
-    let bad = |reason: &str| Error::Malformed { what: "socket listen handle", reason: reason.into() };
-    if handle.len() < 15 || handle[..4] != PROTOCOL {
-        return Err(bad("not a socket-net handle of this version"));
-    }
-    let magic = u64::from_le_bytes(handle[4..12].try_into().expect("8 bytes"));
-    let port = u16::from_le_bytes([handle[12], handle[13]]);
-    let ip = match (handle[14], &handle[15..]) {
-        (4, rest) if rest.len() >= 4 => IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(&rest[..4]).expect("4 bytes"))),
-        (6, rest) if rest.len() >= 16 => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&rest[..16]).expect("16 bytes"))),
-        _ => return Err(bad("bad address family or length")),
-    };
-    Ok((SocketAddr::new(ip, port), magic))
+/// The cores this process may run on.
+fn host_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 fn lock<'a, T>(mutex: &'a Mutex<T>, what: &str) -> Result<MutexGuard<'a, T>> {
@@ -547,5 +449,7 @@ fn lock<'a, T>(mutex: &'a Mutex<T>, what: &str) -> Result<MutexGuard<'a, T>> {
     mutex.lock().map_err(|_| Error::Closed(format!("{what} is unusable after a panic")))
 }
 
+#[cfg(test)]
+mod data_path_tests;
 #[cfg(test)]
 mod tests;

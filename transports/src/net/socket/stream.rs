@@ -1,21 +1,31 @@
-//! The data path of one socket comm: queued requests progressed over a non-blocking TCP
-//! socket whenever a request of the comm is tested.
+//! The control socket of one socket comm: queued requests progressed over a non-blocking
+//! TCP socket whenever a request of the comm is tested, handing large messages' bytes to the
+//! comm's data path ([`DataPath`]) where it has one.
 //!
-//! Wire format: each message is a 12-byte header (tag: u32 LE, length: u64 LE) followed by
-//! the bytes. The sender writes header and bytes with one `sendmsg` (MSG_NOSIGNAL, so a
-//! peer that went away is an error, not a SIGPIPE in a C host program). The receiver reads
-//! what has arrived into a staging buffer of [`STAGE_BYTES`] (so that a small message's
-//! header and bytes, and the next messages', come in one read), picks the buffer of the
-//! oldest posted receive with the header's tag, and copies the bytes there; what is left
-//! of a large message is read straight into its buffer.
+//! Wire format: each message is a 12-byte header (tag: u32 LE, length: u64 LE) on the
+//! control socket, followed there by the bytes unless the comm has data sockets and the
+//! message is at least [`MIN_PIECE_BYTES`] long: those go in pieces over the data sockets.
+//! The sender writes header and bytes with one `sendmsg` (MSG_NOSIGNAL, so a peer that went
+//! away is an error, not a SIGPIPE in a C host program). The receiver reads what has
+//! arrived into a staging buffer of [`STAGE_BYTES`] (so that a small message's header and
+//! bytes, and the next messages', come in one read), picks the buffer of the oldest posted
+//! receive with the header's tag, and copies the bytes there, or deals the buffer's pieces
+//! to the data path; what is left of a large message on the control socket is read
+//! straight into its buffer.
+//!
+//! Each request has a count of its unfinished parts, shared with the data path: a send
+//! starts at 1 (its control bytes), a receive at its number of buffers (their headers and
+//! control bytes); each piece dealt adds one, and each part done takes one off. The request
+//! is done at 0, whichever thread got there.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, IoSlice, Read};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use socket2::Socket;
 
+use super::helpers::{DataPath, MIN_PIECE_BYTES};
 use super::Stats;
 use crate::net::lent::{LentBuffer, LentBytes};
 use crate::{Error, Result};
@@ -25,19 +35,22 @@ const HEADER_BYTES: usize = 12;
 /// What a send comm holds.
 pub(super) struct SendState {
     socket: Socket,
+    /// Messages whose control bytes are not all written yet, oldest first.
     queue: VecDeque<Outgoing>,
-    next_id: u64,
-    /// Requests with an id below this are done.
-    done: u64,
+    /// The unfinished-part counts of the requests not yet known to be done.
+    requests: Vec<Arc<AtomicUsize>>,
+    data: Option<DataPath>,
     failed: Option<String>,
     stats: Arc<Stats>,
 }
 
 struct Outgoing {
-    id: u64,
     header: [u8; HEADER_BYTES],
-    data: LentBytes,
+    /// The bytes that follow the header on the control socket (none for a message that
+    /// goes over the data sockets).
+    data: Option<LentBytes>,
     written: usize,
+    left: Arc<AtomicUsize>,
 }
 
 /// What a receive comm holds.
@@ -52,8 +65,9 @@ pub(super) struct RecvState {
     /// Bytes read from the socket and not yet consumed: `stage[staged.0..staged.1]`.
     stage: Box<[u8]>,
     staged: (usize, usize),
-    /// Sizes of completed requests that `test` has not collected yet.
+    /// Sizes of requests whose headers all arrived that `test` has not collected yet.
     completed: HashMap<u64, Vec<usize>>,
+    data: Option<DataPath>,
     failed: Option<String>,
     stats: Arc<Stats>,
 }
@@ -65,6 +79,7 @@ struct Incoming {
     id: u64,
     buffers: Vec<(LentBuffer, u32)>,
     sizes: Vec<Option<usize>>,
+    left: Arc<AtomicUsize>,
 }
 
 #[derive(Clone, Copy)]
@@ -74,39 +89,59 @@ struct Body {
     read: usize,
 }
 
+/// Whether a message of `len` bytes goes over the data sockets of a comm with `data`.
+fn in_pieces(data: &Option<DataPath>, len: usize) -> bool {
+    data.is_some() && len >= MIN_PIECE_BYTES
+}
+
 impl SendState {
-    pub(super) fn new(socket: Socket, stats: Arc<Stats>) -> SendState {
-        SendState { socket, queue: VecDeque::new(), next_id: 0, done: 0, failed: None, stats }
+    pub(super) fn new(socket: Socket, data: Option<DataPath>, stats: Arc<Stats>) -> SendState {
+        SendState { socket, queue: VecDeque::new(), requests: Vec::new(), data, failed: None, stats }
     }
 
-    pub(super) fn queued(&self) -> usize {
-        self.queue.len()
+    /// Requests in flight.
+    pub(super) fn queued(&mut self) -> usize {
+        self.requests.retain(|left| left.load(Ordering::Acquire) != 0);
+        self.requests.len()
     }
 
-    /// Queues a message; returns its request id.
-    pub(super) fn push(&mut self, data: LentBytes, tag: u32) -> u64 {
+    /// Queues a message (its pieces start moving at once); returns its request's count of
+    /// unfinished parts.
+    pub(super) fn push(&mut self, data: LentBytes, tag: u32) -> Result<Arc<AtomicUsize>> {
+        if let Some(reason) = &self.failed {
+            return Err(Error::Closed(reason.clone()));
+        }
         let mut header = [0u8; HEADER_BYTES];
         header[..4].copy_from_slice(&tag.to_le_bytes());
         header[4..].copy_from_slice(&(data.len() as u64).to_le_bytes());
-        let id = self.next_id;
-        self.next_id += 1;
-        self.queue.push_back(Outgoing { id, header, data, written: 0 });
-        id
+        let left = Arc::new(AtomicUsize::new(1));
+        let data = match (in_pieces(&self.data, data.len()), &mut self.data) {
+            (true, Some(path)) => {
+                path.send(data, &left)?;
+                None
+            }
+            _ => Some(data),
+        };
+        self.queue.push_back(Outgoing { header, data, written: 0, left: left.clone() });
+        self.requests.push(left.clone());
+        Ok(left)
     }
 
-    pub(super) fn is_done(&self, id: u64) -> bool {
-        id < self.done
-    }
-
-    /// Writes as much of the queue as the socket takes.
+    /// Writes as much of the queue as the control socket takes; an error if the comm
+    /// failed (here or in its data path).
     pub(super) fn progress(&mut self) -> Result<()> {
+        let result = self.write_control();
+        check_data(result, &mut self.failed, self.data.as_ref())
+    }
+
+    fn write_control(&mut self) -> Result<()> {
         if let Some(reason) = &self.failed {
             return Err(Error::Closed(reason.clone()));
         }
         while let Some(front) = self.queue.front_mut() {
-            let total = HEADER_BYTES + front.data.len();
+            let body = front.data.as_ref().map_or(&[][..], LentBytes::as_slice);
+            let total = HEADER_BYTES + body.len();
             while front.written < total {
-                let body = front.data.as_slice();
                 let result = if front.written < HEADER_BYTES {
                     let parts = [IoSlice::new(&front.header[front.written..]), IoSlice::new(body)];
                     self.socket.send_vectored_with_flags(&parts, libc::MSG_NOSIGNAL)
@@ -114,7 +149,7 @@ impl SendState {
                     self.socket.send_with_flags(&body[front.written - HEADER_BYTES..], libc::MSG_NOSIGNAL)
                 };
                 match result {
-                    Ok(0) => return fail(&mut self.failed, "the connection closed while sending".into()),
+                    Ok(0) => return fail(&mut self.failed, "the control connection closed while sending".into()),
                     Ok(n) => {
                         let body_bytes = (front.written + n).saturating_sub(HEADER_BYTES.max(front.written));
                         self.stats.bytes_sent.fetch_add(body_bytes as u64, Ordering::Relaxed);
@@ -122,18 +157,25 @@ impl SendState {
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(e) => return fail(&mut self.failed, format!("send failed: {e}")),
+                    Err(e) => return fail(&mut self.failed, format!("send failed on the control connection: {e}")),
                 }
             }
-            self.done = front.id + 1;
-            self.queue.pop_front();
+            let done = self.queue.pop_front().expect("the loop looked at the front");
+            done.left.fetch_sub(1, Ordering::Release);
         }
         Ok(())
+    }
+
+    /// Ends the comm: its helper threads stopped and joined, its sockets shut, its messages
+    /// dropped; later calls on its requests fail.
+    pub(super) fn close(&mut self) {
+        close(&mut self.failed, self.data.as_mut(), &self.socket, "send");
+        self.queue.clear();
     }
 }
 
 impl RecvState {
-    pub(super) fn new(socket: Socket, stats: Arc<Stats>) -> RecvState {
+    pub(super) fn new(socket: Socket, data: Option<DataPath>, stats: Arc<Stats>) -> RecvState {
         RecvState {
             socket,
             queue: VecDeque::new(),
@@ -144,6 +186,7 @@ impl RecvState {
             stage: vec![0; STAGE_BYTES].into_boxed_slice(),
             staged: (0, 0),
             completed: HashMap::new(),
+            data,
             failed: None,
             stats,
         }
@@ -153,22 +196,31 @@ impl RecvState {
         self.queue.len()
     }
 
-    /// Queues a receive of one message per buffer; returns its request id.
-    pub(super) fn push(&mut self, buffers: Vec<(LentBuffer, u32)>) -> u64 {
+    /// Queues a receive of one message per buffer; returns its request id and its count
+    /// of unfinished parts.
+    pub(super) fn push(&mut self, buffers: Vec<(LentBuffer, u32)>) -> (u64, Arc<AtomicUsize>) {
         let id = self.next_id;
         self.next_id += 1;
         let sizes = vec![None; buffers.len()];
-        self.queue.push_back(Incoming { id, buffers, sizes });
-        id
+        let left = Arc::new(AtomicUsize::new(buffers.len()));
+        self.queue.push_back(Incoming { id, buffers, sizes, left: left.clone() });
+        (id, left)
     }
 
-    /// The sizes of request `id` if it is done (once; the caller keeps them).
+    /// The sizes of request `id` once its headers all arrived (once; the caller keeps
+    /// them and reports them when its count of unfinished parts is 0).
     pub(super) fn take_completed(&mut self, id: u64) -> Option<Vec<usize>> {
         self.completed.remove(&id)
     }
 
-    /// Reads as much as has arrived into the posted buffers, completing requests.
+    /// Reads as much as has arrived into the posted buffers, completing requests; an error
+    /// if the comm failed (here or in its data path).
     pub(super) fn progress(&mut self) -> Result<()> {
+        let result = self.read_control();
+        check_data(result, &mut self.failed, self.data.as_ref())
+    }
+
+    fn read_control(&mut self) -> Result<()> {
         if let Some(reason) = &self.failed {
             return Err(Error::Closed(reason.clone()));
         }
@@ -180,17 +232,36 @@ impl RecvState {
                     None => return Ok(()),
                 },
             };
-            let Some(body) = self.read_body(body)? else { return Ok(()) };
+            match (in_pieces(&self.data, body.len), &mut self.data) {
+                (true, Some(path)) => {
+                    let front = self.queue.front_mut().expect("the loop checked the queue");
+                    let buffer = std::mem::replace(&mut front.buffers[body.buffer].0, LentBuffer::empty());
+                    path.recv(buffer, body.len, &front.left)?;
+                }
+                _ => {
+                    if self.read_body(body)?.is_none() {
+                        return Ok(());
+                    }
+                }
+            }
             self.body = None;
             self.header_read = 0;
             let front = self.queue.front_mut().expect("the loop checked the queue");
             front.sizes[body.buffer] = Some(body.len);
+            front.left.fetch_sub(1, Ordering::Release);
             if front.sizes.iter().all(Option::is_some) {
                 let done = self.queue.pop_front().expect("the loop checked the queue");
                 self.completed.insert(done.id, done.sizes.into_iter().map(|size| size.expect("all set")).collect());
             }
         }
         Ok(())
+    }
+
+    /// Ends the comm: its helper threads stopped and joined, its sockets shut, its receives
+    /// dropped; later calls on its requests fail.
+    pub(super) fn close(&mut self) {
+        close(&mut self.failed, self.data.as_mut(), &self.socket, "receive");
+        self.queue.clear();
     }
 
     /// Reads the next message's header and picks its buffer; `None` if not all here yet.
@@ -242,7 +313,7 @@ impl RecvState {
                 let front = self.queue.front_mut().expect("called with a posted receive");
                 let target = &mut front.buffers[body.buffer].0.as_mut_slice()[body.read..body.len];
                 match (&self.socket).read(target) {
-                    Ok(0) => return fail(&mut self.failed, "the sender closed the connection".into()),
+                    Ok(0) => return fail(&mut self.failed, "the sender closed the control connection".into()),
                     Ok(n) => {
                         body.read += n;
                         self.stats.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
@@ -250,7 +321,7 @@ impl RecvState {
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => false,
                     Err(e) if e.kind() == ErrorKind::Interrupted => true,
-                    Err(e) => return fail(&mut self.failed, format!("receive failed: {e}")),
+                    Err(e) => return fail(&mut self.failed, format!("receive failed on the control connection: {e}")),
                 }
             } else {
                 self.fill()?
@@ -268,15 +339,42 @@ impl RecvState {
         debug_assert_eq!(self.staged.0, self.staged.1, "the stage is refilled only once empty");
         loop {
             match (&self.socket).read(&mut self.stage) {
-                Ok(0) => return fail(&mut self.failed, "the sender closed the connection".into()),
+                Ok(0) => return fail(&mut self.failed, "the sender closed the control connection".into()),
                 Ok(n) => {
                     self.staged = (0, n);
                     return Ok(true);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return fail(&mut self.failed, format!("receive failed: {e}")),
+                Err(e) => return fail(&mut self.failed, format!("receive failed on the control connection: {e}")),
             }
+        }
+    }
+}
+
+/// Marks a comm closed (its requests fail from now on), stops its helper threads and shuts
+/// its control socket: the peer hears of it now, not when the last request goes.
+fn close(failed: &mut Option<String>, data: Option<&mut DataPath>, socket: &Socket, what: &str) {
+    failed.get_or_insert_with(|| format!("the {what} comm was closed"));
+    if let Some(data) = data {
+        data.stop();
+    }
+    let _ = socket.shutdown(std::net::Shutdown::Both);
+}
+
+/// `result` of a control socket's progress, with the data path's failure (if the control
+/// socket had none) and the control socket's (told to the data path, so that its threads
+/// stop touching lent memory before the caller hears of it).
+fn check_data(result: Result<()>, failed: &mut Option<String>, data: Option<&DataPath>) -> Result<()> {
+    let Some(data) = data else { return result };
+    match result {
+        Ok(()) => match data.failure() {
+            Some(reason) => fail(failed, reason),
+            None => Ok(()),
+        },
+        Err(e) => {
+            data.fail(failed.as_deref().unwrap_or("the comm failed"));
+            Err(e)
         }
     }
 }

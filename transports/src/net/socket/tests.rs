@@ -1,26 +1,34 @@
+use super::handshake::{decode_handle, encode_handle, Greeting, Handle};
 use super::*;
+use crate::net::HANDLE_MAX_BYTES;
 use std::io::Write;
-use std::net::TcpStream;
+use std::net::{Ipv4Addr, Ipv6Addr, TcpStream};
+use std::time::{Duration, Instant};
 
 const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
-fn deadline() -> Instant {
+pub(super) fn deadline() -> Instant {
     Instant::now() + Duration::from_secs(60)
 }
 
-fn context(net: &SocketNet) -> Context {
+pub(super) fn context(net: &SocketNet) -> Context {
     net.init(1, &CommConfig::default()).unwrap()
 }
 
 /// Connects a send comm to a receive comm of `net`, calling both sides until done.
-fn pair(net: &SocketNet) -> (SendComm, RecvComm) {
-    let context = context(net);
+pub(super) fn pair(net: &SocketNet) -> (SendComm, RecvComm) {
+    pair_between(net, net)
+}
+
+/// Connects a send comm of `sender` to a receive comm of `receiver` (whose streams count).
+pub(super) fn pair_between(sender: &SocketNet, receiver: &SocketNet) -> (SendComm, RecvComm) {
+    let (net, context) = (receiver, context(receiver));
     let (handle, mut listen) = net.listen(&context, 0).unwrap();
     let until = deadline();
     let (mut send, mut recv) = (None, None);
     while send.is_none() || recv.is_none() {
         if send.is_none() {
-            send = net.connect(&context, 0, &handle).unwrap();
+            send = sender.connect(&context, 0, &handle).unwrap();
         }
         if recv.is_none() {
             recv = net.accept(&mut listen).unwrap();
@@ -32,17 +40,19 @@ fn pair(net: &SocketNet) -> (SendComm, RecvComm) {
     (send.unwrap(), recv.unwrap())
 }
 
-fn wait(net: &SocketNet, request: &mut Request) -> Vec<usize> {
+pub(super) fn wait(net: &SocketNet, request: &mut Request) -> Vec<usize> {
     let until = deadline();
     loop {
         if let Some(sizes) = net.test(request).unwrap() {
             return sizes;
         }
         assert!(Instant::now() < until, "request never completed");
+        // Leave the cores to the helper threads (CI has two).
+        std::thread::yield_now();
     }
 }
 
-fn wait_error(net: &SocketNet, request: &mut Request) -> Error {
+pub(super) fn wait_error(net: &SocketNet, request: &mut Request) -> Error {
     let until = deadline();
     loop {
         match net.test(request) {
@@ -50,17 +60,22 @@ fn wait_error(net: &SocketNet, request: &mut Request) -> Error {
             Ok(Some(sizes)) => panic!("completed with {sizes:?}"),
             Ok(None) => assert!(Instant::now() < until, "request never failed"),
         }
+        std::thread::yield_now();
     }
 }
 
-fn message(index: usize, len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i * 13 + index * 7) as u8).collect()
+pub(super) fn message(index: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 13 + index * 7 + i / 251) as u8).collect()
 }
 
 /// Sends one message per size from a second thread and receives them in groups of up to
 /// `max_recvs`, each buffer 5 bytes larger than its message.
 fn exchange(max_recvs: usize, sizes: &[usize]) {
-    let net = Arc::new(SocketNet::with_max_recvs(LOOPBACK, max_recvs));
+    exchange_over(Arc::new(SocketNet::with_max_recvs(LOOPBACK, max_recvs)), max_recvs, sizes);
+}
+
+/// As [`exchange`], over `net` (taking `max_recvs` buffers per `irecv`).
+pub(super) fn exchange_over(net: Arc<SocketNet>, max_recvs: usize, sizes: &[usize]) {
     let (mut send, mut recv) = pair(&net);
     let messages: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(m, &len)| message(m, len)).collect();
     let sender = {
@@ -75,6 +90,7 @@ fn exchange(max_recvs: usize, sizes: &[usize]) {
                         break request;
                     }
                     assert!(Instant::now() < until);
+                    std::thread::yield_now();
                 };
                 assert_eq!(wait(&net, &mut request), vec![data.len()]);
             }
@@ -211,9 +227,9 @@ fn strangers_are_dropped_and_the_expected_peer_still_accepted() {
     let net = SocketNet::with_max_recvs(LOOPBACK, 8);
     let context = context(&net);
     let (handle, mut listen) = net.listen(&context, 0).unwrap();
-    let (addr, magic) = decode_handle(&handle).unwrap();
+    let Handle { addr, magic, .. } = decode_handle(&handle).unwrap();
     let mut wrong = TcpStream::connect(addr).unwrap();
-    wrong.write_all(&greeting(magic ^ 1)).unwrap();
+    wrong.write_all(&Greeting { magic: magic ^ 1, comm: 1, number: 0, sockets: 1 }.encode()).unwrap();
     let _silent = TcpStream::connect(addr).unwrap();
     drop(TcpStream::connect(addr).unwrap()); // closes before greeting
     let send = loop {
@@ -252,16 +268,20 @@ fn connecting_to_nobody_fails() {
 
 #[test]
 fn handles_round_trip_and_garbage_is_refused() {
-    for addr in ["127.0.0.1:5000", "[::1]:65535"] {
-        let addr: SocketAddr = addr.parse().unwrap();
-        let handle = encode_handle(addr, 42);
-        assert!(handle.len() <= HANDLE_MAX_BYTES);
-        assert_eq!(decode_handle(&handle).unwrap(), (addr, 42));
+    for (addr, threads, sockets) in [("127.0.0.1:5000", 0, 0), ("[::1]:65535", 16, 64)] {
+        let handle = Handle { addr: addr.parse().unwrap(), magic: 42, streams: Streams { threads, sockets } };
+        let bytes = encode_handle(&handle);
+        assert!(bytes.len() <= HANDLE_MAX_BYTES);
+        assert_eq!(decode_handle(&bytes).unwrap(), handle);
     }
+    let mut odd = encode_handle(&Handle { addr: "127.0.0.1:1".parse().unwrap(), magic: 1, streams: Streams { threads: 3, sockets: 3 } });
+    odd[13] = 4; // 4 sockets over 3 threads
+    let err = net_connect_error(&odd);
+    assert!(err.contains("3 helper threads and 4 data sockets"), "{err}");
     let net = SocketNet::new(LOOPBACK);
     let context = context(&net);
     assert!(net.connect(&context, 0, b"nonsense").is_err());
-    let mut truncated = encode_handle("[::1]:1".parse().unwrap(), 1);
+    let mut truncated = encode_handle(&Handle { addr: "[::1]:1".parse().unwrap(), magic: 1, streams: Streams { threads: 1, sockets: 1 } });
     truncated.pop();
     assert!(net.connect(&context, 0, &truncated).is_err());
 }
@@ -291,7 +311,7 @@ fn each_interface_is_a_device() {
     assert_eq!((v6.name.as_str(), v6.guid, v6.max_recvs), ("socket:::1", 1, 2));
     let context = context(&net);
     let (handle, _listen) = net.listen(&context, 1).unwrap();
-    assert_eq!(decode_handle(&handle).unwrap().0.ip(), IpAddr::V6(Ipv6Addr::LOCALHOST));
+    assert_eq!(decode_handle(&handle).unwrap().addr.ip(), IpAddr::V6(Ipv6Addr::LOCALHOST));
     let err = net.listen(&context, 2).unwrap_err().to_string();
     assert!(err.contains("device 2") && err.contains("there are 2"), "{err}");
 }
@@ -328,4 +348,10 @@ fn ipv6_loopback_works() {
     wait(&net, &mut sent);
     assert_eq!(wait(&net, &mut received), vec![8]);
     assert_eq!(&buffer, b"over ::1");
+}
+
+fn net_connect_error(handle: &[u8]) -> String {
+    let net = SocketNet::new(LOOPBACK);
+    let context = context(&net);
+    net.connect(&context, 0, handle).expect_err("a bad handle is refused").to_string()
 }

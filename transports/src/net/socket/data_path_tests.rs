@@ -1,0 +1,362 @@
+//! Comms with data sockets and helper threads: every size class bit for bit over 1 x 1,
+//! 2 x 2 and 4 x 4, grouped receives, the requests the ABI promises, the handshake's
+//! accounting of a comm's connections, failures reported (not hangs), prompt closes.
+
+use super::handshake::{decode_handle, Greeting};
+use super::helpers::MIN_PIECE_BYTES;
+use super::tests::{context, deadline, exchange_over, message, pair, pair_between, wait, wait_error};
+use super::*;
+use std::io::Write;
+use std::net::{Ipv4Addr, TcpStream};
+use std::time::{Duration, Instant};
+
+const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+/// Every size class: empty, small, around the smallest piece, odd, one piece per socket and
+/// more, 64 MiB.
+const SIZES: [usize; 14] = [
+    0,
+    1,
+    MIN_PIECE_BYTES - 1,
+    MIN_PIECE_BYTES,
+    MIN_PIECE_BYTES + 1,
+    100_003,
+    3 * MIN_PIECE_BYTES + 7,
+    (1 << 20) + 13,
+    7,
+    64 << 20,
+    0,
+    4 * MIN_PIECE_BYTES,
+    16 * MIN_PIECE_BYTES - 1,
+    5,
+];
+
+fn net(threads: usize, sockets_per_thread: usize, max_recvs: usize) -> SocketNet {
+    SocketNet::with_max_recvs(LOOPBACK, max_recvs).with_streams(StreamSettings { threads: Some(threads), sockets_per_thread: Some(sockets_per_thread) })
+}
+
+/// `SIZES` over `threads` x `sockets_per_thread`, `max_recvs` per receive; the helper
+/// threads started are checked (every thread of both ends gets a piece of 64 MiB).
+fn every_size(threads: usize, sockets_per_thread: usize, max_recvs: usize) {
+    let net = Arc::new(net(threads, sockets_per_thread, max_recvs));
+    assert_eq!(net.streams(0).unwrap(), Streams { threads, sockets: threads * sockets_per_thread });
+    exchange_over(net.clone(), max_recvs, &SIZES);
+    assert_eq!(net.stats().snapshot().helper_threads, 2 * threads as u64);
+}
+
+#[test]
+fn every_size_arrives_bit_for_bit_without_helpers() {
+    every_size(0, 0, 1);
+}
+
+#[test]
+fn every_size_arrives_bit_for_bit_over_one_thread_one_socket() {
+    every_size(1, 1, 1);
+}
+
+#[test]
+fn every_size_arrives_bit_for_bit_over_two_threads_two_sockets_each() {
+    every_size(2, 2, 1);
+}
+
+#[test]
+fn every_size_arrives_bit_for_bit_over_four_threads_four_sockets_each() {
+    every_size(4, 4, 1);
+}
+
+#[test]
+fn grouped_receives_over_four_threads_four_sockets_each() {
+    every_size(4, 4, 8);
+}
+
+#[test]
+fn grouped_receives_over_two_threads_two_sockets_each() {
+    every_size(2, 2, 3);
+}
+
+#[test]
+fn a_comm_without_large_messages_starts_no_threads() {
+    let net = Arc::new(net(4, 4, 1));
+    exchange_over(net.clone(), 1, &[0, 1, MIN_PIECE_BYTES - 1, 9]);
+    assert_eq!(net.stats().snapshot().helper_threads, 0);
+}
+
+#[test]
+fn the_listeners_streams_count() {
+    // The connecting side asks for none; the listener's 2 x 2 is what the comm gets.
+    let (sender, receiver) = (net(0, 0, 1), net(2, 2, 1));
+    let (mut send, mut recv) = pair_between(&sender, &receiver);
+    let registration = sender.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+    let data = message(1, 4 << 20);
+    let mut buffer = vec![0u8; data.len()];
+    // SAFETY: data and buffer outlive both requests, waited for below.
+    let (mut sent, mut received) = unsafe {
+        (
+            sender.isend(&mut send, data.as_ptr(), data.len(), 0, &registration).unwrap().unwrap(),
+            receiver.irecv(&mut recv, &[RecvBuffer { data: buffer.as_mut_ptr(), len: buffer.len(), tag: 0 }], &[&registration]).unwrap().unwrap(),
+        )
+    };
+    assert_eq!(wait(&receiver, &mut received), vec![data.len()]);
+    wait(&sender, &mut sent);
+    assert!(buffer == data);
+    assert_eq!((sender.stats().snapshot().helper_threads, receiver.stats().snapshot().helper_threads), (2, 2));
+}
+
+#[test]
+fn every_request_the_abi_promises_is_taken() {
+    // 32 receives of 8 buffers and 32 x 8 sends, all posted before any completes.
+    let net = net(2, 2, 8);
+    let (mut send, mut recv) = pair(&net);
+    let registration = net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+    let len = MIN_PIECE_BYTES * 2 + 1;
+    let count = MAX_REQUESTS * 8;
+    let messages: Vec<Vec<u8>> = (0..count).map(|m| message(m, len)).collect();
+    let mut buffers: Vec<Vec<u8>> = (0..count).map(|_| vec![0u8; len]).collect();
+    let mut receives: Vec<Request> = buffers
+        .chunks_mut(8)
+        .enumerate()
+        .map(|(group, chunk)| {
+            let posted: Vec<RecvBuffer> = chunk.iter_mut().enumerate().map(|(i, b)| RecvBuffer { data: b.as_mut_ptr(), len, tag: (group * 8 + i) as u32 }).collect();
+            // SAFETY: the buffers outlive the requests, waited for below.
+            unsafe { net.irecv(&mut recv, &posted, &[&registration; 8]) }.unwrap().expect("a receive within the promised 32")
+        })
+        .collect();
+    let mut sends: Vec<Request> = messages
+        .iter()
+        .enumerate()
+        // SAFETY: the messages outlive the requests, waited for below.
+        .map(|(m, data)| unsafe { net.isend(&mut send, data.as_ptr(), len, m as u32, &registration) }.unwrap().expect("a send within the promised 32 x 8"))
+        .collect();
+    for request in &mut receives {
+        assert_eq!(wait(&net, request), vec![len; 8]);
+    }
+    for request in &mut sends {
+        wait(&net, request);
+    }
+    assert!(buffers == messages, "a message arrived corrupted");
+}
+
+#[test]
+fn too_small_a_buffer_for_a_message_in_pieces_is_an_error_naming_both_sizes() {
+    let net = net(2, 2, 1);
+    let (mut send, mut recv) = pair(&net);
+    let registration = net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+    let data = vec![3u8; 1 << 20];
+    let mut buffer = vec![0u8; 1 << 19];
+    // SAFETY: data and buffer live to the end of the test, after the comms.
+    let mut received = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: buffer.as_mut_ptr(), len: buffer.len(), tag: 4 }], &[&registration]) }.unwrap().unwrap();
+    // SAFETY: as above.
+    let _sent = unsafe { net.isend(&mut send, data.as_ptr(), data.len(), 4, &registration) }.unwrap().unwrap();
+    let err = wait_error(&net, &mut received);
+    assert!(matches!(err, Error::MessageTooLarge { message: 1048576, buffer: 524288, tag: 4 }), "{err}");
+    net.close_recv(recv).unwrap();
+    net.close_send(send).unwrap();
+}
+
+/// A 64 MiB receive over `threads` x `sockets_per_thread` whose sender's comm closes once
+/// bytes have arrived: the receive fails naming the data socket, and does not hang.
+fn sender_closed_mid_transfer(threads: usize, sockets_per_thread: usize) -> String {
+    let (sender, receiver) = (net(0, 0, 1), net(threads, sockets_per_thread, 1));
+    let (mut send, mut recv) = pair_between(&sender, &receiver);
+    let registration = sender.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+    let data = vec![7u8; 64 << 20];
+    let mut buffer = vec![0u8; data.len()];
+    // SAFETY: data outlives the send comm, closed below; buffer outlives the receive comm.
+    let _sent = unsafe { sender.isend(&mut send, data.as_ptr(), data.len(), 0, &registration) }.unwrap().unwrap();
+    // SAFETY: as above.
+    let mut received = unsafe { receiver.irecv(&mut recv, &[RecvBuffer { data: buffer.as_mut_ptr(), len: buffer.len(), tag: 0 }], &[&registration]) }.unwrap().unwrap();
+    let until = deadline();
+    while receiver.stats().snapshot().bytes_received == 0 {
+        assert_eq!(receiver.test(&mut received).unwrap(), None);
+        assert!(Instant::now() < until, "nothing arrived");
+    }
+    sender.close_send(send).unwrap();
+    let err = wait_error(&receiver, &mut received);
+    assert!(matches!(err, Error::Closed(_)), "{err}");
+    // Once failed, always failed.
+    assert!(receiver.test(&mut received).is_err());
+    receiver.close_recv(recv).unwrap();
+    err.to_string()
+}
+
+#[test]
+fn a_sender_gone_mid_transfer_fails_the_receive_naming_the_data_socket() {
+    let err = sender_closed_mid_transfer(2, 2);
+    assert!(err.contains("data socket") && err.contains("of 4 from 127.0.0.1") && err.contains("still to move"), "{err}");
+    let err = sender_closed_mid_transfer(1, 1);
+    assert!(err.contains("data socket 0 of 1"), "{err}");
+}
+
+#[test]
+fn a_receiver_gone_mid_transfer_fails_the_send() {
+    let net = net(2, 2, 1);
+    let (mut send, recv) = pair(&net);
+    let registration = net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+    let data = vec![1u8; 64 << 20];
+    // SAFETY: data outlives the send comm, closed below.
+    let mut sent = unsafe { net.isend(&mut send, data.as_ptr(), data.len(), 0, &registration) }.unwrap().unwrap();
+    // Nobody reads: the sockets' buffers fill, then the receiver goes.
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(net.test(&mut sent).unwrap(), None);
+    net.close_recv(recv).unwrap();
+    let err = wait_error(&net, &mut sent).to_string();
+    assert!(err.contains("connection closed by the peer") && (err.contains("data socket") || err.contains("control connection")), "{err}");
+    net.close_send(send).unwrap();
+}
+
+/// Closing comms with 16 messages of 16 MiB in flight, and a receive, returns within a
+/// second.
+#[test]
+fn close_with_transfers_in_flight_returns_promptly() {
+    let net = net(4, 4, 1);
+    let (mut send, mut recv) = pair(&net);
+    let registration = net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+    let data = vec![2u8; 16 << 20];
+    let mut buffer = vec![0u8; 16 << 20];
+    // SAFETY: data and buffer outlive the comms, closed below.
+    let mut receive = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: buffer.as_mut_ptr(), len: buffer.len(), tag: 0 }], &[&registration]) }.unwrap().unwrap();
+    let mut sends: Vec<Request> = (0..16)
+        // SAFETY: as above.
+        .map(|tag| unsafe { net.isend(&mut send, data.as_ptr(), data.len(), tag, &registration) }.unwrap().unwrap())
+        .collect();
+    let until = deadline();
+    while net.stats().snapshot().bytes_received == 0 {
+        net.test(&mut receive).unwrap();
+        assert!(Instant::now() < until, "nothing arrived");
+    }
+    let started = Instant::now();
+    net.close_recv(recv).unwrap();
+    net.close_send(send).unwrap();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(1), "closing took {took:?}");
+    // Requests of closed comms fail (unless done before); they never touch the buffers again.
+    assert!(!matches!(net.test(&mut receive), Ok(None)));
+    let err = net.test(&mut sends[15]).unwrap_err().to_string();
+    assert!(err.contains("the send comm was closed"), "{err}");
+}
+
+#[test]
+fn every_connection_of_a_comm_is_accounted_for() {
+    // A listener of 2 x 2: a comm is one control and 4 data connections.
+    let net = net(2, 2, 1);
+    let context = context(&net);
+    let (handle, mut listen) = net.listen(&context, 0).unwrap();
+    let decoded = decode_handle(&handle).unwrap();
+    let greet = |greeting: Greeting| {
+        let mut stream = TcpStream::connect(decoded.addr).unwrap();
+        stream.write_all(&greeting.encode()).unwrap();
+        stream
+    };
+    let magic = decoded.magic;
+    // Knowing the magic is not enough: the comm's shape must be the listener's, and each
+    // number must be in range and taken once.
+    let _wrong_count = greet(Greeting { magic, comm: 7, number: 0, sockets: 3 });
+    let _out_of_range = greet(Greeting { magic, comm: 7, number: 5, sockets: 4 });
+    let _first = greet(Greeting { magic, comm: 7, number: 2, sockets: 4 });
+    let _again = greet(Greeting { magic, comm: 7, number: 2, sockets: 4 });
+    let until = deadline();
+    while net.stats().snapshot().strangers_refused < 3 {
+        assert!(net.accept(&mut listen).unwrap().is_none(), "an incomplete comm was accepted");
+        assert!(Instant::now() < until, "strangers not refused: {:?}", net.stats().snapshot());
+    }
+    // The expected peer's comm still comes through, whole.
+    let (mut send, mut recv) = (None, None);
+    while send.is_none() || recv.is_none() {
+        send = send.or(net.connect(&context, 0, &handle).unwrap());
+        recv = recv.or(net.accept(&mut listen).unwrap());
+        assert!(Instant::now() < until, "no connection");
+    }
+    assert_eq!(net.stats().snapshot().strangers_refused, 3);
+    let (mut send, mut recv) = (send.unwrap(), recv.unwrap());
+    let registration = net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+    let data = message(3, 1 << 20);
+    let mut buffer = vec![0u8; data.len()];
+    // SAFETY: data and buffer outlive the requests, waited for below.
+    let (mut sent, mut received) = unsafe {
+        (
+            net.isend(&mut send, data.as_ptr(), data.len(), 0, &registration).unwrap().unwrap(),
+            net.irecv(&mut recv, &[RecvBuffer { data: buffer.as_mut_ptr(), len: buffer.len(), tag: 0 }], &[&registration]).unwrap().unwrap(),
+        )
+    };
+    wait(&net, &mut sent);
+    wait(&net, &mut received);
+    assert!(buffer == data);
+}
+
+/// Loopback throughput of one comm, one thread per end calling `test` as a proxy does:
+/// `cargo test --release -p oxccl-transports socket_throughput -- --ignored --nocapture`.
+/// `OXCCL_TEST_SOCKET_STREAMS` picks the settings (threads x sockets per thread, e.g.
+/// `0x0,1x1,2x2,4x4`), `OXCCL_TEST_SOCKET_SIZES` the message sizes in MiB.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn socket_throughput() {
+    let list = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.to_string());
+    let settings: Vec<(usize, usize)> = list("OXCCL_TEST_SOCKET_STREAMS", "0x0,1x1,2x1,2x2,4x4")
+        .split(',')
+        .map(|pair| {
+            let (threads, sockets) = pair.split_once('x').expect("threads x sockets");
+            (threads.trim().parse().unwrap(), sockets.trim().parse().unwrap())
+        })
+        .collect();
+    let sizes: Vec<usize> = list("OXCCL_TEST_SOCKET_SIZES", "1,4,16,64,128").split(',').map(|mib| mib.trim().parse::<usize>().unwrap() << 20).collect();
+    let rounds: usize = list("OXCCL_TEST_SOCKET_ROUNDS", "3").parse().unwrap();
+    println!("streams | message | GB/s, best of {rounds} rounds (each round: the rounds' rates)");
+    for &size in &sizes {
+        for &(threads, sockets) in &settings {
+            // 1 GiB per round (at least 8 messages), 4 in flight (as a proxy keeps slots going).
+            let count = ((1 << 30) / size).max(8);
+            let rates: Vec<f64> = (0..rounds).map(|_| throughput(threads, sockets, size, count, 4)).collect();
+            let best = rates.iter().copied().fold(0.0, f64::max);
+            let each: Vec<String> = rates.iter().map(|rate| format!("{rate:.2}")).collect();
+            println!("{threads}x{sockets} | {} MiB | {best:.2} ({})", size >> 20, each.join(" "));
+        }
+    }
+}
+
+/// GB/s of `count` messages of `size` bytes, `depth` in flight, sender and receiver each
+/// on its own thread.
+fn throughput(threads: usize, sockets_per_thread: usize, size: usize, count: usize, depth: usize) -> f64 {
+    let net = Arc::new(net(threads, sockets_per_thread, 1));
+    let (mut send, mut recv) = pair(&net);
+    let sender = {
+        let net = net.clone();
+        std::thread::spawn(move || {
+            let registration = net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+            // Written, so that its pages exist before the clock starts.
+            let data = vec![5u8; size];
+            let mut in_flight = std::collections::VecDeque::new();
+            for tag in 0..count {
+                // SAFETY: data outlives every request: all are waited for below.
+                in_flight.push_back(unsafe { net.isend(&mut send, data.as_ptr(), size, tag as u32, &registration) }.unwrap().unwrap());
+                if in_flight.len() == depth {
+                    wait(&net, &mut in_flight.pop_front().unwrap());
+                }
+            }
+            in_flight.iter_mut().for_each(|request| {
+                wait(&net, request);
+            });
+            net.close_send(send).unwrap();
+        })
+    };
+    let registration = net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+    // Written, so that no page fault is timed.
+    let mut buffers: Vec<Vec<u8>> = (0..depth).map(|_| vec![1u8; size]).collect();
+    let started = Instant::now();
+    let mut in_flight = std::collections::VecDeque::new();
+    for tag in 0..count {
+        let buffer = &mut buffers[tag % depth];
+        let posted = [RecvBuffer { data: buffer.as_mut_ptr(), len: size, tag: tag as u32 }];
+        // SAFETY: each buffer is reused only after its previous receive completed (depth apart).
+        in_flight.push_back(unsafe { net.irecv(&mut recv, &posted, &[&registration]) }.unwrap().unwrap());
+        if in_flight.len() == depth {
+            wait(&net, &mut in_flight.pop_front().unwrap());
+        }
+    }
+    in_flight.iter_mut().for_each(|request| {
+        wait(&net, request);
+    });
+    let elapsed = started.elapsed();
+    sender.join().unwrap();
+    net.close_recv(recv).unwrap();
+    (size * count) as f64 / elapsed.as_secs_f64() / 1e9
+}
