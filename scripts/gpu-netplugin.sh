@@ -9,7 +9,7 @@
 # For each socket setting (NETPLUGIN_SOCKET_SETTINGS, default "default 4x4": `default`
 # leaves NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD unset, `TxS` sets them to T and S,
 # for both nets, which both read them), each test (NETPLUGIN_TESTS), NETPLUGIN_ROUNDS rounds
-# (default 2), each running NCCL over the plugin (NCCL_NET_PLUGIN=oxccl NCCL_NET=oxccl) and
+# (default 2; OXCCL_NETPLUGIN_MAX_RECVS, when set, goes to the plugin's ranks), each running NCCL over the plugin (NCCL_NET_PLUGIN=oxccl NCCL_NET=oxccl) and
 # over its socket transport (NCCL_NET_PLUGIN=none NCCL_NET=Socket), in alternating order,
 # `-c 1` (results checked). Unset, NCCL's socket transport uses no helper thread (the proxy
 # thread moves every byte; NCCL 2.28's net_socket.cc) and the plugin 1 thread x 1 socket.
@@ -70,6 +70,8 @@ run() {
   fi
   if [[ $net == plugin ]]; then
     path="$plugin_dir${path:+:$path}"
+    # The plugin's maxRecvs, where the caller sets it (8 unless set).
+    [[ -n ${OXCCL_NETPLUGIN_MAX_RECVS:-} ]] && streams+=(-x OXCCL_NETPLUGIN_MAX_RECVS)
     export NCCL_NET_PLUGIN=oxccl NCCL_NET=oxccl
   else
     export NCCL_NET_PLUGIN=none NCCL_NET=Socket
