@@ -38,7 +38,9 @@ res=$(mktemp -d)
 trap 'tar czf "$out/results.tgz" -C "$res" . && echo "results in $out/results.tgz"' EXIT
 export NCCL_NVLS_ENABLE=0 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 export LD_LIBRARY_PATH="$CUDA_HOME/lib64:${LD_LIBRARY_PATH:-}" XDG_CACHE_HOME="${XDG_CACHE_HOME:-/tmp/oxccl-cache}"
-export CUDA_DEVICE_MAX_CONNECTIONS="${CUDA_DEVICE_MAX_CONNECTIONS:-32}"
+# One rank per process: CUDA's default hardware queues (8). 32 (what ranks as threads of one
+# process need, docs/GPU.md) made 4 processes under MPS fail in cudaSetDevice with "out of
+# memory" on one H100 (docs/results/2026-11-25-h100x1-socks/measure-4ranks).
 oxccl_lib="${OXCCL_LIB:-$root/gpu-bin/lib}"
 budget=${MEASURE_BUDGET_S:-540}
 note() { echo "$*" | tee -a "$res/summary.txt"; }

@@ -4,9 +4,9 @@
 //! An algorithm costs its hops in sequence times a per-hop latency, plus its messages per
 //! hop times an issue cost, plus the bytes each rank moves over a bandwidth, plus the
 //! elements it reduces over a reduction rate: shared memory ~0.15 µs a hop and ~6 GB/s,
-//! the socket Net ~15 µs a hop and ~0.8 GB/s per connection, reductions ~4 GB/s; a hop
-//! costs ~5 µs when a host runs more ranks than it has cores (a message waits for its
-//! receiver to be scheduled). For all_reduce: ring (2(n-1) hops, 2(n-1)/n of the data),
+//! the socket Net ~15 µs a hop and ~0.8 GB/s per connection (no helper threads: its default
+//! below 4 cores), reductions ~4 GB/s; a hop costs ~5 µs when a host runs more ranks than
+//! it has cores (a message waits for its receiver to be scheduled). For all_reduce: ring (2(n-1) hops, 2(n-1)/n of the data),
 //! the double binary tree (2⌈log2 n⌉ hops, about twice the data) and the two-shot direct
 //! exchange (2 hops of n-1 messages each, the ring's traffic; on the Net its n-1
 //! connections stream in parallel, in shared memory its scattered copies run at about half

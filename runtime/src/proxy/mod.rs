@@ -4,10 +4,12 @@
 //! FIFOs and the clock.
 //!
 //! Each link (the sending or the receiving end of a connection) is progressed by one
-//! thread, dealt in turn as links are made, so that the copies through the sockets (the
-//! proxy's own work over TCP) of a rank's sends and receives, and of the ranks of one
-//! process, run on several cores: `OXCCL_PROXY_THREADS` threads, one per 4 cores by default
-//! (1 to 4), started by the first communicator to make a network link.
+//! thread, dealt in turn as links are made, so that the copies through the sockets of a
+//! rank's sends and receives, and of the ranks of one process, run on several cores (the
+//! proxy's own work over TCP, but for the pieces of large messages that the socket Net's
+//! helper threads move, NCCL_SOCKET_NTHREADS): `OXCCL_PROXY_THREADS` threads, by default one
+//! per two cores per rank on the host (1 to 4), started by the first communicator to make a
+//! network link.
 //!
 //! A link's FIFO is made by its caller: heap memory for the host executor, pinned host
 //! memory mapped into the GPU for the GPU backend's kernels. A send link connects (in the
