@@ -12,8 +12,9 @@
 #
 # Knobs: NET_TESTS (default all_reduce all_gather reduce_scatter broadcast alltoall
 # sendrecv), NET_RANKS (default "2 4"), NET_LIBS (default "oxccl nccl nccl-best"; also
-# oxccl-simple: oxccl with NCCL_PROTO=Simple, no LL over the network; oxccl-proxy<N>:
-# oxccl with OXCCL_PROXY_THREADS=N),
+# oxccl-simple: oxccl with NCCL_PROTO=Simple, no LL over the network; oxccl-algo-<name>:
+# oxccl with NCCL_ALGO=<name> (ring, direct); oxccl-proxy<N>: oxccl with
+# OXCCL_PROXY_THREADS=N),
 # NET_MAX (default 128M), NET_ITERS (20), NET_TIMEOUT (per run, 150 s).
 # NVLink multicast stays off; GPU clocks and modes are never touched.
 set -uo pipefail
@@ -75,6 +76,7 @@ label() {
   case $1 in
     oxccl) echo "oxccl" ;;
     oxccl-simple) echo "oxccl, NCCL_PROTO=Simple" ;;
+    oxccl-algo-*) echo "oxccl, NCCL_ALGO ${1#oxccl-algo-}" ;;
     oxccl-proxy*) echo "oxccl, ${1#oxccl-proxy} proxy thread(s)" ;;
     nccl) echo "NCCL$version at its defaults" ;;
     nccl-best) echo "NCCL$version, ${NCCL_BEST_THREADS:-4} threads × ${NCCL_BEST_SOCKS:-4} sockets" ;;
@@ -91,6 +93,7 @@ for n in ${NET_RANKS:-2 4}; do
       case $lib in
         oxccl) env+=(-x LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}") ;;
         oxccl-simple) env+=(-x LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}" -x NCCL_PROTO=Simple) ;;
+        oxccl-algo-*) env+=(-x LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}" -x NCCL_ALGO="${lib#oxccl-algo-}") ;;
         oxccl-proxy[0-9]*) env+=(-x LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}" -x OXCCL_PROXY_THREADS="${lib#oxccl-proxy}") ;;
         nccl) env+=(-x LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}") ;;
         nccl-best) env+=(-x LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" -x NCCL_SOCKET_NTHREADS="${NCCL_BEST_THREADS:-4}" -x NCCL_NSOCKS_PERTHREAD="${NCCL_BEST_SOCKS:-4}") ;;
