@@ -77,14 +77,15 @@ fn draws_nccl_tests_tables_one_line_each() {
     let out_dir = tempdir("draw");
     let svg_path = out_dir.join("ar.svg");
     let oxccl = format!("oxccl={}", net("net-2r-all_reduce-oxccl.txt"));
-    let nccl = format!("NCCL 2.28.3={}", net("net-2r-all_reduce-nccl.txt"));
+    // A label may hold `=`: the file is what follows the last one.
+    let nccl = format!("NCCL 2.28.3, NCCL_ALGO=Ring={}", net("net-2r-all_reduce-nccl.txt"));
     let best = net("net-2r-all_reduce-nccl-best.txt");
     let out = plot(&["--title", "all_reduce, 2 ranks as hosts", "--out", svg_path.to_str().unwrap(), &oxccl, &nccl, &best]);
     assert!(out.status.success(), "{}", stderr(&out));
     let svg = std::fs::read_to_string(&svg_path).unwrap();
     let document = roxmltree::Document::parse(&svg).unwrap();
     let texts: Vec<&str> = document.descendants().filter(|n| n.has_tag_name("text")).filter_map(|n| n.text()).collect();
-    for expected in ["all_reduce, 2 ranks as hosts", "oxccl", "NCCL 2.28.3", "net-2r-all_reduce-nccl-best", "busbw (GB/s)"] {
+    for expected in ["all_reduce, 2 ranks as hosts", "oxccl", "NCCL 2.28.3, NCCL_ALGO=Ring", "net-2r-all_reduce-nccl-best", "busbw (GB/s)"] {
         assert!(texts.contains(&expected), "{expected:?} not in {texts:?}");
     }
     assert!(texts.iter().any(|t| t.contains("all_reduce · 2 ranks · 1 GPU (NVIDIA H100 80GB HBM3) on vm")), "{texts:?}");

@@ -7,7 +7,7 @@
 //! oxccl-plot --out perf.svg perf-all_reduce.txt      # oxccl-perf's table: oxccl and its baseline
 //! ```
 //!
-//! Each table is `LABEL=FILE` (the legend says LABEL) or a bare `FILE` (the legend says the
+//! Each table is `LABEL=FILE` (the legend says LABEL; the file follows the last `=`) or a bare `FILE` (the legend says the
 //! file's name without its extension); `-` reads standard input. A table of oxccl-perf
 //! with a baseline gives two lines: its own and the baseline's, measured in the same run.
 //! The picture's notes name the file and lines each line was drawn from.
@@ -62,9 +62,10 @@ fn run(args: Args) -> Result<(), Error> {
     std::fs::write(&args.out, svg).map_err(|source| Error::Io { path: args.out.display().to_string(), source })
 }
 
-/// One `LABEL=FILE` or `FILE` argument, read and parsed.
+/// One `LABEL=FILE` or `FILE` argument, read and parsed. The file is what follows the last
+/// `=`, so that a label may hold one (`oxccl, NCCL_ALGO=Ring=table.txt`).
 fn read(argument: &str) -> Result<Input, Error> {
-    let (label, path) = match argument.split_once('=') {
+    let (label, path) = match argument.rsplit_once('=') {
         Some((label, path)) if !label.is_empty() => (label.to_string(), path),
         _ => (Path::new(argument).file_stem().map_or(argument.to_string(), |s| s.to_string_lossy().into_owned()), argument),
     };
