@@ -330,6 +330,21 @@ fn ranks_as_threads() {
     threads_with(3, g, simple_cases, Inputs::Exact, &simple_config());
 }
 
+/// GPUs shared unevenly: five ranks on two GPUs (three on the first, two on the second),
+/// so that one call has ranks reaching each other through shared memory on one GPU and
+/// through peer-to-peer across the two, with the GPUs' ranks out of step.
+#[test]
+fn five_ranks_shared_unevenly_across_two_gpus() {
+    let Some(g) = gpus() else { return };
+    if g < 2 {
+        eprintln!("one GPU: nothing uneven to share");
+        return;
+    }
+    warm_kernel_cache();
+    threads(5, 2, cases);
+    threads_with(5, 2, simple_cases, Inputs::Exact, &simple_config());
+}
+
 /// Random inputs (every bit pattern of every datatype: NaN, infinities, subnormals, sums
 /// and products that round) through every route a call takes — the direct kernel, the LL
 /// exchanges, the ring and direct-exchange schedules on one and on many channels — each
