@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Across hosts on one GPU machine: nccl-tests (built with MPI=1 in $1, against the
 # machine's NCCL header) under mpirun, each rank posing as a host of its own
-# (NCCL_HOSTID=host<rank>), all ranks sharing the GPUs there are under MPS, over loopback
+# (NCCL_HOSTID=host<rank>; or NET_PER_HOST ranks to a host), all ranks sharing the GPUs
+# there are under MPS, over loopback
 # (NCCL_SOCKET_IFNAME=lo): oxccl's libnccl.so.2 (gpu-bin/lib first on the library path)
 # against the machine's NCCL at its defaults and at the socket settings given in
 # NCCL_BEST (default: 4 threads x 4 sockets per thread), in one run. Also the loopback TCP
@@ -15,7 +16,9 @@
 # oxccl-simple: oxccl with NCCL_PROTO=Simple, no LL over the network; oxccl-algo-<name>:
 # oxccl with NCCL_ALGO=<name> (ring, direct); oxccl-proxy<N>: oxccl with
 # OXCCL_PROXY_THREADS=N),
-# NET_MAX (default 128M), NET_ITERS (20), NET_TIMEOUT (per run, 150 s).
+# NET_MAX (default 128M), NET_ITERS (20), NET_TIMEOUT (per run, 150 s), NET_PER_HOST
+# (default 1: ranks per posed host, consecutive ranks together; with as many GPUs as ranks
+# per host, a host's ranks reach each other over NVLink and the others over the network).
 # NVLink multicast stays off; GPU clocks and modes are never touched.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -36,11 +39,11 @@ if ! echo get_server_list | timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1; 
 fi
 echo get_server_list | timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1 || { echo "MPS is not running: the tables would time-slice the GPU" | tee -a "$out/summary.txt"; exit 1; }
 
-# Each rank: its own host id and GPU rank % gpus.
+# Each rank: the host id of its group of NET_PER_HOST ranks and GPU rank % gpus.
 wrapper="$out/rank.sh"
 cat > "$wrapper" <<'EOF'
 #!/usr/bin/env bash
-export NCCL_HOSTID="host${OMPI_COMM_WORLD_RANK}"
+export NCCL_HOSTID="host$((OMPI_COMM_WORLD_RANK / ${NET_PER_HOST:-1}))"
 export CUDA_VISIBLE_DEVICES=$((OMPI_COMM_WORLD_RANK % NET_GPUS)) NCCL_TESTS_DEVICE=0
 exec "$@"
 EOF
@@ -85,11 +88,14 @@ label() {
 }
 
 status=0
+per_host=${NET_PER_HOST:-1}
 for n in ${NET_RANKS:-2 4}; do
+  # Tables net-<n>r-..., or net-<n>r<per>h-... with several ranks to a posed host.
+  if ((per_host > 1)); then ranks="${n}r${per_host}h" hosts="$((n / per_host)) hosts"; else ranks="${n}r" hosts="hosts"; fi
   for t in ${NET_TESTS:-all_reduce all_gather reduce_scatter broadcast alltoall sendrecv}; do
     drawn=()
     for lib in ${NET_LIBS:-oxccl nccl nccl-best}; do
-      env=(-x NCCL_NVLS_ENABLE -x XDG_CACHE_HOME -x NCCL_SOCKET_IFNAME=lo -x NET_GPUS="$gpus")
+      env=(-x NCCL_NVLS_ENABLE -x XDG_CACHE_HOME -x NCCL_SOCKET_IFNAME=lo -x NET_GPUS="$gpus" -x NET_PER_HOST="${NET_PER_HOST:-1}")
       case $lib in
         oxccl) env+=(-x LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}") ;;
         oxccl-simple) env+=(-x LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}" -x NCCL_PROTO=Simple) ;;
@@ -98,7 +104,7 @@ for n in ${NET_RANKS:-2 4}; do
         nccl) env+=(-x LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}") ;;
         nccl-best) env+=(-x LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" -x NCCL_SOCKET_NTHREADS="${NCCL_BEST_THREADS:-4}" -x NCCL_NSOCKS_PERTHREAD="${NCCL_BEST_SOCKS:-4}") ;;
       esac
-      table="$out/net-${n}r-$t-$lib.txt"
+      table="$out/net-$ranks-$t-$lib.txt"
       timeout "${NET_TIMEOUT:-150}" mpirun --allow-run-as-root --oversubscribe -np "$n" --bind-to none \
         --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo "${env[@]}" \
         "$wrapper" "$build/${t}_perf" -b 8 -e "${NET_MAX:-128M}" -f 4 -c 1 -n "${NET_ITERS:-20}" -w 5 -g 1 > "$table" 2>&1
@@ -109,11 +115,11 @@ for n in ${NET_RANKS:-2 4}; do
       ((rc == 0)) && drawn+=("$(label "$lib" "$table")=$(basename "$table")")
     done
     # The picture, from inside $out so that its notes name the tables beside it.
-    picture="net-${n}r-$t.svg"
+    picture="net-$ranks-$t.svg"
     if [[ ! -x "$here/oxccl-plot" ]]; then
       echo "$picture: not drawn, no $here/oxccl-plot (scripts/gpu-build.sh builds it)" | tee -a "$out/summary.txt"
     elif ((${#drawn[@]} > 0)); then
-      if (cd "$out" && "$here/oxccl-plot" --title "$t, $n ranks posing as hosts on $on under MPS, loopback sockets" --out "$picture" "${drawn[@]}") 2>>"$out/summary.txt"; then
+      if (cd "$out" && "$here/oxccl-plot" --title "$t, $n ranks posing as $hosts on $on under MPS, loopback sockets" --out "$picture" "${drawn[@]}") 2>>"$out/summary.txt"; then
         echo "$picture: ${#drawn[@]} lines" | tee -a "$out/summary.txt"
       else
         echo "$picture: oxccl-plot failed (its message is above)" | tee -a "$out/summary.txt"

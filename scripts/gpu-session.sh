@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (the device tool returns at most 8 files, so everything is
-# packed into $OUT/results.tgz): runs the stages named as arguments, in order, from the
+# packed into $OUT/results.tgz, again after each stage): runs the stages named as arguments, in order, from the
 # repository root with gpu-bin/ (scripts/gpu-build.sh) carried along.
 #   tests         gpu-bin's GPU test binaries (GPU_TESTS, default gpu_collectives gpu_calls)
 #   bench         gpu-bench.sh: oxccl-perf against NCCL for every collective
@@ -28,6 +28,10 @@ export NCCL_NVLS_ENABLE=0 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 export LD_LIBRARY_PATH="$CUDA_HOME/lib64:${LD_LIBRARY_PATH:-}" XDG_CACHE_HOME="${XDG_CACHE_HOME:-/tmp/oxccl-cache}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 note() { echo "$*" | tee -a "$res/summary.txt"; }
+# GPU_SESSION_TAG names the pack (results-<tag>.tgz), so that several sessions in one call
+# (each with its own settings) return side by side.
+mkdir -p "${OUT:-$root/gpu-out}"
+pack="${OUT:-$root/gpu-out}/results${GPU_SESSION_TAG:+-$GPU_SESSION_TAG}.tgz"
 for stage in "$@"; do
   start=$SECONDS
   case $stage in
@@ -67,6 +71,7 @@ for stage in "$@"; do
     *) note "unknown stage $stage" ;;
   esac
   note "stage $stage: $((SECONDS - start)) s"
+  # Packed after every stage: a call cut off at its limit still returns the stages done.
+  tar czf "$pack" -C "$res" .
 done
 cat "$res/summary.txt"
-tar czf "${OUT:-$root/gpu-out}/results.tgz" -C "$res" .
