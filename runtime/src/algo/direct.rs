@@ -33,14 +33,14 @@
 //! IEEE arithmetic, max and min order their zeros, oxccl-kernels' element.rs), so both
 //! hold the same bits but for the payload of a NaN made of two NaNs.
 
-use super::{chunks, split, Collective, Lane, Link, Role, Shape, Slice, Step};
+use super::{chunks, split, split_channels, Collective, CHANNEL_GRANULE, Lane, Link, Role, Shape, Slice, Step};
 
 pub(super) fn lanes(shape: &Shape, rank: usize) -> Vec<Lane> {
     if shape.collective == Collective::AllReduce {
         return two_shot_all_reduce(shape, rank);
     }
     let (n, count, chunk, root) = (shape.nranks, shape.count, shape.chunk, shape.root);
-    let parts: Vec<(usize, usize, usize)> = split(count, shape.channels.max(1)).enumerate().filter(|(_, (_, c))| *c > 0).map(|(ch, (o, c))| (ch, o, c)).collect();
+    let parts: Vec<(usize, usize, usize)> = split_channels(count, shape.channels.max(1), CHANNEL_GRANULE).enumerate().filter(|(_, (_, c))| *c > 0).map(|(ch, (o, c))| (ch, o, c)).collect();
     let peers = || (0..n).filter(move |&p| p != rank);
     let sends = |peer: usize, offset: usize| {
         parts.iter().map(move |&(channel, o, c)| Lane {

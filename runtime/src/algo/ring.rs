@@ -9,7 +9,7 @@
 //! halves of it over the user's blocks; broadcast and reduce are chains through every rank,
 //! pipelined per chunk.
 
-use super::{chunks, split, Collective, Lane, Link, Role, Shape, Slice, Step};
+use super::{chunks, split, split_channels, Collective, CHANNEL_GRANULE, Lane, Link, Role, Shape, Slice, Step};
 
 pub(super) fn lanes(shape: &Shape, rank: usize) -> Vec<Lane> {
     (0..shape.channels).map(|channel| Lane { role: Role::Ring { channel }, steps: lane(shape, rank, channel) }).collect()
@@ -19,7 +19,7 @@ fn lane(shape: &Shape, rank: usize, channel: usize) -> Vec<Step> {
     let n = shape.nranks;
     let ring = Ring { rank, n, next: Link { peer: (rank + 1) % n, channel }, prev: Link { peer: (rank + n - 1) % n, channel } };
     // Channels split the data (for all_gather and reduce_scatter: every rank's block alike).
-    let (offset, len) = split(shape.count, shape.channels).nth(channel).expect("channel below channels");
+    let (offset, len) = split_channels(shape.count, shape.channels, CHANNEL_GRANULE).nth(channel).expect("channel below channels");
     let mut steps = Vec::new();
     match shape.collective {
         Collective::AllReduce => ring.all_reduce(offset, len, shape.chunk, &mut steps),

@@ -17,7 +17,7 @@
 //! two lanes never touch the chunk at the same time. In place, the first reduce reads the
 //! input chunk and writes the output over it in one step, and nothing reads it after.
 
-use super::{chunks, split, Lane, Link, Role, Shape, Slice, Step};
+use super::{chunks, split_channels, Lane, Link, Role, Shape, Slice, Step, CHANNEL_GRANULE};
 
 /// A rank's place in one tree.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,8 +76,8 @@ pub(super) fn lanes(shape: &Shape, rank: usize) -> Vec<Lane> {
     }
     let trees = double_tree(shape.nranks, rank);
     let mut lanes = Vec::new();
-    for (channel, (offset, len)) in split(shape.count, shape.channels).enumerate() {
-        for (tree, (half, half_len)) in split(len, 2).enumerate() {
+    for (channel, (offset, len)) in split_channels(shape.count, shape.channels, CHANNEL_GRANULE).enumerate() {
+        for (tree, (half, half_len)) in split_channels(len, 2, CHANNEL_GRANULE).enumerate() {
             let node = &trees[tree];
             let link = |peer| Link { peer, channel: 2 * channel + tree };
             let (mut up, mut down) = (Vec::new(), Vec::new());

@@ -210,13 +210,17 @@ fn ll_lanes(ops: &[P2p], rank: usize) -> (Vec<DevP2pLane>, Vec<DevP2pMsg>) {
     (lanes, msgs)
 }
 
+/// Bytes per granule of a transfer's split over channels: every channel's part but the
+/// last starts 16-byte aligned where the buffer is.
+const P2P_GRANULE: usize = 16;
+
 /// A lane per peer, direction and channel; each transfer split over `channels(bytes)`
 /// channels — a function of the size alone, so both ends split a transfer alike — and
 /// each part into messages of at most a slot. Slices hold absolute addresses.
 fn lanes(ops: &[P2p], channels: impl Fn(usize) -> usize, slot_bytes: usize) -> Vec<Vec<algo::Step>> {
     let mut lanes: std::collections::BTreeMap<(usize, bool, usize), Vec<algo::Step>> = Default::default();
     for op in ops {
-        for (channel, (offset, len)) in algo::split(op.bytes, channels(op.bytes).max(1)).enumerate().filter(|(_, (_, len))| *len > 0) {
+        for (channel, (offset, len)) in algo::split_channels(op.bytes, channels(op.bytes).max(1), P2P_GRANULE).enumerate().filter(|(_, (_, len))| *len > 0) {
             let link = algo::Link { peer: op.peer, channel };
             let lane = lanes.entry((op.peer, op.send, channel)).or_default();
             for (o, c) in algo::chunks(offset, len, slot_bytes) {

@@ -55,14 +55,15 @@ fn double_trees_are_spanning_trees() {
 #[test]
 fn all_reduce_traffic_is_bandwidth_optimal() {
     for n in 2..=16 {
-        for (count, chunk) in [(n * 1000, 100), (4099, 64), (7, 2)] {
+        for (count, chunk) in [(n * 1000, 100), (n * 1600, 100), (4099, 64), (7, 2)] {
             let shape = Shape { collective: Collective::AllReduce, count, nranks: n, root: 0, chunk, channels: 2 };
             for algorithm in [Algorithm::Ring, Algorithm::Tree] {
                 let sent = plan(shape, algorithm).unwrap().elements_sent();
                 assert_eq!(sent.iter().sum::<usize>(), 2 * (n - 1) * count, "{algorithm:?} {shape}");
             }
             let sent = plan(shape, Algorithm::Ring).unwrap().elements_sent();
-            if count % (n * chunk) == 0 {
+            // Every rank sends alike where each channel's part is whole rounds of n chunks.
+            if split_channels(count, shape.channels, CHANNEL_GRANULE).all(|(_, len)| len % (n * chunk) == 0) {
                 assert!(sent.iter().all(|&s| s == 2 * (n - 1) * count / n), "{shape}: {sent:?}");
             }
         }
@@ -234,4 +235,28 @@ fn grouped_receives_only_where_sends_are_independent() {
         other => panic!("expected the one-shot all_reduce to jam with grouped receives, got {:?}", other.map(|_| ())),
     }
     grouped(one_shot, Algorithm::Direct, 1).unwrap();
+}
+
+/// Channel splits cover the range once, in order, and start every part but the last on a
+/// granule (16 channels per peer or 21: the kernels' vector path needs 16-byte offsets).
+#[test]
+fn channel_splits_cover_the_range_and_start_on_granules() {
+    for total in [0usize, 1, 15, 16, 17, 100, 4096, 2 << 20, (2 << 20) + 3, 1_000_003] {
+        for parts in [1usize, 2, 3, 7, 16, 21, 64] {
+            let split: Vec<(usize, usize)> = split_channels(total, parts, CHANNEL_GRANULE).collect();
+            assert_eq!(split.len(), parts);
+            let mut at = 0;
+            for (i, &(offset, len)) in split.iter().enumerate() {
+                assert_eq!(offset, at, "{total} over {parts}: part {i} starts at {offset}, expected {at}");
+                assert_eq!(offset % CHANNEL_GRANULE, 0, "{total} over {parts}: part {i} at {offset}");
+                at += len;
+            }
+            assert_eq!(at, total, "{total} over {parts}");
+            // Near-equal: parts but the last differ by at most a granule.
+            let lens: Vec<usize> = split[..parts - 1].iter().map(|p| p.1).collect();
+            if let (Some(lo), Some(hi)) = (lens.iter().min(), lens.iter().max()) {
+                assert!(hi - lo <= CHANNEL_GRANULE, "{total} over {parts}: {lens:?}");
+            }
+        }
+    }
 }
