@@ -157,9 +157,11 @@ struct Inner {
     failure: Mutex<Option<Error>>,
 }
 
-/// The protocols NCCL_PROTO allows each collective, as bits per `Collective::ALL` index.
+/// The protocols NCCL_PROTO allows each collective, as bits per `Collective::ALL` index,
+/// and the collectives NCCL_ALGO limits to the direct exchange (no ring).
 struct Protocols {
     per_collective: [u8; Collective::ALL.len()],
+    direct_only: [bool; Collective::ALL.len()],
 }
 
 impl Protocols {
@@ -171,12 +173,21 @@ impl Protocols {
         let per_collective = Collective::ALL.map(|c| {
             (if selection.allows_protocol(c, Protocol::Simple) { Self::SIMPLE } else { 0 }) | (if selection.allows_protocol(c, Protocol::Ll) { Self::LL } else { 0 })
         });
-        Protocols { per_collective }
+        let direct_only = Collective::ALL.map(|c| !selection.allows_algorithm(c, Algorithm::Ring) && selection.allows_algorithm(c, Algorithm::Direct));
+        Protocols { per_collective, direct_only }
     }
 
     fn allows(&self, collective: Collective, protocol: u8) -> bool {
-        let i = Collective::ALL.iter().position(|&c| c == collective).expect("every collective is in Collective::ALL");
-        self.per_collective[i] & protocol != 0
+        self.per_collective[Self::index(collective)] & protocol != 0
+    }
+
+    /// Whether NCCL_ALGO leaves `collective` the direct exchange and not the ring.
+    fn direct_only(&self, collective: Collective) -> bool {
+        self.direct_only[Self::index(collective)]
+    }
+
+    fn index(collective: Collective) -> usize {
+        Collective::ALL.iter().position(|&c| c == collective).expect("every collective is in Collective::ALL")
     }
 }
 

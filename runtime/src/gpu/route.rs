@@ -64,6 +64,10 @@ impl GpuBackend {
             let request = oxccl_tuning::Request::new(collective, collective.tuning_bytes(count, dtype.size(), n));
             let choice = inner.tuner.choose(&request).map_err(|e| Error::invalid(e.to_string()))?;
             (choice.algorithm, choice.protocol == oxccl_tuning::Protocol::Ll)
+        } else if inner.protocols.direct_only(collective) {
+            // On one host the ring, unless NCCL_ALGO asks for the direct exchange alone
+            // (two hops for all_reduce, one for the others, over Simple).
+            (Algorithm::Direct, false)
         } else {
             (Algorithm::Ring, false)
         };
