@@ -32,7 +32,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 build="${1:?usage: gpu-netplugin.sh <nccl-tests MPI=1 build directory>}"
 out="${OUT:-$here/../gpu-out}"
 mkdir -p "$out"
-plugin_dir="$here/netplugin"
+# NETPLUGIN_DIR: the plugin measured (default gpu-bin/netplugin; another build, for an A/B).
+plugin_dir="${NETPLUGIN_DIR:-$here/netplugin}"
 [[ -f $plugin_dir/libnccl-net-oxccl.so ]] || { echo "no $plugin_dir/libnccl-net-oxccl.so (run scripts/gpu-build.sh)" | tee -a "$out/summary.txt"; exit 1; }
 status=0
 note() { echo "$*" | tee -a "$out/summary.txt"; }

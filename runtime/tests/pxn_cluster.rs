@@ -186,16 +186,21 @@ fn job(cluster: &Cluster, mode: &str, env: &[(&str, &str)], port: u16) -> Vec<Ou
     })
 }
 
-/// Asserts every rank exited with `code` and printed `marker`; the ranks' stdouts.
+/// Asserts every rank exited with `code` and printed `marker`; the ranks' stdouts. A
+/// failure names every rank that did not, each with the end of its output (the rank that
+/// failed first is among them, not only the first survivor that heard of it).
 fn expect(outputs: &[Output], code: i32, marker: &str, skip: Option<usize>) -> Vec<String> {
     let mut stdouts = Vec::new();
+    let mut failed = Vec::new();
     for (rank, output) in outputs.iter().enumerate() {
         let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr));
-        if Some(rank) != skip {
-            assert!(output.status.code() == Some(code) && stdout.contains(marker), "rank {rank}: {} (expected exit {code} and {marker:?})\n{stdout}\n{stderr}", output.status);
+        if Some(rank) != skip && !(output.status.code() == Some(code) && stdout.contains(marker)) {
+            let tail = |text: &str| text.lines().rev().take(25).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+            failed.push(format!("rank {rank}: {} (expected exit {code} and {marker:?})\n{}\n{}", output.status, tail(&stdout), tail(&stderr)));
         }
         stdouts.push(stdout);
     }
+    assert!(failed.is_empty(), "{} rank(s) failed:\n{}", failed.len(), failed.join("\n----\n"));
     stdouts
 }
 
