@@ -11,12 +11,13 @@
 //! relays its host mate's traffic mid-alltoall: every survivor fails naming it, shrinks
 //! it out and goes on (alltoall checked on the survivors).
 
+use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
 use oxccl_runtime::{bootstrap::Config, Communicator, NetConnection};
 use oxccl_testkit::check as matrix;
-use oxccl_testkit::cluster::{Cluster, Spec};
+use oxccl_testkit::cluster::{mpirun, Cluster, Spec};
 
 const HOSTS: usize = 4;
 const RANKS_PER_HOST: usize = 2;
@@ -306,8 +307,9 @@ fn a_rank_killed_while_relaying_fails_every_survivor_naming_it_and_they_shrink_a
 }
 
 /// alltoall and all_gather busbw with PXN on and off on the cluster, the spine at a
-/// quarter of the rails' rate (`cargo test --release -p oxccl-runtime --test pxn_cluster
-/// -- --ignored --nocapture pxn_benchmark`).
+/// quarter of the rails' rate, then Open MPI beside oxccl in one job ([`mpi_beside_oxccl`])
+/// (`cargo build --release -p oxccl-bench && cargo test --release -p oxccl-runtime --test
+/// pxn_cluster -- --ignored --nocapture pxn_benchmark`).
 #[test]
 #[ignore]
 fn pxn_benchmark() {
@@ -334,5 +336,33 @@ fn pxn_benchmark() {
     println!("{:>12} {:>10} {:>12} {:>10} {:>12} {:>10} {:>7}", "collective", "size(B)", "off time(us)", "off busbw", "on time(us)", "on busbw", "on/off");
     for (name, size, [(t0, b0), (t1, b1)]) in rows {
         println!("{name:>12} {size:>10} {t0:>12.1} {b0:>10.3} {t1:>12.1} {b1:>10.3} {:>7.2}", b1 / b0);
+    }
+    mpi_beside_oxccl(&cluster);
+}
+
+/// Open MPI beside oxccl in one job on the same cluster: oxccl-perf (built by `cargo build
+/// --release -p oxccl-bench`, found beside this test's directory) under mpirun across the
+/// hosts, each rank given its rail's NIC as in the jobs above (PXN on), its `--baseline mpi`
+/// column Open MPI's same collective over its TCP BTL on both rails of each host (Open MPI
+/// pairs them by subnet and stripes over them: its best on this cluster).
+fn mpi_beside_oxccl(cluster: &Cluster) {
+    let perf = std::env::current_exe().unwrap().parent().and_then(Path::parent).map(|dir| dir.join("oxccl-perf"));
+    let Some(perf) = perf.filter(|p| p.exists()) else {
+        println!("# Open MPI not run beside oxccl: no oxccl-perf beside the test (cargo build --release -p oxccl-bench)");
+        return;
+    };
+    let wrapper = cluster.directory().join("perf-on-own-rail.sh");
+    std::fs::write(&wrapper, format!("#!/bin/sh\nexport NCCL_SOCKET_IFNAME=\"=rail${{OMPI_COMM_WORLD_LOCAL_RANK}}\"\nexec {} \"$@\"\n", perf.display())).unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let env = [("NCCL_NET_PLUGIN", "none"), ("OXCCL_SOCKET_MAX_RECVS", "8"), ("OXCCL_PROXY_THREADS", "1")];
+    // OXCCL_TEST_MPI_INTERFACES: the rails Open MPI's TCP BTL may use (default both).
+    let interfaces = std::env::var("OXCCL_TEST_MPI_INTERFACES").unwrap_or_else(|_| "rail0,rail1".into());
+    println!("# Open MPI's TCP BTL on {interfaces}");
+    for collective in ["alltoall", "all_gather"] {
+        let mut command = mpirun::command_over(cluster, &[0, 1, 2, 3], RANKS_PER_HOST, &env, &wrapper, &interfaces).unwrap();
+        command.args([collective, "-b", "64K", "-e", "16M", "-f", "4", "-n", "5", "-w", "1", "-c", "1", "--blocking", "1", "--baseline", "mpi"]);
+        let output = oxccl_testkit::run(command, JOB_TIMEOUT);
+        println!("{}", String::from_utf8_lossy(&output.stdout));
+        assert!(output.status.success(), "oxccl-perf {collective} under mpirun: {}\n{}", output.status, String::from_utf8_lossy(&output.stderr));
     }
 }

@@ -28,6 +28,13 @@ pub fn agent() -> PathBuf {
 /// command. Fails, saying why, when `hosts` is empty or names a host the cluster lacks, or
 /// the hostfile cannot be written.
 pub fn command(cluster: &Cluster, hosts: &[usize], ranks_per_host: usize, env: &[(&str, &str)], program: &Path) -> Result<Command, String> {
+    command_over(cluster, hosts, ranks_per_host, env, program, "rail0")
+}
+
+/// [`command`], with MPI's messages over the TCP BTL on the interfaces `btl_interfaces`
+/// (Open MPI's `btl_tcp_if_include`: e.g. `rail0,rail1`, every rail of a host, which Open
+/// MPI pairs by subnet and stripes messages over); its daemons stay on rail 0.
+pub fn command_over(cluster: &Cluster, hosts: &[usize], ranks_per_host: usize, env: &[(&str, &str)], program: &Path, btl_interfaces: &str) -> Result<Command, String> {
     if hosts.is_empty() || ranks_per_host == 0 {
         return Err(format!("mpirun on hosts {hosts:?} with {ranks_per_host} ranks each: no ranks"));
     }
@@ -58,7 +65,7 @@ pub fn command(cluster: &Cluster, hosts: &[usize], ranks_per_host: usize, env: &
         .arg(&agent)
         // MPI's messages over its TCP BTL (UCX would choose transports of its own).
         .args(["--mca", "pml", "ob1", "--mca", "btl", "self,vader,tcp"])
-        .args(["--mca", "oob_tcp_if_include", "rail0", "--mca", "btl_tcp_if_include", "rail0"])
+        .args(["--mca", "oob_tcp_if_include", "rail0", "--mca", "btl_tcp_if_include", btl_interfaces])
         .args(["-x", "NCCL_SOCKET_IFNAME", "-x", "OXCCL_COLL_TIMEOUT_MS"]);
     for (name, value) in env {
         command.env(name, value).args(["-x", name]);
