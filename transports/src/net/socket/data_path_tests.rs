@@ -360,3 +360,127 @@ fn throughput(threads: usize, sockets_per_thread: usize, size: usize, count: usi
     net.close_recv(recv).unwrap();
     (size * count) as f64 / elapsed.as_secs_f64() / 1e9
 }
+
+/// One-way latency of small messages (half a round trip, median of 2000) between two
+/// threads over loopback: the socket Net's isend/irecv/test busy-polled, against plain
+/// non-blocking TCP sockets busy-polled the same way (the floor), over a connection each
+/// way as the Net's comms are, and over one (each segment's ACK rides on the reply):
+/// `cargo test --release -p oxccl-transports socket_latency -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn socket_latency() {
+    const ROUNDS: usize = 2000;
+    for size in [8usize, 1024, 8192] {
+        let tcp = tcp_ping_pong(size, ROUNDS, false);
+        let tcp_two = tcp_ping_pong(size, ROUNDS, true);
+        let net = net_ping_pong(size, ROUNDS);
+        println!(
+            "{size} B one way (median of {ROUNDS} round trips / 2): socket Net {net:.2} us; plain TCP {tcp_two:.2} us over a connection each way (as the Net's comms), {tcp:.2} us over one"
+        );
+    }
+}
+
+fn median_half(mut round_trips: Vec<Duration>) -> f64 {
+    round_trips.sort();
+    round_trips[round_trips.len() / 2].as_secs_f64() * 1e6 / 2.0
+}
+
+/// Plain TCP ping-pong, non-blocking sockets busy-polled; `two`: a connection each way
+/// (the way the Net's send and receive comms are), else one connection both ways.
+fn tcp_ping_pong(size: usize, rounds: usize, two: bool) -> f64 {
+    let listener = std::net::TcpListener::bind((LOOPBACK, 0)).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let connections = if two { 2 } else { 1 };
+    let echo = std::thread::spawn(move || {
+        let mut accepted: Vec<TcpStream> = (0..connections).map(|_| listener.accept().unwrap().0).collect();
+        for s in &accepted {
+            s.set_nodelay(true).unwrap();
+            s.set_nonblocking(true).unwrap();
+        }
+        let mut buf = vec![0u8; size];
+        for _ in 0..rounds {
+            read_all(&mut accepted[0], &mut buf);
+            accepted[connections - 1].write_all(&buf).unwrap();
+        }
+    });
+    let mut streams: Vec<TcpStream> = (0..connections).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    for s in &streams {
+        s.set_nodelay(true).unwrap();
+        s.set_nonblocking(true).unwrap();
+    }
+    let mut buf = vec![1u8; size];
+    let mut times = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let start = Instant::now();
+        streams[0].write_all(&buf).unwrap();
+        read_all(&mut streams[connections - 1], &mut buf);
+        times.push(start.elapsed());
+    }
+    echo.join().unwrap();
+    fn read_all(s: &mut TcpStream, buf: &mut [u8]) {
+        use std::io::Read;
+        let mut got = 0;
+        while got < buf.len() {
+            match s.read(&mut buf[got..]) {
+                Ok(0) => panic!("closed"),
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    median_half(times)
+}
+
+fn net_ping_pong(size: usize, rounds: usize) -> f64 {
+    let net = Arc::new(net(0, 0, 1));
+    let (mut to_echo, mut at_echo) = pair(&net);
+    let (mut back, mut from_echo) = pair(&net);
+    let echo = {
+        let net = net.clone();
+        std::thread::spawn(move || {
+            let r_in = net.reg_mr(&mut at_echo, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+            let r_out = net.reg_mr(&mut back, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+            let mut buf = vec![0u8; size];
+            for tag in 0..rounds {
+                let posted = [RecvBuffer { data: buf.as_mut_ptr(), len: size, tag: tag as u32 }];
+                // SAFETY: buf outlives the request, waited for at once.
+                let mut r = unsafe { net.irecv(&mut at_echo, &posted, &[&r_in]) }.unwrap().unwrap();
+                spin(&net, &mut r);
+                // SAFETY: as above.
+                let mut s = unsafe { net.isend(&mut back, buf.as_ptr(), size, tag as u32, &r_out) }.unwrap().unwrap();
+                spin(&net, &mut s);
+            }
+            net.close_recv(at_echo).unwrap();
+            net.close_send(back).unwrap();
+        })
+    };
+    let r_out = net.reg_mr(&mut to_echo, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+    let r_in = net.reg_mr(&mut from_echo, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+    let data = vec![1u8; size];
+    let mut buf = vec![0u8; size];
+    let mut times = Vec::with_capacity(rounds);
+    for tag in 0..rounds {
+        let start = Instant::now();
+        let posted = [RecvBuffer { data: buf.as_mut_ptr(), len: size, tag: tag as u32 }];
+        // SAFETY: buffers outlive the requests, waited for at once.
+        let mut r = unsafe { net.irecv(&mut from_echo, &posted, &[&r_in]) }.unwrap().unwrap();
+        // SAFETY: as above.
+        let mut s = unsafe { net.isend(&mut to_echo, data.as_ptr(), size, tag as u32, &r_out) }.unwrap().unwrap();
+        spin(&net, &mut s);
+        spin(&net, &mut r);
+        times.push(start.elapsed());
+    }
+    echo.join().unwrap();
+    net.close_send(to_echo).unwrap();
+    net.close_recv(from_echo).unwrap();
+    median_half(times)
+}
+
+/// Polls `request` until done, without yielding (as a proxy with work does).
+fn spin(net: &SocketNet, request: &mut Request) {
+    let until = deadline();
+    while net.test(request).unwrap().is_none() {
+        assert!(Instant::now() < until, "request never completed");
+    }
+}
