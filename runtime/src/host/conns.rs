@@ -76,7 +76,7 @@ fn one_core_warning(allowed: usize, cores: usize, local: usize) -> Option<String
     (allowed == 1 && cores >= 2 * local.max(1)).then(|| {
         format!(
             "this rank may run on 1 of the host's {cores} cores (its CPU affinity or quota, e.g. mpirun's binding of 2 or fewer ranks to a core each): \
-             its collective executor and network proxy thread share that core, which halves network bandwidth and doubles small-message latency; \
+             its collective executor and network proxy thread share that core, which can halve network bandwidth; \
              give each rank more cores (mpirun --bind-to none or --map-by slot:PE=N, srun --cpus-per-task=N)"
         )
     })

@@ -104,6 +104,10 @@ pub(crate) fn run(lanes: &[Lane], buffers: &[Buffers], connections: &mut Connect
             left_behind = None;
             continue;
         }
+        // Waiting, perhaps on the network: make a pass over the proxy threads' links here
+        // (`proxy::help`) rather than only wait for their threads to be scheduled. The
+        // pause (and its health checks) follows all the same.
+        crate::proxy::help();
         if idle.pause() {
             (cx.health)()?;
             let departed = (cx.departed)();

@@ -683,9 +683,12 @@ struct Proxies {
     next: AtomicUsize,
 }
 
-/// One proxy thread and its queue of new links.
+/// One proxy thread, its queue of new links and the links it progresses. The links are
+/// behind a lock that the thread holds for one pass at a time, so that a rank's thread
+/// waiting on the network may make a pass itself ([`help`]).
 struct Proxy {
     queue: Inbox<Box<dyn Progress>>,
+    links: Mutex<Vec<Box<dyn Progress>>>,
     thread: std::thread::Thread,
 }
 
@@ -711,7 +714,7 @@ fn proxies(threads: usize) -> &'static Proxies {
                         run(&proxies.threads[i])
                     })
                     .expect("starting an oxccl proxy thread");
-                Proxy { queue: Inbox::new(), thread: thread.thread().clone() }
+                Proxy { queue: Inbox::new(), links: Mutex::new(Vec::new()), thread: thread.thread().clone() }
             })
             .collect();
         tracing::info!(target: log_target::PROXY, "{count} proxy thread(s)");
@@ -748,21 +751,44 @@ pub(crate) fn default_threads(cores: usize, local: usize) -> usize {
     (cores / (2 * local.max(1))).clamp(1, 4)
 }
 
+/// One pass of `proxy`'s links (its new ones taken in first): whether any did something,
+/// whether it has none, whether one needs polling.
+fn pass(proxy: &Proxy, links: &mut Vec<Box<dyn Progress>>) -> (bool, bool, bool) {
+    proxy.queue.take_into(links);
+    let busy = progress_all(links, Instant::now());
+    (busy, links.is_empty(), links.iter().any(|l| l.needs_polling()))
+}
+
+/// A pass over every proxy thread's links that no thread is passing over now, made by a
+/// rank's thread that waits on the network (the host executor): it does the proxy's work
+/// itself rather than wait for the proxy thread to be scheduled, which matters where the
+/// rank and its proxy thread share a core (`mpirun` binds a rank to one; 2 ranks on a
+/// 2-core machine). Whether any link did something. Nothing when no communicator of the
+/// process has made a network link.
+pub(crate) fn help() -> bool {
+    let Some(proxies) = PROXIES.get() else { return false };
+    let mut busy = false;
+    for proxy in &proxies.threads {
+        if let Some(mut links) = proxy.links.try_lock() {
+            busy |= pass(proxy, &mut links).0;
+        }
+    }
+    busy
+}
+
 /// One proxy thread's loop.
 fn run(proxy: &Proxy) {
-    let mut links: Vec<Box<dyn Progress>> = Vec::new();
     let mut idle: u32 = 0;
     loop {
-        proxy.queue.take_into(&mut links);
-        let busy = progress_all(&mut links, Instant::now());
+        let (busy, empty, polling) = pass(proxy, &mut proxy.links.lock());
         if busy {
             idle = 0;
             continue;
         }
         idle = idle.saturating_add(1);
-        if links.is_empty() {
+        if empty {
             std::thread::park_timeout(Duration::from_millis(100));
-        } else if links.iter().any(|l| l.needs_polling()) {
+        } else if polling {
             // A kernel's next slot shows only by looking: look again soon. A yield, not a
             // spin: with several ranks' proxies on a host, spinning threads took the cores
             // the others needed (4 ranks posing as hosts on one 16-core machine: small
