@@ -28,7 +28,10 @@
 //! a slot free to receive into), so an idle thread may sleep without holding up the next
 //! step. A GPU kernel cannot wake a thread: while a link whose other end is a kernel has
 //! announced work outstanding, its thread keeps polling. A thread's loop never blocks on
-//! one peer: every Net call is non-blocking and every link is visited in turn.
+//! one peer: every Net call is non-blocking and every link is visited in turn. A host
+//! executor that waits makes passes itself over the links of any thread not passing now
+//! ([`help`]), so that a rank whose executor and proxy thread share a core does not wait
+//! for the scheduler at every hop.
 
 pub(crate) mod core;
 pub(crate) mod ll;
