@@ -58,6 +58,11 @@ pub(crate) struct Context<'a> {
     /// before it fails: a step waiting on one never completes once what the peer sent
     /// has had time to land ([`LEFT_GRACE`], [`NET_LEFT_GRACE`]).
     pub departed: &'a dyn Fn() -> Vec<(usize, Duration)>,
+    /// Whether a waiting run makes the proxy threads' passes itself (`proxy::help`): not
+    /// where the host runs more of the communicator's ranks than it has cores, whose
+    /// executors' passes would take the cores the ranks and proxies need (4 ranks on the
+    /// 2-core VM: small all_reduce over the socket Net 290-570 us with them, 110-550 without).
+    pub help_proxy: bool,
 }
 
 /// Runs every lane to completion. `checked`: the lanes already passed [`check_bounds`] with
@@ -107,7 +112,9 @@ pub(crate) fn run(lanes: &[Lane], buffers: &[Buffers], connections: &mut Connect
         // Waiting, perhaps on the network: make a pass over the proxy threads' links here
         // (`proxy::help`) rather than only wait for their threads to be scheduled. The
         // pause (and its health checks) follows all the same.
-        crate::proxy::help();
+        if cx.help_proxy {
+            crate::proxy::help();
+        }
         if idle.pause() {
             (cx.health)()?;
             let departed = (cx.departed)();
