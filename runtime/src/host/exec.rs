@@ -61,7 +61,8 @@ pub(crate) struct Context<'a> {
     /// Whether a waiting run makes the proxy threads' passes itself (`proxy::help`): not
     /// where the host runs more of the communicator's ranks than it has cores, whose
     /// executors' passes would take the cores the ranks and proxies need (4 ranks on the
-    /// 2-core VM: small all_reduce over the socket Net 290-570 us with them, 110-550 without).
+    /// 2-core VM: small all_reduce over the socket Net 290-640 us with them, 120-430 without;
+    /// docs/results/2026-11-27-vm/help-oversubscribed).
     pub help_proxy: bool,
 }
 
