@@ -9,7 +9,8 @@
 //! Time is as nccl-tests takes it: the ranks line up, each launches `-n` calls back to
 //! back on its stream and waits for it; the slowest rank's mean per call is reported.
 //! `-c 1` checks one separate call per row against `oxccl_testkit::check` for rows up to
-//! 16 MiB (the host reference is too slow beyond; larger rows say "-").
+//! `--check-max` (16 MiB unless raised: the host reference is slow on large rows; larger
+//! rows say "-").
 
 use std::ffi::c_void;
 use std::sync::Barrier;
@@ -18,9 +19,6 @@ use oxccl_runtime::gpu::{self, DeviceBuffer, Stream};
 use oxccl_runtime::Communicator;
 
 use super::*;
-
-/// Rows above this are timed but not checked.
-const CHECK_LIMIT: usize = 16 << 20;
 
 pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error>> {
     let n = plan.args.gpus;
@@ -109,7 +107,7 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
             Some(b) => Some(time(plan, &ranks, count, false, Launcher::Nccl(b))?.0),
             None => None,
         };
-        let checked = plan.args.check == 1 && size <= CHECK_LIMIT;
+        let checked = plan.args.check == 1 && size <= plan.args.check_max;
         let wrong_out = if checked { check_row(plan, &ranks, count, false)? } else { 0 };
         let wrong_in = if checked && in_place.is_some() { check_row(plan, &ranks, count, true)? } else { 0 };
         let wrong_text = |w: usize| if checked { w.to_string() } else { "-".into() };

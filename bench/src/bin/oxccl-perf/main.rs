@@ -54,6 +54,10 @@ struct Args {
     /// 1: check each size's result (#wrong column); 0: don't.
     #[arg(short = 'c', long = "check", default_value_t = 1)]
     check: u32,
+    /// With --gpus and -c 1: the largest size checked (larger rows are timed only and say
+    /// "-": the host reference is slow on large rows).
+    #[arg(long = "check-max", default_value = "16M", value_parser = parse_size)]
+    check_max: usize,
     /// Datatype, as nccl-tests names it (float, half, bfloat16, int32, f8e4m3, ...).
     #[arg(short = 'd', long = "datatype", default_value = "float")]
     dtype: String,
