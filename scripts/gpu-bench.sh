@@ -9,14 +9,8 @@
 # sendrecv up to 64 MiB (GPU_BENCH_STAGED=0 skips it). Each table also as a picture beside
 # it (oxccl-perf --svg: busbw and time against size, oxccl and NCCL).
 set -uo pipefail
-here="$(cd "$(dirname "$0")" && pwd)"
-out="${OUT:-$here/../gpu-out}"
-mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0
-export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
-export LD_LIBRARY_PATH="$CUDA_HOME/lib64:${LD_LIBRARY_PATH:-}"
-export XDG_CACHE_HOME="${XDG_CACHE_HOME:-/tmp/oxccl-cache}"
-gpus=${GPU_BENCH_GPUS:-$(nvidia-smi -L | wc -l)}
+# shellcheck source=scripts/gpu-env.sh
+source "$(dirname "$0")/gpu-env.sh"
 status=0
 for c in ${GPU_BENCH_COLLECTIVES:-all_reduce all_gather reduce_scatter broadcast reduce alltoall gather scatter sendrecv}; do
   case $c in

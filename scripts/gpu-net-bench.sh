@@ -95,7 +95,7 @@ for n in ${NET_RANKS:-2 4}; do
   for t in ${NET_TESTS:-all_reduce all_gather reduce_scatter broadcast alltoall sendrecv}; do
     drawn=()
     for lib in ${NET_LIBS:-oxccl nccl nccl-best}; do
-      env=(-x NCCL_NVLS_ENABLE -x XDG_CACHE_HOME -x NCCL_SOCKET_IFNAME=lo -x NET_GPUS="$gpus" -x NET_PER_HOST="${NET_PER_HOST:-1}")
+      env=(-x NCCL_NVLS_ENABLE -x XDG_CACHE_HOME -x NCCL_SOCKET_IFNAME=lo -x NET_GPUS="$gpus" -x NET_PER_HOST="$per_host")
       case $lib in
         oxccl) env+=(-x LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}") ;;
         oxccl-simple) env+=(-x LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}" -x NCCL_PROTO=Simple) ;;

@@ -9,14 +9,8 @@
 # factor 2), VARIANT_ITERS (20), GPU_BENCH_GPUS (every GPU).
 # NVLink multicast stays off; GPU clocks and modes are never touched.
 set -uo pipefail
-here="$(cd "$(dirname "$0")" && pwd)"
-out="${OUT:-$here/../gpu-out}"
-mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0
-export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
-export LD_LIBRARY_PATH="$CUDA_HOME/lib64:${LD_LIBRARY_PATH:-}"
-export XDG_CACHE_HOME="${XDG_CACHE_HOME:-/tmp/oxccl-cache}"
-gpus=${GPU_BENCH_GPUS:-$(nvidia-smi -L | wc -l)}
+# shellcheck source=scripts/gpu-env.sh
+source "$(dirname "$0")/gpu-env.sh"
 (($# > 0)) || { echo "usage: gpu-variants.sh default|label=NAME=VALUE[,NAME=VALUE...] ..." >&2; exit 2; }
 status=0
 for c in ${VARIANT_COLLECTIVES:-all_reduce}; do

@@ -196,7 +196,10 @@ fn expect(outputs: &[Output], code: i32, marker: &str, skip: Option<usize>) -> V
     for (rank, output) in outputs.iter().enumerate() {
         let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr));
         if Some(rank) != skip && !(output.status.code() == Some(code) && stdout.contains(marker)) {
-            let tail = |text: &str| text.lines().rev().take(25).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+            let tail = |text: &str| {
+                let lines: Vec<&str> = text.lines().collect();
+                lines[lines.len().saturating_sub(25)..].join("\n")
+            };
             failed.push(format!("rank {rank}: {} (expected exit {code} and {marker:?})\n{}\n{}", output.status, tail(&stdout), tail(&stderr)));
         }
         stdouts.push(stdout);

@@ -294,7 +294,7 @@ impl Exec {
         }
         let health = || core.health();
         let departed = || core.boot.departed().into_iter().map(|r| r as usize).map(|r| (r, if self.transports.shared_memory(r) { exec::LEFT_GRACE } else { exec::NET_LEFT_GRACE })).collect();
-        let help_proxy = self.transports.any_net() && !self.transports.oversubscribed();
+        let help_proxy = !net_expected.is_empty() && !self.transports.oversubscribed();
         let cx = exec::Context { dtype, combine: op.combine(), timeout: core.config.coll_timeout, health: &health, departed: &departed, help_proxy };
         let result = exec::run(lanes, buffers, connections, &cx, checked);
         if let Err(Error::PeerFailed { rank, reason }) = &result {

@@ -766,17 +766,14 @@ fn pass(proxy: &Proxy, links: &mut Vec<Box<dyn Progress>>) -> (bool, bool, bool)
 /// rank's thread that waits on the network (the host executor): it does the proxy's work
 /// itself rather than wait for the proxy thread to be scheduled, which matters where the
 /// rank and its proxy thread share a core (`mpirun` binds a rank to one; 2 ranks on a
-/// 2-core machine). Whether any link did something. Nothing when no communicator of the
-/// process has made a network link.
-pub(crate) fn help() -> bool {
-    let Some(proxies) = PROXIES.get() else { return false };
-    let mut busy = false;
+/// 2-core machine). Nothing when no communicator of the process has made a network link.
+pub(crate) fn help() {
+    let Some(proxies) = PROXIES.get() else { return };
     for proxy in &proxies.threads {
         if let Some(mut links) = proxy.links.try_lock() {
-            busy |= pass(proxy, &mut links).0;
+            pass(proxy, &mut links);
         }
     }
-    busy
 }
 
 /// One proxy thread's loop.

@@ -419,8 +419,9 @@ fn tcp_ping_pong(size: usize, rounds: usize, two: bool) -> f64 {
     echo.join().unwrap();
     fn read_all(s: &mut TcpStream, buf: &mut [u8]) {
         use std::io::Read;
-        let mut got = 0;
+        let (mut got, until) = (0, deadline());
         while got < buf.len() {
+            assert!(Instant::now() < until, "the echo never came");
             match s.read(&mut buf[got..]) {
                 Ok(0) => panic!("closed"),
                 Ok(n) => got += n,
