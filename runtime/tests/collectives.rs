@@ -160,6 +160,41 @@ fn network_channels_have_their_own_connections() {
     }
 }
 
+/// Recursive doubling folds the same two partials on both partners of each round, in
+/// opposite order: every rank holds the same bits though floating-point sums depend on
+/// their order (values of many magnitudes), with ranks beyond a power of two folded in
+/// and sent the result, over shared memory and the Net, in one chunk and in many, in
+/// place and not.
+#[test]
+fn recursive_doubling_leaves_the_same_bits_on_every_rank() {
+    use oxccl_runtime::ReduceOp;
+    let input = |rank: usize, count: usize| -> Vec<f32> { (0..count).map(|i| ((i as f32 * 0.37 + rank as f32 * 1.3).sin() * 10f32.powi((i % 7) as i32 - 3 + rank as i32)) * if i % 5 == 0 { -0.0 } else { 1.0 }).collect() };
+    for (n, transport) in [(3usize, Transport::Shm), (4, Transport::Shm), (4, Transport::Net), (5, Transport::Shm)] {
+        let comms = Communicator::init_all(n as u32, &config_with(transport, Some("doubling"))).unwrap();
+        for count in [1usize, 1000, 100_003] {
+            for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min] {
+                for in_place in [false, true] {
+                    let outputs: Vec<Vec<u32>> = on_every_rank(&comms, |rank, c| {
+                        let send = input(rank, count);
+                        let mut recv = vec![0.0f32; count];
+                        if in_place {
+                            recv.copy_from_slice(&send);
+                            c.all_reduce_in_place(&mut recv, op).unwrap();
+                        } else {
+                            c.all_reduce(&send, &mut recv, op).unwrap();
+                        }
+                        recv.iter().map(|x| x.to_bits()).collect()
+                    });
+                    for rank in 1..n {
+                        let differ = (0..count).filter(|&i| outputs[rank][i] != outputs[0][i]).count();
+                        assert_eq!(differ, 0, "{n} ranks, {transport:?}, {count} elements, {op:?}, in place {in_place}: rank {rank} differs from rank 0 in {differ} elements");
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Two ranks' direct all_reduce is one shot: each rank folds the other's input into its
 /// own, with the operands in opposite order. Both still hold the same bits: signed zeros
 /// under max and min, infinities, a NaN on one side, over shared memory and the Net, in
@@ -210,7 +245,7 @@ fn two_ranks_in_one_shot_hold_the_same_bits() {
 #[test]
 fn every_all_reduce_algorithm() {
     use oxccl_runtime::Collective;
-    for algo in ["ring", "tree", "direct"] {
+    for algo in ["ring", "tree", "direct", "doubling"] {
         for (n, transport) in [(3, Transport::Shm), (4, Transport::Net), (5, Transport::Shm)] {
             run_threads_with(n, config_with(transport, Some(algo)), |n| {
                 let mut cases = matrix::full_matrix(n, &[1, 7, 4099]);

@@ -11,7 +11,8 @@
 //! exchange (2 hops of n-1 messages each, the ring's traffic; on the Net its n-1
 //! connections stream in parallel, in shared memory its scattered copies run at about half
 //! the ring's pipelined rate); with two ranks, direct is one shot (1 hop, the ring's
-//! traffic, twice its reductions).
+//! traffic, twice its reductions); recursive doubling (log2 n hops of one message, two
+//! more where n is not a power of two, the whole vector moved and folded each hop).
 
 use crate::collective::Collective;
 use crate::names::{Algorithm, Protocol};
@@ -35,6 +36,7 @@ impl HostModel {
                 Algorithm::Ring => true,
                 Algorithm::Tree => collective == Collective::AllReduce,
                 Algorithm::Direct => matches!(collective, Collective::AllReduce | Collective::AllToAll | Collective::Gather | Collective::Scatter),
+                Algorithm::Doubling => collective == Collective::AllReduce,
                 _ => false,
             }
     }
@@ -57,6 +59,10 @@ impl HostModel {
             // Two ranks: one shot (one hop, each rank reduces everything).
             (Collective::AllReduce, Algorithm::Direct) if self.nranks == 2 => (1.0, 1.0, s, s),
             (Collective::AllReduce, Algorithm::Direct) => (2.0, 2.0 * (n - 1.0), 2.0 * (n - 1.0) / n * s / parallel, (n - 1.0) / n * s),
+            (Collective::AllReduce, Algorithm::Doubling) => {
+                let hops = crate::net_kernels::doubling_hops(self.nranks) as f64;
+                (hops, hops, hops * s, hops * s)
+            }
             (_, Algorithm::Direct) => (1.0, n - 1.0, (n - 1.0) / n * s, 0.0),
             _ => (n - 1.0, n - 1.0, s, 0.0),
         };

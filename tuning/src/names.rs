@@ -1,6 +1,7 @@
 //! Algorithms and protocols, with NCCL's numbering (the tuner plugin ABI's indices).
 
-/// How the data moves: NCCL's seven algorithms, in NCCL's order, and oxccl's own Direct.
+/// How the data moves: NCCL's seven algorithms, in NCCL's order, and oxccl's own Direct
+/// and Doubling.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Algorithm {
     /// NCCL's double binary tree.
@@ -13,10 +14,13 @@ pub enum Algorithm {
     Pat = 6,
     /// oxccl's direct exchange (one- or two-shot); not in NCCL's tuner ABI.
     Direct = 7,
+    /// oxccl's recursive doubling (all_reduce in log2 n hops of one message each, two more
+    /// where n is not a power of two); not in NCCL's tuner ABI.
+    Doubling = 8,
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 8] = [
+    pub const ALL: [Algorithm; 9] = [
         Algorithm::Tree,
         Algorithm::Ring,
         Algorithm::CollNetDirect,
@@ -25,6 +29,7 @@ impl Algorithm {
         Algorithm::NvlsTree,
         Algorithm::Pat,
         Algorithm::Direct,
+        Algorithm::Doubling,
     ];
     /// The algorithms a tuner plugin's cost table holds (NCCL_NUM_ALGORITHMS).
     pub const NCCL: [Algorithm; 7] = [Algorithm::Tree, Algorithm::Ring, Algorithm::CollNetDirect, Algorithm::CollNetChain, Algorithm::Nvls, Algorithm::NvlsTree, Algorithm::Pat];
@@ -40,6 +45,7 @@ impl Algorithm {
             Algorithm::NvlsTree => "nvlstree",
             Algorithm::Pat => "pat",
             Algorithm::Direct => "direct",
+            Algorithm::Doubling => "doubling",
         }
     }
 
@@ -54,10 +60,11 @@ impl Algorithm {
             Algorithm::NvlsTree => "NVLSTree",
             Algorithm::Pat => "PAT",
             Algorithm::Direct => "Direct",
+            Algorithm::Doubling => "Doubling",
         }
     }
 
-    /// The algorithm of NCCL's index (0..7), or Direct's 7.
+    /// The algorithm of NCCL's index (0..7), or Direct's 7 and Doubling's 8.
     pub fn from_index(index: usize) -> Option<Algorithm> {
         Algorithm::ALL.get(index).copied()
     }

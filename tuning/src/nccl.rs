@@ -287,7 +287,7 @@ impl NcclModel {
                                 latency += log2i(nnodes) as f64 * (inter_lat / 3.5) + nranks as f64 * 2.8;
                             }
                         }
-                        Algorithm::Direct => {}
+                        Algorithm::Direct | Algorithm::Doubling => {}
                     }
                     model.latency[f][ai][pi] = latency as f32;
                 }

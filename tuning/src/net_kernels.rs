@@ -4,7 +4,9 @@
 //! message from one rank's kernel to its peer's — costs ~24 µs, a rank moves ~6 GB/s over
 //! its connections (~1.8 GB/s over one), and the GPU's reductions cost nothing next to that. What it runs:
 //! the ring, and the direct exchange for every collective (one hop where the ring takes
-//! n-1; all_reduce two-shot in two, or one for two ranks), each over Simple or LL. Calls
+//! n-1; all_reduce two-shot in two, or one for two ranks), and for all_reduce recursive
+//! doubling (log2 n hops of one message each, two more where n is not a power of two),
+//! each over Simple or LL. Calls
 //! are priced as they are issued, back to back: a rooted ring's calls overlap along its
 //! chain, so each costs about one hop. LL
 //! saves a hop the kernels' fences and the receiver's wait for the tail before the data,
@@ -40,8 +42,13 @@ const CONNECTION: f64 = 1.8e9;
 
 impl NetKernelModel {
     /// Whether the GPU kernels run `algorithm` over `protocol` for `collective` across hosts.
-    pub fn runs(_collective: Collective, algorithm: Algorithm, protocol: Protocol) -> bool {
-        matches!(protocol, Protocol::Simple | Protocol::Ll) && matches!(algorithm, Algorithm::Ring | Algorithm::Direct)
+    pub fn runs(collective: Collective, algorithm: Algorithm, protocol: Protocol) -> bool {
+        matches!(protocol, Protocol::Simple | Protocol::Ll)
+            && match algorithm {
+                Algorithm::Ring | Algorithm::Direct => true,
+                Algorithm::Doubling => collective == Collective::AllReduce,
+                _ => false,
+            }
     }
 
     /// Estimated seconds of `algorithm` over `protocol` for `collective` on `bytes` (the
@@ -55,6 +62,14 @@ impl NetKernelModel {
             // over n-1 peers' connections at once (bytes scaled to BANDWIDTH's rate).
             (Collective::AllReduce, Algorithm::Direct) if self.nranks == 2 => (1.0, 1.0, s * BANDWIDTH / CONNECTION),
             (Collective::AllReduce, Algorithm::Direct) => (2.0, 2.0 * (n - 1.0), 2.0 * (n - 1.0) / n * s * BANDWIDTH / (CONNECTION * (n - 1.0)).min(BANDWIDTH)),
+            // Recursive doubling: a hop per round, each one message over one connection,
+            // and two more hops for the ranks beyond a power of two (folded in before,
+            // sent the result after). With two ranks it is the one shot, priced alike
+            // (Direct, first in the table, keeps it).
+            (Collective::AllReduce, Algorithm::Doubling) => {
+                let hops = doubling_hops(self.nranks) as f64;
+                (hops, hops, hops * s * BANDWIDTH / CONNECTION)
+            }
             // The ring pipelines a rooted call through every rank: a call's data crosses n-1
             // hops, but no rank waits for more than its neighbour, so calls issued back to
             // back (nccl-tests, a training step's) overlap along the chain and each costs
@@ -84,13 +99,25 @@ impl NetKernelModel {
             table.set(Algorithm::Ring, Protocol::Simple, Some(0.0));
             return table;
         }
-        for a in [Algorithm::Ring, Algorithm::Direct] {
+        for a in [Algorithm::Ring, Algorithm::Direct, Algorithm::Doubling] {
             for p in [Protocol::Simple, Protocol::Ll] {
-                table.set(a, p, Some((self.estimate(collective, a, p, bytes) * 1e6) as f32));
+                if NetKernelModel::runs(collective, a, p) {
+                    table.set(a, p, Some((self.estimate(collective, a, p, bytes) * 1e6) as f32));
+                }
             }
         }
         table
     }
+}
+
+/// Hops of recursive doubling among `nranks`: log2 of the largest power of two not above
+/// it, and two more when it is not one.
+pub fn doubling_hops(nranks: usize) -> usize {
+    if nranks <= 1 {
+        return 0;
+    }
+    let rounds = nranks.ilog2() as usize;
+    rounds + if nranks.is_power_of_two() { 0 } else { 2 }
 }
 
 #[cfg(test)]
@@ -120,7 +147,7 @@ mod tests {
     #[test]
     fn one_hop_for_small_calls_the_ring_for_rooted_ones() {
         let four = NetKernelModel { nranks: 4 };
-        for c in [Collective::AllGather, Collective::ReduceScatter, Collective::AllReduce] {
+        for c in [Collective::AllGather, Collective::ReduceScatter] {
             assert_eq!(best(four, c, 4096), Algorithm::Direct, "{c:?}, 4 KiB");
         }
         // The root of a direct broadcast sends 3 copies every call; the ring's calls overlap.
@@ -134,5 +161,22 @@ mod tests {
         let two = NetKernelModel { nranks: 2 };
         assert_eq!(best(two, Collective::AllReduce, 8192), Algorithm::Direct);
         assert_eq!(best(two, Collective::AllReduce, 1 << 20), Algorithm::Ring);
+    }
+
+    #[test]
+    fn recursive_doubling_for_small_all_reduces_of_a_power_of_two_ranks() {
+        assert_eq!([1, 2, 3, 4, 5, 8, 12, 16].map(doubling_hops), [0, 1, 3, 2, 4, 3, 5, 4]);
+        // Four ranks: two hops of one message each, where two-shot sends three a hop.
+        let four = NetKernelModel { nranks: 4 };
+        for bytes in [8, 4096] {
+            assert_eq!(best(four, Collective::AllReduce, bytes), Algorithm::Doubling, "{bytes} B");
+        }
+        // Each hop moves the whole vector over one connection: two-shot from ~10 KB.
+        assert_eq!(best(four, Collective::AllReduce, 64 << 10), Algorithm::Direct);
+        // Three ranks: three hops, one more than two-shot's.
+        assert_eq!(best(NetKernelModel { nranks: 3 }, Collective::AllReduce, 8), Algorithm::Direct);
+        // Two ranks: the one shot under Direct's name, as before; other collectives never.
+        assert_eq!(best(NetKernelModel { nranks: 2 }, Collective::AllReduce, 8), Algorithm::Direct);
+        assert!(four.table(Collective::AllGather, 64).get(Algorithm::Doubling, Protocol::Ll).is_none());
     }
 }

@@ -12,8 +12,8 @@ use crate::names::{Algorithm, Protocol};
 /// Which algorithms and protocols the user allows, per collective.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Selection {
-    algorithms: [[bool; 8]; 8],
-    protocols: [[bool; 3]; 8],
+    algorithms: [[bool; Algorithm::ALL.len()]; Collective::ALL.len()],
+    protocols: [[bool; Protocol::ALL.len()]; Collective::ALL.len()],
     /// The variables as given, for error messages (None: unset).
     pub algo_text: Option<String>,
     pub proto_text: Option<String>,
@@ -21,7 +21,7 @@ pub struct Selection {
 
 impl Default for Selection {
     fn default() -> Selection {
-        Selection { algorithms: [[true; 8]; 8], protocols: [[true; 3]; 8], algo_text: None, proto_text: None }
+        Selection { algorithms: [[true; Algorithm::ALL.len()]; Collective::ALL.len()], protocols: [[true; Protocol::ALL.len()]; Collective::ALL.len()], algo_text: None, proto_text: None }
     }
 }
 
@@ -75,7 +75,7 @@ impl Selection {
     }
 }
 
-fn parse_list<const N: usize>(variable: &str, text: &str, table: &mut [[bool; N]; 8], parse: impl Fn(&str) -> Option<usize>, known: &[&str]) -> Result<()> {
+fn parse_list<const N: usize>(variable: &str, text: &str, table: &mut [[bool; N]; Collective::ALL.len()], parse: impl Fn(&str) -> Option<usize>, known: &[&str]) -> Result<()> {
     let bad = |reason: String| Error::Selection { variable: variable.into(), value: text.into(), reason };
     for (i, entry) in text.split(';').map(str::trim).filter(|e| !e.is_empty()).enumerate() {
         let (prefix, list) = match entry.split_once(':') {

@@ -1,7 +1,7 @@
 //! The cost table a choice is made from: predicted µs per algorithm × protocol, or nothing
 //! where the pair cannot run. Its first seven rows are NCCL's `float[7][3]` as tuner
-//! plugins see it (-1.0 for "ignore"); the eighth is oxccl's Direct, which NCCL's ABI has no
-//! row for.
+//! plugins see it (-1.0 for "ignore"); the eighth and ninth are oxccl's Direct and
+//! Doubling, which NCCL's ABI has no rows for.
 
 use crate::names::{Algorithm, Protocol};
 
@@ -13,12 +13,12 @@ pub const IGNORE: f32 = -1.0;
 #[repr(C)]
 pub struct CostTable {
     /// `entries[algorithm][protocol]`, in NCCL's order; the first 7 rows are the plugin ABI's table.
-    pub entries: [[f32; 3]; 8],
+    pub entries: [[f32; 3]; 9],
 }
 
 impl Default for CostTable {
     fn default() -> CostTable {
-        CostTable { entries: [[IGNORE; 3]; 8] }
+        CostTable { entries: [[IGNORE; 3]; 9] }
     }
 }
 
@@ -53,7 +53,7 @@ impl CostTable {
     /// The rows a tuner plugin sees, as NCCL lays them out (`float[7][3]`, contiguous).
     pub fn nccl_rows_mut(&mut self) -> &mut [[f32; 3]; 7] {
         let (head, _) = self.entries.split_at_mut(7);
-        head.try_into().expect("7 of 8 rows")
+        head.try_into().expect("7 of 9 rows")
     }
 }
 

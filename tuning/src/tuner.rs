@@ -161,12 +161,17 @@ mod tests {
 
     #[test]
     fn the_host_model_picks_by_size_ranks_and_transport() {
-        // Shared memory: the ring's pipeline for large data, two hops for small.
+        // Shared memory: the ring's pipeline for large data, recursive doubling's three hops
+        // of one message for small (two-shot's two hops send seven messages each).
         assert_eq!(pick(&host(4, false, None, None), Collective::AllReduce, BIG), Algorithm::Ring);
-        assert_eq!(pick(&host(8, false, None, None), Collective::AllReduce, 64), Algorithm::Direct);
-        // The Net: parallel connections for large data; the tree when direct's messages per hop outnumber the tree's hops.
+        assert_eq!(pick(&host(8, false, None, None), Collective::AllReduce, 64), Algorithm::Doubling);
+        assert_eq!(pick(&host(6, false, None, None), Collective::AllReduce, 64), Algorithm::Direct);
+        // The Net: parallel connections for large data; the tree when direct's messages per
+        // hop outnumber the tree's hops, recursive doubling (6 hops) below where its whole
+        // vector per hop costs more than the tree's 12.
         assert_eq!(pick(&host(4, true, None, None), Collective::AllReduce, BIG), Algorithm::Direct);
-        assert_eq!(pick(&host(64, true, None, None), Collective::AllReduce, 64), Algorithm::Tree);
+        assert_eq!(pick(&host(64, true, None, None), Collective::AllReduce, 32 << 10), Algorithm::Tree);
+        assert_eq!(pick(&host(64, true, None, None), Collective::AllReduce, 64), Algorithm::Doubling);
         assert_eq!(pick(&host(4, false, None, None), Collective::AllToAll, BIG), Algorithm::Direct);
         assert_eq!(pick(&host(4, false, None, None), Collective::Broadcast, 64), Algorithm::Ring);
         // Two ranks: one shot's single hop for small data, the ring's halved reductions for large.

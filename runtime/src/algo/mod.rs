@@ -8,7 +8,8 @@
 //! |---|---|---|
 //! | ring | all_reduce, broadcast, reduce, all_gather, reduce_scatter | `ring` |
 //! | double binary tree | all_reduce | `tree` |
-//! | direct | all_to_all, gather, scatter | `direct` |
+//! | direct | every collective (all_reduce two-shot, or one shot for two ranks) | `direct` |
+//! | recursive doubling | all_reduce | `doubling` |
 //! | ring for all_to_all, gather, scatter | the direct schedule (below) | `direct` |
 //! | point-to-point | grouped send/recv | [`point_to_point`] |
 //!
@@ -31,7 +32,8 @@
 //! message sizes equals the sender's. Each message is at most `shape.chunk` elements — the
 //! FIFO slot — and a step moves exactly one message: steps are coarse, one per chunk.
 //! Channel numbers: ring channel c uses channel c; tree channel c uses 2c (tree 0) and
-//! 2c+1 (tree 1); direct exchange uses channel 0; point-to-point uses the channels given.
+//! 2c+1 (tree 1); direct exchange and recursive doubling use channel c for part c of the
+//! data (two-shot all_reduce's second phase channel 1); point-to-point uses the channels given.
 //!
 //! # Buffers and aliasing
 //!
@@ -82,6 +84,7 @@
 //! direct exchange and point-to-point need one. NCCL's connections have eight.
 
 mod direct;
+mod doubling;
 mod p2p;
 mod ring;
 mod schedule;
@@ -120,6 +123,7 @@ impl Planned for Algorithm {
             Algorithm::Ring => true,
             Algorithm::Tree => collective == Collective::AllReduce,
             Algorithm::Direct => true,
+            Algorithm::Doubling => collective == Collective::AllReduce,
             _ => false,
         }
     }
@@ -202,7 +206,9 @@ pub fn plan_lanes(shape: Shape, algorithm: Algorithm, rank: usize) -> Result<Vec
         (Algorithm::Ring, _) => ring::lanes(&shape, rank),
         (Algorithm::Tree, Collective::AllReduce) => tree::lanes(&shape, rank),
         (Algorithm::Tree, _) => return Err(unsupported("the double binary tree serves all_reduce only")),
-        (_, _) => return Err(unsupported("oxccl plans ring, tree and direct schedules only (CollNet, NVLS and PAT need hardware or kernels it does not have)")),
+        (Algorithm::Doubling, Collective::AllReduce) => doubling::lanes(&shape, rank),
+        (Algorithm::Doubling, _) => return Err(unsupported("recursive doubling serves all_reduce only")),
+        (_, _) => return Err(unsupported("oxccl plans ring, tree, direct and recursive doubling schedules only (CollNet, NVLS and PAT need hardware or kernels it does not have)")),
     };
     lanes.retain(|l| !l.steps.is_empty());
     Ok(lanes)

@@ -158,10 +158,10 @@ struct Inner {
 }
 
 /// The protocols NCCL_PROTO allows each collective, as bits per `Collective::ALL` index,
-/// and the collectives NCCL_ALGO limits to the direct exchange (no ring).
+/// and, for the collectives NCCL_ALGO keeps off the ring, what runs on one host instead.
 struct Protocols {
     per_collective: [u8; Collective::ALL.len()],
-    direct_only: [bool; Collective::ALL.len()],
+    instead_of_ring: [Option<Algorithm>; Collective::ALL.len()],
 }
 
 impl Protocols {
@@ -173,17 +173,26 @@ impl Protocols {
         let per_collective = Collective::ALL.map(|c| {
             (if selection.allows_protocol(c, Protocol::Simple) { Self::SIMPLE } else { 0 }) | (if selection.allows_protocol(c, Protocol::Ll) { Self::LL } else { 0 })
         });
-        let direct_only = Collective::ALL.map(|c| !selection.allows_algorithm(c, Algorithm::Ring) && selection.allows_algorithm(c, Algorithm::Direct));
-        Protocols { per_collective, direct_only }
+        let instead_of_ring = Collective::ALL.map(|c| {
+            if selection.allows_algorithm(c, Algorithm::Ring) {
+                None
+            } else if selection.allows_algorithm(c, Algorithm::Direct) {
+                Some(Algorithm::Direct)
+            } else {
+                (c == Collective::AllReduce && selection.allows_algorithm(c, Algorithm::Doubling)).then_some(Algorithm::Doubling)
+            }
+        });
+        Protocols { per_collective, instead_of_ring }
     }
 
     fn allows(&self, collective: Collective, protocol: u8) -> bool {
         self.per_collective[Self::index(collective)] & protocol != 0
     }
 
-    /// Whether NCCL_ALGO leaves `collective` the direct exchange and not the ring.
-    fn direct_only(&self, collective: Collective) -> bool {
-        self.direct_only[Self::index(collective)]
+    /// What runs `collective` on one host where NCCL_ALGO leaves it the direct exchange
+    /// or recursive doubling and not the ring.
+    fn instead_of_ring(&self, collective: Collective) -> Option<Algorithm> {
+        self.instead_of_ring[Self::index(collective)]
     }
 
     fn index(collective: Collective) -> usize {

@@ -64,15 +64,16 @@ impl GpuBackend {
             let request = oxccl_tuning::Request::new(collective, collective.tuning_bytes(count, dtype.size(), n));
             let choice = inner.tuner.choose(&request).map_err(|e| Error::invalid(e.to_string()))?;
             (choice.algorithm, choice.protocol == oxccl_tuning::Protocol::Ll)
-        } else if inner.protocols.direct_only(collective) {
+        } else if let Some(algorithm) = inner.protocols.instead_of_ring(collective) {
             // On one host the ring, unless NCCL_ALGO asks for the direct exchange alone
-            // (two hops for all_reduce, one for the others, over Simple).
-            (Algorithm::Direct, false)
+            // (two hops for all_reduce, one for the others) or recursive doubling, over Simple.
+            (algorithm, false)
         } else {
             (Algorithm::Ring, false)
         };
         let channels = match algorithm {
-            Algorithm::Direct => inner.channels(bytes).min(inner.direct_channels(n)),
+            // Over the direct exchange's connections (channels 0 to direct_channels).
+            Algorithm::Direct | Algorithm::Doubling => inner.channels(bytes).min(inner.direct_channels(n)),
             _ => inner.channels(bytes),
         };
         let slot_data = if ll { oxccl_kernels::device::ll::slot_data(oxccl_kernels::device::ll::SLOT_BYTES) } else { inner.geometry.slot_bytes };

@@ -260,3 +260,38 @@ fn channel_splits_cover_the_range_and_start_on_granules() {
         }
     }
 }
+
+/// Every all_reduce schedule leaves the same bits on every rank whatever the op's rounding,
+/// given only that the op is commutative (as sum, prod, max and min are in IEEE arithmetic):
+/// simulated with a combine that is commutative but not associative — the expression
+/// itself, operands in a canonical order — every rank's output is one expression. Recursive
+/// doubling's is the balanced tree over ranks in order, folded extras first.
+#[test]
+fn all_reduce_leaves_the_same_expression_on_every_rank() {
+    let combine = |a: &String, b: &String| if a <= b { format!("({a}+{b})") } else { format!("({b}+{a})") };
+    for nranks in 1..=9 {
+        for algorithm in Algorithm::ALL.into_iter().filter(|a| a.supports(Collective::AllReduce)) {
+            for (count, chunk, channels) in [(1, 1, 1), (29, 3, 2), (40, 40, 1)] {
+                let shape = Shape { collective: Collective::AllReduce, count, nranks, root: 0, chunk, channels };
+                let schedule = plan(shape, algorithm).unwrap();
+                let data = inputs(&shape, |rank, i| format!("x{rank}.{i}"));
+                for in_place in [false, true] {
+                    let options = Options { slots: 2, in_place, check_races: true, grouped_receives: 1 };
+                    let got = simulate(&schedule, &data, combine, &options).unwrap_or_else(|e| panic!("{algorithm:?} {shape}: {e}"));
+                    for rank in 1..nranks {
+                        assert_eq!(got[rank], got[0], "{algorithm:?} {shape} in_place={in_place}: rank {rank} against rank 0");
+                    }
+                }
+            }
+        }
+    }
+    // Four ranks by recursive doubling: the balanced tree; three: rank 2 folded into rank 0.
+    let expression = |nranks: usize| {
+        let shape = Shape { collective: Collective::AllReduce, count: 1, nranks, root: 0, chunk: 1, channels: 1 };
+        let data = inputs(&shape, |rank, _| format!("x{rank}"));
+        let options = Options { slots: 1, in_place: false, check_races: true, grouped_receives: 1 };
+        simulate(&plan(shape, Algorithm::Doubling).unwrap(), &data, combine, &options).unwrap()[0][0].clone().unwrap()
+    };
+    assert_eq!(expression(4), "((x0+x1)+(x2+x3))");
+    assert_eq!(expression(3), "((x0+x2)+x1)");
+}
