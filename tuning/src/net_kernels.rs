@@ -31,8 +31,11 @@ const HOP: f64 = 24e-6;
 const HOP_LL: f64 = 21e-6;
 /// Bytes per second a rank moves over LL (data, not lines).
 const BANDWIDTH_LL: f64 = 0.6e9;
-/// Seconds to issue one more message of a hop (the proxy handles them in turn).
-const ISSUE: f64 = 2e-6;
+/// Seconds to issue one more message of a hop (the proxy handles them in turn). On 2×H200
+/// with 4 and 8 ranks as hosts (2026-11-27), all_reduce at 8 B-2 KiB: two-shot (6 and 14
+/// messages a rank) 58-94 and 206-310 µs, recursive doubling (2 and 3) 43-61 and 84-177:
+/// 4-20 µs a message more; 5 µs keeps both rank counts' choices right.
+const ISSUE: f64 = 5e-6;
 /// Bytes per second a rank moves over its connections (several channels or peers).
 const BANDWIDTH: f64 = 6e9;
 /// Bytes per second over one connection (a TCP stream): two ranks' one-shot all_reduce
