@@ -29,7 +29,7 @@ typedef unsigned int u32;
 #endif
 // 1: a step's publish to a peer GPU orders the block's writes with a system-scope
 // acquire-release fence, as for the proxy, instead of __threadfence_system()'s sequentially
-// consistent one (OXCCL_TEST_PEER_FENCE=acq_rel; oxccl_kernels::cuda).
+// consistent one (OXCCL_GPU_PEER_FENCE=acq_rel; oxccl_kernels::cuda).
 #ifndef OX_PEER_FENCE_ACQ_REL
 #define OX_PEER_FENCE_ACQ_REL 0
 #endif

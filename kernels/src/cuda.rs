@@ -186,13 +186,12 @@ fn store(path: &Path, ptx: &str) {
     }
 }
 
-/// Whether OXCCL_TEST_PEER_FENCE=acq_rel (an experiment's switch, under the test prefix that
-/// settings leave alone) asks the executor kernel to publish a step to a
+/// Whether OXCCL_GPU_PEER_FENCE=acq_rel asks the executor kernel to publish a step to a
 /// peer GPU after a system-scope acquire-release fence instead of `__threadfence_system()`
 /// (sequentially consistent): an experiment's setting, read once per process.
 fn peer_fence_acq_rel() -> bool {
     static ACQ_REL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ACQ_REL.get_or_init(|| std::env::var("OXCCL_TEST_PEER_FENCE").is_ok_and(|v| v.trim().eq_ignore_ascii_case("acq_rel")))
+    *ACQ_REL.get_or_init(|| std::env::var("OXCCL_GPU_PEER_FENCE").is_ok_and(|v| v.trim().eq_ignore_ascii_case("acq_rel")))
 }
 
 fn cache_key(text: &str, defines: &[String], arch: &str, nvrtc: (i32, i32)) -> u64 {
