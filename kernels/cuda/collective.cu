@@ -27,12 +27,6 @@ typedef unsigned int u32;
 #ifndef OX_UNROLL
 #define OX_UNROLL 4
 #endif
-// 1: a step's publish to a peer GPU orders the block's writes with a system-scope
-// acquire-release fence, as for the proxy, instead of __threadfence_system()'s sequentially
-// consistent one (OXCCL_GPU_PEER_FENCE=acq_rel; oxccl_kernels::cuda).
-#ifndef OX_PEER_FENCE_ACQ_REL
-#define OX_PEER_FENCE_ACQ_REL 0
-#endif
 
 __device__ __forceinline__ u64 ox_now() {
   u64 t;
@@ -414,7 +408,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
       const bool to_proxy = (s.recv == OX_NO_CONN || (a.conns[s.recv].flags & OX_CONN_HOST)) && (s.send == OX_NO_CONN || (a.conns[s.send].flags & OX_CONN_HOST));
       const bool all_ll = (in_ll || out_ll) && (s.recv == OX_NO_CONN || in_ll) && (s.send == OX_NO_CONN || out_ll);
       if (all_ll) {
-      } else if (to_proxy || OX_PEER_FENCE_ACQ_REL) {
+      } else if (to_proxy) {
         ox_fence_acq_rel_sys();
       } else {
         __threadfence_system();

@@ -143,10 +143,7 @@ impl Toolchain {
     /// Compiles the kernels for `spec` and `arch` (e.g. "sm_90"), or takes them from the
     /// disk cache.
     pub fn compile(&self, spec: Specialization, arch: &'static str) -> Result<Compiled> {
-        let mut defines = spec.defines();
-        if peer_fence_acq_rel() {
-            defines.push("-DOX_PEER_FENCE_ACQ_REL=1".into());
-        }
+        let defines = spec.defines();
         let text = program();
         let key = cache_key(&text, &defines, arch, self.nvrtc_version);
         let path = self.cache_dir.as_ref().map(|d| d.join(format!("oxccl-{arch}-{key:016x}.ptx")));
@@ -184,14 +181,6 @@ fn store(path: &Path, ptx: &str) {
     if std::fs::write(&tmp, ptx).is_ok() && std::fs::rename(&tmp, path).is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
-}
-
-/// Whether OXCCL_GPU_PEER_FENCE=acq_rel asks the executor kernel to publish a step to a
-/// peer GPU after a system-scope acquire-release fence instead of `__threadfence_system()`
-/// (sequentially consistent): an experiment's setting, read once per process.
-fn peer_fence_acq_rel() -> bool {
-    static ACQ_REL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ACQ_REL.get_or_init(|| std::env::var("OXCCL_GPU_PEER_FENCE").is_ok_and(|v| v.trim().eq_ignore_ascii_case("acq_rel")))
 }
 
 fn cache_key(text: &str, defines: &[String], arch: &str, nvrtc: (i32, i32)) -> u64 {
