@@ -7,9 +7,12 @@
 //! suffices.
 //!
 //! all_reduce by direct exchange ("two shot"): block b of the vector belongs to rank b.
-//! Each rank sends block p of its input to rank p (channel 0); each owner folds its block
-//! from every peer as the chunks arrive, in rank order starting from its own input, and
-//! sends each finished chunk to every peer (channel 1), which copies it into place. Two
+//! Each rank sends block p of its input to rank p; each owner folds its block from every
+//! peer as the chunks arrive, in rank order starting from its own input, and sends each
+//! finished chunk to every peer, which copies it into place. Each block is split over
+//! `shape.channels` parts as the other collectives' blocks are: part c goes to its owner
+//! on channel 2c and comes back on channel 2c + 1, with a lane per peer and part each way
+//! and a folding lane per part, so that a GPU moves one block with many thread blocks. Two
 //! message latencies instead of the ring's 2(n-1), the ring's traffic, and every block is
 //! reduced by one rank only, so all ranks hold the same bits whatever the op. No message
 //! waits for anything its receiver has received, so any FIFO depth of one suffices; in
@@ -140,34 +143,43 @@ fn two_shot_all_reduce(shape: &Shape, rank: usize) -> Vec<Lane> {
         return vec![one_shot_all_reduce(shape, rank)];
     }
     let blocks: Vec<(usize, usize)> = split(shape.count, n).collect();
-    let (own_offset, own_count) = blocks[rank];
+    // Block b's parts (offset, count, part): part c's chunks go to their owner on channel
+    // 2c and come back reduced on channel 2c + 1.
+    let parts = |b: usize| {
+        let (offset, count) = blocks[b];
+        split_channels(count, shape.channels.max(1), CHANNEL_GRANULE).enumerate().filter(|(_, (_, c))| *c > 0).map(move |(part, (o, c))| (offset + o, c, part))
+    };
+    let rs = |peer: usize, part: usize| Link { peer, channel: 2 * part };
+    let ag = |peer: usize, part: usize| Link { peer, channel: 2 * part + 1 };
     let peers = || (0..n).filter(move |&p| p != rank);
-    let ag = |peer: usize| Link { peer, channel: 1 };
     let mut lanes = Vec::new();
     for p in peers() {
-        let (offset, count) = blocks[p];
-        lanes.push(Lane {
-            role: Role::SendTo { peer: p, channel: 0 },
-            steps: chunks(offset, count, chunk).map(|(o, c)| Step::Send { to: link(p), src: Slice::send(o, c) }).collect(),
-        });
-        lanes.push(Lane {
-            role: Role::RecvFrom { peer: p, channel: 1 },
-            steps: chunks(offset, count, chunk).map(|(o, c)| Step::Recv { from: ag(p), dst: Slice::recv(o, c) }).collect(),
-        });
-    }
-    let mut own = Vec::new();
-    for (o, c) in chunks(own_offset, own_count, chunk) {
-        if n == 1 {
-            own.push(Step::Copy { src: Slice::send(o, c), dst: Slice::recv(o, c) });
-            continue;
+        for (offset, count, part) in parts(p) {
+            lanes.push(Lane {
+                role: Role::SendTo { peer: p, channel: 2 * part },
+                steps: chunks(offset, count, chunk).map(|(o, c)| Step::Send { to: rs(p, part), src: Slice::send(o, c) }).collect(),
+            });
+            lanes.push(Lane {
+                role: Role::RecvFrom { peer: p, channel: 2 * part + 1 },
+                steps: chunks(offset, count, chunk).map(|(o, c)| Step::Recv { from: ag(p, part), dst: Slice::recv(o, c) }).collect(),
+            });
         }
-        for (i, p) in peers().enumerate() {
-            let local = if i == 0 { Slice::send(o, c) } else { Slice::recv(o, c) };
-            own.push(Step::RecvReduceCopy { from: link(p), local, dst: Slice::recv(o, c) });
-        }
-        own.extend(peers().map(|p| Step::Send { to: ag(p), src: Slice::recv(o, c) }));
     }
-    lanes.push(Lane { role: Role::Local, steps: own });
+    for (offset, count, part) in parts(rank) {
+        let mut own = Vec::new();
+        for (o, c) in chunks(offset, count, chunk) {
+            if n == 1 {
+                own.push(Step::Copy { src: Slice::send(o, c), dst: Slice::recv(o, c) });
+                continue;
+            }
+            for (i, p) in peers().enumerate() {
+                let local = if i == 0 { Slice::send(o, c) } else { Slice::recv(o, c) };
+                own.push(Step::RecvReduceCopy { from: rs(p, part), local, dst: Slice::recv(o, c) });
+            }
+            own.extend(peers().map(|p| Step::Send { to: ag(p, part), src: Slice::recv(o, c) }));
+        }
+        lanes.push(Lane { role: Role::Local, steps: own });
+    }
     lanes
 }
 

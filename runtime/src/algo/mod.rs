@@ -33,7 +33,8 @@
 //! FIFO slot — and a step moves exactly one message: steps are coarse, one per chunk.
 //! Channel numbers: ring channel c uses channel c; tree channel c uses 2c (tree 0) and
 //! 2c+1 (tree 1); direct exchange and recursive doubling use channel c for part c of the
-//! data (two-shot all_reduce's second phase channel 1); point-to-point uses the channels given.
+//! data (two-shot all_reduce 2c and 2c+1, one per phase); point-to-point uses the channels
+//! given.
 //!
 //! # Buffers and aliasing
 //!

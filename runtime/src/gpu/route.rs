@@ -72,7 +72,9 @@ impl GpuBackend {
             (Algorithm::Ring, false)
         };
         let channels = match algorithm {
-            // Over the direct exchange's connections (channels 0 to direct_channels).
+            // Over the direct exchange's connections (channels 0 to direct_channels); two-shot
+            // all_reduce takes two a part, one per phase.
+            Algorithm::Direct if collective == Collective::AllReduce && n > 2 => inner.channels(bytes).min(inner.direct_channels(n) / 2).max(1),
             Algorithm::Direct | Algorithm::Doubling => inner.channels(bytes).min(inner.direct_channels(n)),
             _ => inner.channels(bytes),
         };
