@@ -200,7 +200,8 @@ fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// On GPU paths every pair NCCL's model prices is shown as NCCL would run it.
+/// On GPU paths every pair NCCL's model prices is shown as NCCL would run it (oxccl's own
+/// Direct and Doubling are not NCCL's).
 fn oxccl_tuning_runnable(_: Collective, algorithm: oxccl_tuning::Algorithm, _: oxccl_tuning::Protocol) -> bool {
-    algorithm != oxccl_tuning::Algorithm::Direct
+    !matches!(algorithm, oxccl_tuning::Algorithm::Direct | oxccl_tuning::Algorithm::Doubling)
 }
