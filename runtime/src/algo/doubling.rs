@@ -9,7 +9,7 @@
 //! which this is with n = 2; direct.rs). The association is the balanced tree over ranks
 //! in order: ((x0 ⊕ x1) ⊕ (x2 ⊕ x3)) for four.
 //!
-//! n not a power of two: with p the largest power of two below n, rank p + i (i < n - p)
+//! n not a power of two: with p the largest power of two not above n, rank p + i (i < n - p)
 //! first sends its input to rank i, which folds it into its own, and at the end receives
 //! rank i's result: two hops more.
 //!
