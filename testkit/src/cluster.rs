@@ -220,6 +220,17 @@ impl Cluster {
         &self.directory
     }
 
+    /// A temporary directory for the jobs this cluster runs (`TMPDIR` of its launchers'
+    /// commands), made on first use. Open MPI keeps its session directory (shared-memory
+    /// backing files among them) under `TMPDIR`, named by host name and user: the hosts of
+    /// two clusters made at once are both `h0`, `h1`, ..., and /tmp is the machine's, so
+    /// without this two tests' jobs would share one.
+    pub fn job_tmpdir(&self) -> Result<PathBuf, String> {
+        let dir = self.directory.join("job-tmp");
+        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        Ok(dir)
+    }
+
     /// The file `scripts/netns-rsh.sh` reads (`NETNS_RSH_HOSTS`): per host a line
     /// `<namespace> <host name> <address>...`, its addresses on every rail.
     pub fn host_map(&self) -> PathBuf {

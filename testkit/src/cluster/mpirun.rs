@@ -50,8 +50,13 @@ pub fn command_over(cluster: &Cluster, hosts: &[usize], ranks_per_host: usize, e
     let hostfile = cluster.directory().join(format!("hostfile-{}-by-{ranks_per_host}", names.join("-")));
     super::write(&hostfile, &lines.concat())?;
 
+    let tmp = cluster.job_tmpdir()?;
     let mut command = cluster.hosts[hosts[0]].login_command("mpirun");
     command
+        // Open MPI's session directories under this cluster's own temporary directory
+        // (Cluster::job_tmpdir), in mpirun and in the daemons it starts.
+        .env("TMPDIR", &tmp)
+        .env("OMPI_MCA_orte_tmpdir_base", &tmp)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .env("NETNS_RSH_HOSTS", cluster.host_map())

@@ -91,9 +91,13 @@ impl<'a> Slurm<'a> {
     /// `srun` in the first host, with `args` (`-N 3 -n 6`, ...) after a 2-minute time limit
     /// and `--kill-on-bad-exit=1`; the program and its arguments go after. The tasks get
     /// srun's environment, as Slurm passes it: `NCCL_SOCKET_IFNAME==rail0`, a 60 s collective
-    /// timeout, PATH, HOME, LD_LIBRARY_PATH and TMPDIR, and what the caller adds.
+    /// timeout, PATH, HOME, LD_LIBRARY_PATH, the cluster's own TMPDIR
+    /// ([`Cluster::job_tmpdir`]), and what the caller adds.
     pub fn srun(&self, args: &[&str]) -> Command {
         let mut command = self.slurm_command("srun");
+        if let Ok(tmp) = self.cluster.job_tmpdir() {
+            command.env("TMPDIR", tmp);
+        }
         command.env("NCCL_SOCKET_IFNAME", "=rail0").env("OXCCL_COLL_TIMEOUT_MS", "60000").args(["--time=2", "--kill-on-bad-exit=1"]).args(args);
         command
     }
