@@ -31,6 +31,9 @@ const JOB_TIMEOUT: Duration = Duration::from_secs(240);
 #[test]
 fn child() {
     let Ok(mode) = std::env::var("OXCCL_TEST_PXN") else { return };
+    if std::env::var_os("OXCCL_TEST_PIN_LOCAL").is_some() {
+        pin_to_cpu(std::env::var("OXCCL_LOCAL_RANK").unwrap().parse().unwrap());
+    }
     let config = Config::from_env().unwrap();
     oxccl_runtime::bootstrap::log::init(&config);
     let comm = Communicator::from_env(&config).unwrap_or_else(|e| panic!("joining the job: {e}"));
@@ -52,6 +55,17 @@ fn child() {
         "kill" => alltoall_until_failure(comm),
         "bench" => bench_rows(&comm),
         other => panic!("OXCCL_TEST_PXN={other}"),
+    }
+}
+
+/// Binds this process to CPU `cpu` (as a launcher binding a rank to a socket would).
+fn pin_to_cpu(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET writes within it; pid 0 is this thread,
+    // before any other starts.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set), 0, "binding to CPU {cpu}: {}", std::io::Error::last_os_error());
     }
 }
 
@@ -275,6 +289,66 @@ fn every_collective_with_pxn_on_and_off_and_where_each_connection_went() {
         assert_eq!(relayed > 0, pxn, "PXN {pxn}: {relayed} relayed sends");
         eprintln!("PXN {pxn}: matrix and exchange checked on {NRANKS} ranks in {:?}, {relayed} sends relayed", start.elapsed());
     }
+}
+
+/// NCCL's topology XML for the hosts of this cluster as a topology file would describe
+/// them: two NUMA nodes, CPU 0 next to rail 0's NIC and CPU 1 next to rail 1's.
+fn two_socket_topology() -> std::path::PathBuf {
+    let socket = |numa: usize| {
+        format!(
+            "  <cpu host_hash=\"0x1\" numaid=\"{numa}\" affinity=\"{:08x}\" arch=\"x86_64\" vendor=\"GenuineIntel\" familyid=\"6\" modelid=\"143\">\n    <pci busid=\"0000:{:02x}:00.0\" class=\"0x020000\" vendor=\"0x8086\" device=\"0x1592\" subsystem_vendor=\"0x8086\" subsystem_device=\"0x0002\" link_speed=\"16.0 GT/s PCIe\" link_width=\"16\">\n      <nic>\n        <net name=\"rail{numa}\" dev=\"{numa}\" speed=\"100000\" port=\"1\" latency=\"0\" guid=\"{:#x}\" maxconn=\"65536\" gdr=\"0\"/>\n      </nic>\n    </pci>\n  </cpu>\n",
+            1u32 << numa,
+            0x10 + 0x80 * numa,
+            0x100 + numa
+        )
+    };
+    let xml = format!("<system version=\"1\">\n{}{}</system>\n", socket(0), socket(1));
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("pxn-two-sockets-{}.xml", std::process::id()));
+    std::fs::write(&path, xml).unwrap();
+    path
+}
+
+/// oxccl's socket net as a plugin (`libnccl_net_oxccl.so`, which cargo builds with the
+/// workspace): unlike the internal one, it has a device for every interface it is given.
+fn socket_plugin() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    [deps.join("libnccl_net_oxccl.so"), deps.join("../libnccl_net_oxccl.so")]
+        .into_iter()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("libnccl_net_oxccl.so is not built next to {} (cargo build -p oxccl-netplugin)", exe.display()))
+}
+
+/// Every rank sees both rails (two devices of the socket plugin), bound to CPU `local rank`,
+/// and NCCL_TOPO_FILE says CPU i is next to rail i's NIC: each rank's own NIC is rail
+/// `local rank`'s, so with PXN a send to the other rail goes through the host mate on it,
+/// as when each rank is given its rail alone; without PXN it leaves by the sender's far NIC
+/// on the receiver's rail (it has one) instead of crossing the spine.
+#[test]
+fn a_topology_file_says_which_nic_is_each_ranks_own() {
+    let Some(cluster) = cluster() else { return };
+    let (topo, plugin) = (two_socket_topology(), socket_plugin());
+    let (topo, plugin) = (topo.to_str().unwrap(), plugin.to_str().unwrap());
+    for (pxn, port) in [(true, 29640), (false, 29641)] {
+        let env = [("NCCL_SOCKET_IFNAME", "=rail0,rail1"), ("NCCL_NET_PLUGIN", plugin), ("NCCL_TOPO_FILE", topo), ("OXCCL_TEST_PIN_LOCAL", "1"), ("NCCL_PXN_DISABLE", if pxn { "0" } else { "1" })];
+        let stdouts = expect(&job(&cluster, "exchange", &env, port), 0, "exchange ok", None);
+        let mut relayed = 0;
+        for (rank, stdout) in stdouts.iter().enumerate() {
+            let made = connections(stdout);
+            assert!(!made.is_empty(), "rank {rank} reported no connections:\n{stdout}");
+            for c in &made {
+                let other_rail = rail_of(c.from) != rail_of(c.to);
+                assert_eq!(c.proxy, if pxn && other_rail { c.from ^ 1 } else { c.from }, "rank {rank}, PXN {pxn}: {c:?}");
+                // Every send leaves on the receiver's rail, and every receive listens on the
+                // receiver's own NIC.
+                assert_eq!(c.nic, format!("rail{}", rail_of(c.to)), "rank {rank}, PXN {pxn}: {c:?}");
+                relayed += usize::from(c.send && c.proxy != c.from);
+            }
+        }
+        assert_eq!(relayed > 0, pxn, "PXN {pxn}: {relayed} relayed sends");
+        eprintln!("PXN {pxn}: both rails seen, the topology file's NICs used; {relayed} sends relayed");
+    }
+    let _ = std::fs::remove_file(topo);
 }
 
 #[test]

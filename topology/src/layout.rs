@@ -287,6 +287,45 @@ pub fn nic_map(topology: &Topology, channel: usize, settings: P2pSettings) -> Re
     Ok(map)
 }
 
+/// The CPUs of an affinity mask as NCCL and sysfs write it (`cpumap`: 32-bit groups in hex,
+/// most significant first, separated by commas: `00000000,0000ffff`); None if it is not one.
+pub fn cpumask(text: &str) -> Option<Vec<usize>> {
+    let groups: Vec<&str> = text.trim().split(',').collect();
+    let mut cpus = Vec::new();
+    for (i, group) in groups.iter().rev().enumerate() {
+        let bits = u32::from_str_radix(group.trim(), 16).ok()?;
+        cpus.extend((0..32).filter(|b| bits >> b & 1 == 1).map(|b| i * 32 + b));
+    }
+    Some(cpus)
+}
+
+/// The names of the NICs nearest a process that runs on `cpus` (of the first host the
+/// topology describes): the NETs nearest the CPU (NUMA node) whose affinity holds every one
+/// of `cpus`, by bandwidth and then path type (NCCL's rule for a GPU's NIC, from the CPU
+/// instead). None when no CPU's affinity holds them all (the process spans NUMA nodes, or
+/// the file gives no affinities) or that CPU reaches no NET: every NIC is then as near as
+/// any other.
+pub fn nets_near_cpus(topology: &Topology, cpus: &[usize]) -> Option<Vec<String>> {
+    if cpus.is_empty() {
+        return None;
+    }
+    let system = &topology.system;
+    let holds = |node: &crate::system::Node| match &node.detail {
+        Detail::Cpu { affinity: Some(mask), .. } => cpumask(mask).is_some_and(|set| cpus.iter().all(|c| set.contains(c))),
+        _ => false,
+    };
+    let cpu = system.of(NodeKind::Cpu).iter().position(|node| node.host() == 0 && holds(node))?;
+    let (nets, _) = topology.local(NodeRef { kind: NodeKind::Cpu, index: cpu }, NodeKind::Net);
+    let names: Vec<String> = nets
+        .into_iter()
+        .filter_map(|n| match &system.of(NodeKind::Net)[n].detail {
+            Detail::Net { name, .. } => Some(name.clone()),
+            _ => None,
+        })
+        .collect();
+    (!names.is_empty()).then_some(names)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,15 +9,19 @@
 //! be one rail (one network, a switch of its own), as rail-optimized clusters are cabled
 //! and as NCCL assumes when it pairs a GPU with the peer's NIC of the same index.
 //!
-//! A receive on `channel` listens on the receiver's device `channel % its devices` (as
-//! before there was a map: channels are dealt over a rank's NICs). A send to it goes out
-//! of a NIC on that device's rail:
+//! A rank's own NICs are those it sees, or where NCCL_TOPO_FILE says which of them are
+//! near the CPU (NUMA node) it runs on, those (`oxccl_topology::layout::nets_near_cpus`;
+//! the others are written `!name` in its record and used only where nothing nearer
+//! serves). A receive on `channel` listens on the receiver's own device
+//! `channel % its own devices` (channels are dealt over a rank's NICs). A send to it goes
+//! out of a NIC on that device's rail:
 //! 1. the sender's own NIC on that rail, if it has one;
-//! 2. else, with PXN allowed, the NIC of the lowest rank of its host that has one and is
-//!    reached through shared memory: the sender writes into a FIFO that rank's proxy
-//!    reads and sends from (NCCL's PXN: traffic stays on its rail instead of crossing
-//!    between rails, a spine or a slower path);
-//! 3. else the sender's NIC for the channel, across rails.
+//! 2. else, with PXN allowed, the own NIC on that rail of the lowest rank of its host that
+//!    has one and is reached through shared memory: the sender writes into a FIFO that
+//!    rank's proxy reads and sends from (NCCL's PXN: traffic stays on its rail instead of
+//!    crossing between rails, a spine or a slower path);
+//! 3. else a NIC of the sender's on that rail that is not near it, if any;
+//! 4. else the sender's own NIC for the channel, across rails.
 
 pub(crate) mod relay;
 
@@ -39,6 +43,8 @@ pub(crate) struct Rails {
     /// Each rank's devices' names, in device order (on one host, this rank's for every
     /// rank: nothing is relayed then).
     names: Vec<Vec<String>>,
+    /// Which of each rank's devices are its own (near it); every one without a map.
+    near: Vec<Vec<bool>>,
     /// Each rank's host, numbered in order of first appearance.
     hosts: Vec<usize>,
     /// Whether ranks of one host reach each other through shared memory (not
@@ -51,9 +57,11 @@ pub(crate) struct Rails {
 }
 
 impl Rails {
-    /// The map of every rank's device `names` and host identity (`hosts`: equal strings,
-    /// one host).
+    /// The map of every rank's device `names` (`!name`: a device not near the rank) and
+    /// host identity (`hosts`: equal strings, one host).
     pub fn new(names: Vec<Vec<String>>, hosts: &[String], shared_memory: bool, pxn_disable: bool, p2p_pxn_level: u8) -> Rails {
+        let near: Vec<Vec<bool>> = names.iter().map(|own| own.iter().map(|n| !n.starts_with(FAR)).collect()).collect();
+        let names = names.into_iter().map(|own| own.into_iter().map(|n| n.strip_prefix(FAR).map_or(n.clone(), str::to_string)).collect()).collect();
         let mut seen: Vec<&String> = Vec::new();
         let hosts = hosts
             .iter()
@@ -65,7 +73,7 @@ impl Rails {
                 }
             })
             .collect();
-        Rails { names, hosts, shared_memory, pxn_disable, p2p_pxn_level }
+        Rails { names, near, hosts, shared_memory, pxn_disable, p2p_pxn_level }
     }
 
     /// Whether ranks `a` and `b` (not the same) reach each other through shared memory.
@@ -77,9 +85,27 @@ impl Rails {
         self.names.get(rank).map_or(&[][..], |n| &n[..])
     }
 
-    /// The device rank `rank` receives `channel`'s messages on.
+    /// `rank`'s own devices (near it), or all of them where none is marked near.
+    fn near_devices(&self, rank: usize) -> Vec<usize> {
+        let near: Vec<usize> = self.near.get(rank).map_or_else(Vec::new, |n| (0..n.len()).filter(|&d| n[d]).collect());
+        if near.is_empty() {
+            (0..self.own(rank).len()).collect()
+        } else {
+            near
+        }
+    }
+
+    /// `rank`'s device on `rail`: a near one, or (`near_only` false) any.
+    fn device_on(&self, rank: usize, rail: &str, near_only: bool) -> Option<usize> {
+        let near = self.near_devices(rank);
+        let own = self.own(rank);
+        near.iter().copied().find(|&d| own[d] == rail).or_else(|| if near_only { None } else { own.iter().position(|n| n == rail) })
+    }
+
+    /// The device rank `rank` receives `channel`'s messages on: its own devices in turn.
     pub fn receive_device(&self, rank: usize, channel: usize) -> usize {
-        channel % self.own(rank).len().max(1)
+        let near = self.near_devices(rank);
+        near.get(channel % near.len().max(1)).copied().unwrap_or(0)
     }
 
     /// The rail (device name) of `rank`'s device `device`.
@@ -93,8 +119,8 @@ impl Rails {
         let direct = Hop::Direct { device: self.own_device(from, to, channel) };
         let Some(rail) = self.rail(to, self.receive_device(to, channel)) else { return direct };
         let allowed = !self.pxn_disable && !(point_to_point && self.p2p_pxn_level == 0);
-        if allowed && !self.own(from).iter().any(|n| n == rail) {
-            let proxy = (0..self.names.len()).filter(|&r| self.local(from, r)).find_map(|r| self.own(r).iter().position(|n| n == rail).map(|device| (r, device)));
+        if allowed && self.device_on(from, rail, true).is_none() {
+            let proxy = (0..self.names.len()).filter(|&r| self.local(from, r)).find_map(|r| self.device_on(r, rail, true).map(|device| (r, device)));
             if let Some((proxy, device)) = proxy {
                 return Hop::Relay { proxy, device };
             }
@@ -111,13 +137,12 @@ impl Rails {
         }
     }
 
-    /// Which of `from`'s own devices a send to `to` on `channel` leaves by, relays aside
-    /// (rules 1 and 3; for senders that cannot hand their data to another process: GPU
+    /// Which of `from`'s devices a send to `to` on `channel` leaves by, relays aside
+    /// (rules 1, 3 and 4; for senders that cannot hand their data to another process: GPU
     /// kernels).
     pub fn own_device(&self, from: usize, to: usize, channel: usize) -> usize {
-        let own = self.own(from);
         let rail = self.rail(to, self.receive_device(to, channel));
-        rail.and_then(|rail| own.iter().position(|n| n == rail)).unwrap_or(channel % own.len().max(1))
+        rail.and_then(|rail| self.device_on(from, rail, true).or_else(|| self.device_on(from, rail, false))).unwrap_or_else(|| self.receive_device(from, channel))
     }
 
     /// The ranks of `me`'s host whose proxies may relay `me`'s sends: for each rail of a rank
@@ -128,9 +153,10 @@ impl Rails {
         }
         let mut relays: Vec<usize> = (0..self.names.len())
             .filter(|&r| r != me && self.hosts.get(r) != self.hosts.get(me))
-            .flat_map(|r| self.own(r))
-            .filter(|rail| !self.own(me).contains(rail))
-            .filter_map(|rail| (0..self.names.len()).find(|&p| self.local(me, p) && self.own(p).contains(rail)))
+            .flat_map(|r| self.near_devices(r).into_iter().map(move |d| (r, d)))
+            .filter_map(|(r, d)| self.rail(r, d))
+            .filter(|rail| self.device_on(me, rail, true).is_none())
+            .filter_map(|rail| (0..self.names.len()).find(|&p| self.local(me, p) && self.device_on(p, rail, true).is_some()))
             .collect();
         relays.sort_unstable();
         relays.dedup();
@@ -148,6 +174,9 @@ impl Rails {
         !self.relayed_for(me).is_empty()
     }
 }
+
+/// The mark of a device not near its rank in a record (`!rail1`).
+pub(crate) const FAR: &str = "!";
 
 /// Bytes of each rank's record in the bootstrap's allgather (records have one size).
 pub(crate) const RECORD_BYTES: usize = 1024;
@@ -244,6 +273,31 @@ mod tests {
         let empty = Rails::default();
         assert_eq!(empty.route(0, 1, 3, false), Hop::Direct { device: 0 });
         assert_eq!(empty.receive_device(1, 3), 0);
+    }
+
+    /// Every rank sees both rails (`NCCL_SOCKET_IFNAME=rail0,rail1`) and a topology file
+    /// says rank 2h+i runs next to rail i's NIC: the same routes as when each sees its own
+    /// rail alone, but with PXN off a send leaves by the sender's far NIC on the receiver's
+    /// rail rather than across rails.
+    #[test]
+    fn with_a_topology_each_rank_owns_its_near_nic() {
+        let near = ["rail0,!rail1", "!rail0,rail1"];
+        let map = |pxn_disable| Rails::new(names(&[near[0], near[1], near[0], near[1]]), &hosts(&[0, 0, 1, 1]), true, pxn_disable, 2);
+        let rails = map(false);
+        for channel in 0..3 {
+            assert_eq!((rails.receive_device(2, channel), rails.receive_device(3, channel)), (0, 1), "channel {channel}: each listens on its own NIC");
+        }
+        assert_eq!(rails.route(0, 2, 0, false), Hop::Direct { device: 0 });
+        assert_eq!(rails.route(0, 3, 1, false), Hop::Relay { proxy: 1, device: 1 }, "rank 1's own NIC on rail1 is its device 1");
+        assert_eq!(rails.route(3, 0, 0, false), Hop::Relay { proxy: 2, device: 0 });
+        assert_eq!((rails.relays_of(0), rails.relayed_for(1)), (vec![1], vec![0]));
+        let off = map(true);
+        assert_eq!(off.route(0, 3, 0, false), Hop::Direct { device: 1 }, "PXN off: rank 0's far NIC on rail1");
+        assert_eq!(rails.own_device(0, 3, 0), 1, "kernels, which cannot relay: the far NIC on the rail");
+        // Without marks every device is a rank's own: nothing to relay.
+        let all = Rails::new(names(&["rail0,rail1"; 4]), &hosts(&[0, 0, 1, 1]), true, false, 2);
+        assert_eq!(all.route(0, 3, 1, false), Hop::Direct { device: 1 });
+        assert_eq!(decode_record(&encode_record("h", &["rail0".into(), "!rail1".into()]).unwrap()).1, vec!["rail0".to_string(), "!rail1".to_string()]);
     }
 
     #[test]
