@@ -55,8 +55,7 @@ impl Core {
     /// The core over a joined bootstrap, once the ranks know who shares their host: the
     /// Net is chosen (a plugin or the socket Net) and initialized for this communicator.
     pub fn new(boot: Bootstrap, same_host: Vec<bool>, config: &Config) -> Result<Arc<Core>> {
-        let device = bootstrap_device(boot.listen_addr().ip());
-        let socket = Arc::new(SocketNet::with_devices(vec![device], config.socket_max_recvs).with_streams(StreamSettings::from_config(config)));
+        let socket = Arc::new(SocketNet::with_devices(socket_devices(&boot, config), config.socket_max_recvs).with_streams(StreamSettings::from_config(config)));
         let chosen = net::open(&config.net_plugin, config.net.as_deref(), vec![socket.clone() as Arc<dyn Net>]).map_err(|e| Error::from_transport("choosing the network (NCCL_NET_PLUGIN, NCCL_NET)", e))?;
         let rails = gather_rails(&boot, chosen.as_ref(), &same_host, config)?;
         // Tells communicators apart in the Net's context (NCCL passes its comm hash).
@@ -161,8 +160,23 @@ impl Core {
     }
 }
 
-/// The socket Net's device: the bootstrap's address, named after its interface (the rail
-/// name PXN pairs NICs by), or after the address where no interface has it.
+/// The internal socket Net's devices: every interface NCCL_SOCKET_IFNAME allows, or NCCL's
+/// default tiers, as NCCL's socket transport takes them (named after their interfaces: the
+/// rail names PXN pairs NICs by); where none is usable (an address no interface lists), the
+/// bootstrap's address alone.
+fn socket_devices(boot: &Bootstrap, config: &Config) -> Vec<SocketDevice> {
+    let interfaces = oxccl_bootstrap::iface::list().unwrap_or_default();
+    match oxccl_transports::net::socket::choose_devices(&interfaces, config) {
+        Ok(devices) => devices,
+        Err(reason) => {
+            tracing::debug!(target: crate::log_target::NET, "socket net: {reason}; the bootstrap's address serves");
+            vec![bootstrap_device(boot.listen_addr().ip())]
+        }
+    }
+}
+
+/// The bootstrap's address as a device, named after its interface, or after the address
+/// where no interface has it.
 fn bootstrap_device(ip: std::net::IpAddr) -> SocketDevice {
     let interfaces = oxccl_bootstrap::iface::list().unwrap_or_default();
     match interfaces.iter().find(|i| i.addr == ip) {

@@ -18,9 +18,13 @@ pub(crate) fn host_xml(core: &Core) -> Result<XmlNode> {
     if let Some(file) = &config.topo_file {
         return XmlNode::load(Path::new(file)).map_err(|e| Error::invalid(format!("NCCL_TOPO_FILE: {e}")));
     }
-    let p = core.socket.properties(0).map_err(|e| Error::from_transport("asking the socket Net its device's properties", e))?;
-    let nic = NicDescription { name: p.name, pci_path: p.pci_path, speed_mbps: p.speed_mbps, port: p.port, guid: p.guid, latency_us: p.latency_us, max_comms: p.max_comms, gdr: p.ptr_support.cuda };
-    let found = discover::discover(&Options { nics: vec![nic], gpu_ranks: Vec::new(), host_id: config.host_id.clone() }).map_err(|e| Error::Internal(e.to_string()))?;
+    let devices = core.socket.devices().map_err(|e| Error::from_transport("counting the socket Net's devices", e))?;
+    let mut nics = Vec::with_capacity(devices);
+    for device in 0..devices {
+        let p = core.socket.properties(device).map_err(|e| Error::from_transport("asking the socket Net its devices' properties", e))?;
+        nics.push(NicDescription { name: p.name, pci_path: p.pci_path, speed_mbps: p.speed_mbps, port: p.port, guid: p.guid, latency_us: p.latency_us, max_comms: p.max_comms, gdr: p.ptr_support.cuda });
+    }
+    let found = discover::discover(&Options { nics, gpu_ranks: Vec::new(), host_id: config.host_id.clone() }).map_err(|e| Error::Internal(e.to_string()))?;
     for note in &found.notes {
         tracing::info!(target: log_target::GRAPH, "topology: {note}");
     }

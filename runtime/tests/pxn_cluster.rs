@@ -308,18 +308,7 @@ fn two_socket_topology() -> std::path::PathBuf {
     path
 }
 
-/// oxccl's socket net as a plugin (`libnccl_net_oxccl.so`, which cargo builds with the
-/// workspace): unlike the internal one, it has a device for every interface it is given.
-fn socket_plugin() -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    [deps.join("libnccl_net_oxccl.so"), deps.join("../libnccl_net_oxccl.so")]
-        .into_iter()
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("libnccl_net_oxccl.so is not built next to {} (cargo build -p oxccl-netplugin)", exe.display()))
-}
-
-/// Every rank sees both rails (two devices of the socket plugin), bound to CPU `local rank`,
+/// Every rank sees both rails (two devices of its socket net), bound to CPU `local rank`,
 /// and NCCL_TOPO_FILE says CPU i is next to rail i's NIC: each rank's own NIC is rail
 /// `local rank`'s, so with PXN a send to the other rail goes through the host mate on it,
 /// as when each rank is given its rail alone; without PXN it leaves by the sender's far NIC
@@ -327,10 +316,10 @@ fn socket_plugin() -> std::path::PathBuf {
 #[test]
 fn a_topology_file_says_which_nic_is_each_ranks_own() {
     let Some(cluster) = cluster() else { return };
-    let (topo, plugin) = (two_socket_topology(), socket_plugin());
-    let (topo, plugin) = (topo.to_str().unwrap(), plugin.to_str().unwrap());
+    let topo = two_socket_topology();
+    let topo = topo.to_str().unwrap();
     for (pxn, port) in [(true, 29640), (false, 29641)] {
-        let env = [("NCCL_SOCKET_IFNAME", "=rail0,rail1"), ("NCCL_NET_PLUGIN", plugin), ("NCCL_TOPO_FILE", topo), ("OXCCL_TEST_PIN_LOCAL", "1"), ("NCCL_PXN_DISABLE", if pxn { "0" } else { "1" })];
+        let env = [("NCCL_SOCKET_IFNAME", "=rail0,rail1"), ("NCCL_TOPO_FILE", topo), ("OXCCL_TEST_PIN_LOCAL", "1"), ("NCCL_PXN_DISABLE", if pxn { "0" } else { "1" })];
         let stdouts = expect(&job(&cluster, "exchange", &env, port), 0, "exchange ok", None);
         let mut relayed = 0;
         for (rank, stdout) in stdouts.iter().enumerate() {

@@ -26,6 +26,7 @@
 //! device. Handles may arrive padded with anything (NCCL passes 128-byte buffers): only
 //! their first bytes count.
 
+mod devices;
 mod handshake;
 mod helpers;
 mod stream;
@@ -42,6 +43,7 @@ use super::{
     MAX_MESSAGE_BYTES, MAX_REQUESTS,
 };
 use crate::{Error, Result};
+pub use devices::{choose_devices, MAX_DEVICES};
 use handshake::{Accepted, Connecting, Listening};
 use helpers::{DataPath, Direction};
 use stream::{RecvState, SendState};
