@@ -312,7 +312,8 @@ fn two_socket_topology() -> std::path::PathBuf {
 /// and NCCL_TOPO_FILE says CPU i is next to rail i's NIC: each rank's own NIC is rail
 /// `local rank`'s, so with PXN a send to the other rail goes through the host mate on it,
 /// as when each rank is given its rail alone; without PXN it leaves by the sender's far NIC
-/// on the receiver's rail (it has one) instead of crossing the spine.
+/// on the receiver's rail (it has one) instead of crossing the spine. Without the file
+/// every rank owns both NICs: channel c's connections use rail c mod 2, none relayed.
 #[test]
 fn a_topology_file_says_which_nic_is_each_ranks_own() {
     let Some(cluster) = cluster() else { return };
@@ -338,6 +339,17 @@ fn a_topology_file_says_which_nic_is_each_ranks_own() {
         eprintln!("PXN {pxn}: both rails seen, the topology file's NICs used; {relayed} sends relayed");
     }
     let _ = std::fs::remove_file(topo);
+    // Without the file both NICs are every rank's own: nothing is relayed, and channel c's
+    // connections use rail c mod 2 at both ends.
+    let env = [("NCCL_SOCKET_IFNAME", "=rail0,rail1"), ("OXCCL_TEST_PIN_LOCAL", "1")];
+    let stdouts = expect(&job(&cluster, "exchange", &env, 29642), 0, "exchange ok", None);
+    for (rank, stdout) in stdouts.iter().enumerate() {
+        let made = connections(stdout);
+        assert!(!made.is_empty(), "rank {rank} reported no connections:\n{stdout}");
+        for c in made {
+            assert_eq!((c.proxy, c.nic.clone()), (c.from, format!("rail{}", c.channel % 2)), "rank {rank}, no topology file: {c:?}");
+        }
+    }
 }
 
 #[test]
