@@ -1,12 +1,14 @@
 //! The host executor's cost model: measured on a 2-core VM (docs/PERFORMANCE.md), it prices
-//! what the host data path runs — Ring, Tree (all_reduce) and Direct over Simple FIFOs.
+//! what the host data path runs — Ring, Tree, Direct and Doubling (all_reduce) over Simple
+//! FIFOs.
 //!
 //! An algorithm costs its hops in sequence times a per-hop latency, plus its messages per
 //! hop times an issue cost, plus the bytes each rank moves over a bandwidth, plus the
 //! elements it reduces over a reduction rate: shared memory ~0.15 µs a hop and ~6 GB/s,
 //! the socket Net ~15 µs a hop and ~0.8 GB/s per connection (no helper threads: its default
 //! below 4 cores), reductions ~4 GB/s; a hop costs ~5 µs when a host runs more ranks than
-//! it has cores (a message waits for its receiver to be scheduled). For all_reduce: ring (2(n-1) hops, 2(n-1)/n of the data),
+//! it has cores (a message waits for its receiver to be scheduled), and so does every
+//! message of a hop. For all_reduce: ring (2(n-1) hops, 2(n-1)/n of the data),
 //! the double binary tree (2⌈log2 n⌉ hops, about twice the data) and the two-shot direct
 //! exchange (2 hops of n-1 messages each, the ring's traffic; on the Net its n-1
 //! connections stream in parallel, in shared memory its scattered copies run at about half
@@ -43,16 +45,29 @@ impl HostModel {
 
     /// Estimated seconds of `algorithm` for `collective` on `bytes` (the collective's `count` elements).
     pub fn estimate(&self, collective: Collective, algorithm: Algorithm, bytes: usize) -> f64 {
-        let (mut hop, issue, bandwidth): (f64, f64, f64) = if self.net { (15e-6, 2e-6, 0.8e9) } else { (0.15e-6, 0.05e-6, 6e9) };
+        let (mut hop, mut issue, bandwidth): (f64, f64, f64) = if self.net { (15e-6, 2e-6, 0.8e9) } else { (0.15e-6, 0.05e-6, 6e9) };
         if self.oversubscribed {
+            // More ranks than cores: a message waits for its receiver to be scheduled, as a
+            // hop does (2-core VM, 4 and 8 ranks over the socket Net, 2026-11-27: two-shot's
+            // 6 and 14 messages a rank 126-1036 µs at 8 B-4 KiB, recursive doubling's 2 and 3
+            // 78-289).
             hop = hop.max(5e-6);
+            issue = hop;
         }
         let reduce_rate = 4e9;
         let n = self.nranks.max(1) as f64;
         let s = bytes as f64;
         // ⌈log2 n⌉, at least 1, in integers (a float log2 per call showed in the small-call profile).
         let log2 = (usize::BITS - self.nranks.saturating_sub(1).leading_zeros()).max(1) as f64;
-        let parallel = if self.net { (n - 1.0).clamp(1.0, 2.0) } else { 0.5 };
+        // Two-shot's connections stream in parallel over the Net only where there are cores
+        // to move them.
+        let parallel = if !self.net {
+            0.5
+        } else if self.oversubscribed {
+            1.0
+        } else {
+            (n - 1.0).clamp(1.0, 2.0)
+        };
         let (hops, messages, moved, reduced) = match (collective, algorithm) {
             (Collective::AllReduce, Algorithm::Ring) => (2.0 * (n - 1.0), 2.0 * (n - 1.0), 2.0 * (n - 1.0) / n * s, (n - 1.0) / n * s),
             (Collective::AllReduce, Algorithm::Tree) => (2.0 * log2, 4.0 * log2, 2.0 * s, s),

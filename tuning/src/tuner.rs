@@ -183,6 +183,21 @@ mod tests {
         assert_eq!(pick(&host(1, false, None, None), Collective::AllToAll, 64), Algorithm::Ring);
     }
 
+    /// More ranks than cores (the 2-core VM, docs/PERFORMANCE.md): a message costs a hop,
+    /// so the algorithm with the fewest messages wins small all_reduces — recursive
+    /// doubling, measured fastest there to 32 KiB over the Net with 4 ranks and to 4 KiB in
+    /// shared memory with 8.
+    #[test]
+    fn oversubscribed_hosts_pick_by_messages() {
+        let crowded = |nranks, net| Tuner::new(Selection::default(), Model::Host(HostModel { nranks, net, oversubscribed: true }), HostModel::runs, None);
+        for bytes in [8, 4096, 32 << 10] {
+            assert_eq!(pick(&crowded(4, true), Collective::AllReduce, bytes), Algorithm::Doubling, "4 ranks over the Net, {bytes} B");
+        }
+        assert_eq!(pick(&crowded(4, true), Collective::AllReduce, 1 << 20), Algorithm::Direct);
+        assert_eq!(pick(&crowded(8, false), Collective::AllReduce, 4096), Algorithm::Doubling);
+        assert_eq!(pick(&crowded(2, false), Collective::AllReduce, 64), Algorithm::Direct, "two ranks: one shot");
+    }
+
     #[test]
     fn forcing_and_excluding() {
         assert_eq!(pick(&host(4, false, Some("ring"), None), Collective::AllToAll, BIG), Algorithm::Ring);
