@@ -9,8 +9,8 @@
 //! be one rail (one network, a switch of its own), as rail-optimized clusters are cabled
 //! and as NCCL assumes when it pairs a GPU with the peer's NIC of the same index.
 //!
-//! A rank's own NICs are those it sees, or where NCCL_TOPO_FILE says which of them are
-//! near the CPU (NUMA node) it runs on, those (`oxccl_topology::layout::nets_near_cpus`;
+//! A rank's own NICs are those it sees; where NCCL_TOPO_FILE says which of them are near
+//! the CPU (NUMA node) it runs on, only those (`oxccl_topology::layout::nets_near_cpus`;
 //! the others are written `!name` in its record and used only where nothing nearer
 //! serves). A receive on `channel` listens on the receiver's own device
 //! `channel % its own devices` (channels are dealt over a rank's NICs). A send to it goes
