@@ -8,8 +8,9 @@
 //! ```
 //!
 //! Prints the machine as a tree, GPUs and NICs against each other like
-//! `nvidia-smi topo -m`, the ring and tree channels found, NCCL's latency/bandwidth table,
-//! and per collective and size the algorithm, protocol, channels and predicted time. With
+//! `nvidia-smi topo -m`, the NICs nearest the CPUs a rank runs on (`--cpus`), the ring and
+//! tree channels found, NCCL's latency/bandwidth table, and per collective and size the
+//! algorithm, protocol, channels and predicted time. With
 //! no GPU (or `--host`) the choices are the host executor's. NCCL_TOPO_FILE,
 //! NCCL_TOPO_DUMP_FILE, NCCL_ALGO, NCCL_PROTO and NCCL_TUNER_PLUGIN are read as the
 //! library reads them; the options override them.
@@ -75,6 +76,10 @@ struct Args {
     /// Only the choices (no tree, matrix or channels).
     #[arg(long)]
     choices_only: bool,
+    /// The CPUs a rank runs on, for the NICs nearest them (`0-3,8`; default: this
+    /// process's, from /proc/self/status).
+    #[arg(long)]
+    cpus: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -147,6 +152,14 @@ fn run(args: Args) -> Result<()> {
     if !args.choices_only {
         println!("# Machine\n{}", render::tree(&topology.system));
         println!("# Paths\n{}", render::matrix(&topology));
+        let cpus = match &args.cpus {
+            Some(list) => cpu_list(list).ok_or_else(|| format!("--cpus {list:?}: expected CPUs and ranges, as 0-3,8"))?,
+            None => std::fs::read_to_string("/proc/self/status").ok().and_then(|status| status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).and_then(cpu_list)).unwrap_or_default(),
+        };
+        match oxccl_topology::layout::nets_near_cpus(&topology, &cpus) {
+            Some(nets) => println!("# NICs nearest CPUs {cpus:?} (a rank's own NICs for PXN on the host path)\n{}\n", nets.join(", ")),
+            None => println!("# NICs nearest CPUs {cpus:?}\nnone nearer than another (no CPU of the topology holds them all, or it gives no affinities)\n"),
+        }
     }
     let gpus = topology.system.of(NodeKind::Gpu).len();
     let nranks = args.nranks.unwrap_or((gpus * args.nnodes).max(1));
@@ -198,6 +211,18 @@ fn run(args: Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// CPUs and ranges as Linux lists them (`0-3,8`); None if the text is not such a list.
+fn cpu_list(text: &str) -> Option<Vec<usize>> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => cpus.extend(a.trim().parse::<usize>().ok()?..=b.trim().parse::<usize>().ok()?),
+            None => cpus.push(part.trim().parse().ok()?),
+        }
+    }
+    Some(cpus)
 }
 
 /// On GPU paths every pair NCCL's model prices is shown as NCCL would run it (oxccl's own
