@@ -43,8 +43,8 @@ pub(crate) struct Rails {
     /// Each rank's devices' names, in device order (on one host, this rank's for every
     /// rank: nothing is relayed then).
     names: Vec<Vec<String>>,
-    /// Which of each rank's devices are its own (near it); every one without a map.
-    near: Vec<Vec<bool>>,
+    /// Each rank's own devices (near it), in device order: every one without a map.
+    own_devices: Vec<Vec<usize>>,
     /// Each rank's host, numbered in order of first appearance.
     hosts: Vec<usize>,
     /// Whether ranks of one host reach each other through shared memory (not
@@ -60,8 +60,18 @@ impl Rails {
     /// The map of every rank's device `names` (`!name`: a device not near the rank) and
     /// host identity (`hosts`: equal strings, one host).
     pub fn new(names: Vec<Vec<String>>, hosts: &[String], shared_memory: bool, pxn_disable: bool, p2p_pxn_level: u8) -> Rails {
-        let near: Vec<Vec<bool>> = names.iter().map(|own| own.iter().map(|n| !n.starts_with(FAR)).collect()).collect();
-        let names = names.into_iter().map(|own| own.into_iter().map(|n| n.strip_prefix(FAR).map_or(n.clone(), str::to_string)).collect()).collect();
+        let own_devices = names
+            .iter()
+            .map(|all| {
+                let near: Vec<usize> = (0..all.len()).filter(|&d| !all[d].starts_with(FAR)).collect();
+                if near.is_empty() {
+                    (0..all.len()).collect()
+                } else {
+                    near
+                }
+            })
+            .collect();
+        let names = names.into_iter().map(|all| all.into_iter().map(|n| n.strip_prefix(FAR).map_or(n.clone(), str::to_string)).collect()).collect();
         let mut seen: Vec<&String> = Vec::new();
         let hosts = hosts
             .iter()
@@ -73,7 +83,7 @@ impl Rails {
                 }
             })
             .collect();
-        Rails { names, near, hosts, shared_memory, pxn_disable, p2p_pxn_level }
+        Rails { names, own_devices, hosts, shared_memory, pxn_disable, p2p_pxn_level }
     }
 
     /// Whether ranks `a` and `b` (not the same) reach each other through shared memory.
@@ -85,21 +95,15 @@ impl Rails {
         self.names.get(rank).map_or(&[][..], |n| &n[..])
     }
 
-    /// `rank`'s own devices (near it), or all of them where none is marked near.
-    fn near_devices(&self, rank: usize) -> Vec<usize> {
-        let near: Vec<usize> = self.near.get(rank).map_or_else(Vec::new, |n| (0..n.len()).filter(|&d| n[d]).collect());
-        if near.is_empty() {
-            (0..self.own(rank).len()).collect()
-        } else {
-            near
-        }
+    /// `rank`'s own devices (near it; all of them where none is marked near).
+    fn near_devices(&self, rank: usize) -> &[usize] {
+        self.own_devices.get(rank).map_or(&[][..], |d| &d[..])
     }
 
     /// `rank`'s device on `rail`: a near one, or (`near_only` false) any.
     fn device_on(&self, rank: usize, rail: &str, near_only: bool) -> Option<usize> {
-        let near = self.near_devices(rank);
-        let own = self.own(rank);
-        near.iter().copied().find(|&d| own[d] == rail).or_else(|| if near_only { None } else { own.iter().position(|n| n == rail) })
+        let all = self.own(rank);
+        self.near_devices(rank).iter().copied().find(|&d| all[d] == rail).or_else(|| if near_only { None } else { all.iter().position(|n| n == rail) })
     }
 
     /// The device rank `rank` receives `channel`'s messages on: its own devices in turn.
@@ -153,7 +157,7 @@ impl Rails {
         }
         let mut relays: Vec<usize> = (0..self.names.len())
             .filter(|&r| r != me && self.hosts.get(r) != self.hosts.get(me))
-            .flat_map(|r| self.near_devices(r).into_iter().map(move |d| (r, d)))
+            .flat_map(|r| self.near_devices(r).iter().map(move |&d| (r, d)))
             .filter_map(|(r, d)| self.rail(r, d))
             .filter(|rail| self.device_on(me, rail, true).is_none())
             .filter_map(|rail| (0..self.names.len()).find(|&p| self.local(me, p) && self.device_on(p, rail, true).is_some()))
