@@ -211,25 +211,13 @@ fn mark_far_devices(config: &Config, names: Vec<String>) -> Result<Vec<String>> 
     let bad = |e: oxccl_topology::Error| Error::invalid(format!("NCCL_TOPO_FILE {file}: {e}"));
     let xml = oxccl_topology::XmlNode::load(std::path::Path::new(file)).map_err(bad)?;
     let topology = oxccl_topology::Topology::new(oxccl_topology::System::from_xml(&xml).map_err(bad)?, oxccl_topology::PathSettings::default()).map_err(bad)?;
-    let cpus = process_cpus();
+    let cpus = oxccl_topology::layout::process_cpus();
     let Some(near) = oxccl_topology::layout::nets_near_cpus(&topology, &cpus) else { return Ok(names) };
     if !names.iter().any(|n| near.contains(n)) {
         return Ok(names);
     }
     tracing::info!(target: crate::log_target::NET, "NCCL_TOPO_FILE: the NICs near CPUs {cpus:?} are {near:?}");
     Ok(names.into_iter().map(|n| if near.contains(&n) { n } else { format!("{}{n}", pxn::FAR) }).collect())
-}
-
-/// The CPUs this process may run on (its affinity), or none if it cannot be read.
-fn process_cpus() -> Vec<usize> {
-    // SAFETY: a zeroed cpu_set_t is an empty set; sched_getaffinity writes at most its size.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: pid 0 is this thread; the size is the set's.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
-        return Vec::new();
-    }
-    // SAFETY: `set` is initialised; CPU_ISSET reads within it for c < CPU_SETSIZE.
-    (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
 }
 
 /// OXCCL_PROXY_THREADS, or the default for this host: its cores online (not this process's

@@ -299,6 +299,25 @@ pub fn cpumask(text: &str) -> Option<Vec<usize>> {
     Some(cpus)
 }
 
+/// CPUs and ranges as Linux lists them (`0-3,8`: sysfs `cpulist`, `Cpus_allowed_list`);
+/// None if the text is not such a list.
+pub fn cpu_list(text: &str) -> Option<Vec<usize>> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.trim().is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => cpus.extend(a.trim().parse::<usize>().ok()?..=b.trim().parse::<usize>().ok()?),
+            None => cpus.push(part.trim().parse().ok()?),
+        }
+    }
+    Some(cpus)
+}
+
+/// The CPUs this process may run on (`Cpus_allowed_list` of /proc/self/status: its
+/// affinity, as a launcher bound it), or none where that cannot be read.
+pub fn process_cpus() -> Vec<usize> {
+    std::fs::read_to_string("/proc/self/status").ok().and_then(|status| status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).and_then(cpu_list)).unwrap_or_default()
+}
+
 /// The names of the NICs nearest a process that runs on `cpus` (of the first host the
 /// topology describes): the NETs nearest the CPU (NUMA node) whose affinity holds every one
 /// of `cpus`, by bandwidth and then path type (NCCL's rule for a GPU's NIC, from the CPU

@@ -153,8 +153,8 @@ fn run(args: Args) -> Result<()> {
         println!("# Machine\n{}", render::tree(&topology.system));
         println!("# Paths\n{}", render::matrix(&topology));
         let cpus = match &args.cpus {
-            Some(list) => cpu_list(list).ok_or_else(|| format!("--cpus {list:?}: expected CPUs and ranges, as 0-3,8"))?,
-            None => std::fs::read_to_string("/proc/self/status").ok().and_then(|status| status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).and_then(cpu_list)).unwrap_or_default(),
+            Some(list) => oxccl_topology::layout::cpu_list(list).ok_or_else(|| format!("--cpus {list:?}: expected CPUs and ranges, as 0-3,8"))?,
+            None => oxccl_topology::layout::process_cpus(),
         };
         match oxccl_topology::layout::nets_near_cpus(&topology, &cpus) {
             Some(nets) => println!("# NICs nearest CPUs {cpus:?} (a rank's own NICs for PXN on the host path)\n{}\n", nets.join(", ")),
@@ -211,18 +211,6 @@ fn run(args: Args) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// CPUs and ranges as Linux lists them (`0-3,8`); None if the text is not such a list.
-fn cpu_list(text: &str) -> Option<Vec<usize>> {
-    let mut cpus = Vec::new();
-    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => cpus.extend(a.trim().parse::<usize>().ok()?..=b.trim().parse::<usize>().ok()?),
-            None => cpus.push(part.trim().parse().ok()?),
-        }
-    }
-    Some(cpus)
 }
 
 /// On GPU paths every pair NCCL's model prices is shown as NCCL would run it (oxccl's own
