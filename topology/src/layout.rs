@@ -312,10 +312,15 @@ pub fn cpu_list(text: &str) -> Option<Vec<usize>> {
     Some(cpus)
 }
 
-/// The CPUs this process may run on (`Cpus_allowed_list` of /proc/self/status: its
-/// affinity, as a launcher bound it), or none where that cannot be read.
+/// The CPUs the calling thread may run on (`Cpus_allowed_list` of
+/// /proc/thread-self/status, else of /proc/self/status: the affinity a launcher bound the
+/// process to, or the thread to), or none where that cannot be read.
 pub fn process_cpus() -> Vec<usize> {
-    std::fs::read_to_string("/proc/self/status").ok().and_then(|status| status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).and_then(cpu_list)).unwrap_or_default()
+    ["/proc/thread-self/status", "/proc/self/status"]
+        .iter()
+        .find_map(|path| std::fs::read_to_string(path).ok())
+        .and_then(|status| status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).and_then(cpu_list))
+        .unwrap_or_default()
 }
 
 /// The names of the NICs nearest a process that runs on `cpus` (of the first host the
