@@ -211,7 +211,7 @@ fn mark_far_devices(config: &Config, names: Vec<String>) -> Result<Vec<String>> 
     let bad = |e: oxccl_topology::Error| Error::invalid(format!("NCCL_TOPO_FILE {file}: {e}"));
     let xml = oxccl_topology::XmlNode::load(std::path::Path::new(file)).map_err(bad)?;
     let topology = oxccl_topology::Topology::new(oxccl_topology::System::from_xml(&xml).map_err(bad)?, oxccl_topology::PathSettings::default()).map_err(bad)?;
-    let cpus = oxccl_topology::layout::process_cpus();
+    let cpus = oxccl_topology::layout::allowed_cpus();
     let Some(near) = oxccl_topology::layout::nets_near_cpus(&topology, &cpus) else { return Ok(names) };
     if !names.iter().any(|n| near.contains(n)) {
         return Ok(names);

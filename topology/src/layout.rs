@@ -315,7 +315,7 @@ pub fn cpu_list(text: &str) -> Option<Vec<usize>> {
 /// The CPUs the calling thread may run on (`Cpus_allowed_list` of
 /// /proc/thread-self/status, else of /proc/self/status: the affinity a launcher bound the
 /// process to, or the thread to), or none where that cannot be read.
-pub fn process_cpus() -> Vec<usize> {
+pub fn allowed_cpus() -> Vec<usize> {
     ["/proc/thread-self/status", "/proc/self/status"]
         .iter()
         .find_map(|path| std::fs::read_to_string(path).ok())

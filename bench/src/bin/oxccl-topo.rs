@@ -154,7 +154,7 @@ fn run(args: Args) -> Result<()> {
         println!("# Paths\n{}", render::matrix(&topology));
         let cpus = match &args.cpus {
             Some(list) => oxccl_topology::layout::cpu_list(list).ok_or_else(|| format!("--cpus {list:?}: expected CPUs and ranges, as 0-3,8"))?,
-            None => oxccl_topology::layout::process_cpus(),
+            None => oxccl_topology::layout::allowed_cpus(),
         };
         match oxccl_topology::layout::nets_near_cpus(&topology, &cpus) {
             Some(nets) => println!("# NICs nearest CPUs {cpus:?} (a rank's own NICs for PXN on the host path)\n{}\n", nets.join(", ")),
