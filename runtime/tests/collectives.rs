@@ -160,6 +160,21 @@ fn network_channels_have_their_own_connections() {
     }
 }
 
+/// Every rank's f32 all_reduce of `input(rank)` with `op`, in place or not: each output's bits.
+fn all_reduce_bits(comms: &[Communicator], input: impl Fn(usize) -> Vec<f32> + Sync, op: oxccl_runtime::ReduceOp, in_place: bool) -> Vec<Vec<u32>> {
+    on_every_rank(comms, |rank, c| {
+        let send = input(rank);
+        let mut recv = vec![0.0f32; send.len()];
+        if in_place {
+            recv.copy_from_slice(&send);
+            c.all_reduce_in_place(&mut recv, op).unwrap();
+        } else {
+            c.all_reduce(&send, &mut recv, op).unwrap();
+        }
+        recv.iter().map(|x| x.to_bits()).collect()
+    })
+}
+
 /// Recursive doubling folds the same two partials on both partners of each round, in
 /// opposite order: every rank holds the same bits though floating-point sums depend on
 /// their order (values of many magnitudes), with ranks beyond a power of two folded in
@@ -174,17 +189,7 @@ fn recursive_doubling_leaves_the_same_bits_on_every_rank() {
         for count in [1usize, 1000, 100_003] {
             for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min] {
                 for in_place in [false, true] {
-                    let outputs: Vec<Vec<u32>> = on_every_rank(&comms, |rank, c| {
-                        let send = input(rank, count);
-                        let mut recv = vec![0.0f32; count];
-                        if in_place {
-                            recv.copy_from_slice(&send);
-                            c.all_reduce_in_place(&mut recv, op).unwrap();
-                        } else {
-                            c.all_reduce(&send, &mut recv, op).unwrap();
-                        }
-                        recv.iter().map(|x| x.to_bits()).collect()
-                    });
+                    let outputs = all_reduce_bits(&comms, |rank| input(rank, count), op, in_place);
                     for rank in 1..n {
                         let differ = (0..count).filter(|&i| outputs[rank][i] != outputs[0][i]).count();
                         assert_eq!(differ, 0, "{n} ranks, {transport:?}, {count} elements, {op:?}, in place {in_place}: rank {rank} differs from rank 0 in {differ} elements");
@@ -209,17 +214,7 @@ fn two_ranks_in_one_shot_hold_the_same_bits() {
         for count in [1usize, 1000, 100_003] {
             for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min] {
                 for in_place in [false, true] {
-                    let outputs: Vec<Vec<u32>> = on_every_rank(&comms, |rank, c| {
-                        let send = input(rank, count);
-                        let mut recv = vec![0.0f32; count];
-                        if in_place {
-                            recv.copy_from_slice(&send);
-                            c.all_reduce_in_place(&mut recv, op).unwrap();
-                        } else {
-                            c.all_reduce(&send, &mut recv, op).unwrap();
-                        }
-                        recv.iter().map(|x| x.to_bits()).collect()
-                    });
+                    let outputs = all_reduce_bits(&comms, |rank| input(rank, count), op, in_place);
                     let what = format!("{transport:?}, {count} elements, {op:?}, in place {in_place}");
                     let differ = (0..count).filter(|&i| outputs[0][i] != outputs[1][i]).count();
                     assert_eq!(differ, 0, "{what}: the ranks' results differ in {differ} elements");
