@@ -162,27 +162,18 @@ impl Core {
 
 /// The internal socket Net's devices: every interface NCCL_SOCKET_IFNAME allows, or NCCL's
 /// default tiers, as NCCL's socket transport takes them (named after their interfaces: the
-/// rail names PXN pairs NICs by); where none is usable (an address no interface lists), the
-/// bootstrap's address alone.
+/// rail names PXN pairs NICs by); where none is usable, the bootstrap's address alone,
+/// named after its interface, or after the address where no interface has it.
 fn socket_devices(boot: &Bootstrap, config: &Config) -> Vec<SocketDevice> {
     let interfaces = oxccl_bootstrap::iface::list().unwrap_or_default();
-    match oxccl_transports::net::socket::choose_devices(&interfaces, config) {
-        Ok(devices) => devices,
-        Err(reason) => {
-            tracing::debug!(target: crate::log_target::NET, "socket net: {reason}; the bootstrap's address serves");
-            vec![bootstrap_device(boot.listen_addr().ip())]
-        }
-    }
-}
-
-/// The bootstrap's address as a device, named after its interface, or after the address
-/// where no interface has it.
-fn bootstrap_device(ip: std::net::IpAddr) -> SocketDevice {
-    let interfaces = oxccl_bootstrap::iface::list().unwrap_or_default();
-    match interfaces.iter().find(|i| i.addr == ip) {
-        Some(interface) => SocketDevice::interface(&interface.name, ip),
-        None => SocketDevice::address(ip),
-    }
+    oxccl_transports::net::socket::choose_devices(&interfaces, config).unwrap_or_else(|reason| {
+        tracing::debug!(target: crate::log_target::NET, "socket net: {reason}; the bootstrap's address serves");
+        let ip = boot.listen_addr().ip();
+        vec![match interfaces.iter().find(|i| i.addr == ip) {
+            Some(interface) => SocketDevice::interface(&interface.name, ip),
+            None => SocketDevice::address(ip),
+        }]
+    })
 }
 
 /// The communicator's NIC map: every rank's host and device names, gathered when it spans
