@@ -23,8 +23,9 @@
 use super::{chunks, split_channels, Lane, Link, Role, Shape, Slice, Step, CHANNEL_GRANULE};
 
 pub(super) fn lanes(shape: &Shape, rank: usize) -> Vec<Lane> {
+    // plan_lanes refuses 0 ranks.
     let n = shape.nranks;
-    let p = if n == 0 { 0 } else { 1 << n.ilog2() };
+    let p = 1 << n.ilog2();
     let extra = n - p;
     split_channels(shape.count, shape.channels.max(1), CHANNEL_GRANULE)
         .enumerate()

@@ -60,10 +60,9 @@ pub(crate) struct Context<'a> {
     pub departed: &'a dyn Fn() -> Vec<(usize, Duration)>,
     /// Whether a waiting run makes the proxy threads' passes itself (`proxy::help`): only
     /// a run with network links, and not where the host runs more of the communicator's
-    /// ranks than it has cores, whose
-    /// executors' passes would take the cores the ranks and proxies need (4 ranks on the
-    /// 2-core VM: small all_reduce over the socket Net 290-640 us with them, 120-430 without;
-    /// docs/results/2026-11-27-vm/help-oversubscribed).
+    /// ranks than it has cores, whose executors' passes would take the cores the ranks and
+    /// proxies need (4 ranks on the 2-core VM: small all_reduce over the socket Net
+    /// 290-640 us with them, 120-430 without; docs/results/2026-11-27-vm/help-oversubscribed).
     pub help_proxy: bool,
 }
 
