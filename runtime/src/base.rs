@@ -39,8 +39,9 @@ pub(crate) struct Core {
     /// Set once this rank and the ranks relaying for it, or relayed by it, parted
     /// (`pxn::relay::part`).
     pub relays_parted: AtomicBool,
-    /// Set once the relay service of this rank started (`pxn::relay::serve_if_needed`).
-    pub relay_served: AtomicBool,
+    /// The relay service of this rank, once started (`pxn::relay::serve_if_needed`), until
+    /// it is stopped (`pxn::relay::stop_service`).
+    pub relay_service: Mutex<pxn::relay::Service>,
     /// Set by a suspension: calls are refused until the communicator is resumed.
     pub suspended: AtomicBool,
     /// Abort flags of the non-blocking splits, shrinks and grows running from this
@@ -68,7 +69,7 @@ impl Core {
             socket,
             rails,
             relays_parted: AtomicBool::new(false),
-            relay_served: AtomicBool::new(false),
+            relay_service: Mutex::new(pxn::relay::Service::NotStarted),
             boot,
             config: config.clone(),
             abort: AbortFlag::new(),

@@ -92,6 +92,7 @@ impl Drop for GpuBackend {
             // the last handle of the core the bootstrap: a peer still waiting for this rank
             // in the host path learns it left), then the memory.
             let buffers = staged.map(Staged::finish);
+            crate::pxn::relay::stop_service(&core);
             drop(core);
             // Freeing waits for every kernel on the GPU, other communicators' included, and
             // meanwhile the driver holds up the process's other CUDA calls (GPU.md, "Using

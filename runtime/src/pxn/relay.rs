@@ -13,9 +13,10 @@
 //! process (its exit ends the asking rank's waits).
 
 use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
-use oxccl_bootstrap::Bootstrap;
+use oxccl_bootstrap::{AbortFlag, Bootstrap};
 use oxccl_transports::fifo::{Geometry, Region};
 
 use crate::algo::Link;
@@ -98,35 +99,66 @@ pub(crate) fn part(core: &Core, wait: bool) -> Result<()> {
     if core.relays_parted.swap(true, std::sync::atomic::Ordering::AcqRel) {
         return Ok(());
     }
-    for proxy in core.rails.relays_of(core.rank) {
-        core.boot.send(proxy as u32, DONE_TAG, &[])?;
-    }
-    for origin in core.rails.relayed_for(core.rank).into_iter().filter(|_| wait) {
-        core.boot.recv(origin as u32, DONE_TAG)?;
-    }
-    Ok(())
+    let parted = (|| {
+        for proxy in core.rails.relays_of(core.rank) {
+            core.boot.send(proxy as u32, DONE_TAG, &[])?;
+        }
+        for origin in core.rails.relayed_for(core.rank).into_iter().filter(|_| wait) {
+            core.boot.recv(origin as u32, DONE_TAG)?;
+        }
+        Ok(())
+    })();
+    stop_service(core);
+    parted
+}
+
+/// The relay service of a communicator's rank.
+pub(crate) enum Service {
+    NotStarted,
+    Running { stop: AbortFlag, thread: JoinHandle<()> },
+    Stopped,
 }
 
 /// Starts the relay service of `core`'s rank if ranks of its host may relay through it,
 /// answering their requests until the communicator goes.
 pub(crate) fn serve_if_needed(core: &Arc<Core>) {
     // A communicator moved onto GPU memory keeps its core: one service per core.
-    if !core.rails.may_relay_for_others(core.rank) || core.relay_served.swap(true, std::sync::atomic::Ordering::AcqRel) {
+    let mut service = core.relay_service.lock();
+    if !core.rails.may_relay_for_others(core.rank) || !matches!(*service, Service::NotStarted) {
         return;
     }
     let locals = (0..core.nranks).filter(|&r| r != core.rank && core.same_host[r]).collect();
-    let (weak, rank) = (Arc::downgrade(core), core.rank);
-    let spawned = std::thread::Builder::new().name(format!("oxccl-pxn-{rank}")).spawn(move || run(weak, locals));
-    if let Err(e) = spawned {
-        tracing::warn!(target: log_target::NET, "rank {rank}: starting the PXN relay service: {e}; ranks of this host that would relay through it will time out");
+    let (weak, rank, stop) = (Arc::downgrade(core), core.rank, AbortFlag::new());
+    let flag = stop.clone();
+    match std::thread::Builder::new().name(format!("oxccl-pxn-{rank}")).spawn(move || run(weak, locals, &flag)) {
+        Ok(thread) => *service = Service::Running { stop, thread },
+        Err(e) => {
+            *service = Service::Stopped;
+            tracing::warn!(target: log_target::NET, "rank {rank}: starting the PXN relay service: {e}; ranks of this host that would relay through it will time out");
+        }
     }
 }
 
-fn run(core: Weak<Core>, locals: Vec<usize>) {
+/// Stops the relay service of `core`'s rank and waits for its thread (at most one poll):
+/// the thread holds the communicator's core while it waits for a request, and a core that
+/// goes with it, after the process's last call, would never say goodbye to the job's
+/// other ranks (whose waits on this rank would then fail as on a death). Called when the
+/// ranks relayed for have parted, and by a GPU teardown.
+pub(crate) fn stop_service(core: &Core) {
+    let service = std::mem::replace(&mut *core.relay_service.lock(), Service::Stopped);
+    if let Service::Running { stop, thread } = service {
+        stop.raise();
+        if thread.thread().id() != std::thread::current().id() && thread.join().is_err() {
+            tracing::warn!(target: log_target::NET, "rank {}: the PXN relay service panicked", core.rank);
+        }
+    }
+}
+
+fn run(core: Weak<Core>, locals: Vec<usize>, stop: &AbortFlag) {
     let peers: Vec<u32> = locals.iter().map(|&r| r as u32).collect();
     loop {
         let Some(core) = core.upgrade() else { return };
-        if core.net.is_closed() || core.abort.is_raised() {
+        if stop.is_raised() || core.net.is_closed() || core.abort.is_raised() {
             return;
         }
         match core.boot.recv_any(REQUEST_TAG, &peers, POLL) {
