@@ -45,22 +45,32 @@ fn requests_in_flight_are_those_the_abi_promises() {
     let (context, mut send, mut recv) = pair(net.as_ref());
     let max_recvs = net.properties(0).unwrap().max_recvs;
     let memory = net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
-    let mut buffers = vec![[0u8; 8]; MAX_REQUESTS];
-    // Nothing is sent: every receive stays in flight.
+    let data = vec![5u8; 1 << 20];
+    let mut buffers = vec![vec![0u8; data.len()]; MAX_REQUESTS * max_recvs];
+    // 32 receives of maxRecvs buffers (tags 1..), never tested: every receive stays in
+    // flight, and nothing is read.
     let receives: Vec<_> = buffers
-        .iter_mut()
-        .map(|b| {
-            let posted = [RecvBuffer { data: b.as_mut_ptr(), len: 8, tag: 0 }];
+        .chunks_mut(max_recvs)
+        .enumerate()
+        .map(|(r, group)| {
+            let posted: Vec<RecvBuffer> = group.iter_mut().enumerate().map(|(i, b)| RecvBuffer { data: b.as_mut_ptr(), len: b.len(), tag: (r * max_recvs + i) as u32 + 1 }).collect();
             // SAFETY: the buffers outlive the requests (the comm is closed first).
-            unsafe { net.irecv(&mut recv, &posted, &[&memory]) }.unwrap().expect("the plugin takes 32 receives per comm")
+            unsafe { net.irecv(&mut recv, &posted, &vec![&memory; max_recvs]) }.unwrap().expect("the plugin takes 32 receives per comm")
         })
         .collect();
-    // 32 x maxRecvs sends of 1 MiB that nobody reads: the socket fills, the plugin queues.
-    let data = vec![5u8; 1 << 20];
+    // 32 x maxRecvs sends of 1 MiB, each once its receive's notice is in (maxRecvs > 1: the
+    // comm is receiver-driven), that nobody reads: the socket fills, the plugin queues.
     let send_memory = net.reg_mr(&mut send, data.as_ptr().cast_mut(), data.len(), MemoryKind::Host).unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let sends: Vec<_> = (0..MAX_REQUESTS * max_recvs)
-        // SAFETY: data outlives the requests (the comm is closed first).
-        .map(|tag| unsafe { net.isend(&mut send, data.as_ptr(), data.len(), tag as u32 + 1, &send_memory) }.unwrap().expect("32 x maxRecvs sends per comm"))
+        .map(|tag| loop {
+            // SAFETY: data outlives the requests (the comm is closed first).
+            if let Some(request) = unsafe { net.isend(&mut send, data.as_ptr(), data.len(), tag as u32 + 1, &send_memory) }.unwrap() {
+                break request;
+            }
+            assert!(std::time::Instant::now() < until, "send {tag} of the 32 x maxRecvs the ABI promises was refused");
+            std::thread::yield_now();
+        })
         .collect();
     assert_eq!((receives.len(), sends.len()), (32, 32 * 8));
     net.close_send(send).unwrap();

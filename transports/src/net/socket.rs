@@ -17,6 +17,9 @@
 //! `max_recvs` (how many buffers one `irecv` may carry) is 1 by default, like NCCL's socket
 //! transport, and configurable ([`SocketNet::with_max_recvs`]) so that the proxy engine's
 //! grouped receives can be tested without an IB NIC; [`SocketNet::stats`] counts them.
+//! With more than 1, comms are receiver-driven, as an IB NIC's: a message goes only once
+//! the receiver posted a receive with its tag (`isend` answers "later" until then), so
+//! that senders of independent messages may share a comm (see [`stream`]).
 //!
 //! Devices are interface addresses ([`SocketDevice`]): one for [`SocketNet::new`], one per
 //! interface for [`SocketNet::with_devices`] (as NCCL's socket transport makes a device of
@@ -286,7 +289,7 @@ impl Net for SocketNet {
     fn listen(&self, context: &Context, device: usize) -> Result<(Vec<u8>, ListenComm)> {
         context.get::<SocketContext>()?;
         let ip = self.device(device)?.ip;
-        let (handle, listening) = Listening::bind(ip, self.streams[device])?;
+        let (handle, listening) = Listening::bind(ip, self.streams[device], self.max_recvs > 1)?;
         Ok((handshake::encode_handle(&handle), Opaque::new(listening)))
     }
 
@@ -305,18 +308,18 @@ impl Net for SocketNet {
         }
         let (control, data) = attempt.into_sockets();
         let data = self.data_path(Direction::Send, decoded.addr, data, decoded.streams);
-        let state = SendState::new(control, data, self.stats.clone());
+        let state = SendState::new(control, data, self.stats.clone(), decoded.cleared);
         Ok(Some(Opaque::new(SocketSendComm(Arc::new(Mutex::new(state))))))
     }
 
     fn accept(&self, listen: &mut ListenComm) -> Result<Option<RecvComm>> {
         let listening = listen.get::<Listening>("listen comm")?;
-        let streams = listening.streams();
+        let (streams, cleared) = (listening.streams(), listening.cleared());
         let Some(Accepted { control, data, peer }) = listening.accept(&mut |peer, reason| self.refuse(peer, reason))? else {
             return Ok(None);
         };
         let data = self.data_path(Direction::Recv, peer, data, streams);
-        let state = RecvState::new(control, data, self.stats.clone());
+        let state = RecvState::new(control, data, self.stats.clone(), cleared);
         Ok(Some(Opaque::new(SocketRecvComm(Arc::new(Mutex::new(state))))))
     }
 
@@ -340,7 +343,7 @@ impl Net for SocketNet {
         let mut send = lock(&state, "send comm")?;
         // A grouped receive takes max_recvs messages per request, so the sending side keeps
         // that many times more in flight (the multi-receive contract).
-        if send.queued() >= MAX_REQUESTS * self.max_recvs {
+        if send.queued() >= MAX_REQUESTS * self.max_recvs || !send.clear(tag)? {
             return Ok(None);
         }
         // SAFETY: the caller's isend contract (valid and unchanged until done) is the one
@@ -376,6 +379,9 @@ impl Net for SocketNet {
             lent.push((unsafe { LentBuffer::new(buffer.data, buffer.len) }?, buffer.tag));
         }
         let (id, left) = recv.push(lent);
+        // The notice of a receiver-driven comm leaves at once: its sender waits for it (a
+        // failure is the comm's, reported by `test`).
+        recv.send_notices();
         drop(recv);
         self.stats.irecv_calls.fetch_add(1, Ordering::Relaxed);
         self.stats.irecv_buffers.fetch_add(buffers.len() as u64, Ordering::Relaxed);

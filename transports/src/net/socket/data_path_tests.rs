@@ -124,8 +124,9 @@ fn every_request_the_abi_promises_is_taken() {
     let mut sends: Vec<Request> = messages
         .iter()
         .enumerate()
-        // SAFETY: the messages outlive the requests, waited for below.
-        .map(|(m, data)| unsafe { net.isend(&mut send, data.as_ptr(), len, m as u32, &registration) }.unwrap().expect("a send within the promised 32 x 8"))
+        // SAFETY: the messages outlive the requests, waited for below. (The comm is
+        // receiver-driven: a send goes once its receive's notice is in.)
+        .map(|(m, data)| send_when_cleared(&net, &mut send, data, m as u32, &registration))
         .collect();
     for request in &mut receives {
         assert_eq!(wait(&net, request), vec![len; 8]);
@@ -134,6 +135,59 @@ fn every_request_the_abi_promises_is_taken() {
         wait(&net, request);
     }
     assert!(buffers == messages, "a message arrived corrupted");
+}
+
+/// `isend`s `data` with `tag` on `send`, calling again while the net answers "later"
+/// (a receiver-driven comm's send waits for its receive to be posted).
+fn send_when_cleared(net: &SocketNet, send: &mut SendComm, data: &[u8], tag: u32, registration: &MrHandle) -> Request {
+    let until = deadline();
+    loop {
+        // SAFETY: the callers keep `data` until the request is done.
+        if let Some(request) = unsafe { net.isend(send, data.as_ptr(), data.len(), tag, registration) }.unwrap() {
+            return request;
+        }
+        assert!(Instant::now() < until, "tag {tag} never cleared");
+        std::thread::yield_now();
+    }
+}
+
+/// A receiver-driven comm (`max_recvs` > 1) takes the messages of independent senders
+/// sharing it (PXN's relays) in any order: a message goes only once a posted receive has
+/// its tag, lands in the oldest such receive, and a receive completes as soon as its
+/// buffers are filled, before an older one that still waits; a tag never posted waits.
+#[test]
+fn a_receiver_driven_comm_takes_interleaved_senders_in_any_order() {
+    let tag = |origin: u32, k: u32| origin << 16 | k;
+    for threads in [0, 2] {
+        let net = net(threads, 2, 4);
+        let (mut send, mut recv) = pair(&net);
+        let (sent, received) = (net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap(), net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap());
+        // In pieces where the comm has data sockets.
+        let len = MIN_PIECE_BYTES + 3;
+        let (a0, a1, b0) = (message(0, len), message(1, len), message(2, len));
+        // SAFETY: a refused send keeps nothing.
+        assert!(unsafe { net.isend(&mut send, a0.as_ptr(), len, tag(0, 0), &sent) }.unwrap().is_none(), "nothing posted: the send waits");
+        let mut buffers = vec![vec![0u8; len]; 3];
+        let [r_a0, r_b0, r_a1] = &mut buffers[..] else { unreachable!() };
+        let first = [RecvBuffer { data: r_a0.as_mut_ptr(), len, tag: tag(0, 0) }, RecvBuffer { data: r_b0.as_mut_ptr(), len, tag: tag(1, 0) }];
+        // SAFETY: the buffers outlive the requests, each waited for below.
+        let mut older = unsafe { net.irecv(&mut recv, &first, &[&received; 2]) }.unwrap().unwrap();
+        // SAFETY: as above.
+        let mut newer = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: r_a1.as_mut_ptr(), len, tag: tag(0, 1) }], &[&received]) }.unwrap().unwrap();
+        let mut sends = vec![send_when_cleared(&net, &mut send, &a1, tag(0, 1), &sent), send_when_cleared(&net, &mut send, &a0, tag(0, 0), &sent)];
+        assert_eq!(wait(&net, &mut newer), vec![len], "threads {threads}");
+        for _ in 0..100 {
+            assert_eq!(net.test(&mut older).unwrap(), None, "threads {threads}: completed without rank 1's message");
+        }
+        // SAFETY: a refused send keeps nothing.
+        assert!(unsafe { net.isend(&mut send, a1.as_ptr(), len, tag(0, 2), &sent) }.unwrap().is_none(), "a tag never posted waits");
+        sends.push(send_when_cleared(&net, &mut send, &b0, tag(1, 0), &sent));
+        assert_eq!(wait(&net, &mut older), vec![len, len], "threads {threads}");
+        for request in &mut sends {
+            wait(&net, request);
+        }
+        assert!(buffers == [a0, b0, a1], "threads {threads}: a message in the wrong buffer");
+    }
 }
 
 #[test]

@@ -22,7 +22,7 @@ use crate::net::HANDLE_MAX_BYTES;
 use crate::{Error, Result};
 
 /// First bytes of listen handles and greetings: the format's name and version.
-const PROTOCOL: [u8; 4] = *b"OXS2";
+const PROTOCOL: [u8; 4] = *b"OXS3";
 /// Protocol (4), magic (u64 LE), comm (u64 LE), connection number (u8), data connections (u8).
 pub(super) const GREETING_BYTES: usize = 22;
 /// How long a comm's connections being made may take before `connect` gives up.
@@ -38,22 +38,26 @@ const MAX_GROUPS: usize = 64;
 
 /// What a listen handle says: where to connect, the magic to greet with, and how the
 /// listener wants the comm's data moved (its threads and data connections: the listening
-/// side decides, as in NCCL's socket transport).
+/// side decides, as in NCCL's socket transport), and whether its comms are receiver-driven
+/// (a message goes only once its receive is posted: see `stream`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Handle {
     pub addr: SocketAddr,
     pub magic: u64,
     pub streams: Streams,
+    pub cleared: bool,
 }
 
-/// Handle bytes: protocol (4), magic (u64 LE), threads (u8), data sockets (u8), port (u16
-/// LE), family (4 or 6), address; whatever follows is padding.
+/// Handle bytes: protocol (4), magic (u64 LE), threads (u8), data sockets (u8), flags (u8:
+/// bit 0 receiver-driven), port (u16 LE), family (4 or 6), address; whatever follows is
+/// padding.
 pub(super) fn encode_handle(handle: &Handle) -> Vec<u8> {
     let mut bytes = PROTOCOL.to_vec();
     bytes.extend_from_slice(&handle.magic.to_le_bytes());
     // Streams are at most MAX_THREADS and MAX_DATA_SOCKETS, which fit a byte.
     bytes.push(handle.streams.threads as u8);
     bytes.push(handle.streams.sockets as u8);
+    bytes.push(u8::from(handle.cleared));
     bytes.extend_from_slice(&handle.addr.port().to_le_bytes());
     match handle.addr.ip() {
         IpAddr::V4(ip) => {
@@ -71,7 +75,7 @@ pub(super) fn encode_handle(handle: &Handle) -> Vec<u8> {
 
 pub(super) fn decode_handle(bytes: &[u8]) -> Result<Handle> {
     let bad = |reason: String| Error::Malformed { what: "socket listen handle", reason };
-    if bytes.len() < 17 || bytes[..4] != PROTOCOL {
+    if bytes.len() < 18 || bytes[..4] != PROTOCOL {
         return Err(bad("not a socket-net handle of this version".into()));
     }
     let magic = u64::from_le_bytes(bytes[4..12].try_into().expect("8 bytes"));
@@ -79,13 +83,18 @@ pub(super) fn decode_handle(bytes: &[u8]) -> Result<Handle> {
     if !streams.is_valid() {
         return Err(bad(format!("{} helper threads and {} data sockets (at most {MAX_THREADS} threads, {MAX_DATA_SOCKETS} sockets, the same number on each thread)", streams.threads, streams.sockets)));
     }
-    let port = u16::from_le_bytes([bytes[14], bytes[15]]);
-    let ip = match (bytes[16], &bytes[17..]) {
+    let cleared = match bytes[14] {
+        0 => false,
+        1 => true,
+        flags => return Err(bad(format!("unknown flags {flags:#x}"))),
+    };
+    let port = u16::from_le_bytes([bytes[15], bytes[16]]);
+    let ip = match (bytes[17], &bytes[18..]) {
         (4, rest) if rest.len() >= 4 => IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(&rest[..4]).expect("4 bytes"))),
         (6, rest) if rest.len() >= 16 => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&rest[..16]).expect("16 bytes"))),
         _ => return Err(bad("bad address family or length".into())),
     };
-    Ok(Handle { addr: SocketAddr::new(ip, port), magic, streams })
+    Ok(Handle { addr: SocketAddr::new(ip, port), magic, streams, cleared })
 }
 
 /// What a connection says first.
@@ -215,6 +224,7 @@ pub(super) struct Listening {
     listener: TcpListener,
     magic: u64,
     streams: Streams,
+    cleared: bool,
     arriving: VecDeque<Arriving>,
     groups: VecDeque<Group>,
 }
@@ -244,21 +254,27 @@ pub(super) struct Accepted {
 }
 
 impl Listening {
-    /// Listens on `ip` for comms that move their data as `streams` says.
-    pub(super) fn bind(ip: IpAddr, streams: Streams) -> Result<(Handle, Listening)> {
+    /// Listens on `ip` for comms that move their data as `streams` says, receiver-driven
+    /// when `cleared`.
+    pub(super) fn bind(ip: IpAddr, streams: Streams, cleared: bool) -> Result<(Handle, Listening)> {
         let listener = TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| Error::io(format!("listening on {ip}"), e))?;
         listener.set_nonblocking(true).map_err(|e| Error::io("making the listener non-blocking", e))?;
         let addr = listener.local_addr().map_err(|e| Error::io("reading the listener's address", e))?;
         let mut random = [0u8; 8];
         getrandom::fill(&mut random).map_err(|e| Error::io("choosing a magic", std::io::Error::other(e.to_string())))?;
         let magic = u64::from_le_bytes(random);
-        let listening = Listening { listener, magic, streams, arriving: VecDeque::new(), groups: VecDeque::new() };
-        Ok((Handle { addr, magic, streams }, listening))
+        let listening = Listening { listener, magic, streams, cleared, arriving: VecDeque::new(), groups: VecDeque::new() };
+        Ok((Handle { addr, magic, streams, cleared }, listening))
     }
 
     /// How this listener's comms move their data.
     pub(super) fn streams(&self) -> Streams {
         self.streams
+    }
+
+    /// Whether this listener's comms are receiver-driven.
+    pub(super) fn cleared(&self) -> bool {
+        self.cleared
     }
 
     /// Accepts what has arrived and reads greetings; a comm once all its connections are

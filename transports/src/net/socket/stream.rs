@@ -13,6 +13,17 @@
 //! to the data path; what is left of a large message on the control socket is read
 //! straight into its buffer.
 //!
+//! A comm is eager or receiver-driven (the listener's choice, in its handle). Eager, the
+//! sender writes each message at once and the receiver matches it to the oldest posted
+//! receive, which must have a buffer with its tag (messages and receives in the same
+//! order). Receiver-driven, as NCCL's IB transport with its clear-to-send FIFO, the receiver
+//! writes a notice on the control socket for each receive it posts (the buffers' tags:
+//! u32 LE count, then each tag as u32 LE), and the sender sends a message only once a
+//! notice cleared its tag (`isend` answers "later" until then): several independent
+//! senders' messages may then share the comm in any order (PXN's relays of several ranks'
+//! sends to one receiver), none waiting in the stream for a receive not yet posted; a
+//! message goes to the oldest posted receive with a free buffer of its tag.
+//!
 //! Each request has a count of its unfinished parts, shared with the data path: a send
 //! starts at 1 (its control bytes), a receive at its number of buffers (their headers and
 //! control bytes); each piece dealt adds one, and each part done takes one off. The request
@@ -42,7 +53,20 @@ pub(super) struct SendState {
     data: Option<DataPath>,
     failed: Option<String>,
     stats: Arc<Stats>,
+    /// A receiver-driven comm's clearances (`None`: eager).
+    clearance: Option<Clearance>,
 }
+
+/// What the receiver of a receiver-driven comm cleared: how many messages of each tag may
+/// go, and the start of a notice not read whole yet.
+#[derive(Default)]
+struct Clearance {
+    tags: HashMap<u32, u32>,
+    partial: Vec<u8>,
+}
+
+/// Tags in one notice at most (a receive's buffers: the Net's `max_recvs` is far below).
+const MAX_NOTICE_TAGS: usize = 4096;
 
 struct Outgoing {
     header: [u8; HEADER_BYTES],
@@ -70,6 +94,8 @@ pub(super) struct RecvState {
     data: Option<DataPath>,
     failed: Option<String>,
     stats: Arc<Stats>,
+    /// Receiver-driven: notices of posted receives not yet written (`None`: eager).
+    notices: Option<Vec<u8>>,
 }
 
 /// The receiver's staging buffer: a small message and its header arrive in one read.
@@ -84,6 +110,8 @@ struct Incoming {
 
 #[derive(Clone, Copy)]
 struct Body {
+    /// The receive (its id) and its buffer the message goes to.
+    request: u64,
     buffer: usize,
     len: usize,
     read: usize,
@@ -95,8 +123,64 @@ fn in_pieces(data: &Option<DataPath>, len: usize) -> bool {
 }
 
 impl SendState {
-    pub(super) fn new(socket: Socket, data: Option<DataPath>, stats: Arc<Stats>) -> SendState {
-        SendState { socket, queue: VecDeque::new(), requests: Vec::new(), data, failed: None, stats }
+    /// A send comm over its sockets; receiver-driven when `cleared`.
+    pub(super) fn new(socket: Socket, data: Option<DataPath>, stats: Arc<Stats>, cleared: bool) -> SendState {
+        SendState { socket, queue: VecDeque::new(), requests: Vec::new(), data, failed: None, stats, clearance: cleared.then(Clearance::default) }
+    }
+
+    /// Whether a message with `tag` may go now (always, on an eager comm), counting it
+    /// against its clearance if so.
+    pub(super) fn clear(&mut self, tag: u32) -> Result<bool> {
+        if let Some(reason) = &self.failed {
+            return Err(Error::Closed(reason.clone()));
+        }
+        if self.clearance.is_none() {
+            return Ok(true);
+        }
+        self.read_notices()?;
+        let clearance = self.clearance.as_mut().expect("receiver-driven");
+        match clearance.tags.get_mut(&tag) {
+            Some(count) => {
+                *count -= 1;
+                if *count == 0 {
+                    clearance.tags.remove(&tag);
+                }
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Reads the notices that have arrived.
+    fn read_notices(&mut self) -> Result<()> {
+        let clearance = self.clearance.as_mut().expect("receiver-driven");
+        let mut bytes = [0u8; 4096];
+        loop {
+            match (&self.socket).read(&mut bytes) {
+                Ok(0) => return fail(&mut self.failed, "the receiver closed the control connection".into()),
+                Ok(n) => clearance.partial.extend_from_slice(&bytes[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return fail(&mut self.failed, format!("receive failed on the control connection: {e}")),
+            }
+        }
+        let word = |bytes: &[u8], i: usize| u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+        let mut at = 0;
+        while clearance.partial.len() - at >= 4 {
+            let count = word(&clearance.partial[at..], 0) as usize;
+            if count == 0 || count > MAX_NOTICE_TAGS {
+                return fail(&mut self.failed, format!("the receiver sent a notice of {count} receives (1..={MAX_NOTICE_TAGS})"));
+            }
+            if clearance.partial.len() - at < 4 * (1 + count) {
+                break;
+            }
+            for i in 1..=count {
+                *clearance.tags.entry(word(&clearance.partial[at..], i)).or_default() += 1;
+            }
+            at += 4 * (1 + count);
+        }
+        clearance.partial.drain(..at);
+        Ok(())
     }
 
     /// Requests in flight.
@@ -175,7 +259,8 @@ impl SendState {
 }
 
 impl RecvState {
-    pub(super) fn new(socket: Socket, data: Option<DataPath>, stats: Arc<Stats>) -> RecvState {
+    /// A receive comm over its sockets; receiver-driven when `cleared`.
+    pub(super) fn new(socket: Socket, data: Option<DataPath>, stats: Arc<Stats>, cleared: bool) -> RecvState {
         RecvState {
             socket,
             queue: VecDeque::new(),
@@ -189,6 +274,7 @@ impl RecvState {
             data,
             failed: None,
             stats,
+            notices: cleared.then(Vec::new),
         }
     }
 
@@ -203,8 +289,39 @@ impl RecvState {
         self.next_id += 1;
         let sizes = vec![None; buffers.len()];
         let left = Arc::new(AtomicUsize::new(buffers.len()));
+        if let Some(notices) = &mut self.notices {
+            notices.extend_from_slice(&(buffers.len() as u32).to_le_bytes());
+            for (_, tag) in &buffers {
+                notices.extend_from_slice(&tag.to_le_bytes());
+            }
+        }
         self.queue.push_back(Incoming { id, buffers, sizes, left: left.clone() });
         (id, left)
+    }
+
+    /// Writes what the control socket takes of the notices not yet written; a failure is
+    /// the comm's, reported by its next progress.
+    pub(super) fn send_notices(&mut self) {
+        if self.failed.is_none() {
+            let _ = self.write_notices();
+        }
+    }
+
+    /// Writes what the control socket takes of the notices not yet written.
+    fn write_notices(&mut self) -> Result<()> {
+        let Some(notices) = &mut self.notices else { return Ok(()) };
+        while !notices.is_empty() {
+            match self.socket.send_with_flags(notices, libc::MSG_NOSIGNAL) {
+                Ok(0) => return fail(&mut self.failed, "the control connection closed while sending a notice".into()),
+                Ok(n) => {
+                    notices.drain(..n);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return fail(&mut self.failed, format!("sending a notice on the control connection failed: {e}")),
+            }
+        }
+        Ok(())
     }
 
     /// The sizes of request `id` once its headers all arrived (once; the caller keeps
@@ -216,8 +333,13 @@ impl RecvState {
     /// Reads as much as has arrived into the posted buffers, completing requests; an error
     /// if the comm failed (here or in its data path).
     pub(super) fn progress(&mut self) -> Result<()> {
-        let result = self.read_control();
+        let result = self.write_notices().and_then(|()| self.read_control());
         check_data(result, &mut self.failed, self.data.as_ref())
+    }
+
+    /// The posted receive with id `id`.
+    fn request(&mut self, id: u64) -> &mut Incoming {
+        self.queue.iter_mut().find(|r| r.id == id).expect("a message's receive stays queued until its message is in")
     }
 
     fn read_control(&mut self) -> Result<()> {
@@ -232,11 +354,11 @@ impl RecvState {
                     None => return Ok(()),
                 },
             };
-            match (in_pieces(&self.data, body.len), &mut self.data) {
-                (true, Some(path)) => {
-                    let front = self.queue.front_mut().expect("the loop checked the queue");
-                    let buffer = std::mem::replace(&mut front.buffers[body.buffer].0, LentBuffer::empty());
-                    path.recv(buffer, body.len, &front.left)?;
+            match in_pieces(&self.data, body.len) {
+                true => {
+                    let request = self.request(body.request);
+                    let (buffer, left) = (std::mem::replace(&mut request.buffers[body.buffer].0, LentBuffer::empty()), request.left.clone());
+                    self.data.as_mut().expect("in pieces").recv(buffer, body.len, &left)?;
                 }
                 _ => {
                     if self.read_body(body)?.is_none() {
@@ -246,11 +368,12 @@ impl RecvState {
             }
             self.body = None;
             self.header_read = 0;
-            let front = self.queue.front_mut().expect("the loop checked the queue");
-            front.sizes[body.buffer] = Some(body.len);
-            front.left.fetch_sub(1, Ordering::Release);
-            if front.sizes.iter().all(Option::is_some) {
-                let done = self.queue.pop_front().expect("the loop checked the queue");
+            let request = self.request(body.request);
+            request.sizes[body.buffer] = Some(body.len);
+            request.left.fetch_sub(1, Ordering::Release);
+            if request.sizes.iter().all(Option::is_some) {
+                let position = self.queue.iter().position(|r| r.id == body.request).expect("queued");
+                let done = self.queue.remove(position).expect("queued");
                 self.completed.insert(done.id, done.sizes.into_iter().map(|size| size.expect("all set")).collect());
             }
         }
@@ -278,20 +401,22 @@ impl RecvState {
         }
         let tag = u32::from_le_bytes(self.header[..4].try_into().expect("4 bytes"));
         let len = u64::from_le_bytes(self.header[4..].try_into().expect("8 bytes"));
-        let front = self.queue.front().expect("called with a posted receive");
-        let free = |i: &usize| front.sizes[*i].is_none() && front.buffers[*i].1 == tag;
-        let Some(buffer) = (0..front.buffers.len()).find(free) else {
-            let tags: Vec<u32> = front.buffers.iter().map(|(_, tag)| *tag).collect();
-            return fail(&mut self.failed, format!("message with tag {tag} matches no free buffer of the oldest posted receive (tags {tags:?})"));
+        // The oldest posted receive with a free buffer of this tag (eager: the oldest receive
+        // of all, as messages and receives go in the same order).
+        let posted = if self.notices.is_some() { self.queue.len() } else { 1 };
+        let free = |r: &Incoming| (0..r.buffers.len()).find(|&i| r.sizes[i].is_none() && r.buffers[i].1 == tag).map(|i| (r.id, i));
+        let Some((request, buffer)) = self.queue.iter().take(posted).find_map(free) else {
+            let tags: Vec<u32> = self.queue.iter().take(posted).flat_map(|r| (0..r.buffers.len()).filter(|&i| r.sizes[i].is_none()).map(|i| r.buffers[i].1)).take(32).collect();
+            return fail(&mut self.failed, format!("message with tag {tag} matches no free buffer of a posted receive (free tags {tags:?})"));
         };
-        let capacity = front.buffers[buffer].0.len();
+        let capacity = self.request(request).buffers[buffer].0.len();
         if len > capacity as u64 {
             let error = Error::MessageTooLarge { message: usize::try_from(len).unwrap_or(usize::MAX), buffer: capacity, tag };
             // The message's bytes are still in the stream: nothing after them can be read.
             self.failed = Some(error.to_string());
             return Err(error);
         }
-        Ok(Some(Body { buffer, len: len as usize, read: 0 }))
+        Ok(Some(Body { request, buffer, len: len as usize, read: 0 }))
     }
 
     /// Reads the message's bytes into its buffer; `None` (and progress kept) if not all here.
@@ -300,8 +425,8 @@ impl RecvState {
             let left = body.len - body.read;
             if self.staged.0 < self.staged.1 {
                 let (start, n) = (self.staged.0, left.min(self.staged.1 - self.staged.0));
-                let front = self.queue.front_mut().expect("called with a posted receive");
-                front.buffers[body.buffer].0.as_mut_slice()[body.read..body.read + n].copy_from_slice(&self.stage[start..start + n]);
+                let request = self.queue.iter_mut().find(|r| r.id == body.request).expect("queued until its message is in");
+                request.buffers[body.buffer].0.as_mut_slice()[body.read..body.read + n].copy_from_slice(&self.stage[start..start + n]);
                 self.staged.0 += n;
                 body.read += n;
                 self.stats.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
@@ -310,8 +435,8 @@ impl RecvState {
             // Large rests go straight into the buffer; small ones through the stage (with
             // whatever follows them).
             let read = if left >= STAGE_BYTES {
-                let front = self.queue.front_mut().expect("called with a posted receive");
-                let target = &mut front.buffers[body.buffer].0.as_mut_slice()[body.read..body.len];
+                let request = self.queue.iter_mut().find(|r| r.id == body.request).expect("queued until its message is in");
+                let target = &mut request.buffers[body.buffer].0.as_mut_slice()[body.read..body.len];
                 match (&self.socket).read(target) {
                     Ok(0) => return fail(&mut self.failed, "the sender closed the control connection".into()),
                     Ok(n) => {
