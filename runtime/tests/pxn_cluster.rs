@@ -7,7 +7,9 @@
 //! rank on that rail, whose proxy reads it from shared memory; without, it crosses the
 //! spine. The tests check where every connection went (each rank reports its
 //! `net_connections`), run every collective and alltoall checked, both ways; count the
-//! receives posted together (OXCCL_SOCKET_MAX_RECVS 1 vs 8); and kill a rank while it
+//! receives posted together (OXCCL_SOCKET_MAX_RECVS 1 vs 8: with 8, a relaying rank's own
+//! messages and those it relays share a comm, and their receives are posted together);
+//! and kill a rank while it
 //! relays its host mate's traffic mid-alltoall: every survivor fails naming it, shrinks
 //! it out and goes on (alltoall checked on the survivors).
 
@@ -116,7 +118,7 @@ fn report(comm: &Communicator) {
         println!("CONN from={from} to={to} channel={channel} proxy={proxy} send={send} device={device} nic={nic}");
     }
     let (calls, grouped) = comm.net_receive_stats();
-    println!("RECVS calls={calls} grouped={grouped}");
+    println!("RECVS calls={calls} grouped={grouped} across={}", comm.net_receives_across_links());
 }
 
 /// Alltoalls until one fails; rank 1 (which relays rank 0's traffic to rail 1) dies at
@@ -247,9 +249,11 @@ fn connections(stdout: &str) -> Vec<NetConnection> {
 }
 
 /// The receive counters a rank reported: (irecv calls, grouped ones).
-fn receives(stdout: &str) -> (u64, u64) {
+/// A rank's receive counts: (irecv calls, calls of several buffers, calls for several ranks).
+fn receives(stdout: &str) -> (u64, u64, u64) {
     let line = stdout.lines().find_map(|l| l.strip_prefix("RECVS ")).expect("a RECVS line");
-    (field(line, "calls").parse().unwrap(), field(line, "grouped").parse().unwrap())
+    let number = |name: &str| field(line, name).parse::<u64>().unwrap_or_else(|e| panic!("{name} in {line}: {e}"));
+    (number("calls"), number("grouped"), number("across"))
 }
 
 fn rail_of(rank: usize) -> usize {
@@ -267,9 +271,11 @@ fn cluster() -> Option<Cluster> {
 #[test]
 fn every_collective_with_pxn_on_and_off_and_where_each_connection_went() {
     let Some(cluster) = cluster() else { return };
-    for (pxn, port) in [(true, 29610), (false, 29611)] {
+    // With 8 buffers a receive, PXN's relays share comms with the relaying rank's own
+    // links (receiver-driven): collectives whose messages depend on each other too.
+    for (pxn, max_recvs, port) in [(true, "1", 29610), (false, "1", 29611), (true, "8", 29612)] {
         let start = Instant::now();
-        let outputs = job(&cluster, "matrix", &[("NCCL_PXN_DISABLE", if pxn { "0" } else { "1" })], port);
+        let outputs = job(&cluster, "matrix", &[("NCCL_PXN_DISABLE", if pxn { "0" } else { "1" }), ("OXCCL_SOCKET_MAX_RECVS", max_recvs)], port);
         let stdouts = expect(&outputs, 0, "matrix ok", None);
         let mut relayed = 0;
         for (rank, stdout) in stdouts.iter().enumerate() {
@@ -293,7 +299,7 @@ fn every_collective_with_pxn_on_and_off_and_where_each_connection_went() {
             }
         }
         assert_eq!(relayed > 0, pxn, "PXN {pxn}: {relayed} relayed sends");
-        eprintln!("PXN {pxn}: matrix and exchange checked on {NRANKS} ranks in {:?}, {relayed} sends relayed", start.elapsed());
+        eprintln!("PXN {pxn}, max_recvs {max_recvs}: matrix and exchange checked on {NRANKS} ranks in {:?}, {relayed} sends relayed", start.elapsed());
     }
 }
 
@@ -359,7 +365,7 @@ fn a_topology_file_says_which_nic_is_each_ranks_own() {
 }
 
 #[test]
-fn receives_through_a_relay_are_posted_together_only_when_the_net_takes_several() {
+fn receives_of_several_ranks_through_one_relay_are_posted_together_only_when_the_net_takes_several() {
     let Some(cluster) = cluster() else { return };
     for (max_recvs, port) in [(1, 29620), (8, 29621)] {
         let outputs = job(&cluster, "exchange", &[("OXCCL_SOCKET_MAX_RECVS", &max_recvs.to_string()), ("NCCL_BUFFSIZE", "65536")], port);
@@ -368,13 +374,20 @@ fn receives_through_a_relay_are_posted_together_only_when_the_net_takes_several(
             let stderr = String::from_utf8_lossy(&output.stderr);
             assert!(!stderr.contains("without a goodbye"), "rank {rank} saw a rank leave without a goodbye:\n{stderr}");
         }
-        let (calls, grouped) = stdouts.iter().map(|s| receives(s)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-        eprintln!("max_recvs {max_recvs}: {calls} irecv calls, {grouped} grouped");
+        let counts: Vec<(u64, u64, u64)> = stdouts.iter().map(|s| receives(s)).collect();
+        let (calls, grouped, across) = counts.iter().fold((0, 0, 0), |a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2));
+        eprintln!("max_recvs {max_recvs}: {calls} irecv calls, {grouped} grouped, {across} for several ranks");
         assert!(calls > 0);
         if max_recvs == 1 {
-            assert_eq!(grouped, 0, "one buffer per irecv when the net takes one");
+            assert_eq!((grouped, across), (0, 0), "one buffer per irecv when the net takes one, each rank's on a comm of its own");
         } else {
             assert!(grouped > 0, "receives posted together through relays too");
+            // Each rank receives from every other host's rank on its rail both that rank's
+            // own messages and those it relays for its host mate, on one comm a channel:
+            // every rank posts receives for both together.
+            for (rank, &(_, _, across)) in counts.iter().enumerate() {
+                assert!(across > 0, "rank {rank}: no receive for several ranks' messages");
+            }
         }
     }
 }

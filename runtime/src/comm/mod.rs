@@ -157,6 +157,13 @@ impl Communicator {
         (s.irecv_calls.load(Relaxed), s.irecv_grouped.load(Relaxed))
     }
 
+    /// How many receives this rank's proxy posted together for several ranks' messages:
+    /// those one rank of another host sends here on a shared comm (its own and those it
+    /// relays, PXN), when the Net takes several buffers a receive (docs/NET.md).
+    pub fn net_receives_across_links(&self) -> u64 {
+        self.core.net.receives_across_links()
+    }
+
     /// Waits until every rank of the communicator has called this (over the control plane:
     /// host or GPU memory alike, nothing is enqueued on a stream). Bounded by the bootstrap
     /// timeout; ends early on abort or a peer's failure.

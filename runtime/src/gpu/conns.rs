@@ -263,7 +263,7 @@ impl Connections {
                     let handle = cx.boot.recv(link.peer as u32, FIFO_TAG + link.channel as u64)?;
                     let handle = announced(&handle, KIND_NET, link.peer)?;
                     let (region, memory) = net_fifo(cx.geometry)?;
-                    cx.net.connect(link, handle, region.clone(), Driver::Device, cx.rails.own_device(cx.boot.rank() as usize, link.peer, link.channel), Some(memory.ll))?;
+                    cx.net.connect(link, handle, region.clone(), Driver::Device, cx.rails.own_device(cx.boot.rank() as usize, link.peer, link.channel), Some(memory.ll), None)?;
                     net_end(end, region, &memory, cx)?
                 }
             };

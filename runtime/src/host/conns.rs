@@ -21,6 +21,9 @@ use crate::pxn::{Hop, Rails};
 const HANDLE_TAG: u64 = 1 << 62;
 const KIND_SHM: u8 = 1;
 const KIND_NET: u8 = 2;
+/// A network handle of a comm shared with other links the same rank sends
+/// ([`NetLinks::listen_shared`]).
+const KIND_NET_SHARED: u8 = 3;
 
 /// Which transport reaches each peer.
 pub(crate) struct Transports {
@@ -104,10 +107,14 @@ pub(crate) fn ensure(lanes: &[Lane], conns: &mut Connections, boot: &Bootstrap, 
             let region = Region::heap(transports.geometry.slots, transports.geometry.slot_bytes).map_err(|e| Error::from_transport("making a network FIFO", e))?;
             let sender = rails.carrier(link.peer, me, link.channel, link.channel == P2P_CHANNEL);
             let device = rails.receive_device(me, link.channel);
-            let (handle, proxy) = net.listen(link, sender, region.clone(), Driver::Host, device, None)?;
+            // PXN: every link whose messages one relaying rank sends here on this channel
+            // shares a comm, when the Net takes several buffers a receive, so that their
+            // receives are posted together (NCCL's shared comms).
+            let shared = rails.may_relay_for_others(sender) && net.max_recvs(device) > 1;
+            let (handle, proxy) = if shared { net.listen_shared(link, sender, region.clone(), device)? } else { net.listen(link, sender, region.clone(), Driver::Host, device, None)? };
             conns.proxies.insert((link, false), proxy);
             net.record(NetConnection { from: link.peer, to: me, channel: link.channel, proxy: sender, send: false, device, nic: net.device_name(device) });
-            (Receiver::new(region), [vec![KIND_NET], handle].concat())
+            (Receiver::new(region), [vec![if shared { KIND_NET_SHARED } else { KIND_NET }], handle].concat())
         };
         boot.send(link.peer as u32, HANDLE_TAG + link.channel as u64, &handle)?;
         conns.receivers.insert(link, receiver);
@@ -117,17 +124,17 @@ pub(crate) fn ensure(lanes: &[Lane], conns: &mut Connections, boot: &Bootstrap, 
         let handle = boot.recv(link.peer as u32, HANDLE_TAG + link.channel as u64)?;
         let sender = match handle.split_first() {
             Some((&KIND_SHM, rest)) => Sender::new(Region::open_shared(rest).map_err(|e| Error::from_transport(format!("opening rank {}'s shared-memory FIFO", link.peer), e))?),
-            Some((&KIND_NET, rest)) => match rails.route(me, link.peer, link.channel, link.channel == P2P_CHANNEL) {
+            Some((&kind @ (KIND_NET | KIND_NET_SHARED), rest)) => match rails.route(me, link.peer, link.channel, link.channel == P2P_CHANNEL) {
                 Hop::Direct { device } => {
                     let region = Region::heap(transports.geometry.slots, transports.geometry.slot_bytes).map_err(|e| Error::from_transport("making a network FIFO", e))?;
-                    let proxy = net.connect(link, rest, region.clone(), Driver::Host, device, None)?;
+                    let proxy = net.connect(link, rest, region.clone(), Driver::Host, device, None, (kind == KIND_NET_SHARED).then_some(me))?;
                     conns.proxies.insert((link, true), proxy);
                     net.record(NetConnection { from: me, to: link.peer, channel: link.channel, proxy: me, send: true, device, nic: net.device_name(device) });
                     Sender::new(region)
                 }
                 Hop::Relay { proxy, device } => {
                     // The relaying rank's proxy drains the FIFO: nothing here to wake.
-                    let region = relay::ask(boot, proxy, link, rest, device, transports.geometry)?;
+                    let region = relay::ask(boot, proxy, link, rest, device, transports.geometry, kind == KIND_NET_SHARED)?;
                     let nic = rails.rail(proxy, device).unwrap_or("?").to_string();
                     net.record(NetConnection { from: me, to: link.peer, channel: link.channel, proxy, send: true, device, nic });
                     Sender::new(region)

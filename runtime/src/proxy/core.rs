@@ -198,6 +198,12 @@ impl RecvCore {
         self.accept_by = None;
     }
 
+    /// Whether the messages [`RecvStep::Post`] offers are independent (see
+    /// [`RecvCore::announce`]): only those may share a receive with another link's.
+    pub fn offers_independent(&self) -> bool {
+        self.announced.front().is_some_and(|&(_, independent)| independent)
+    }
+
     /// The Net took the receive of [`RecvStep::Post`] for `count` buffers.
     pub fn posted(&mut self, count: usize) {
         self.in_flight.push_back(count);

@@ -160,7 +160,7 @@ fn run(max_recvs: usize, independent: bool) {
     let link = Link { peer: 0, channel: 7 };
     let (rx, tx) = (Fifo::new(GEOMETRY), Arc::new(Fifo::new(GEOMETRY)));
     let (handle, _) = receiver.listen(link, link.peer, rx.region.clone(), Driver::Device, 0, None).unwrap();
-    sender.connect(link, &handle, tx.region.clone(), Driver::Device, 0, None).unwrap();
+    sender.connect(link, &handle, tx.region.clone(), Driver::Device, 0, None, None).unwrap();
     let messages = 500u64;
     sender.announce(link, Direction::Send, messages, independent, false);
     receiver.announce(link, Direction::Recv, messages, independent, false);
@@ -201,7 +201,7 @@ fn kernel_driven_fifos_switch_between_ll_and_simple() {
         let link = Link { peer: 0, channel: 3 };
         let (rx, tx) = (Fifo::new(GEOMETRY), Arc::new(Fifo::new(GEOMETRY)));
         let (handle, _) = receiver.listen(link, link.peer, rx.region.clone(), Driver::Device, 0, Some(rx.ll)).unwrap();
-        sender.connect(link, &handle, tx.region.clone(), Driver::Device, 0, Some(tx.ll)).unwrap();
+        sender.connect(link, &handle, tx.region.clone(), Driver::Device, 0, Some(tx.ll), None).unwrap();
         // Launches of 1 to 12 messages, every third Simple; LL messages of 0 to 504 bytes.
         let launches: Vec<(u64, u64, bool)> = (0..60u64).scan(0u64, |first, i| {
             let count = 1 + (i * 5) % 12;
@@ -286,7 +286,7 @@ fn fifo_child() {
             assert!(Instant::now() < deadline, "no handle from the receiving host");
             std::thread::sleep(Duration::from_millis(10));
         };
-        links.connect(link, &handle, fifo.region.clone(), Driver::Device, 0, None).unwrap();
+        links.connect(link, &handle, fifo.region.clone(), Driver::Device, 0, None, None).unwrap();
         links.announce(link, Direction::Send, messages, true, false);
         fifo.kernel_send(0..messages, len);
         while fifo.region.in_flight() > 0 {
@@ -342,9 +342,9 @@ fn pingpong() {
     let link = Link { peer: 0, channel: 9 };
     let (ab_rx, ab_tx, ba_rx, ba_tx) = (Arc::new(Fifo::new(GEOMETRY)), Fifo::new(GEOMETRY), Fifo::new(GEOMETRY), Arc::new(Fifo::new(GEOMETRY)));
     let (h1, _) = b.listen(link, link.peer, ab_rx.region.clone(), Driver::Device, 0, None).unwrap();
-    a.connect(link, &h1, ab_tx.region.clone(), Driver::Device, 0, None).unwrap();
+    a.connect(link, &h1, ab_tx.region.clone(), Driver::Device, 0, None, None).unwrap();
     let (h2, _) = a.listen(link, link.peer, ba_rx.region.clone(), Driver::Device, 0, None).unwrap();
-    b.connect(link, &h2, ba_tx.region.clone(), Driver::Device, 0, None).unwrap();
+    b.connect(link, &h2, ba_tx.region.clone(), Driver::Device, 0, None, None).unwrap();
     let n = 20000u64;
     for links in [&a, &b] {
         links.announce(link, Direction::Send, n, false, false);

@@ -40,7 +40,7 @@ mod sim;
 
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -112,7 +112,16 @@ pub(crate) struct NetLinks {
     /// Every connection made for this communicator on this rank, in order.
     made: Mutex<Vec<NetConnection>>,
     shared: Shared,
+    /// Shared receive comms ([`NetLinks::listen_shared`]) by (sender, channel, device):
+    /// their handle, the way to join them and their thread.
+    receive_groups: Mutex<FxHashMap<(usize, usize, usize), ReceiveGroup>>,
+    /// Shared send comms by the receiver's handle ([`SendChannel`]).
+    send_channels: Mutex<FxHashMap<Vec<u8>, std::sync::Weak<SendChannel>>>,
 }
+
+/// A shared receive comm as [`NetLinks`] finds it: its handle, its joining members (gone
+/// with its link) and its proxy thread.
+type ReceiveGroup = (Vec<u8>, std::sync::Weak<Mutex<Vec<RecvMember>>>, &'static Proxy);
 
 /// Announcements for one link, from the communicator's threads to its proxy thread:
 /// (messages, independent, over LL).
@@ -128,6 +137,8 @@ struct Shared {
     failure: Arc<Mutex<Option<(usize, String)>>>,
     /// Set when the communicator goes: its links are dropped on their thread's next pass.
     closed: AbortFlag,
+    /// Receives posted with the buffers of several links (a shared comm's, PXN).
+    across_links: Arc<AtomicU64>,
 }
 
 /// A communicator's context in its Net (NCCL v11's per-communicator `init`), finalized once
@@ -164,9 +175,20 @@ impl NetLinks {
     /// process's proxy threads (`threads` of them, if this is the first communicator to
     /// start them; see [`default_threads`]); a link must connect within `setup_timeout`.
     pub fn new(net: Arc<dyn Net>, comm_id: u64, threads: usize, setup_timeout: Duration) -> Result<NetLinks> {
-        let shared = Shared { failure: Arc::default(), closed: AbortFlag::new() };
+        let shared = Shared { failure: Arc::default(), closed: AbortFlag::new(), across_links: Arc::default() };
         let context = Arc::new(NetContext::new(net.clone(), comm_id)?);
-        Ok(NetLinks { net, context, threads, setup_timeout, proxies: OnceLock::new(), links: Mutex::new(FxHashMap::default()), made: Mutex::default(), shared })
+        Ok(NetLinks {
+            net,
+            context,
+            threads,
+            setup_timeout,
+            proxies: OnceLock::new(),
+            links: Mutex::new(FxHashMap::default()),
+            made: Mutex::default(),
+            shared,
+            receive_groups: Mutex::default(),
+            send_channels: Mutex::default(),
+        })
     }
 
     /// The thread for a new link (the process's threads start with the first link).
@@ -183,35 +205,78 @@ impl NetLinks {
     /// `ll`: the FIFO's LL slots, for messages announced as LL (a GPU kernel's FIFO).
     #[allow(clippy::too_many_arguments)]
     pub fn listen(&self, link: Link, sender: usize, region: Arc<Region>, driver: Driver, device: usize, ll: Option<LlSlots>) -> Result<(Vec<u8>, std::thread::Thread)> {
-        let (handle, mut edge) = RecvLink::new(link, sender, self.net.clone(), self.context.clone(), device, region, driver, self.shared.clone(), Instant::now(), self.setup_timeout)?;
-        edge.ll = checked_ll(&edge.region, ll)?.map(LlLink::new);
-        if edge.ll.is_some() {
-            // The kernel reads an LL message as its lines land, and may free its slot
-            // before the receive's completion publishes it.
-            edge.fifo.allow_early_release();
+        let (handle, mut edge) = RecvLink::new(link, sender, self.net.clone(), self.context.clone(), device, region, driver, self.shared.clone(), Instant::now(), self.setup_timeout, false)?;
+        edge.members[0].set_ll(ll)?;
+        Ok((handle, self.submit(link, Direction::Recv, edge.members[0].mailbox.clone(), Box::new(edge))))
+    }
+
+    /// As [`NetLinks::listen`] for a link of the host executor whose messages `sender`
+    /// sends on a comm it shares with the other links it sends to this rank on the
+    /// channel, from the same `device` (PXN's relays, [`SendChannel`]): the first such
+    /// link listens, and each later one joins its comm, getting the same handle. The
+    /// sending side must connect with [`NetLinks::connect`]'s `shared_as`.
+    pub fn listen_shared(&self, link: Link, sender: usize, region: Arc<Region>, device: usize) -> Result<(Vec<u8>, std::thread::Thread)> {
+        let key = (sender, link.channel, device);
+        let mut groups = self.receive_groups.lock();
+        if let Some((handle, joining, proxy)) = groups.get(&key).and_then(|(h, j, p)| j.upgrade().map(|j| (h.clone(), j, *p))) {
+            let max_recvs = self.net.properties(device).map_err(|e| Error::from_transport(format!("asking device {device} its properties"), e))?.max_recvs.max(1);
+            let member = RecvMember::new(link, region, true, Instant::now(), self.setup_timeout, max_recvs);
+            self.links.lock().insert((link, Direction::Recv), (member.mailbox.clone(), proxy));
+            joining.lock().push(member);
+            proxy.wake();
+            return Ok((handle, proxy.thread.clone()));
         }
-        Ok((handle, self.submit(link, Direction::Recv, edge.mailbox.clone(), Box::new(edge))))
+        let (handle, mut edge) = RecvLink::new(link, sender, self.net.clone(), self.context.clone(), device, region, Driver::Host, self.shared.clone(), Instant::now(), self.setup_timeout, true)?;
+        let joining = Arc::new(Mutex::new(Vec::new()));
+        edge.joining = Some(joining.clone());
+        let proxy = self.next_proxy();
+        self.links.lock().insert((link, Direction::Recv), (edge.members[0].mailbox.clone(), proxy));
+        groups.insert(key, (handle.clone(), Arc::downgrade(&joining), proxy));
+        proxy.submit(Box::new(edge));
+        Ok((handle, proxy.thread.clone()))
     }
 
     /// The sending side of a network link over `region`, which the caller fills through a
     /// [`Sender`] and the proxy drains into the Net's `device` once connected to the
     /// peer's `handle`: the proxy thread to wake when a slot is filled. `ll` as for
-    /// [`NetLinks::listen`].
-    pub fn connect(&self, link: Link, handle: &[u8], region: Arc<Region>, driver: Driver, device: usize, ll: Option<LlSlots>) -> Result<std::thread::Thread> {
+    /// [`NetLinks::listen`]. `shared_as`: the handle is a shared comm's
+    /// ([`NetLinks::listen_shared`]), whose messages this link tags as this rank's.
+    #[allow(clippy::too_many_arguments)]
+    pub fn connect(&self, link: Link, handle: &[u8], region: Arc<Region>, driver: Driver, device: usize, ll: Option<LlSlots>, shared_as: Option<usize>) -> Result<std::thread::Thread> {
         let mut edge = SendLink::new(link, self.net.clone(), self.context.clone(), device, handle, region, driver, self.shared.clone(), Instant::now(), self.setup_timeout)?;
         edge.ll = checked_ll(&edge.region, ll)?.map(LlLink::new);
+        self.share(&mut edge, shared_as);
         Ok(self.submit(link, Direction::Send, edge.mailbox.clone(), Box::new(edge)))
     }
 
     /// The sending side of a PXN relay: rank `origin` of this host fills `region` (a
     /// shared-memory FIFO) with messages for `link`'s peer, which this rank's proxy sends
-    /// from the Net's `device`. Progressed without announcements ([`Driver::Relay`]); it
+    /// from the Net's `device`, on the comm it shares with its other links to that peer's
+    /// channel when `shared`. Progressed without announcements ([`Driver::Relay`]); it
     /// goes with this communicator.
-    pub fn relay(&self, origin: usize, link: Link, handle: &[u8], region: Arc<Region>, device: usize) -> Result<()> {
+    pub fn relay(&self, origin: usize, link: Link, handle: &[u8], region: Arc<Region>, device: usize, shared: bool) -> Result<()> {
         let mut edge = SendLink::new(link, self.net.clone(), self.context.clone(), device, handle, region, Driver::Relay, self.shared.clone(), Instant::now(), self.setup_timeout)?;
         edge.origin = Some(origin);
+        self.share(&mut edge, shared.then_some(origin));
         self.next_proxy().submit(Box::new(edge));
         Ok(())
+    }
+
+    /// Puts `edge` on the comm of the other links sending to its handle, as `origin`.
+    fn share(&self, edge: &mut SendLink, shared_as: Option<usize>) {
+        let Some(origin) = shared_as else { return };
+        let mut channels = self.send_channels.lock();
+        channels.retain(|_, channel| channel.strong_count() > 0);
+        let channel = match channels.get(&edge.handle).and_then(std::sync::Weak::upgrade) {
+            Some(channel) => channel,
+            None => {
+                let channel = Arc::new(SendChannel::new(self.net.clone()));
+                channels.insert(edge.handle.clone(), Arc::downgrade(&channel));
+                channel
+            }
+        };
+        edge.channel = channel;
+        edge.shared_as = Some(origin);
     }
 
     /// Records a connection this rank made or asked for (see [`NetLinks::connections`]).
@@ -223,6 +288,11 @@ impl NetLinks {
     /// Every connection recorded on this rank, in order.
     pub fn connections(&self) -> Vec<NetConnection> {
         self.made.lock().clone()
+    }
+
+    /// How many buffers one receive on the Net's `device` may carry (1 where it cannot say).
+    pub fn max_recvs(&self, device: usize) -> usize {
+        self.net.properties(device).map_or(1, |p| p.max_recvs.max(1))
     }
 
     /// The name of the Net's `device`.
@@ -277,6 +347,12 @@ impl NetLinks {
         true
     }
 
+    /// How many receives the proxy posted with the buffers of several links (PXN's shared
+    /// comms).
+    pub fn receives_across_links(&self) -> u64 {
+        self.shared.across_links.load(Ordering::Relaxed)
+    }
+
     /// The first failure of any of this communicator's links.
     pub fn check(&self) -> Result<()> {
         match &*self.shared.failure.lock() {
@@ -321,8 +397,11 @@ struct SendLink {
     device: usize,
     /// The peer's listen handle.
     handle: Vec<u8>,
-    comm: Option<SendComm>,
-    /// The registration of the FIFO's slots on `comm`.
+    /// The comm this link sends on: its own, or one it shares (PXN, see [`SendChannel`]),
+    /// whose messages it tags with its origin's rank.
+    channel: Arc<SendChannel>,
+    shared_as: Option<usize>,
+    /// The registration of the FIFO's slots on the comm, once connected.
     memory: Option<MrHandle>,
     fifo: Receiver,
     region: Arc<Region>,
@@ -361,11 +440,12 @@ impl SendLink {
         Ok(SendLink {
             link,
             origin: None,
+            channel: Arc::new(SendChannel::new(net.clone())),
+            shared_as: None,
             net,
             device,
             context,
             handle: handle.to_vec(),
-            comm: None,
             memory: None,
             fifo: Receiver::new(region.clone()),
             region,
@@ -389,19 +469,21 @@ impl Progress for SendLink {
         self.core.new_pass();
         let mut busy = false;
         loop {
-            let filled = if self.comm.is_some() { self.fifo.filled() } else { 0 };
+            let filled = if self.memory.is_some() { self.fifo.filled() } else { 0 };
             match self.core.next(filled, now).map_err(|s| s.to_string())? {
-                SendStep::Connect => match self.net.connect(self.context.get(), self.device, &self.handle).map_err(|e| format!("connect: {e}"))? {
-                    Some(mut comm) => {
-                        let (data, len) = registered(&self.region, self.ll.as_ref());
-                        self.memory = Some(self.net.reg_mr(&mut comm, data, len, MemoryKind::Host).map_err(|e| format!("registering the FIFO: {e}"))?);
-                        self.comm = Some(comm);
-                        self.core.connected();
-                        busy = true;
+                SendStep::Connect => {
+                    let mut comm = self.channel.comm.lock();
+                    if comm.is_none() {
+                        *comm = self.net.connect(self.context.get(), self.device, &self.handle).map_err(|e| format!("connect: {e}"))?;
                     }
-                    None => return Ok(busy),
-                },
+                    let Some(comm) = comm.as_mut() else { return Ok(busy) };
+                    let (data, len) = registered(&self.region, self.ll.as_ref());
+                    self.memory = Some(self.net.reg_mr(comm, data, len, MemoryKind::Host).map_err(|e| format!("registering the FIFO: {e}"))?);
+                    self.core.connected();
+                    busy = true;
+                }
                 SendStep::Send { slot, tag } => {
+                    let tag = self.shared_as.map_or(tag, |origin| shared_tag(origin, tag));
                     let message = self.core.next_message();
                     let (data, len) = match ll::slot_of(&mut self.ll, message, self.region.nslots()) {
                         // Filled before its operation's announcement reached this thread.
@@ -422,7 +504,8 @@ impl Progress for SendLink {
                         }
                         Some(None) => self.fifo.filled_slot(slot),
                     };
-                    let (comm, memory) = (self.comm.as_mut().expect("connected"), self.memory.as_ref().expect("registered"));
+                    let mut comm = self.channel.comm.lock();
+                    let (comm, memory) = (comm.as_mut().expect("connected"), self.memory.as_ref().expect("registered"));
                     // SAFETY: the slot stays filled and unchanged until released below,
                     // after the send completed.
                     match unsafe { self.net.isend(comm, data, len, tag, memory) }.map_err(|e| format!("isend: {e}"))? {
@@ -477,41 +560,147 @@ impl Progress for SendLink {
 
 impl Drop for SendLink {
     fn drop(&mut self) {
-        // Requests go with their comm: closing it ends them.
+        // Requests go with their comm: closing it (with the last link sharing it) ends them.
         self.requests.clear();
-        if let Some(mut comm) = self.comm.take() {
-            if let Some(memory) = self.memory.take() {
-                let _ = self.net.dereg_mr(&mut comm, memory);
-            }
+        if let (Some(memory), Some(comm)) = (self.memory.take(), self.channel.comm.lock().as_mut()) {
+            let _ = self.net.dereg_mr(comm, memory);
+        }
+    }
+}
+
+/// The Net's send comm of one link, or of several that share it: a relaying rank's proxy
+/// sends its own messages and those of its host mates it relays to one receiver over one
+/// comm (PXN), each link's tagged with its origin ([`shared_tag`]), so that the receiver
+/// may post receives of several origins together. Connected by the first link to get
+/// there, closed with the last.
+struct SendChannel {
+    net: Arc<dyn Net>,
+    comm: Mutex<Option<SendComm>>,
+}
+
+impl SendChannel {
+    fn new(net: Arc<dyn Net>) -> SendChannel {
+        SendChannel { net, comm: Mutex::new(None) }
+    }
+}
+
+impl Drop for SendChannel {
+    fn drop(&mut self) {
+        if let Some(comm) = self.comm.get_mut().take() {
             let _ = self.net.close_send(comm);
         }
     }
 }
 
-/// The receiving end of a network connection.
+/// The tag of message `k` (its low 16 bits) of rank `origin` on a shared comm: both ends of
+/// every link sharing it number their messages from 0, so origin and number tell them
+/// apart (ranks beyond 65535 would share tags: they are not told apart).
+fn shared_tag(origin: usize, k: u32) -> u32 {
+    (origin as u32) << 16 | (k & 0xFFFF)
+}
+
+/// The receiving end of a network connection: one comm, and the links whose messages it
+/// carries — one, or several that share it (PXN: every link whose messages the same
+/// relaying rank sends, on one channel, [`SendChannel`]). Receives of several such links
+/// are posted together (one `irecv`, up to the Net's `max_recvs`) when each offers
+/// independent messages; each link's slots are published in its own order, whatever
+/// order the receives complete in, so that no link waits for another's messages.
 struct RecvLink {
-    link: Link,
-    /// The rank whose proxy sends (the link's peer, or its PXN relay).
+    /// The rank whose proxy sends (the links' peer, or their PXN relay).
     sender: usize,
     net: Arc<dyn Net>,
     /// The communicator's context: finalized after this link's comms are closed.
     _context: Arc<NetContext>,
     listen: Option<Opaque>,
     comm: Option<RecvComm>,
-    /// The registration of the FIFO's slots on `comm`.
+    max_recvs: usize,
+    /// The links, and those joining (a shared comm's later links, [`NetLinks::listen`]).
+    members: Vec<RecvMember>,
+    joining: Option<Arc<Mutex<Vec<RecvMember>>>>,
+    /// Receives in flight, oldest first.
+    requests: VecDeque<InFlight>,
+    /// The number of the next receive posted.
+    next_request: u64,
+    /// The member to offer the first buffer of the next receive (each in turn).
+    first_offer: usize,
+    driver: Driver,
+    shared: Shared,
+}
+
+/// A receive in flight: its number, the request, and its buffers' owners in order
+/// (member, buffers).
+type InFlight = (u64, Request, Vec<(usize, usize)>);
+
+/// One link of a [`RecvLink`]: its FIFO, what was announced to it, its receives.
+struct RecvMember {
+    link: Link,
+    /// Whether its messages come tagged by origin (a shared comm's).
+    shared_tags: bool,
+    /// The registration of the FIFO's slots on the comm, once accepted.
     memory: Option<MrHandle>,
     fifo: Sender,
     region: Arc<Region>,
-    /// Receives in flight, oldest first.
-    requests: VecDeque<Request>,
     core: RecvCore,
     mailbox: Mailbox,
-    driver: Driver,
-    shared: Shared,
     /// The FIFO's LL side, if its kernel runs LL; how many receives were posted (the next
     /// one's message number).
     ll: Option<LlLink>,
     posted: u64,
+    /// Its part of each receive in flight, oldest first: (receive number, its buffers
+    /// there, their sizes once done).
+    parts: VecDeque<(u64, usize, Option<Vec<usize>>)>,
+}
+
+impl RecvMember {
+    fn new(link: Link, region: Arc<Region>, shared_tags: bool, now: Instant, timeout: Duration, max_recvs: usize) -> RecvMember {
+        RecvMember {
+            link,
+            shared_tags,
+            memory: None,
+            fifo: Sender::new(region.clone()),
+            region,
+            core: RecvCore::new(now, timeout, max_recvs),
+            mailbox: Mailbox::default(),
+            ll: None,
+            posted: 0,
+            parts: VecDeque::new(),
+        }
+    }
+
+    /// Gives the member its FIFO's LL slots (a GPU kernel's FIFO).
+    fn set_ll(&mut self, ll: Option<LlSlots>) -> Result<()> {
+        self.ll = checked_ll(&self.region, ll)?.map(LlLink::new);
+        if self.ll.is_some() {
+            // The kernel reads an LL message as its lines land, and may free its slot
+            // before the receive's completion publishes it.
+            self.fifo.allow_early_release();
+        }
+        Ok(())
+    }
+
+    /// Registers the FIFO with the accepted `comm`.
+    fn register(&mut self, net: &dyn Net, comm: &mut RecvComm) -> Result<(), String> {
+        let (data, len) = registered(&self.region, self.ll.as_ref());
+        self.memory = Some(net.reg_mr(comm, data, len, MemoryKind::Host).map_err(|e| format!("registering the FIFO: {e}"))?);
+        self.core.accepted();
+        Ok(())
+    }
+
+    /// The buffers of `count` receives from its `first`-th free slot on, tags from `tag` on.
+    fn buffers(&mut self, first: usize, count: usize, tag: u32) -> Vec<RecvBuffer> {
+        (0..count)
+            .map(|i| {
+                let message = self.posted + i as u64;
+                // Only announced messages are posted: never `None`.
+                let (data, len) = match ll::slot_of(&mut self.ll, message, self.region.nslots()) {
+                    Some(Some(slot)) => slot,
+                    _ => (self.fifo.free_slot_ptr(first + i), self.fifo.slot_bytes()),
+                };
+                let tag = tag.wrapping_add(i as u32);
+                RecvBuffer { data, len, tag: if self.shared_tags { shared_tag(self.link.peer, tag) } else { tag } }
+            })
+            .collect()
+    }
 }
 
 impl RecvLink {
@@ -529,107 +718,196 @@ impl RecvLink {
         shared: Shared,
         now: Instant,
         timeout: Duration,
+        shared_tags: bool,
     ) -> Result<(Vec<u8>, RecvLink)> {
         let (handle, listen) = net.listen(context.get(), device).map_err(|e| Error::from_transport(format!("listening on device {device}"), e))?;
-        let max_recvs = net.properties(device).map_err(|e| Error::from_transport(format!("asking device {device} its properties"), e))?.max_recvs;
+        let max_recvs = net.properties(device).map_err(|e| Error::from_transport(format!("asking device {device} its properties"), e))?.max_recvs.max(1);
         let edge = RecvLink {
-            link,
             sender,
             net,
             _context: context,
             listen: Some(listen),
             comm: None,
-            memory: None,
-            fifo: Sender::new(region.clone()),
-            region,
+            max_recvs,
+            members: vec![RecvMember::new(link, region, shared_tags, now, timeout, max_recvs)],
+            joining: None,
             requests: VecDeque::new(),
-            core: RecvCore::new(now, timeout, max_recvs),
-            mailbox: Mailbox::default(),
+            next_request: 0,
+            first_offer: 0,
             driver,
             shared,
-            ll: None,
-            posted: 0,
         };
         Ok((handle, edge))
+    }
+
+    /// Posts receives while members offer buffers and the Net takes them: independent
+    /// messages of several members together, up to `max_recvs`; a dependent one alone.
+    /// Whether it posted any.
+    fn post(&mut self, now: Instant) -> Result<bool, String> {
+        let mut busy = false;
+        loop {
+            let n = self.members.len();
+            // (member, first free slot, buffers, first tag), and whether they are independent.
+            let mut offers: Vec<(usize, usize, usize, u32)> = Vec::new();
+            for m in (0..n).map(|i| (self.first_offer + i) % n) {
+                let member = &mut self.members[m];
+                let free = member.fifo.free();
+                let RecvStep::Post { first, count, tag } = member.core.next(free, now).map_err(|s| s.to_string())? else { continue };
+                if !member.core.offers_independent() {
+                    if offers.is_empty() {
+                        offers.push((m, first, count, tag));
+                        break;
+                    }
+                    continue;
+                }
+                offers.push((m, first, count, tag));
+            }
+            if offers.is_empty() {
+                return Ok(busy);
+            }
+            // The receive's buffers go to the offering members in turn, one each, so that
+            // one receive carries as many links' messages as it can.
+            let mut given = vec![0; offers.len()];
+            let mut room = self.max_recvs;
+            while room > 0 && offers.iter().zip(&given).any(|(o, &g)| g < o.2) {
+                for (offer, given) in offers.iter().zip(given.iter_mut()) {
+                    if room > 0 && *given < offer.2 {
+                        *given += 1;
+                        room -= 1;
+                    }
+                }
+            }
+            let offers: Vec<(usize, usize, usize, u32)> = offers.into_iter().zip(given).map(|((m, first, _, tag), count)| (m, first, count, tag)).collect();
+            let mut buffers: Vec<RecvBuffer> = Vec::new();
+            let mut handles: Vec<&MrHandle> = Vec::new();
+            for &(m, first, count, tag) in &offers {
+                buffers.extend(self.members[m].buffers(first, count, tag));
+            }
+            for &(m, _, count, _) in &offers {
+                handles.extend(std::iter::repeat_n(self.members[m].memory.as_ref().expect("registered"), count));
+            }
+            let comm = self.comm.as_mut().expect("accepted");
+            // SAFETY: the slots are free and stay unpublished until the receive completes.
+            match unsafe { self.net.irecv(comm, &buffers, &handles) }.map_err(|e| format!("irecv: {e}"))? {
+                Some(request) => {
+                    if offers.len() > 1 {
+                        self.shared.across_links.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let number = self.next_request;
+                    self.next_request += 1;
+                    self.requests.push_back((number, request, offers.iter().map(|&(m, _, count, _)| (m, count)).collect()));
+                    for (m, _, count, _) in offers {
+                        let member = &mut self.members[m];
+                        member.core.posted(count);
+                        member.posted += count as u64;
+                        member.parts.push_back((number, count, None));
+                    }
+                    self.first_offer = (self.first_offer + 1) % n;
+                    busy = true;
+                }
+                None => {
+                    for (m, ..) in offers {
+                        self.members[m].core.refused();
+                    }
+                    return Ok(busy);
+                }
+            }
+        }
+    }
+
+    /// Tests the receives in flight (with one member, only the oldest: its slots are
+    /// published in order anyway) and publishes each member's filled slots in its own
+    /// order. Whether any completed.
+    fn complete(&mut self) -> Result<bool, String> {
+        let mut busy = false;
+        let only_oldest = self.members.len() == 1;
+        let mut index = 0;
+        while index < self.requests.len() {
+            let (number, request, layout) = &mut self.requests[index];
+            let Some(sizes) = self.net.test(request).map_err(|e| format!("test: {e}"))? else {
+                if only_oldest {
+                    break;
+                }
+                index += 1;
+                continue;
+            };
+            let expected: usize = layout.iter().map(|&(_, count)| count).sum();
+            if sizes.len() != expected {
+                return Err(format!("a receive of {expected} buffers completed with {} sizes", sizes.len()));
+            }
+            // A receive's buffers lie in the order its members offered them.
+            let mut sizes = sizes.into_iter();
+            for &(m, count) in layout.iter() {
+                let part = self.members[m].parts.iter_mut().find(|(n, ..)| n == number).expect("each member records its part");
+                part.2 = Some(sizes.by_ref().take(count).collect());
+            }
+            self.requests.remove(index);
+            busy = true;
+        }
+        for member in &mut self.members {
+            while member.parts.front().is_some_and(|(_, _, sizes)| sizes.is_some()) {
+                let (_, count, sizes) = member.parts.pop_front().expect("looked at");
+                let completed = member.core.completed();
+                debug_assert_eq!(completed, count, "the core's oldest receive is the member's");
+                for size in sizes.expect("done") {
+                    member.fifo.post(size);
+                }
+            }
+        }
+        Ok(busy)
+    }
+
+    /// Takes in the members that joined since the last pass (registered at once if the
+    /// comm is accepted).
+    fn take_joining(&mut self) -> Result<(), String> {
+        let Some(joining) = &self.joining else { return Ok(()) };
+        let joined: Vec<RecvMember> = std::mem::take(&mut *joining.lock());
+        for mut member in joined {
+            if let Some(comm) = self.comm.as_mut() {
+                member.register(self.net.as_ref(), comm)?;
+            }
+            self.members.push(member);
+        }
+        Ok(())
     }
 }
 
 impl Progress for RecvLink {
     fn progress(&mut self, now: Instant) -> Result<bool, String> {
-        for (messages, independent, ll) in self.mailbox.lock().drain(..) {
-            self.core.announce(messages, independent);
-            ll::announce(&mut self.ll, messages, ll)?;
+        self.take_joining()?;
+        for member in &mut self.members {
+            for (messages, independent, ll) in member.mailbox.lock().drain(..) {
+                member.core.announce(messages, independent);
+                ll::announce(&mut member.ll, messages, ll)?;
+            }
+            member.core.new_pass();
         }
-        self.core.new_pass();
-        let mut busy = false;
-        loop {
-            let free = if self.comm.is_some() { self.fifo.free() } else { 0 };
-            match self.core.next(free, now).map_err(|s| s.to_string())? {
-                RecvStep::Accept => {
-                    let listen = self.listen.as_mut().expect("listening until accepted");
-                    match self.net.accept(listen).map_err(|e| format!("accept: {e}"))? {
-                        Some(mut comm) => {
-                            let (data, len) = registered(&self.region, self.ll.as_ref());
-                            self.memory = Some(self.net.reg_mr(&mut comm, data, len, MemoryKind::Host).map_err(|e| format!("registering the FIFO: {e}"))?);
-                            self.comm = Some(comm);
-                            if let Some(listen) = self.listen.take() {
-                                let _ = self.net.close_listen(listen);
-                            }
-                            self.core.accepted();
-                            busy = true;
-                        }
-                        None => return Ok(busy),
-                    }
+        let accepted = self.comm.is_none();
+        if accepted {
+            // The first member's deadline is the comm's.
+            if let RecvStep::Accept = self.members[0].core.next(0, now).map_err(|s| s.to_string())? {
+                let listen = self.listen.as_mut().expect("listening until accepted");
+                let Some(mut comm) = self.net.accept(listen).map_err(|e| format!("accept: {e}"))? else { return Ok(false) };
+                for member in &mut self.members {
+                    member.register(self.net.as_ref(), &mut comm)?;
                 }
-                RecvStep::Post { first, count, tag } => {
-                    let (comm, memory) = (self.comm.as_mut().expect("accepted"), self.memory.as_ref().expect("registered"));
-                    let mut buffers: Vec<RecvBuffer> = Vec::with_capacity(count);
-                    for i in 0..count {
-                        let message = self.posted + i as u64;
-                        // Only announced messages are posted: never `None`.
-                        let (data, len) = match ll::slot_of(&mut self.ll, message, self.region.nslots()) {
-                            Some(Some(slot)) => slot,
-                            _ => (self.fifo.free_slot_ptr(first + i), self.fifo.slot_bytes()),
-                        };
-                        buffers.push(RecvBuffer { data, len, tag: tag.wrapping_add(i as u32) });
-                    }
-                    let handles: Vec<&MrHandle> = vec![memory; count];
-                    // SAFETY: the slots are free and stay unpublished until the receive
-                    // completes.
-                    match unsafe { self.net.irecv(comm, &buffers, &handles) }.map_err(|e| format!("irecv: {e}"))? {
-                        Some(request) => {
-                            self.requests.push_back(request);
-                            self.core.posted(count);
-                            self.posted += count as u64;
-                            busy = true;
-                        }
-                        None => self.core.refused(),
-                    }
+                self.comm = Some(comm);
+                if let Some(listen) = self.listen.take() {
+                    let _ = self.net.close_listen(listen);
                 }
-                RecvStep::Test => {
-                    let front = self.requests.front_mut().expect("a receive in flight");
-                    match self.net.test(front).map_err(|e| format!("test: {e}"))? {
-                        Some(sizes) => {
-                            self.requests.pop_front();
-                            let count = self.core.completed();
-                            if sizes.len() != count {
-                                return Err(format!("a receive of {count} buffers completed with {} sizes", sizes.len()));
-                            }
-                            for size in sizes {
-                                self.fifo.post(size);
-                            }
-                            busy = true;
-                        }
-                        None => return Ok(busy),
-                    }
-                }
-                RecvStep::Idle => return Ok(busy),
+            } else {
+                return Ok(false);
             }
         }
+        let posted = self.post(now)?;
+        let completed = self.complete()?;
+        // A completion frees slots for more receives.
+        let posted_more = completed && self.post(now)?;
+        Ok(accepted || posted || completed || posted_more)
     }
 
     fn needs_polling(&self) -> bool {
-        self.driver == Driver::Device && self.core.active()
+        self.driver == Driver::Device && self.members.iter().any(|m| m.core.active())
     }
 
     fn shared(&self) -> &Shared {
@@ -637,9 +915,11 @@ impl Progress for RecvLink {
     }
 
     fn describe(&self) -> String {
+        let from: Vec<String> = self.members.iter().map(|m| m.link.peer.to_string()).collect();
+        let (ranks, channel) = (if from.len() == 1 { format!("rank {}", from[0]) } else { format!("ranks {}", from.join(", ")) }, self.members[0].link.channel);
         match self.sender {
-            sender if sender == self.link.peer => format!("receive from rank {} channel {}", self.link.peer, self.link.channel),
-            relay => format!("receive from rank {} channel {} relayed by rank {relay}", self.link.peer, self.link.channel),
+            sender if self.members.len() == 1 && sender == self.members[0].link.peer => format!("receive from {ranks} channel {channel}"),
+            relay => format!("receive from {ranks} channel {channel} relayed by rank {relay}"),
         }
     }
 
@@ -652,8 +932,10 @@ impl Drop for RecvLink {
     fn drop(&mut self) {
         self.requests.clear();
         if let Some(mut comm) = self.comm.take() {
-            if let Some(memory) = self.memory.take() {
-                let _ = self.net.dereg_mr(&mut comm, memory);
+            for member in &mut self.members {
+                if let Some(memory) = member.memory.take() {
+                    let _ = self.net.dereg_mr(&mut comm, memory);
+                }
             }
             let _ = self.net.close_recv(comm);
         }

@@ -320,12 +320,12 @@ const TIMEOUT: Duration = Duration::from_secs(1);
 
 impl Pair {
     fn new(net: Arc<SimNet>) -> Pair {
-        let shared = Shared { failure: Arc::default(), closed: AbortFlag::new() };
+        let shared = Shared { failure: Arc::default(), closed: AbortFlag::new(), across_links: Arc::default() };
         let now = Instant::now();
         let link = Link { peer: 1, channel: 0 };
         let (send_region, recv_region) = (Region::heap(SLOTS, SLOT_BYTES).unwrap(), Region::heap(SLOTS, SLOT_BYTES).unwrap());
         let context = Arc::new(NetContext::new(net.clone(), 1).unwrap());
-        let (handle, recv) = RecvLink::new(link, link.peer, net.clone(), context.clone(), 0, recv_region.clone(), Driver::Host, shared.clone(), now, TIMEOUT).unwrap();
+        let (handle, recv) = RecvLink::new(link, link.peer, net.clone(), context.clone(), 0, recv_region.clone(), Driver::Host, shared.clone(), now, TIMEOUT, false).unwrap();
         let send = SendLink::new(link, net, context, 0, &handle, send_region.clone(), Driver::Host, shared.clone(), now, TIMEOUT).unwrap();
         Pair { send, recv, producer: Sender::new(send_region), consumer: Receiver::new(recv_region), shared, now }
     }
@@ -333,7 +333,7 @@ impl Pair {
     /// An operation of `messages` starts: both links are told.
     fn announce(&mut self, messages: u64, independent: bool) {
         self.send.mailbox.lock().push((messages, independent, false));
-        self.recv.mailbox.lock().push((messages, independent, false));
+        self.recv.members[0].mailbox.lock().push((messages, independent, false));
     }
 }
 

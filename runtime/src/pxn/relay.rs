@@ -31,24 +31,27 @@ const REPLY_TAG: u64 = (1 << 62) - 1;
 /// Tag of the notice that a rank has flushed its relayed sends (see [`part`]).
 const DONE_TAG: u64 = (1 << 62) - 3;
 /// First byte of a request: the format's version.
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 /// How long the service waits for a request before it looks at its communicator again.
 const POLL: Duration = Duration::from_millis(50);
 
 /// What the asking rank sends: the link (its peer is the destination), the relaying rank's
-/// device to send from, the FIFO's geometry and the destination's listen handle.
+/// device to send from, the FIFO's geometry, the destination's listen handle and whether
+/// it is a shared comm's (the relay then sends on the comm of its other links to that
+/// destination's channel, `NetLinks::listen_shared`).
 #[derive(Debug, PartialEq, Eq)]
 struct Request {
     link: Link,
     device: usize,
     geometry: Geometry,
     handle: Vec<u8>,
+    shared: bool,
 }
 
 impl Request {
     fn encode(&self) -> Vec<u8> {
         let mut bytes = vec![VERSION];
-        for value in [self.link.peer as u64, self.link.channel as u64, self.device as u64, self.geometry.slots as u64, self.geometry.slot_bytes as u64] {
+        for value in [self.link.peer as u64, self.link.channel as u64, self.device as u64, self.geometry.slots as u64, self.geometry.slot_bytes as u64, u64::from(self.shared)] {
             bytes.extend_from_slice(&value.to_le_bytes());
         }
         bytes.extend_from_slice(&self.handle);
@@ -61,7 +64,7 @@ impl Request {
         if version != VERSION {
             return Err(malformed(&format!("version {version}, this rank reads {VERSION}")));
         }
-        if rest.len() < 40 {
+        if rest.len() < 48 {
             return Err(malformed("shorter than its fixed part"));
         }
         let word = |i: usize| -> Result<usize> { usize::try_from(u64::from_le_bytes(rest[i * 8..i * 8 + 8].try_into().expect("8 bytes"))).map_err(|_| malformed("a field beyond usize")) };
@@ -69,7 +72,12 @@ impl Request {
             link: Link { peer: word(0)?, channel: word(1)? },
             device: word(2)?,
             geometry: Geometry { slots: word(3)?, slot_bytes: word(4)? },
-            handle: rest[40..].to_vec(),
+            shared: match word(5)? {
+                0 => false,
+                1 => true,
+                other => return Err(malformed(&format!("sharing flag {other}"))),
+            },
+            handle: rest[48..].to_vec(),
         })
     }
 }
@@ -77,8 +85,8 @@ impl Request {
 /// Asks rank `proxy` of this host to relay `link` (to its peer, whose listen `handle` this
 /// rank got) from its `device`; the FIFO to write the link's messages into. Bounded by the
 /// bootstrap's timeout; ends on abort or the proxy rank's failure.
-pub(crate) fn ask(boot: &Bootstrap, proxy: usize, link: Link, handle: &[u8], device: usize, geometry: Geometry) -> Result<Arc<Region>> {
-    let request = Request { link, device, geometry, handle: handle.to_vec() };
+pub(crate) fn ask(boot: &Bootstrap, proxy: usize, link: Link, handle: &[u8], device: usize, geometry: Geometry, shared: bool) -> Result<Arc<Region>> {
+    let request = Request { link, device, geometry, handle: handle.to_vec(), shared };
     boot.send(proxy as u32, REQUEST_TAG, &request.encode())?;
     let reply = boot.recv(proxy as u32, REPLY_TAG)?;
     match reply.split_first() {
@@ -190,7 +198,7 @@ fn relay(core: &Core, origin: usize, bytes: &[u8]) -> Result<Vec<u8>> {
         return Err(Error::invalid(format!("relay to rank {} of a communicator of {}", request.link.peer, core.nranks)));
     }
     let (region, handle) = Region::create_shared(request.geometry.slots, request.geometry.slot_bytes).map_err(|e| Error::from_transport("making the PXN relay FIFO", e))?;
-    core.net.relay(origin, request.link, &request.handle, region, request.device)?;
+    core.net.relay(origin, request.link, &request.handle, region, request.device, request.shared)?;
     tracing::debug!(target: log_target::NET, "rank {}: relaying rank {origin}'s sends to rank {} channel {} from device {}", core.rank, request.link.peer, request.link.channel, request.device);
     Ok(handle)
 }
@@ -201,7 +209,7 @@ mod tests {
 
     #[test]
     fn requests_round_trip_and_bad_ones_are_named() {
-        let request = Request { link: Link { peer: 5, channel: 1 << 16 }, device: 1, geometry: Geometry { slots: 8, slot_bytes: 1 << 17 }, handle: vec![7; 30] };
+        let request = Request { link: Link { peer: 5, channel: 1 << 16 }, device: 1, geometry: Geometry { slots: 8, slot_bytes: 1 << 17 }, handle: vec![7; 30], shared: true };
         assert_eq!(Request::decode(&request.encode()).unwrap(), request);
         assert!(Request::decode(&[]).unwrap_err().to_string().contains("empty"));
         assert!(Request::decode(&[9, 0]).unwrap_err().to_string().contains("version 9"));
