@@ -7,9 +7,13 @@
 //! connection arrive in the order they were sent; one receive of n buffers is one request,
 //! done when n messages have arrived, each into the buffer whose tag it carries; a buffer
 //! may be larger than its message, never smaller; at most [`MAX_REQUESTS`] requests in
-//! flight per comm.
+//! flight per comm. Receiver-driven ([`SimNet::receiver_driven`], as the socket Net with
+//! `max_recvs` > 1 and an IB NIC): a send goes only once a posted receive has a buffer of
+//! its tag, each message lands in the oldest such receive, and receives complete in any
+//! order — what lets several links share a comm (PXN, [`shared_links_deliver_each_in_order`]).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,7 +23,7 @@ use oxccl_transports::net::{CommConfig, Context, ListenComm, MemoryKind, MrHandl
 use oxccl_transports::{Error as NetError, Result as NetResult};
 use parking_lot::Mutex;
 
-use super::{progress_all, Driver, NetContext, Progress, RecvLink, SendLink, Shared};
+use super::{progress_all, Driver, NetContext, Progress, RecvLink, RecvMember, SendChannel, SendLink, Shared};
 use crate::algo::Link;
 
 /// xorshift64*: small, seeded, the same sequence everywhere.
@@ -68,6 +72,8 @@ struct State {
     requests: HashMap<u64, Pending>,
     /// Per comm (connection id and side): requests in flight.
     in_flight: HashMap<(u64, bool), usize>,
+    /// Receiver-driven: per connection and tag, messages the posted receives still take.
+    cleared: HashMap<(u64, u32), u64>,
     sends: u64,
     stats: Stats,
 }
@@ -90,12 +96,15 @@ struct Pending {
     wait: u64,
     /// A receive's buffers; a send's size.
     buffers: Vec<RecvBuffer>,
+    /// Receiver-driven: the size of each buffer's message once it landed.
+    filled: Vec<Option<usize>>,
     sent: usize,
     done: Option<Vec<usize>>,
 }
 
 struct SimNet {
     max_recvs: usize,
+    receiver_driven: bool,
     faults: Faults,
     rng: Mutex<Rng>,
     state: Mutex<State>,
@@ -109,7 +118,35 @@ struct Comm(u64);
 
 impl SimNet {
     fn new(seed: u64, max_recvs: usize, faults: Faults) -> SimNet {
-        SimNet { max_recvs, faults, rng: Mutex::new(Rng::new(seed)), state: Mutex::default() }
+        SimNet { max_recvs, receiver_driven: false, faults, rng: Mutex::new(Rng::new(seed)), state: Mutex::default() }
+    }
+
+    /// A receiver-driven Net (see the module's doc).
+    fn receiver_driven(seed: u64, max_recvs: usize, faults: Faults) -> SimNet {
+        SimNet { receiver_driven: true, ..SimNet::new(seed, max_recvs, faults) }
+    }
+
+    /// Receiver-driven: lands every message on `conn`'s wire in the oldest posted receive
+    /// with a free buffer of its tag.
+    fn land(state: &mut State, conn: u64) -> NetResult<()> {
+        let messages: Vec<(u32, Vec<u8>)> = state.wires.get_mut(&conn).expect("accepted").drain(..).collect();
+        for (tag, bytes) in messages {
+            let mut receives: Vec<(&u64, &mut Pending)> = state.requests.iter_mut().filter(|(_, p)| p.conn == conn && !p.send && p.done.is_none()).collect();
+            receives.sort_by_key(|(id, _)| **id);
+            let found = receives.into_iter().find_map(|(_, p)| (0..p.buffers.len()).find(|&i| p.filled[i].is_none() && p.buffers[i].tag == tag).map(|i| (p, i)));
+            let Some((pending, i)) = found else {
+                return Err(NetError::Malformed { what: "message", reason: format!("tag {tag} was sent without a posted receive") });
+            };
+            let buffer = pending.buffers[i];
+            if bytes.len() > buffer.len {
+                return Err(NetError::MessageTooLarge { message: bytes.len(), buffer: buffer.len, tag });
+            }
+            // SAFETY: the caller's contract: the buffer is valid and untouched by others
+            // until the receive is done.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buffer.data, bytes.len()) };
+            pending.filled[i] = Some(bytes.len());
+        }
+        Ok(())
     }
 
     fn busy(&self) -> bool {
@@ -126,7 +163,8 @@ impl SimNet {
         state.next_id += 1;
         let id = state.next_id;
         let wait = self.rng.lock().below(self.faults.delay + 1);
-        state.requests.insert(id, Pending { conn, send, wait, buffers, sent, done: None });
+        let filled = vec![None; buffers.len()];
+        state.requests.insert(id, Pending { conn, send, wait, buffers, filled, sent, done: None });
         Some(Opaque::new(Comm(id)))
     }
 
@@ -224,7 +262,13 @@ impl Net for SimNet {
         if self.faults.fail_send == Some(state.sends) {
             return Err(NetError::Closed(format!("simulated failure of send {}", state.sends)));
         }
+        if self.receiver_driven && state.cleared.get(&(conn, tag)).is_none_or(|&n| n == 0) {
+            return Ok(None);
+        }
         let Some(request) = self.request(&mut state, conn, true, Vec::new(), len) else { return Ok(None) };
+        if self.receiver_driven {
+            *state.cleared.get_mut(&(conn, tag)).expect("cleared") -= 1;
+        }
         state.sends += 1;
         // SAFETY: the caller's contract: `len` readable bytes at `data` until the send is
         // done; the bytes are taken now (a Net may copy at once).
@@ -241,6 +285,11 @@ impl Net for SimNet {
         let conn = id(comm)?;
         let mut state = self.state.lock();
         let Some(request) = self.request(&mut state, conn, false, buffers.to_vec(), 0) else { return Ok(None) };
+        if self.receiver_driven {
+            for buffer in buffers {
+                *state.cleared.entry((conn, buffer.tag)).or_default() += 1;
+            }
+        }
         let stats = &mut state.stats;
         stats.irecv_calls += 1;
         stats.grouped += u64::from(buffers.len() > 1);
@@ -262,6 +311,13 @@ impl Net for SimNet {
         let (conn, send, n) = (pending.conn, pending.send, pending.buffers.len());
         let done = if send {
             vec![pending.sent]
+        } else if self.receiver_driven {
+            SimNet::land(&mut state, conn)?;
+            let pending = state.requests.get(&id).expect("looked up above");
+            match pending.filled.iter().copied().collect::<Option<Vec<usize>>>() {
+                Some(sizes) => sizes,
+                None => return Ok(None),
+            }
         } else {
             let wire = state.wires.get_mut(&conn).expect("accepted");
             if wire.len() < n {
@@ -396,9 +452,9 @@ fn run(seed: u64, net: Arc<SimNet>, total: u64, batch: u64, independent: bool) -
 #[test]
 fn every_message_arrives_in_order_whatever_the_net_does() {
     for seed in 0..300 {
-        for (max_recvs, independent) in [(1, true), (4, true), (8, false)] {
+        for (max_recvs, independent, receiver_driven) in [(1, true, false), (4, true, false), (8, false, false), (4, true, true), (8, false, true)] {
             let faults = Faults { busy: 20, delay: 3, fail_send: None };
-            let net = Arc::new(SimNet::new(seed, max_recvs, faults));
+            let net = Arc::new(if receiver_driven { SimNet::receiver_driven(seed, max_recvs, faults) } else { SimNet::new(seed, max_recvs, faults) });
             run(seed, net.clone(), 40, 10, independent).unwrap_or_else(|e| panic!("seed {seed}, max_recvs {max_recvs}, independent {independent}: {e}"));
             let stats = net.stats();
             if !independent || max_recvs == 1 {
@@ -417,6 +473,128 @@ fn independent_messages_are_received_together() {
     let stats = net.stats();
     assert!(stats.grouped > 0 && stats.largest_group > 1, "{stats:?}");
     assert!(stats.irecv_calls < 64, "{} receive calls for 64 messages", stats.irecv_calls);
+}
+
+/// Two ranks' links sharing one comm to rank 0 (PXN: rank 1 sends its own messages and
+/// relays rank 2's), the receiving link with both as members, and their FIFOs' executor
+/// ends.
+struct Sharing {
+    sends: [SendLink; 2],
+    recv: RecvLink,
+    producers: [Sender; 2],
+    consumers: [Receiver; 2],
+    shared: Shared,
+    now: Instant,
+}
+
+impl Sharing {
+    fn new(net: Arc<SimNet>) -> Sharing {
+        let shared = Shared { failure: Arc::default(), closed: AbortFlag::new(), across_links: Arc::default() };
+        let now = Instant::now();
+        let origins = [Link { peer: 1, channel: 0 }, Link { peer: 2, channel: 0 }];
+        let heap = || Region::heap(SLOTS, SLOT_BYTES).unwrap();
+        let (send_regions, recv_regions) = ([heap(), heap()], [heap(), heap()]);
+        let context = Arc::new(NetContext::new(net.clone(), 1).unwrap());
+        let (handle, mut recv) = RecvLink::new(origins[0], 1, net.clone(), context.clone(), 0, recv_regions[0].clone(), Driver::Host, shared.clone(), now, TIMEOUT, true).unwrap();
+        recv.members.push(RecvMember::new(origins[1], recv_regions[1].clone(), true, now, TIMEOUT, net.max_recvs));
+        let channel = Arc::new(SendChannel::new(net.clone()));
+        let sends = [0, 1].map(|i| {
+            let mut send = SendLink::new(Link { peer: 0, channel: 0 }, net.clone(), context.clone(), 0, &handle, send_regions[i].clone(), Driver::Host, shared.clone(), now, TIMEOUT).unwrap();
+            send.channel = channel.clone();
+            send.shared_as = Some(origins[i].peer);
+            send
+        });
+        let [s0, s1] = send_regions;
+        let [r0, r1] = recv_regions;
+        Sharing { sends, recv, producers: [Sender::new(s0), Sender::new(s1)], consumers: [Receiver::new(r0), Receiver::new(r1)], shared, now }
+    }
+
+    /// An operation of `messages` on each link starts: every end is told.
+    fn announce(&mut self, messages: u64, independent: bool) {
+        for i in 0..2 {
+            self.sends[i].mailbox.lock().push((messages, independent, false));
+            self.recv.members[i].mailbox.lock().push((messages, independent, false));
+        }
+    }
+}
+
+/// Moves `total` messages of each of two links sharing a comm, in operations of `batch`
+/// per link, through a seeded random order of both executors' and the proxy's moves.
+/// `cross`: link 1's message k is written only once link 0's message k + `cross` (or the
+/// operation's last) was consumed (a tree's parent waiting for this rank's sum of a child's
+/// chunks, both sent by one relaying rank), its messages then announced dependent: link 0's
+/// receives may then be posted after link 1's that wait for them. The receives posted for
+/// both links' messages at once, or the failure.
+fn run_shared(seed: u64, net: Arc<SimNet>, total: u64, batch: u64, independent: bool, cross: Option<u64>) -> Result<u64, String> {
+    let mut s = Sharing::new(net);
+    let mut rng = Rng::new(seed ^ 0x5eed);
+    let (mut announced, mut produced, mut consumed) = (0u64, [0u64; 2], [0u64; 2]);
+    let bytes = |link: usize, k: u64| message(k + 1000 * link as u64);
+    for _ in 0..400_000 {
+        if consumed == [total; 2] {
+            return Ok(s.shared.across_links.load(Ordering::Relaxed));
+        }
+        if consumed == [announced; 2] {
+            let n = batch.min(total - announced);
+            s.announce(n, independent && cross.is_none());
+            announced += n;
+        }
+        s.now += Duration::from_micros(1);
+        let i = rng.below(2) as usize;
+        match rng.below(4) {
+            0 => {
+                let waits = cross.is_some_and(|lag| i == 1 && consumed[0] <= (produced[1] + lag).min(announced - 1));
+                if produced[i] < announced && !waits {
+                    if let Some(slot) = s.producers[i].try_reserve() {
+                        let m = bytes(i, produced[i]);
+                        slot[..m.len()].copy_from_slice(&m);
+                        s.producers[i].post(m.len());
+                        produced[i] += 1;
+                    }
+                }
+            }
+            1 => {
+                s.sends[i].progress(s.now).map_err(|e| format!("send link {i}: {e}"))?;
+            }
+            2 => {
+                s.recv.progress(s.now).map_err(|e| format!("receive link: {e}"))?;
+            }
+            _ => {
+                if let Some(got) = s.consumers[i].try_peek() {
+                    let expected = bytes(i, consumed[i]);
+                    if got != expected.as_slice() {
+                        return Err(format!("link {i} message {}: {} bytes, expected {}, or other bytes", consumed[i], got.len(), expected.len()));
+                    }
+                    s.consumers[i].release();
+                    consumed[i] += 1;
+                }
+            }
+        }
+    }
+    Err(format!("stuck after {consumed:?} of {total} messages each"))
+}
+
+/// Links sharing a comm over a receiver-driven Net each get their messages intact and in
+/// order, whatever the Net does: independent ones several links to a receive, dependent
+/// ones a receive each, and a link whose sender waits for this rank to consume the other
+/// link's messages is never held up behind them.
+#[test]
+fn shared_links_deliver_each_in_order() {
+    for seed in 0..200 {
+        for (max_recvs, independent, cross) in [(2, true, None), (8, true, None), (8, false, None), (4, false, Some(0)), (4, false, Some(3))] {
+            let net = Arc::new(SimNet::receiver_driven(seed, max_recvs, Faults { busy: 20, delay: 3, fail_send: None }));
+            run_shared(seed, net.clone(), 30, 10, independent, cross).unwrap_or_else(|e| panic!("seed {seed}, max_recvs {max_recvs}, independent {independent}, cross {cross:?}: {e}"));
+            let stats = net.stats();
+            assert!(stats.largest_group <= max_recvs);
+            if !independent {
+                assert_eq!(stats.grouped, 0, "seed {seed}: dependent messages are never grouped");
+            }
+        }
+    }
+    // A quiet Net: independent messages of both links share receives.
+    let net = Arc::new(SimNet::receiver_driven(1, 8, Faults::default()));
+    let across = run_shared(1, net, 64, 16, true, None).unwrap();
+    assert!(across > 0, "no receive carried both links' messages");
 }
 
 #[test]
