@@ -415,28 +415,31 @@ fn a_rank_killed_while_relaying_fails_every_survivor_naming_it_and_they_shrink_a
 #[ignore]
 fn pxn_benchmark() {
     let Some(cluster) = Cluster::or_skip(&Spec::new(HOSTS, 2).link_rate(2000).spine(Some(500))) else { return };
-    let mut rows: Vec<(String, usize, [(f64, f64); 2])> = Vec::new();
-    for (i, (pxn, port)) in [(false, 29640), (true, 29641)].into_iter().enumerate() {
-        let outputs = job(&cluster, "bench", &[("NCCL_PXN_DISABLE", if pxn { "0" } else { "1" }), ("OXCCL_SOCKET_MAX_RECVS", "8")], port);
+    // PXN off; on with a comm and a receive per message for each relayed link (1 buffer a
+    // receive); on with the links of each relaying rank sharing a comm (8).
+    let configs = [("off", "1", "8", 29640), ("on, maxRecvs 1", "0", "1", 29641), ("on, maxRecvs 8", "0", "8", 29643)];
+    let mut rows: Vec<(String, usize, [(f64, f64); 3])> = Vec::new();
+    for (i, (label, disable, max_recvs, port)) in configs.into_iter().enumerate() {
+        let outputs = job(&cluster, "bench", &[("NCCL_PXN_DISABLE", disable), ("OXCCL_SOCKET_MAX_RECVS", max_recvs)], port);
         let stdouts = expect(&outputs, 0, "", None);
-        eprintln!("PXN {pxn}: {}", stdouts[0].lines().find(|l| l.starts_with("RECVS")).unwrap_or(""));
+        eprintln!("PXN {label}: rank 0 {}", stdouts[0].lines().find(|l| l.starts_with("RECVS")).unwrap_or(""));
         for line in stdouts[0].lines().filter_map(|l| l.strip_prefix("BENCH ")) {
             let f: Vec<&str> = line.split(' ').collect();
             let (name, size, time, busbw) = (f[0].to_string(), f[1].parse::<usize>().unwrap(), f[2].parse::<f64>().unwrap(), f[3].parse::<f64>().unwrap());
             match rows.iter_mut().find(|r| r.0 == name && r.1 == size) {
                 Some(row) => row.2[i] = (time, busbw),
                 None => {
-                    let mut row = (name, size, [(0.0, 0.0); 2]);
+                    let mut row = (name, size, [(0.0, 0.0); 3]);
                     row.2[i] = (time, busbw);
                     rows.push(row);
                 }
             }
         }
     }
-    println!("# {NRANKS} ranks, {HOSTS} hosts x 2 rails, host links 2000 Mbit/s, spine 500 Mbit/s; busbw GB/s");
-    println!("{:>12} {:>10} {:>12} {:>10} {:>12} {:>10} {:>7}", "collective", "size(B)", "off time(us)", "off busbw", "on time(us)", "on busbw", "on/off");
-    for (name, size, [(t0, b0), (t1, b1)]) in rows {
-        println!("{name:>12} {size:>10} {t0:>12.1} {b0:>10.3} {t1:>12.1} {b1:>10.3} {:>7.2}", b1 / b0);
+    println!("# {NRANKS} ranks, {HOSTS} hosts x 2 rails, host links 2000 Mbit/s, spine 500 Mbit/s; time per call (us) and busbw (GB/s): PXN off, on with maxRecvs 1, on with maxRecvs 8 (shared comms)");
+    println!("{:>12} {:>10} {:>10} {:>9} {:>10} {:>9} {:>10} {:>9} {:>7} {:>7}", "collective", "size(B)", "off us", "off GB/s", "on1 us", "on1 GB/s", "on8 us", "on8 GB/s", "on1/off", "on8/on1");
+    for (name, size, [(t0, b0), (t1, b1), (t2, b2)]) in rows {
+        println!("{name:>12} {size:>10} {t0:>10.1} {b0:>9.3} {t1:>10.1} {b1:>9.3} {t2:>10.1} {b2:>9.3} {:>7.2} {:>7.2}", b1 / b0, b2 / b1);
     }
     mpi_beside_oxccl(&cluster);
 }
