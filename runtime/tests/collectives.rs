@@ -237,6 +237,43 @@ fn two_ranks_in_one_shot_hold_the_same_bits() {
 
 /// all_reduce with each algorithm forced (the tuner picks by size, so some would otherwise
 /// run only at some sizes): every dtype, op, size and placement.
+/// NCCL's trees across hosts with a chain inside each: 3 hosts × 2 ranks (threads posing
+/// as hosts with NCCL_HOSTID, shared memory inside a host, the socket Net between hosts),
+/// all_reduce forced onto the tree, checked; and only each host's head of a tree — its first
+/// rank in tree 0 (even connection channels), its last in tree 1 (odd ones) — has network
+/// connections, two per edge of the tree over the hosts.
+#[test]
+fn trees_across_hosts_cross_only_between_host_heads() {
+    use oxccl_runtime::Collective;
+    let (hosts, per_host) = (3usize, 2usize);
+    let configs: Vec<Config> = (0..hosts * per_host)
+        .map(|rank| {
+            let mut config = config_with(Transport::Shm, Some("tree"));
+            config.set("NCCL_HOSTID", &format!("tree-host-{}", rank / per_host)).unwrap();
+            config
+        })
+        .collect();
+    let comms = Communicator::init_all_with(&configs).unwrap();
+    let n = comms.len();
+    let mut cases = matrix::full_matrix(n, &[1, 7, 4099]);
+    cases.retain(|c| c.collective == Collective::AllReduce);
+    cases.extend(matrix::large_cases(n, 1 << 20).into_iter().filter(|c| c.collective == Collective::AllReduce));
+    let failures: Vec<String> = on_every_rank(&comms, |_, c| matrix::run_cases(c, &cases)).into_iter().flatten().collect();
+    assert!(failures.is_empty(), "{} failures, first ones:\n{}", failures.len(), failures[..failures.len().min(20)].join("\n"));
+    let head = |host: usize, tree: usize| host * per_host + if tree == 0 { 0 } else { per_host - 1 };
+    let mut sends = std::collections::BTreeMap::<usize, usize>::new();
+    for comm in &comms {
+        for c in comm.net_connections() {
+            let tree = c.channel % 2;
+            assert!(c.from == head(c.from / per_host, tree) && c.to == head(c.to / per_host, tree), "rank {}: {c:?} links hosts but not through tree {tree}'s heads", comm.rank());
+            *sends.entry(c.channel).or_default() += usize::from(c.send);
+        }
+    }
+    // On each channel (a tree of a channel of the call) the tree links the 3 hosts by 2
+    // edges, each a connection up and one down.
+    assert!(sends.len() >= 2 && sends.values().all(|&n| n == 2 * (hosts - 1)), "network sends by channel: {sends:?}");
+}
+
 #[test]
 fn every_all_reduce_algorithm() {
     use oxccl_runtime::Collective;

@@ -96,7 +96,7 @@ mod validate;
 pub use p2p::{point_to_point, Direction, PointToPointPlan, SelfCopy, Transfer, TransferLane};
 pub use schedule::{Buffer, Lane, Link, Role, Schedule, Slice, Step};
 pub use simulate::{simulate, simulate_point_to_point, Options};
-pub use tree::{binary_tree, double_tree, TreeNode};
+pub use tree::{binary_tree, double_tree, trees, TreeNode};
 pub use validate::{validate, validate_point_to_point, At, ScheduleError, Stuck};
 
 /// The FIFO slot size NCCL's Simple protocol uses by default (4 MiB buffer / 8 steps).
@@ -151,13 +151,19 @@ pub struct Shape {
     /// Channels the data is split over; at least 1. Ring and tree only; direct exchange
     /// already has a lane per peer.
     pub channels: usize,
+    /// How many ranks each host runs when the communicator's ranks lie host by host in
+    /// blocks of that many (ranks 0..k on the first host, k..2k on the next, ...), as
+    /// launchers place them by default; 1 when they do not (or on one host). With two
+    /// hosts or more of two ranks or more, the tree runs across hosts with a chain inside
+    /// each ([`tree`]); the other algorithms do not look at it.
+    pub per_host: usize,
 }
 
 impl Shape {
     /// Root 0, one channel, and messages of at most [`DEFAULT_CHUNK_BYTES`] of
     /// `element_size`-byte elements.
     pub fn new(collective: Collective, count: usize, nranks: usize, element_size: usize) -> Shape {
-        Shape { collective, count, nranks, root: 0, chunk: 1, channels: 1 }.with_chunk_bytes(DEFAULT_CHUNK_BYTES, element_size)
+        Shape { collective, count, nranks, root: 0, chunk: 1, channels: 1, per_host: 1 }.with_chunk_bytes(DEFAULT_CHUNK_BYTES, element_size)
     }
 
     pub fn with_root(self, root: usize) -> Shape {

@@ -1,7 +1,9 @@
 //! NCCL's double binary tree for all_reduce (`graph/trees.cc`, `device/all_reduce.h`
 //! `runTreeSplit`). Two binary trees over the ranks, built so that (for even n) every
 //! rank is a leaf in one and an inner node in the other; each tree carries half of every
-//! channel's data. In each tree a chunk is reduced from the leaves up to the root, which
+//! channel's data. Where the ranks lie host by host ([`Shape::per_host`]), the two trees
+//! span the hosts and each host's ranks form a chain below its head ([`trees`]), as NCCL's
+//! trees across nodes do: one pair of network connections per tree and host link. In each tree a chunk is reduced from the leaves up to the root, which
 //! writes the result and sends it back down; every rank receives it from its parent,
 //! writes it and forwards it to its children.
 //!
@@ -69,12 +71,40 @@ pub fn double_tree(nranks: usize, rank: usize) -> [TreeNode; 2] {
     [binary_tree(n, rank), second]
 }
 
+/// A rank's two trees, where the ranks lie host by host in blocks of `per_host` (NCCL's
+/// trees across nodes with a chain inside each, `graph/connect.cc`): [`double_tree`] over
+/// the hosts, and inside each host a chain through its ranks whose head alone talks to
+/// other hosts — its parent host's head above it, its child hosts' heads and the chain's
+/// next rank below. The chain runs in rank order in tree 0 and backwards in tree 1, so the
+/// two trees leave a host by different ranks (and NICs). [`double_tree`] over the ranks on
+/// one host, with one rank a host, or where the blocks do not tile the ranks.
+pub fn trees(nranks: usize, per_host: usize, rank: usize) -> [TreeNode; 2] {
+    let hosts = nranks / per_host.max(1);
+    if per_host < 2 || hosts < 2 || nranks % per_host != 0 {
+        return double_tree(nranks, rank);
+    }
+    let (host, local) = (rank / per_host, rank % per_host);
+    let across = double_tree(hosts, host);
+    [0, 1].map(|tree| {
+        // The rank at place p of host h's chain, and this rank's place in its own.
+        let at = |h: usize, p: usize| h * per_host + if tree == 0 { p } else { per_host - 1 - p };
+        let place = if tree == 0 { local } else { per_host - 1 - local };
+        let hosts = &across[tree];
+        let parent = if place > 0 { Some(at(host, place - 1)) } else { hosts.parent.map(|h| at(h, 0)) };
+        let mut children: Vec<usize> = (place + 1 < per_host).then(|| at(host, place + 1)).into_iter().collect();
+        if place == 0 {
+            children.extend(hosts.children.iter().map(|&h| at(h, 0)));
+        }
+        TreeNode { parent, children }
+    })
+}
+
 pub(super) fn lanes(shape: &Shape, rank: usize) -> Vec<Lane> {
     if shape.nranks == 1 {
         let copy = Step::Copy { src: Slice::send(0, shape.count), dst: Slice::recv(0, shape.count) };
         return vec![Lane { role: Role::Local, steps: if shape.count > 0 { vec![copy] } else { vec![] } }];
     }
-    let trees = double_tree(shape.nranks, rank);
+    let trees = trees(shape.nranks, shape.per_host, rank);
     let mut lanes = Vec::new();
     for (channel, (offset, len)) in split_channels(shape.count, shape.channels, CHANNEL_GRANULE).enumerate() {
         for (tree, (half, half_len)) in split_channels(len, 2, CHANNEL_GRANULE).enumerate() {

@@ -142,11 +142,11 @@ mod tests {
             for collective in Collective::ALL {
                 let algorithm = if matches!(collective, Collective::AllToAll | Collective::Gather | Collective::Scatter) { Algorithm::Direct } else { Algorithm::Ring };
                 for (count, chunk, channels) in [(1, 16, 1), (1000, 64, 2), (4099, 256, 4), (0, 16, 1)] {
-                    all.push((Shape { collective, count, nranks, root: nranks - 1, chunk, channels }, algorithm));
+                    all.push((Shape { collective, count, nranks, root: nranks - 1, chunk, channels, per_host: 1 }, algorithm));
                 }
             }
             for (count, chunk, channels) in [(1000, 64, 2), (77, 8, 1)] {
-                all.push((Shape { collective: Collective::AllReduce, count, nranks, root: 0, chunk, channels }, Algorithm::Tree));
+                all.push((Shape { collective: Collective::AllReduce, count, nranks, root: 0, chunk, channels, per_host: 1 }, Algorithm::Tree));
             }
         }
         all
@@ -187,7 +187,7 @@ mod tests {
 
     #[test]
     fn a_message_larger_than_a_slot_is_refused() {
-        let shape = Shape { collective: Collective::AllReduce, count: 128, nranks: 2, root: 0, chunk: 64, channels: 1 };
+        let shape = Shape { collective: Collective::AllReduce, count: 128, nranks: 2, root: 0, chunk: 64, channels: 1, per_host: 1 };
         let lanes = plan_rank(shape, Algorithm::Ring, 0).unwrap();
         assert!(encode(&lanes, 4, 64 * 4).is_ok());
         assert!(encode(&lanes, 4, 64 * 4 - 1).is_err());

@@ -79,7 +79,7 @@ impl GpuBackend {
             _ => inner.channels(bytes),
         };
         let slot_data = if ll { oxccl_kernels::device::ll::slot_data(oxccl_kernels::device::ll::SLOT_BYTES) } else { inner.geometry.slot_bytes };
-        let shape = Shape { collective, count, nranks: n, root, chunk: slot_data / dtype.size(), channels };
+        let shape = Shape { collective, count, nranks: n, root, chunk: slot_data / dtype.size(), channels, per_host: 1 };
         Ok(Route::Schedule { shape, algorithm, ll })
     }
 }

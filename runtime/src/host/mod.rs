@@ -321,7 +321,7 @@ impl Exec {
             // NCCL's line, so that a run's choices can be compared with NCCL's.
             tracing::info!(target: log_target::TUNING, "{}: {} Bytes -> Algo {} proto {} channel{{Lo..Hi}}={{0..{}}}", key.collective.nccl_name(), key.count * key.esize, algorithm.nccl_name(), choice.protocol.nccl_name(), channels - 1);
         }
-        let shape = Shape { collective: key.collective, count: key.count, nranks, root: key.root, chunk: (self.transports.geometry.slot_bytes / key.esize).max(1), channels };
+        let shape = Shape { collective: key.collective, count: key.count, nranks, root: key.root, chunk: (self.transports.geometry.slot_bytes / key.esize).max(1), channels, per_host: self.core.rails.ranks_per_host_block() };
         let lanes = algo::plan_rank(shape, algorithm, self.core.rank).map_err(|e| Error::invalid(e.to_string()))?;
         let lanes: Vec<Lane> = lanes.into_iter().map(|steps| Lane { steps: steps.into_iter().map(|s| (s, 0)).collect() }).collect();
         self.connect(&lanes, connections)?;

@@ -86,6 +86,18 @@ impl Rails {
         Rails { names, own_devices, hosts, shared_memory, pxn_disable, p2p_pxn_level }
     }
 
+    /// How many ranks each host runs, where the ranks lie host by host in equal blocks
+    /// (rank r on the (r / k)-th host); 1 where they do not. Every rank computes the same.
+    pub fn ranks_per_host_block(&self) -> usize {
+        let n = self.hosts.len();
+        let k = self.hosts.iter().take_while(|&&h| h == 0).count();
+        if k == 0 || n % k != 0 || self.hosts.iter().enumerate().any(|(r, &h)| h != r / k) {
+            1
+        } else {
+            k
+        }
+    }
+
     /// Whether ranks `a` and `b` (not the same) reach each other through shared memory.
     fn local(&self, a: usize, b: usize) -> bool {
         a != b && self.shared_memory && self.hosts.get(a).is_some_and(|h| self.hosts.get(b) == Some(h))
@@ -233,6 +245,17 @@ mod tests {
         assert!(rails.may_relay_for_others(0), "rank 1 lacks rail0, which rank 2 is on");
         assert_eq!((rails.relays_of(0), rails.relayed_for(0)), (vec![1], vec![1]), "host mates relay for each other");
         assert_eq!(rails_without_pxn().relays_of(0), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn ranks_lie_host_by_host_only_in_equal_blocks() {
+        let per_host = |layout: &[usize]| Rails::new(names(&vec!["lo"; layout.len()]), &hosts(layout), true, false, 2).ranks_per_host_block();
+        assert_eq!(per_host(&[0, 0, 1, 1, 2, 2]), 2);
+        assert_eq!(per_host(&[0, 0, 0]), 3, "one host: its ranks");
+        assert_eq!(per_host(&[0, 1, 2]), 1, "a rank a host");
+        assert_eq!(per_host(&[0, 1, 0, 1]), 1, "round robin: not blocks");
+        assert_eq!(per_host(&[0, 0, 1]), 1, "uneven blocks");
+        assert_eq!(per_host(&[0, 0, 1, 1, 0, 0]), 1, "a host's ranks apart");
     }
 
     fn rails_without_pxn() -> Rails {

@@ -196,7 +196,7 @@ mod tests {
     fn routes(case: &Case, n: usize) -> Vec<Route> {
         let exchanges = matches!(case.collective, Collective::AllToAll | Collective::Gather | Collective::Scatter);
         let algorithm = if exchanges { Algorithm::Direct } else { Algorithm::Ring };
-        let mut routes: Vec<Route> = [1, 3].map(|channels| Route::Schedule { shape: Shape { collective: case.collective, count: case.count, nranks: n, root: case.root, chunk: 64, channels }, algorithm, ll: false }).into();
+        let mut routes: Vec<Route> = [1, 3].map(|channels| Route::Schedule { shape: Shape { collective: case.collective, count: case.count, nranks: n, root: case.root, chunk: 64, channels, per_host: 1 }, algorithm, ll: false }).into();
         routes.push(if exchanges { Route::Exchange } else { Route::Direct });
         routes
     }
@@ -228,7 +228,7 @@ mod tests {
         for dtype in [DataType::Float32, DataType::Bfloat16, DataType::Float8E4M3] {
             let case = Case { collective: Collective::AllReduce, dtype, op: ReduceOp::Sum, count: 4099, root: 0, in_place: false };
             let inputs: Vec<Vec<u8>> = (0..n).map(|r| random_input(&case, r, n, 7)).collect();
-            let ring = |channels| Route::Schedule { shape: Shape { collective: case.collective, count: case.count, nranks: n, root: 0, chunk: 1024, channels }, algorithm: Algorithm::Ring, ll: false };
+            let ring = |channels| Route::Schedule { shape: Shape { collective: case.collective, count: case.count, nranks: n, root: 0, chunk: 1024, channels, per_host: 1 }, algorithm: Algorithm::Ring, ll: false };
             let outputs: Vec<Vec<u8>> = [Route::Direct, ring(1), ring(2)].iter().map(|route| gpu_reference(route, &case, &inputs).unwrap().swap_remove(0)).collect();
             for (a, b) in [(0, 1), (0, 2), (1, 2)] {
                 assert!(same_bits(&case, &Route::Direct, &outputs[a], &outputs[b]).is_some(), "{dtype:?}: routes {a} and {b} agree on every element");

@@ -35,7 +35,7 @@ fn every(collective: Collective) {
             for root in roots(collective, nranks) {
                 for (chunk, channels) in chunkings(count) {
                     for algorithm in Algorithm::ALL.into_iter().filter(|a| a.supports(collective)) {
-                        check(Shape { collective, count, nranks, root, chunk, channels }, algorithm, 2);
+                        check(Shape { collective, count, nranks, root, chunk, channels, per_host: 1 }, algorithm, 2);
                     }
                 }
             }
@@ -46,6 +46,19 @@ fn every(collective: Collective) {
 #[test]
 fn all_reduce() {
     every(Collective::AllReduce);
+}
+
+/// The trees across hosts with a chain inside each, hosts of 2 to 4 ranks.
+#[test]
+fn all_reduce_by_trees_across_hosts() {
+    for (hosts, per_host) in [(2, 2), (2, 3), (3, 2), (2, 4), (4, 2), (3, 3), (5, 3), (4, 4)] {
+        let nranks = hosts * per_host;
+        for count in counts(nranks) {
+            for (chunk, channels) in chunkings(count) {
+                check(Shape { collective: Collective::AllReduce, count, nranks, root: 0, chunk, channels, per_host }, Algorithm::Tree, 2);
+            }
+        }
+    }
 }
 
 #[test]
@@ -98,7 +111,7 @@ fn every_reduction_folds_each_input_exactly_once() {
         for collective in [Collective::AllReduce, Collective::Reduce, Collective::ReduceScatter] {
             for algorithm in Algorithm::ALL.into_iter().filter(|a| a.supports(collective)) {
                 for (count, chunk, channels) in [(1, 1, 1), (13, 2, 2), (nranks * 3 + 1, 4, 1)] {
-                    let shape = Shape { collective, count, nranks, root: nranks / 2, chunk, channels };
+                    let shape = Shape { collective, count, nranks, root: nranks / 2, chunk, channels, per_host: 1 };
                     let schedule = plan(shape, algorithm).unwrap();
                     let data = inputs(&shape, |r, i| vec![(r, i)]);
                     let want = expected(&shape, &data, &merge);
@@ -118,7 +131,7 @@ fn many_ranks() {
     for nranks in [24, 31, 32, 33] {
         for collective in Collective::ALL {
             for algorithm in Algorithm::ALL.into_iter().filter(|a| a.supports(collective)) {
-                check(Shape { collective, count: 2 * nranks + 3, nranks, root: nranks - 2, chunk: 4, channels: 2 }, algorithm, 2);
+                check(Shape { collective, count: 2 * nranks + 3, nranks, root: nranks - 2, chunk: 4, channels: 2, per_host: 1 }, algorithm, 2);
             }
         }
     }

@@ -56,7 +56,7 @@ fn double_trees_are_spanning_trees() {
 fn all_reduce_traffic_is_bandwidth_optimal() {
     for n in 2..=16 {
         for (count, chunk) in [(n * 1000, 100), (n * 1600, 100), (4099, 64), (7, 2)] {
-            let shape = Shape { collective: Collective::AllReduce, count, nranks: n, root: 0, chunk, channels: 2 };
+            let shape = Shape { collective: Collective::AllReduce, count, nranks: n, root: 0, chunk, channels: 2, per_host: 1 };
             for algorithm in [Algorithm::Ring, Algorithm::Tree] {
                 let sent = plan(shape, algorithm).unwrap().elements_sent();
                 assert_eq!(sent.iter().sum::<usize>(), 2 * (n - 1) * count, "{algorithm:?} {shape}");
@@ -77,7 +77,7 @@ fn all_reduce_traffic_is_bandwidth_optimal() {
 fn fifo_depth() {
     for collective in Collective::ALL {
         for algorithm in Algorithm::ALL.into_iter().filter(|a| a.supports(collective)) {
-            let shape = Shape { collective, count: 100, nranks: 5, root: 2, chunk: 3, channels: 2 };
+            let shape = Shape { collective, count: 100, nranks: 5, root: 2, chunk: 3, channels: 2, per_host: 1 };
             let schedule = plan(shape, algorithm).unwrap();
             validate(&schedule, 2).unwrap();
             if algorithm != Algorithm::Ring || matches!(collective, Collective::AllToAll | Collective::Gather | Collective::Scatter) {
@@ -85,7 +85,7 @@ fn fifo_depth() {
             }
         }
     }
-    let shape = Shape { collective: Collective::AllReduce, count: 100, nranks: 5, root: 0, chunk: 3, channels: 1 };
+    let shape = Shape { collective: Collective::AllReduce, count: 100, nranks: 5, root: 0, chunk: 3, channels: 1, per_host: 1 };
     match validate(&plan(shape, Algorithm::Ring).unwrap(), 1) {
         Err(e @ ScheduleError::Deadlock { .. }) => {
             let ScheduleError::Deadlock { slots, ref stuck } = e else { unreachable!() };
@@ -106,7 +106,7 @@ fn reducing_schedules_read_each_input_once() {
         for collective in Collective::ALL.into_iter().filter(|c| c.reduces()) {
             for algorithm in Algorithm::ALL.into_iter().filter(|a| a.supports(collective)) {
                 for (count, chunk, channels) in [(1, 1, 1), (29, 3, 2), (100, 100, 3)] {
-                    let shape = Shape { collective, count, nranks, root: nranks / 2, chunk, channels };
+                    let shape = Shape { collective, count, nranks, root: nranks / 2, chunk, channels, per_host: 1 };
                     let schedule = plan(shape, algorithm).unwrap();
                     for (rank, lanes) in schedule.ranks.iter().enumerate() {
                         let mut reads = vec![0; shape.buffer_counts(rank).0];
@@ -137,7 +137,7 @@ fn messages_are_bounded_by_the_chunk_in_bytes() {
 /// Steps are coarse: one step per chunk-sized message, no more.
 #[test]
 fn one_step_per_message() {
-    let shape = Shape { collective: Collective::AllReduce, count: 8 * 1000, nranks: 8, root: 0, chunk: 100, channels: 1 };
+    let shape = Shape { collective: Collective::AllReduce, count: 8 * 1000, nranks: 8, root: 0, chunk: 100, channels: 1, per_host: 1 };
     let schedule = plan(shape, Algorithm::Ring).unwrap();
     // 10 rounds of 8 segments of 100 elements; per round and rank 2(n-1) = 14 messages
     // out and 14 in, in 2n-1 = 15 steps (the first only sends, the last only receives).
@@ -147,7 +147,7 @@ fn one_step_per_message() {
 
 #[test]
 fn plan_rank_is_the_executors_view_of_plan() {
-    let shape = Shape { collective: Collective::AllReduce, count: 50, nranks: 6, root: 0, chunk: 4, channels: 2 };
+    let shape = Shape { collective: Collective::AllReduce, count: 50, nranks: 6, root: 0, chunk: 4, channels: 2, per_host: 1 };
     for algorithm in [Algorithm::Ring, Algorithm::Tree] {
         let schedule = plan(shape, algorithm).unwrap();
         for rank in 0..6 {
@@ -160,7 +160,7 @@ fn plan_rank_is_the_executors_view_of_plan() {
 
 #[test]
 fn tree_lanes_use_separate_channels_per_tree() {
-    let shape = Shape { collective: Collective::AllReduce, count: 64, nranks: 4, root: 0, chunk: 8, channels: 2 };
+    let shape = Shape { collective: Collective::AllReduce, count: 64, nranks: 4, root: 0, chunk: 8, channels: 2, per_host: 1 };
     let schedule = plan(shape, Algorithm::Tree).unwrap();
     for (rank, lane, _, step) in schedule.steps() {
         let role = schedule.ranks[rank][lane].role;
@@ -173,7 +173,7 @@ fn tree_lanes_use_separate_channels_per_tree() {
 
 #[test]
 fn unsupported_choices_are_errors() {
-    let shape = Shape { collective: Collective::AllReduce, count: 8, nranks: 2, root: 0, chunk: 4, channels: 1 };
+    let shape = Shape { collective: Collective::AllReduce, count: 8, nranks: 2, root: 0, chunk: 4, channels: 1, per_host: 1 };
     assert!(plan(Shape { collective: Collective::Broadcast, ..shape }, Algorithm::Tree).unwrap_err().to_string().contains("all_reduce only"));
     assert!(plan(Shape { root: 2, ..shape }, Algorithm::Ring).is_err());
     assert!(plan(Shape { chunk: 0, ..shape }, Algorithm::Ring).is_err());
@@ -190,7 +190,7 @@ fn unsupported_choices_are_errors() {
 
 #[test]
 fn schedules_print_readably() {
-    let shape = Shape { collective: Collective::AllReduce, count: 6, nranks: 3, root: 0, chunk: 2, channels: 1 };
+    let shape = Shape { collective: Collective::AllReduce, count: 6, nranks: 3, root: 0, chunk: 2, channels: 1, per_host: 1 };
     let text = plan(shape, Algorithm::Ring).unwrap().to_string();
     assert!(text.starts_with("ring: all_reduce of 6 elements over 3 ranks, chunks of at most 2 elements, 1 channel(s)\n"), "{text}");
     assert!(text.contains("rank 1:\n  lane 0 (ring, channel 0), 5 steps:\n"), "{text}");
@@ -219,7 +219,7 @@ fn grouped_receives_only_where_sends_are_independent() {
                 }
                 for (count, chunk) in [(100, 3), (1000, 7), (5, 8)] {
                     for group in [3, 8] {
-                        let shape = Shape { collective, count, nranks, root: nranks / 2, chunk, channels: 2 };
+                        let shape = Shape { collective, count, nranks, root: nranks / 2, chunk, channels: 2, per_host: 1 };
                         grouped(shape, algorithm, group).unwrap_or_else(|e| panic!("{algorithm:?} {shape}, receives grouped by {group}: {e}"));
                         checked += 1;
                     }
@@ -228,7 +228,7 @@ fn grouped_receives_only_where_sends_are_independent() {
         }
     }
     assert!(checked > 100, "{checked} cases");
-    let one_shot = Shape { collective: Collective::AllReduce, count: 100, nranks: 2, root: 0, chunk: 3, channels: 1 };
+    let one_shot = Shape { collective: Collective::AllReduce, count: 100, nranks: 2, root: 0, chunk: 3, channels: 1, per_host: 1 };
     assert!(!Algorithm::Direct.sends_independently(Collective::AllReduce, 2));
     match grouped(one_shot, Algorithm::Direct, 8) {
         Err(ScheduleError::Deadlock { .. }) => {}
@@ -270,9 +270,9 @@ fn channel_splits_cover_the_range_and_start_on_granules() {
 fn all_reduce_leaves_the_same_expression_on_every_rank() {
     let combine = |a: &String, b: &String| if a <= b { format!("({a}+{b})") } else { format!("({b}+{a})") };
     for nranks in 1..=9 {
-        for algorithm in Algorithm::ALL.into_iter().filter(|a| a.supports(Collective::AllReduce)) {
+        for (algorithm, per_host) in Algorithm::ALL.into_iter().filter(|a| a.supports(Collective::AllReduce)).map(|a| (a, 1)).chain([(Algorithm::Tree, 2), (Algorithm::Tree, 3)]) {
             for (count, chunk, channels) in [(1, 1, 1), (29, 3, 2), (40, 40, 1)] {
-                let shape = Shape { collective: Collective::AllReduce, count, nranks, root: 0, chunk, channels };
+                let shape = Shape { collective: Collective::AllReduce, count, nranks, root: 0, chunk, channels, per_host };
                 let schedule = plan(shape, algorithm).unwrap();
                 let data = inputs(&shape, |rank, i| format!("x{rank}.{i}"));
                 for in_place in [false, true] {
@@ -287,11 +287,54 @@ fn all_reduce_leaves_the_same_expression_on_every_rank() {
     }
     // Four ranks by recursive doubling: the balanced tree; three: rank 2 folded into rank 0.
     let expression = |nranks: usize| {
-        let shape = Shape { collective: Collective::AllReduce, count: 1, nranks, root: 0, chunk: 1, channels: 1 };
+        let shape = Shape { collective: Collective::AllReduce, count: 1, nranks, root: 0, chunk: 1, channels: 1, per_host: 1 };
         let data = inputs(&shape, |rank, _| format!("x{rank}"));
         let options = Options { slots: 1, in_place: false, check_races: true, grouped_receives: 1 };
         simulate(&plan(shape, Algorithm::Doubling).unwrap(), &data, combine, &options).unwrap()[0][0].clone().unwrap()
     };
     assert_eq!(expression(4), "((x0+x1)+(x2+x3))");
     assert_eq!(expression(3), "((x0+x2)+x1)");
+}
+
+/// NCCL's trees across hosts with a chain inside each: in each tree every rank but one has
+/// a parent and reaches the root, parents and children agree, a host's ranks form a chain
+/// below its head (its first rank in tree 0, its last in tree 1), only heads link hosts,
+/// by as many links as a tree over the hosts has, and no rank has more than three children.
+#[test]
+fn trees_across_hosts_link_hosts_only_through_their_heads() {
+    for (hosts, per_host) in [(2, 2), (2, 4), (3, 2), (4, 3), (5, 2), (8, 8)] {
+        let n = hosts * per_host;
+        let all: Vec<[TreeNode; 2]> = (0..n).map(|r| trees(n, per_host, r)).collect();
+        for tree in 0..2 {
+            let head = |h: usize| h * per_host + if tree == 0 { 0 } else { per_host - 1 };
+            let roots: Vec<usize> = (0..n).filter(|&r| all[r][tree].parent.is_none()).collect();
+            assert_eq!(roots.len(), 1, "{hosts}x{per_host} tree {tree}: roots {roots:?}");
+            let mut across = 0;
+            for (r, nodes) in all.iter().enumerate() {
+                let node = &nodes[tree];
+                assert!(node.children.len() <= 3, "{hosts}x{per_host} tree {tree}: rank {r} has {:?}", node.children);
+                for &c in &node.children {
+                    assert_eq!(all[c][tree].parent, Some(r), "{hosts}x{per_host} tree {tree}: {c} is {r}'s child");
+                    if c / per_host != r / per_host {
+                        assert!(r == head(r / per_host) && c == head(c / per_host), "{hosts}x{per_host} tree {tree}: {r}->{c} links hosts but not through heads");
+                        across += 1;
+                    } else {
+                        assert_eq!(c.abs_diff(r), 1, "{hosts}x{per_host} tree {tree}: {r}->{c} is not a chain step");
+                    }
+                }
+                let mut at = r;
+                for _ in 0..n {
+                    match all[at][tree].parent {
+                        Some(p) => at = p,
+                        None => break,
+                    }
+                }
+                assert_eq!(at, roots[0], "{hosts}x{per_host} tree {tree}: rank {r} does not reach the root");
+            }
+            assert_eq!(across, hosts - 1, "{hosts}x{per_host} tree {tree}");
+        }
+    }
+    // One rank a host, or one host: the flat double tree.
+    assert_eq!(trees(6, 1, 3), double_tree(6, 3));
+    assert_eq!(trees(6, 6, 3), double_tree(6, 3));
 }

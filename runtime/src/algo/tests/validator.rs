@@ -3,13 +3,13 @@
 use super::*;
 
 fn good() -> Schedule {
-    let shape = Shape { collective: Collective::AllReduce, count: 12, nranks: 3, root: 0, chunk: 4, channels: 1 };
+    let shape = Shape { collective: Collective::AllReduce, count: 12, nranks: 3, root: 0, chunk: 4, channels: 1, per_host: 1 };
     plan(shape, Algorithm::Ring).unwrap()
 }
 
 /// A schedule of two ranks with the given lanes, for hand-made cases.
 fn handmade(count: usize, ranks: Vec<Vec<Vec<Step>>>) -> Schedule {
-    let shape = Shape { collective: Collective::AllReduce, count, nranks: ranks.len(), root: 0, chunk: 4, channels: 1 };
+    let shape = Shape { collective: Collective::AllReduce, count, nranks: ranks.len(), root: 0, chunk: 4, channels: 1, per_host: 1 };
     let lanes = |steps: Vec<Vec<Step>>| steps.into_iter().map(|steps| Lane { role: Role::Local, steps }).collect();
     Schedule { shape, algorithm: Algorithm::Ring, ranks: ranks.into_iter().map(lanes).collect() }
 }
