@@ -395,16 +395,20 @@ fn receives_of_several_ranks_through_one_relay_are_posted_together_only_when_the
 #[test]
 fn a_rank_killed_while_relaying_fails_every_survivor_naming_it_and_they_shrink_and_go_on() {
     let Some(cluster) = cluster() else { return };
-    let outputs = job(&cluster, "kill", &[("OXCCL_HEARTBEAT_TIMEOUT_MS", "5000")], 29630);
-    let stdouts = expect(&outputs, 5, "alltoall checked", Some(1));
-    assert!(outputs[1].status.code().is_none(), "the victim was killed: {}", outputs[1].status);
-    for (rank, stdout) in stdouts.iter().enumerate().filter(|(r, _)| *r != 1) {
-        assert!(stdout.contains("failed naming rank 1:"), "rank {rank}:\n{stdout}");
+    // A comm per relayed link (1 buffer a receive), then comms shared by each relaying
+    // rank's links (8): the victim's comms carry its host mate's messages too.
+    for (max_recvs, port) in [("1", 29630), ("8", 29631)] {
+        let outputs = job(&cluster, "kill", &[("OXCCL_HEARTBEAT_TIMEOUT_MS", "5000"), ("OXCCL_SOCKET_MAX_RECVS", max_recvs)], port);
+        let stdouts = expect(&outputs, 5, "alltoall checked", Some(1));
+        assert!(outputs[1].status.code().is_none(), "max_recvs {max_recvs}: the victim was killed: {}", outputs[1].status);
+        for (rank, stdout) in stdouts.iter().enumerate().filter(|(r, _)| *r != 1) {
+            assert!(stdout.contains("failed naming rank 1:"), "max_recvs {max_recvs}, rank {rank}:\n{stdout}");
+        }
+        eprintln!("max_recvs {max_recvs}: rank 0:\n{}\nrank 3:\n{}", stdouts[0], stdouts[3]);
+        // Rank 0 has no rank on rail 1 left on its host: its sends to rail 1 cross the spine.
+        let after = connections(&stdouts[0]);
+        assert!(after.iter().filter(|c| c.send).all(|c| c.proxy == 0 && c.nic == "rail0"), "max_recvs {max_recvs}: {after:?}");
     }
-    eprintln!("rank 0:\n{}\nrank 3:\n{}", stdouts[0], stdouts[3]);
-    // Rank 0 has no rank on rail 1 left on its host: its sends to rail 1 cross the spine.
-    let after = connections(&stdouts[0]);
-    assert!(after.iter().filter(|c| c.send).all(|c| c.proxy == 0 && c.nic == "rail0"), "{after:?}");
 }
 
 /// alltoall and all_gather busbw with PXN on and off on the cluster, the spine at a
