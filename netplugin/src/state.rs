@@ -48,7 +48,8 @@ fn build() -> Result<Plugin, String> {
         .iter()
         .map(|d| (c_string(&d.name), d.pci_path.as_deref().map(c_string)))
         .collect();
-    let net = SocketNet::with_devices(devices, config.netplugin_max_recvs).with_streams(StreamSettings::from_config(&config));
+    // Receiver-driven with several receives a call, as NCCL expects of such a net.
+    let net = SocketNet::with_devices(devices, config.netplugin_max_recvs).with_streams(StreamSettings::from_config(&config)).receiver_driven();
     let process_context = net.init(0, &CommConfig::default()).map_err(|e| e.to_string())?;
     let streams = net.streams(0).map_err(|e| e.to_string())?;
     tracing::info!(

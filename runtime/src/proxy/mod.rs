@@ -720,7 +720,8 @@ impl RecvLink {
         timeout: Duration,
         shared_tags: bool,
     ) -> Result<(Vec<u8>, RecvLink)> {
-        let (handle, listen) = net.listen(context.get(), device).map_err(|e| Error::from_transport(format!("listening on device {device}"), e))?;
+        let listening = if shared_tags { net.listen_shared(context.get(), device) } else { net.listen(context.get(), device) };
+        let (handle, listen) = listening.map_err(|e| Error::from_transport(format!("listening on device {device}"), e))?;
         let max_recvs = net.properties(device).map_err(|e| Error::from_transport(format!("asking device {device} its properties"), e))?.max_recvs.max(1);
         let edge = RecvLink {
             sender,

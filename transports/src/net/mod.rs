@@ -200,6 +200,15 @@ pub trait Net: Send + Sync {
     /// [`HANDLE_MAX_BYTES`]) goes to the peer that will `connect`.
     fn listen(&self, context: &Context, device: usize) -> Result<(Vec<u8>, ListenComm)>;
 
+    /// As [`Net::listen`], for a comm that several independent senders will share, their
+    /// messages told apart by tag and sent in any order (PXN's shared comms): a Net that
+    /// matches messages to receives in the order they were sent must make such a comm
+    /// send each message only once its receive is posted. Nets that always do (an IB
+    /// NIC's clear-to-send FIFO; NCCL's plugins) listen as usual.
+    fn listen_shared(&self, context: &Context, device: usize) -> Result<(Vec<u8>, ListenComm)> {
+        self.listen(context, device)
+    }
+
     /// Connects to a peer's listen handle. `None`: not connected yet; call again with the
     /// same context and handle.
     fn connect(&self, context: &Context, device: usize, handle: &[u8]) -> Result<Option<SendComm>>;

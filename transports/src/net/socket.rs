@@ -17,9 +17,11 @@
 //! `max_recvs` (how many buffers one `irecv` may carry) is 1 by default, like NCCL's socket
 //! transport, and configurable ([`SocketNet::with_max_recvs`]) so that the proxy engine's
 //! grouped receives can be tested without an IB NIC; [`SocketNet::stats`] counts them.
-//! With more than 1, comms are receiver-driven, as an IB NIC's: a message goes only once
-//! the receiver posted a receive with its tag (`isend` answers "later" until then), so
-//! that senders of independent messages may share a comm (see [`stream`]).
+//! A comm of several senders ([`Net::listen_shared`]) taking several buffers a receive is
+//! receiver-driven, as an IB NIC's: a message goes only once the receiver posted a receive
+//! with its tag (`isend` answers "later" until then), so that senders of independent
+//! messages may share it (see [`stream`]); every comm is, with
+//! [`SocketNet::receiver_driven`] (the exported plugin: NCCL's PXN shares comms).
 //!
 //! Devices are interface addresses ([`SocketDevice`]): one for [`SocketNet::new`], one per
 //! interface for [`SocketNet::with_devices`] (as NCCL's socket transport makes a device of
@@ -58,6 +60,9 @@ pub struct SocketNet {
     /// How each device's listeners ask their comms to move data.
     streams: Vec<Streams>,
     max_recvs: usize,
+    /// Whether every comm is receiver-driven when `max_recvs` > 1 (the exported plugin:
+    /// NCCL's nets of several receives are), or only shared ones ([`Net::listen_shared`]).
+    receiver_driven: bool,
     stats: Arc<Stats>,
 }
 
@@ -167,7 +172,23 @@ impl SocketNet {
     /// per `irecv` (at least 1), its streams the automatic ones ([`StreamSettings`]).
     pub fn with_devices(devices: Vec<SocketDevice>, max_recvs: usize) -> SocketNet {
         let streams = devices.iter().map(|device| StreamSettings::default().resolve(device.vendor.as_deref(), host_cores()).0).collect();
-        SocketNet { devices, streams, max_recvs: max_recvs.max(1), stats: Arc::default() }
+        SocketNet { devices, streams, max_recvs: max_recvs.max(1), receiver_driven: false, stats: Arc::default() }
+    }
+
+    /// The same net with every comm receiver-driven when it takes several buffers a receive
+    /// (as NCCL expects of such a net: its PXN shares comms), not only shared ones.
+    pub fn receiver_driven(mut self) -> SocketNet {
+        self.receiver_driven = true;
+        self
+    }
+
+    /// Listens on `device`, its comms receiver-driven when `shared` or the net's are all,
+    /// and several buffers a receive are taken.
+    fn listen_as(&self, context: &Context, device: usize, shared: bool) -> Result<(Vec<u8>, ListenComm)> {
+        context.get::<SocketContext>()?;
+        let ip = self.device(device)?.ip;
+        let (handle, listening) = Listening::bind(ip, self.streams[device], self.max_recvs > 1 && (shared || self.receiver_driven))?;
+        Ok((handshake::encode_handle(&handle), Opaque::new(listening)))
     }
 
     /// The same net with its comms' helper threads and data sockets as `settings` say
@@ -287,10 +308,11 @@ impl Net for SocketNet {
     }
 
     fn listen(&self, context: &Context, device: usize) -> Result<(Vec<u8>, ListenComm)> {
-        context.get::<SocketContext>()?;
-        let ip = self.device(device)?.ip;
-        let (handle, listening) = Listening::bind(ip, self.streams[device], self.max_recvs > 1)?;
-        Ok((handshake::encode_handle(&handle), Opaque::new(listening)))
+        self.listen_as(context, device, false)
+    }
+
+    fn listen_shared(&self, context: &Context, device: usize) -> Result<(Vec<u8>, ListenComm)> {
+        self.listen_as(context, device, true)
     }
 
     fn connect(&self, context: &Context, device: usize, handle: &[u8]) -> Result<Option<SendComm>> {

@@ -151,15 +151,15 @@ fn send_when_cleared(net: &SocketNet, send: &mut SendComm, data: &[u8], tag: u32
     }
 }
 
-/// A receiver-driven comm (`max_recvs` > 1) takes the messages of independent senders
-/// sharing it (PXN's relays) in any order: a message goes only once a posted receive has
+/// A receiver-driven comm (`max_recvs` > 1; every comm of a net made so, or a shared one)
+/// takes the messages of independent senders sharing it (PXN's relays) in any order: a message goes only once a posted receive has
 /// its tag, lands in the oldest such receive, and a receive completes as soon as its
 /// buffers are filled, before an older one that still waits; a tag never posted waits.
 #[test]
 fn a_receiver_driven_comm_takes_interleaved_senders_in_any_order() {
     let tag = |origin: u32, k: u32| origin << 16 | k;
     for threads in [0, 2] {
-        let net = net(threads, 2, 4);
+        let net = net(threads, 2, 4).receiver_driven();
         let (mut send, mut recv) = pair(&net);
         let (sent, received) = (net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap(), net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap());
         // In pieces where the comm has data sockets.
@@ -187,6 +187,30 @@ fn a_receiver_driven_comm_takes_interleaved_senders_in_any_order() {
             wait(&net, request);
         }
         assert!(buffers == [a0, b0, a1], "threads {threads}: a message in the wrong buffer");
+    }
+}
+
+/// With several buffers a receive, a shared comm is receiver-driven and a plain one eager
+/// (its send goes before any receive is posted); with one, both are eager.
+#[test]
+fn only_shared_comms_wait_for_their_receives() {
+    for (max_recvs, shared, waits) in [(4, true, true), (4, false, false), (1, true, false)] {
+        let net = net(0, 1, max_recvs);
+        let context = context(&net);
+        let (handle, mut listen) = if shared { net.listen_shared(&context, 0) } else { net.listen(&context, 0) }.unwrap();
+        let until = deadline();
+        let (mut send, mut recv) = (None, None);
+        while send.is_none() || recv.is_none() {
+            send = send.or(net.connect(&context, 0, &handle).unwrap());
+            recv = recv.or(net.accept(&mut listen).unwrap());
+            assert!(Instant::now() < until, "no connection");
+        }
+        let mut send = send.unwrap();
+        let registration = net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+        // SAFETY: a zero-byte message reads no memory.
+        let sent = unsafe { net.isend(&mut send, std::ptr::null(), 0, 3, &registration) }.unwrap();
+        assert_eq!(sent.is_none(), waits, "max_recvs {max_recvs}, shared {shared}");
+        drop(recv);
     }
 }
 
