@@ -19,6 +19,9 @@
 #              the model's choice, ring, tree, direct, doubling), 4 and 8 ranks, over shared
 #              memory and over the socket Net (NCCL_SHM_DISABLE=1): the host model's
 #              choices against the alternatives
+#   hosts      the same under mpirun with the ranks posing as 2 hosts (NCCL_HOSTID by rank
+#              block: shared memory inside a host, the socket Net between), 4 and 8 ranks:
+#              the double binary tree across hosts with a chain inside each among the rest
 # REPEAT (default 2) runs every stage that many times in turn (stage-1, stage-2, ...).
 # Builds the release binaries first (CARGO_BUILD_JOBS=2).
 set -euo pipefail
@@ -110,7 +113,20 @@ for ((repeat = 1; repeat <= ${REPEAT:-2}; repeat++)); do
           done
         done
         ;;
-      *) die "unknown stage $stage (bootstrap, mpi, ft, example, algos)" ;;
+      hosts)
+        wrapper="$out/posed-host.sh"
+        # Each rank: the host of its block of half the ranks.
+        printf '%s\n' '#!/usr/bin/env bash' 'export NCCL_HOSTID="host$((OMPI_COMM_WORLD_RANK * 2 / OMPI_COMM_WORLD_SIZE))"' 'exec "$@"' > "$wrapper"
+        chmod +x "$wrapper"
+        for n in 4 8; do
+          for algo in model ring tree direct doubling; do
+            env=()
+            [[ $algo == model ]] || env=(-x NCCL_ALGO=$algo)
+            record "$out/hosts-$n-$algo-$repeat.txt" mpirun "${root_flag[@]}" -np "$n" --oversubscribe --bind-to none -x NCCL_SOCKET_IFNAME "${env[@]}" "$wrapper" "$perf" all_reduce -b 8 -e 1M -f 8 -n 200 -w 20 -c 1 --blocking 1
+          done
+        done
+        ;;
+      *) die "unknown stage $stage (bootstrap, mpi, ft, example, algos, hosts)" ;;
     esac
   done
 done

@@ -14,7 +14,10 @@
 //! connections stream in parallel, in shared memory its scattered copies run at about half
 //! the ring's pipelined rate); with two ranks, direct is one shot (1 hop, the ring's
 //! traffic, twice its reductions); recursive doubling (log2 n hops of one message, two
-//! more where n is not a power of two, the whole vector moved and folded each hop).
+//! more where n is not a power of two, the whole vector moved and folded each hop). Where
+//! the ranks lie host by host, the tree runs across hosts with a chain inside each: its
+//! network hops are those of a tree over the hosts, the chain's in shared memory, and a
+//! host's link carries each tree's half of the data once each way.
 
 use crate::collective::Collective;
 use crate::names::{Algorithm, Protocol};
@@ -28,6 +31,10 @@ pub struct HostModel {
     pub net: bool,
     /// This host runs more ranks of the communicator than it has cores.
     pub oversubscribed: bool,
+    /// Ranks a host, where the ranks lie host by host in equal blocks (the tree then runs
+    /// across hosts with a chain inside each); 1 where they do not, or are all on one host
+    /// with no network (the tree over all ranks).
+    pub per_host: usize,
 }
 
 impl HostModel {
@@ -68,6 +75,19 @@ impl HostModel {
         } else {
             (n - 1.0).clamp(1.0, 2.0)
         };
+        let hosts = self.nranks / self.per_host.max(1);
+        if collective == Collective::AllReduce && algorithm == Algorithm::Tree && self.net && self.per_host > 1 && hosts > 1 && self.nranks % self.per_host == 0 {
+            // Across hosts with a chain inside each: ⌈log2 hosts⌉ network hops up and down,
+            // the chain's hops in shared memory; each tree's half of the data crosses a
+            // host's link once up and once down, and each chain once each way (posing as 2
+            // hosts on this VM, 8 ranks: 620 µs at 256 KiB and 2.2 ms at 1 MiB, the ring's
+            // 1.5 and 3.7 ms; docs/results/2026-11-27-vm-hosts-tree).
+            let net_hops = 2.0 * (usize::BITS - (hosts - 1).leading_zeros()).max(1) as f64;
+            let chain_hops = 2.0 * (self.per_host - 1) as f64;
+            let shm_hop = if self.oversubscribed { hop } else { 0.15e-6 };
+            // A message a chain hop, two a hop between hosts (a head's children).
+            return net_hops * hop + chain_hops * shm_hop + (chain_hops + 2.0 * net_hops) * issue + s / bandwidth + 2.0 * s / 6e9 + s / reduce_rate;
+        }
         let (hops, messages, moved, reduced) = match (collective, algorithm) {
             (Collective::AllReduce, Algorithm::Ring) => (2.0 * (n - 1.0), 2.0 * (n - 1.0), 2.0 * (n - 1.0) / n * s, (n - 1.0) / n * s),
             (Collective::AllReduce, Algorithm::Tree) => (2.0 * log2, 4.0 * log2, 2.0 * s, s),

@@ -114,7 +114,7 @@ fn the_host_path_takes_the_plugins_choice_where_it_can_run() {
     let mut constants = Constants::default();
     let info = InitInfo { nranks: 4, nnodes: 1, ..INFO };
     let plugin = plugin::load(Some(rules_plugin(5, &[]).to_str().unwrap()), &info, &mut constants).unwrap();
-    let host = HostModel { nranks: 4, net: false, oversubscribed: false };
+    let host = HostModel { nranks: 4, net: false, oversubscribed: false, per_host: 1 };
     let plain = Tuner::new(Selection::default(), Model::Host(host), HostModel::runs, None);
     let tuned = Tuner::new(Selection::default(), Model::Host(host), HostModel::runs, plugin);
     let big = Request::new(Collective::AllReduce, 64 << 20);
@@ -142,7 +142,7 @@ impl TunerPlugin for Stubborn {
 
 #[test]
 fn a_pair_that_cannot_run_is_an_error_never_replaced() {
-    let host = HostModel { nranks: 4, net: false, oversubscribed: false };
+    let host = HostModel { nranks: 4, net: false, oversubscribed: false, per_host: 1 };
     let tuner = Tuner::new(Selection::default(), Model::Host(host), HostModel::runs, Some(Box::new(Stubborn)));
     let err = tuner.choose(&Request::new(Collective::AllReduce, 64)).unwrap_err().to_string();
     assert!(err.contains("stubborn") && err.contains("Tree/LL") && err.contains("cannot run"), "{err}");

@@ -169,7 +169,9 @@ fn run(args: Args) -> Result<()> {
     let mut constants = Constants::default();
     let plugin = plugin::load(plugin_setting.as_deref(), &info, &mut constants)?;
     let tuner = if args.host || gpus == 0 {
-        let model = HostModel { nranks, net: args.nnodes > 1, oversubscribed: false };
+        // Ranks placed host by host, as launchers do by default.
+        let per_host = if args.nnodes > 1 && nranks % args.nnodes == 0 { nranks / args.nnodes } else { 1 };
+        let model = HostModel { nranks, net: args.nnodes > 1, oversubscribed: false, per_host };
         println!("# Choices: the host executor's model ({nranks} ranks, {})", if model.net { "through the network" } else { "shared memory" });
         Tuner::new(selection, Model::Host(model), HostModel::runs, plugin)
     } else {

@@ -425,7 +425,7 @@ impl Exec {
 fn host_tuner(core: &Core, transports: &Transports) -> Result<Tuner> {
     let config = &core.config;
     let selection = Selection::parse(config.algo.as_deref(), config.proto.as_deref()).map_err(|e| Error::invalid(e.to_string()))?;
-    let model = HostModel { nranks: core.nranks, net: transports.any_net(), oversubscribed: transports.oversubscribed() };
+    let model = HostModel { nranks: core.nranks, net: transports.any_net(), oversubscribed: transports.oversubscribed(), per_host: core.rails.ranks_per_host_block() };
     let local = core.same_host.iter().filter(|&&s| s).count().max(1);
     let nnodes = core.nranks.div_ceil(local);
     let info = InitInfo { comm_id: 0, nranks: core.nranks, nnodes, nvl_domains: NvlDomains { count: nnodes as i32, min_ranks: local as i32, max_ranks: local as i32 } };
