@@ -28,6 +28,9 @@ pub(crate) struct Core {
     /// Which ranks share this rank's host (NCCL_HOSTID, else host name and boot id), this
     /// one included.
     pub same_host: Vec<bool>,
+    /// Which ranks run on this rank's machine (host name and boot id, whatever NCCL_HOSTID
+    /// says), this one included: those sharing its cores.
+    pub same_machine: Vec<bool>,
     /// The network links of both backends, progressed by the process's proxy threads, over
     /// the Net that NCCL_NET_PLUGIN and NCCL_NET choose.
     pub net: NetLinks,
@@ -55,7 +58,8 @@ pub(crate) struct Core {
 impl Core {
     /// The core over a joined bootstrap, once the ranks know who shares their host: the
     /// Net is chosen (a plugin or the socket Net) and initialized for this communicator.
-    pub fn new(boot: Bootstrap, same_host: Vec<bool>, config: &Config) -> Result<Arc<Core>> {
+    pub fn new(boot: Bootstrap, placement: Placement, config: &Config) -> Result<Arc<Core>> {
+        let Placement { same_host, same_machine } = placement;
         let socket = Arc::new(SocketNet::with_devices(socket_devices(&boot, config), config.socket_max_recvs).with_streams(StreamSettings::from_config(config)));
         let chosen = net::open(&config.net_plugin, config.net.as_deref(), vec![socket.clone() as Arc<dyn Net>]).map_err(|e| Error::from_transport("choosing the network (NCCL_NET_PLUGIN, NCCL_NET)", e))?;
         let rails = gather_rails(&boot, chosen.as_ref(), &same_host, config)?;
@@ -74,6 +78,7 @@ impl Core {
             config: config.clone(),
             abort: AbortFlag::new(),
             same_host,
+            same_machine,
             suspended: AtomicBool::new(false),
             creating: Mutex::new(Vec::new()),
             background_error: Mutex::new(None),
@@ -246,8 +251,17 @@ impl MemoryStats {
 
 /// This host's identity: NCCL_HOSTID, else host name and boot id.
 pub fn host_id(config: &Config) -> String {
-    config.host_id.clone().unwrap_or_else(|| {
-        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-        format!("{}:{}", oxccl_bootstrap::host_name(), boot_id.trim())
-    })
+    config.host_id.clone().unwrap_or_else(machine_id)
+}
+
+/// This machine's identity: its host name and boot id.
+pub fn machine_id() -> String {
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    format!("{}:{}", oxccl_bootstrap::host_name(), boot_id.trim())
+}
+
+/// Who shares a rank's host, and who its machine, by rank.
+pub(crate) struct Placement {
+    pub same_host: Vec<bool>,
+    pub same_machine: Vec<bool>,
 }

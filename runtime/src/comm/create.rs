@@ -5,7 +5,7 @@
 
 use oxccl_bootstrap::{AbortFlag, Bootstrap, Config, UniqueId};
 
-use crate::base::{host_id, Core};
+use crate::base::{host_id, machine_id, Core, Placement};
 use super::{Backend, Communicator, Memory};
 use crate::error::{Error, Result};
 
@@ -61,8 +61,8 @@ impl Communicator {
 
     /// Builds a communicator on host memory over a joined bootstrap.
     pub fn from_bootstrap(boot: Bootstrap, config: &Config) -> Result<Communicator> {
-        let same_host = host_peers(&boot, config)?;
-        Communicator::over(Core::new(boot, same_host, config)?, Memory::Host)
+        let placement = host_peers(&boot, config)?;
+        Communicator::over(Core::new(boot, placement, config)?, Memory::Host)
     }
 
     /// This communicator moved onto `memory` (collective: every rank calls it, each with
@@ -181,21 +181,22 @@ pub(crate) fn join(id: &UniqueId, rank: u32, nranks: u32, config: &Config, abort
         return Communicator::from_bootstrap(boot, config);
     }
     // A failure here (a rank died during the exchange) is decided on by the agreement.
-    let same_host = host_peers(&boot, config);
+    let placement = host_peers(&boot, config);
     let failed = boot.agree_failed(&abort)?;
     if let Some(&first) = failed.first() {
-        let cause = same_host.err().map_or(String::new(), |e| format!("; here: {e}"));
+        let cause = placement.err().map_or(String::new(), |e| format!("; here: {e}"));
         return Err(Error::PeerFailed { rank: first, reason: format!("ranks {failed:?} of {nranks} failed while joining; the join is given up on every rank{cause}") });
     }
-    Communicator::over(Core::new(boot, same_host?, config)?, Memory::Host)
+    Communicator::over(Core::new(boot, placement?, config)?, Memory::Host)
 }
 
 /// The communicator on `boot`, a shrink of `parent` without `exclude` (checked by the
 /// shrink), on `memory`: who shares this rank's host is known here, so no exchange is
 /// needed — the survivors' view is the parent's without the excluded ranks.
 pub(crate) fn shrunk(parent: &Core, boot: Bootstrap, exclude: &[u32], memory: Memory) -> Result<Communicator> {
-    let same_host = parent.same_host.iter().enumerate().filter(|(r, _)| !exclude.contains(&(*r as u32))).map(|(_, &same)| same).collect();
-    Communicator::over(Core::new(boot, same_host, &parent.config)?, memory)
+    let survivors = |all: &[bool]| all.iter().enumerate().filter(|(r, _)| !exclude.contains(&(*r as u32))).map(|(_, &same)| same).collect();
+    let placement = Placement { same_host: survivors(&parent.same_host), same_machine: survivors(&parent.same_machine) };
+    Communicator::over(Core::new(boot, placement, &parent.config)?, memory)
 }
 
 /// [`Communicator::shrink_failed`] of `parent`, every wait ending when `abort` is raised.
@@ -217,13 +218,16 @@ pub(crate) fn shrink_agreed(parent: &Core, memory: Memory, abort: &AbortFlag) ->
     Ok((built, failed.into_iter().map(|r| r as usize).collect()))
 }
 
-/// Which ranks share this rank's host ([`host_id`]).
-fn host_peers(boot: &Bootstrap, config: &Config) -> Result<Vec<bool>> {
-    let id = host_id(config);
-    let mut record = [0u8; 128];
-    let bytes = id.as_bytes();
-    let len = bytes.len().min(128);
-    record[..len].copy_from_slice(&bytes[..len]);
+/// Which ranks share this rank's host ([`host_id`]), and which its machine
+/// ([`machine_id`]: the same unless NCCL_HOSTID poses ranks of one machine as hosts).
+fn host_peers(boot: &Bootstrap, config: &Config) -> Result<Placement> {
+    let mut record = [0u8; 256];
+    for (i, id) in [host_id(config), machine_id()].iter().enumerate() {
+        let bytes = id.as_bytes();
+        let len = bytes.len().min(128);
+        record[128 * i..128 * i + len].copy_from_slice(&bytes[..len]);
+    }
     let all = boot.allgather(&record)?;
-    Ok(all.chunks_exact(128).map(|r| r == record).collect())
+    let same = |part: std::ops::Range<usize>| all.chunks_exact(256).map(|r| r[part.clone()] == record[part.clone()]).collect();
+    Ok(Placement { same_host: same(0..128), same_machine: same(128..256) })
 }

@@ -28,7 +28,8 @@ const KIND_NET_SHARED: u8 = 3;
 /// Which transport reaches each peer.
 pub(crate) struct Transports {
     pub same_host: Vec<bool>,
-    /// This communicator's ranks on this host (this one included).
+    /// This communicator's ranks on this machine (this one included): those sharing its
+    /// cores, hosts posed with NCCL_HOSTID or not.
     local: usize,
     /// The host's cores online, not this process's affinity: launchers bind each rank to
     /// its own.
@@ -38,8 +39,9 @@ pub(crate) struct Transports {
 }
 
 impl Transports {
-    pub fn new(same_host: Vec<bool>, shm_allowed: bool, geometry: Geometry) -> Transports {
-        let local = same_host.iter().filter(|&&same| same).count();
+    /// Transports to the ranks of `same_host`, `local` of the communicator's ranks running
+    /// on this machine.
+    pub fn new(same_host: Vec<bool>, local: usize, shm_allowed: bool, geometry: Geometry) -> Transports {
         // SAFETY: sysconf has no preconditions.
         let cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
         Transports { same_host, local, cores, shm_allowed, geometry }
@@ -57,7 +59,8 @@ impl Transports {
     }
 
 
-    /// Whether this host runs more of the communicator's ranks than it has cores online.
+    /// Whether this machine runs more of the communicator's ranks than it has cores online
+    /// (ranks posing as hosts of one machine count together: they share its cores).
     pub fn oversubscribed(&self) -> bool {
         self.local > self.cores
     }

@@ -100,7 +100,8 @@ impl HostBackend {
             }
         });
         let slot_bytes = (config.buffsize / SLOTS).max(4096).next_multiple_of(64);
-        let transports = Transports::new(core.same_host.clone(), !config.shm_disable, Geometry { slots: SLOTS, slot_bytes });
+        let machine = core.same_machine.iter().filter(|&&same| same).count();
+        let transports = Transports::new(core.same_host.clone(), machine, !config.shm_disable, Geometry { slots: SLOTS, slot_bytes });
         static ROOMY: std::sync::Once = std::sync::Once::new();
         if let Some(warning) = transports.one_core_warning() {
             ROOMY.call_once(|| tracing::warn!(target: log_target::NET, "rank {}: {warning}", core.rank));
