@@ -214,6 +214,29 @@ fn only_shared_comms_wait_for_their_receives() {
     }
 }
 
+/// A send waiting for its receive's notice on a receiver-driven comm fails once the
+/// receiver is gone, rather than wait for ever.
+#[test]
+fn a_send_waiting_for_its_notice_fails_when_the_receiver_goes() {
+    let net = net(0, 1, 4).receiver_driven();
+    let (mut send, recv) = pair(&net);
+    let registration = net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+    // SAFETY: a zero-byte message reads no memory.
+    assert!(unsafe { net.isend(&mut send, std::ptr::null(), 0, 1, &registration) }.unwrap().is_none(), "no receive posted yet");
+    net.close_recv(recv).unwrap();
+    let until = deadline();
+    let err = loop {
+        // SAFETY: as above.
+        match unsafe { net.isend(&mut send, std::ptr::null(), 0, 1, &registration) } {
+            Err(e) => break e,
+            Ok(Some(_)) => panic!("a send went without a receive"),
+            Ok(None) => assert!(Instant::now() < until, "the send kept waiting for a receiver that is gone"),
+        }
+        std::thread::yield_now();
+    };
+    assert!(err.to_string().contains("receiver closed"), "{err}");
+}
+
 #[test]
 fn too_small_a_buffer_for_a_message_in_pieces_is_an_error_naming_both_sizes() {
     let net = net(2, 2, 1);
