@@ -748,7 +748,7 @@ impl RecvLink {
         let mut busy = false;
         loop {
             let n = self.members.len();
-            // (member, first free slot, buffers, first tag), and whether they are independent.
+            // (member, first free slot, buffers, first tag).
             let mut offers: Vec<(usize, usize, usize, u32)> = Vec::new();
             for m in (0..n).map(|i| (self.first_offer + i) % n) {
                 let member = &mut self.members[m];
@@ -778,7 +778,7 @@ impl RecvLink {
                     }
                 }
             }
-            let offers: Vec<(usize, usize, usize, u32)> = offers.into_iter().zip(given).map(|((m, first, _, tag), count)| (m, first, count, tag)).collect();
+            let offers: Vec<(usize, usize, usize, u32)> = offers.into_iter().zip(given).filter(|&(_, count)| count > 0).map(|((m, first, _, tag), count)| (m, first, count, tag)).collect();
             let mut buffers: Vec<RecvBuffer> = Vec::new();
             let mut handles: Vec<&MrHandle> = Vec::new();
             for &(m, first, count, tag) in &offers {
