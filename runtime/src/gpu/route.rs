@@ -79,7 +79,9 @@ impl GpuBackend {
             _ => inner.channels(bytes),
         };
         let slot_data = if ll { oxccl_kernels::device::ll::slot_data(oxccl_kernels::device::ll::SLOT_BYTES) } else { inner.geometry.slot_bytes };
-        let shape = Shape { collective, count, nranks: n, root, chunk: slot_data / dtype.size(), channels, per_host: 1 };
+        // On one host every rank is the host's (the tree over all of them, as before); GPU
+        // kernels across hosts do not run the tree yet (NetKernelModel::runs).
+        let shape = Shape { collective, count, nranks: n, root, chunk: slot_data / dtype.size(), channels, per_host: self.core.rails.ranks_per_host_block() };
         Ok(Route::Schedule { shape, algorithm, ll })
     }
 }
