@@ -4,7 +4,7 @@
 
 use super::handshake::{decode_handle, Greeting};
 use super::helpers::MIN_PIECE_BYTES;
-use super::tests::{context, deadline, exchange_over, message, pair, pair_between, wait, wait_error};
+use super::tests::{connect_and_accept, context, deadline, exchange_over, message, pair, pair_between, wait, wait_error};
 use super::*;
 use std::io::Write;
 use std::net::{Ipv4Addr, TcpStream};
@@ -198,14 +198,7 @@ fn only_shared_comms_wait_for_their_receives() {
         let net = net(0, 1, max_recvs);
         let context = context(&net);
         let (handle, mut listen) = if shared { net.listen_shared(&context, 0) } else { net.listen(&context, 0) }.unwrap();
-        let until = deadline();
-        let (mut send, mut recv) = (None, None);
-        while send.is_none() || recv.is_none() {
-            send = send.or(net.connect(&context, 0, &handle).unwrap());
-            recv = recv.or(net.accept(&mut listen).unwrap());
-            assert!(Instant::now() < until, "no connection");
-        }
-        let mut send = send.unwrap();
+        let (mut send, recv) = connect_and_accept(&net, &net, &context, &handle, &mut listen);
         let registration = net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
         // SAFETY: a zero-byte message reads no memory.
         let sent = unsafe { net.isend(&mut send, std::ptr::null(), 0, 3, &registration) }.unwrap();

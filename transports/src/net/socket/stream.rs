@@ -134,21 +134,13 @@ impl SendState {
         if let Some(reason) = &self.failed {
             return Err(Error::Closed(reason.clone()));
         }
-        if self.clearance.is_none() {
+        let Some(clearance) = &mut self.clearance else { return Ok(true) };
+        // Notices already read first: the socket is read only when they do not clear it.
+        if take_clearance(&mut clearance.tags, tag) {
             return Ok(true);
         }
         self.read_notices()?;
-        let clearance = self.clearance.as_mut().expect("receiver-driven");
-        match clearance.tags.get_mut(&tag) {
-            Some(count) => {
-                *count -= 1;
-                if *count == 0 {
-                    clearance.tags.remove(&tag);
-                }
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        Ok(take_clearance(&mut self.clearance.as_mut().expect("receiver-driven").tags, tag))
     }
 
     /// Reads the notices that have arrived.
@@ -258,6 +250,21 @@ impl SendState {
     }
 }
 
+/// Counts one message of `tag` against `tags`' clearances; whether there was one.
+fn take_clearance(tags: &mut HashMap<u32, u32>, tag: u32) -> bool {
+    let Some(count) = tags.get_mut(&tag) else { return false };
+    *count -= 1;
+    if *count == 0 {
+        tags.remove(&tag);
+    }
+    true
+}
+
+/// The posted receive numbered `id` (a receive stays queued until every message of it is in).
+fn posted(queue: &mut VecDeque<Incoming>, id: u64) -> &mut Incoming {
+    queue.iter_mut().find(|r| r.id == id).expect("a message's receive stays queued until its message is in")
+}
+
 impl RecvState {
     /// A receive comm over its sockets; receiver-driven when `cleared`.
     pub(super) fn new(socket: Socket, data: Option<DataPath>, stats: Arc<Stats>, cleared: bool) -> RecvState {
@@ -337,11 +344,6 @@ impl RecvState {
         check_data(result, &mut self.failed, self.data.as_ref())
     }
 
-    /// The posted receive with id `id`.
-    fn request(&mut self, id: u64) -> &mut Incoming {
-        self.queue.iter_mut().find(|r| r.id == id).expect("a message's receive stays queued until its message is in")
-    }
-
     fn read_control(&mut self) -> Result<()> {
         if let Some(reason) = &self.failed {
             return Err(Error::Closed(reason.clone()));
@@ -354,25 +356,20 @@ impl RecvState {
                     None => return Ok(()),
                 },
             };
-            match in_pieces(&self.data, body.len) {
-                true => {
-                    let request = self.request(body.request);
-                    let (buffer, left) = (std::mem::replace(&mut request.buffers[body.buffer].0, LentBuffer::empty()), request.left.clone());
-                    self.data.as_mut().expect("in pieces").recv(buffer, body.len, &left)?;
-                }
-                _ => {
-                    if self.read_body(body)?.is_none() {
-                        return Ok(());
-                    }
-                }
+            if in_pieces(&self.data, body.len) {
+                let request = posted(&mut self.queue, body.request);
+                let buffer = std::mem::replace(&mut request.buffers[body.buffer].0, LentBuffer::empty());
+                self.data.as_mut().expect("in pieces").recv(buffer, body.len, &request.left)?;
+            } else if self.read_body(body)?.is_none() {
+                return Ok(());
             }
             self.body = None;
             self.header_read = 0;
-            let request = self.request(body.request);
+            let position = self.queue.iter().position(|r| r.id == body.request).expect("queued until its message is in");
+            let request = &mut self.queue[position];
             request.sizes[body.buffer] = Some(body.len);
             request.left.fetch_sub(1, Ordering::Release);
             if request.sizes.iter().all(Option::is_some) {
-                let position = self.queue.iter().position(|r| r.id == body.request).expect("queued");
                 let done = self.queue.remove(position).expect("queued");
                 self.completed.insert(done.id, done.sizes.into_iter().map(|size| size.expect("all set")).collect());
             }
@@ -403,13 +400,12 @@ impl RecvState {
         let len = u64::from_le_bytes(self.header[4..].try_into().expect("8 bytes"));
         // The oldest posted receive with a free buffer of this tag (eager: the oldest receive
         // of all, as messages and receives go in the same order).
-        let posted = if self.notices.is_some() { self.queue.len() } else { 1 };
-        let free = |r: &Incoming| (0..r.buffers.len()).find(|&i| r.sizes[i].is_none() && r.buffers[i].1 == tag).map(|i| (r.id, i));
-        let Some((request, buffer)) = self.queue.iter().take(posted).find_map(free) else {
-            let tags: Vec<u32> = self.queue.iter().take(posted).flat_map(|r| (0..r.buffers.len()).filter(|&i| r.sizes[i].is_none()).map(|i| r.buffers[i].1)).take(32).collect();
+        let searched = if self.notices.is_some() { self.queue.len() } else { 1 };
+        let free = |r: &Incoming| (0..r.buffers.len()).find(|&i| r.sizes[i].is_none() && r.buffers[i].1 == tag).map(|i| (r.id, i, r.buffers[i].0.len()));
+        let Some((request, buffer, capacity)) = self.queue.iter().take(searched).find_map(free) else {
+            let tags: Vec<u32> = self.queue.iter().take(searched).flat_map(|r| (0..r.buffers.len()).filter(|&i| r.sizes[i].is_none()).map(|i| r.buffers[i].1)).take(32).collect();
             return fail(&mut self.failed, format!("message with tag {tag} matches no free buffer of a posted receive (free tags {tags:?})"));
         };
-        let capacity = self.request(request).buffers[buffer].0.len();
         if len > capacity as u64 {
             let error = Error::MessageTooLarge { message: usize::try_from(len).unwrap_or(usize::MAX), buffer: capacity, tag };
             // The message's bytes are still in the stream: nothing after them can be read.
@@ -425,8 +421,7 @@ impl RecvState {
             let left = body.len - body.read;
             if self.staged.0 < self.staged.1 {
                 let (start, n) = (self.staged.0, left.min(self.staged.1 - self.staged.0));
-                let request = self.queue.iter_mut().find(|r| r.id == body.request).expect("queued until its message is in");
-                request.buffers[body.buffer].0.as_mut_slice()[body.read..body.read + n].copy_from_slice(&self.stage[start..start + n]);
+                posted(&mut self.queue, body.request).buffers[body.buffer].0.as_mut_slice()[body.read..body.read + n].copy_from_slice(&self.stage[start..start + n]);
                 self.staged.0 += n;
                 body.read += n;
                 self.stats.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
@@ -435,8 +430,7 @@ impl RecvState {
             // Large rests go straight into the buffer; small ones through the stage (with
             // whatever follows them).
             let read = if left >= STAGE_BYTES {
-                let request = self.queue.iter_mut().find(|r| r.id == body.request).expect("queued until its message is in");
-                let target = &mut request.buffers[body.buffer].0.as_mut_slice()[body.read..body.len];
+                let target = &mut posted(&mut self.queue, body.request).buffers[body.buffer].0.as_mut_slice()[body.read..body.len];
                 match (&self.socket).read(target) {
                     Ok(0) => return fail(&mut self.failed, "the sender closed the control connection".into()),
                     Ok(n) => {

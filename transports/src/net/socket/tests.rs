@@ -24,19 +24,26 @@ pub(super) fn pair(net: &SocketNet) -> (SendComm, RecvComm) {
 pub(super) fn pair_between(sender: &SocketNet, receiver: &SocketNet) -> (SendComm, RecvComm) {
     let (net, context) = (receiver, context(receiver));
     let (handle, mut listen) = net.listen(&context, 0).unwrap();
+    let comms = connect_and_accept(sender, receiver, &context, &handle, &mut listen);
+    net.close_listen(listen).unwrap();
+    net.finalize(context).unwrap();
+    comms
+}
+
+/// Calls `sender`'s `connect` with `handle` and `receiver`'s `accept` on `listen` until both
+/// gave their comm (within the test's deadline).
+pub(super) fn connect_and_accept(sender: &SocketNet, receiver: &SocketNet, context: &Context, handle: &[u8], listen: &mut ListenComm) -> (SendComm, RecvComm) {
     let until = deadline();
     let (mut send, mut recv) = (None, None);
     while send.is_none() || recv.is_none() {
         if send.is_none() {
-            send = sender.connect(&context, 0, &handle).unwrap();
+            send = sender.connect(context, 0, handle).unwrap();
         }
         if recv.is_none() {
-            recv = net.accept(&mut listen).unwrap();
+            recv = receiver.accept(listen).unwrap();
         }
         assert!(Instant::now() < until, "no connection");
     }
-    net.close_listen(listen).unwrap();
-    net.finalize(context).unwrap();
     (send.unwrap(), recv.unwrap())
 }
 
@@ -297,13 +304,7 @@ fn a_handle_padded_to_the_abi_size_connects() {
     let context = context(&net);
     let (mut handle, mut listen) = net.listen(&context, 0).unwrap();
     handle.resize(HANDLE_MAX_BYTES, 0xA5);
-    let until = deadline();
-    let (mut send, mut recv) = (None, None);
-    while send.is_none() || recv.is_none() {
-        send = send.or(net.connect(&context, 0, &handle).unwrap());
-        recv = recv.or(net.accept(&mut listen).unwrap());
-        assert!(Instant::now() < until, "no connection");
-    }
+    let _comms = connect_and_accept(&net, &net, &context, &handle, &mut listen);
     net.finalize(context).unwrap();
 }
 
