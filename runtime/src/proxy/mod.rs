@@ -219,8 +219,7 @@ impl NetLinks {
         let key = (sender, link.channel, device);
         let mut groups = self.receive_groups.lock();
         if let Some((handle, joining, proxy)) = groups.get(&key).and_then(|(h, j, p)| j.upgrade().map(|j| (h.clone(), j, *p))) {
-            let max_recvs = self.net.properties(device).map_err(|e| Error::from_transport(format!("asking device {device} its properties"), e))?.max_recvs.max(1);
-            let member = RecvMember::new(link, region, true, Instant::now(), self.setup_timeout, max_recvs);
+            let member = RecvMember::new(link, region, true, Instant::now(), self.setup_timeout, self.max_recvs(device));
             self.links.lock().insert((link, Direction::Recv), (member.mailbox.clone(), proxy));
             joining.lock().push(member);
             proxy.wake();
@@ -614,7 +613,7 @@ struct RecvLink {
     listen: Option<Opaque>,
     comm: Option<RecvComm>,
     max_recvs: usize,
-    /// The links, and those joining (a shared comm's later links, [`NetLinks::listen`]).
+    /// The links, and those joining (a shared comm's later links, [`NetLinks::listen_shared`]).
     members: Vec<RecvMember>,
     joining: Option<Arc<Mutex<Vec<RecvMember>>>>,
     /// Receives in flight, oldest first.
@@ -630,6 +629,16 @@ struct RecvLink {
 /// A receive in flight: its number, the request, and its buffers' owners in order
 /// (member, buffers).
 type InFlight = (u64, Request, Vec<(usize, usize)>);
+
+/// A member's buffers for the next receive: from its `first`-th free slot, tags from
+/// `tag`; `wants` of them offered, `gets` given.
+struct Offer {
+    member: usize,
+    first: usize,
+    tag: u32,
+    wants: usize,
+    gets: usize,
+}
 
 /// One link of a [`RecvLink`]: its FIFO, what was announced to it, its receives.
 struct RecvMember {
@@ -686,20 +695,19 @@ impl RecvMember {
         Ok(())
     }
 
-    /// The buffers of `count` receives from its `first`-th free slot on, tags from `tag` on.
-    fn buffers(&mut self, first: usize, count: usize, tag: u32) -> Vec<RecvBuffer> {
-        (0..count)
-            .map(|i| {
-                let message = self.posted + i as u64;
-                // Only announced messages are posted: never `None`.
-                let (data, len) = match ll::slot_of(&mut self.ll, message, self.region.nslots()) {
-                    Some(Some(slot)) => slot,
-                    _ => (self.fifo.free_slot_ptr(first + i), self.fifo.slot_bytes()),
-                };
-                let tag = tag.wrapping_add(i as u32);
-                RecvBuffer { data, len, tag: if self.shared_tags { shared_tag(self.link.peer, tag) } else { tag } }
-            })
-            .collect()
+    /// Pushes onto `buffers` those of `count` receives from its `first`-th free slot on,
+    /// tags from `tag` on.
+    fn push_buffers(&mut self, first: usize, count: usize, tag: u32, buffers: &mut Vec<RecvBuffer>) {
+        for i in 0..count {
+            let message = self.posted + i as u64;
+            // Only announced messages are posted: never `None`.
+            let (data, len) = match ll::slot_of(&mut self.ll, message, self.region.nslots()) {
+                Some(Some(slot)) => slot,
+                _ => (self.fifo.free_slot_ptr(first + i), self.fifo.slot_bytes()),
+            };
+            let tag = tag.wrapping_add(i as u32);
+            buffers.push(RecvBuffer { data, len, tag: if self.shared_tags { shared_tag(self.link.peer, tag) } else { tag } });
+        }
     }
 }
 
@@ -748,45 +756,37 @@ impl RecvLink {
         let mut busy = false;
         loop {
             let n = self.members.len();
-            // (member, first free slot, buffers, first tag).
-            let mut offers: Vec<(usize, usize, usize, u32)> = Vec::new();
-            for m in (0..n).map(|i| (self.first_offer + i) % n) {
-                let member = &mut self.members[m];
-                let free = member.fifo.free();
-                let RecvStep::Post { first, count, tag } = member.core.next(free, now).map_err(|s| s.to_string())? else { continue };
-                if !member.core.offers_independent() {
-                    if offers.is_empty() {
-                        offers.push((m, first, count, tag));
-                        break;
-                    }
-                    continue;
+            let mut offers: Vec<Offer> = Vec::new();
+            for member in (0..n).map(|i| (self.first_offer + i) % n) {
+                let m = &mut self.members[member];
+                let RecvStep::Post { first, count, tag } = m.core.next(m.fifo.free(), now).map_err(|s| s.to_string())? else { continue };
+                if m.core.offers_independent() {
+                    offers.push(Offer { member, first, tag, wants: count, gets: 0 });
+                } else if offers.is_empty() {
+                    // A dependent message goes alone.
+                    offers.push(Offer { member, first, tag, wants: count, gets: 0 });
+                    break;
                 }
-                offers.push((m, first, count, tag));
             }
             if offers.is_empty() {
                 return Ok(busy);
             }
             // The receive's buffers go to the offering members in turn, one each, so that
             // one receive carries as many links' messages as it can.
-            let mut given = vec![0; offers.len()];
             let mut room = self.max_recvs;
-            while room > 0 && offers.iter().zip(&given).any(|(o, &g)| g < o.2) {
-                for (offer, given) in offers.iter().zip(given.iter_mut()) {
-                    if room > 0 && *given < offer.2 {
-                        *given += 1;
-                        room -= 1;
-                    }
+            while room > 0 && offers.iter().any(|o| o.gets < o.wants) {
+                for offer in offers.iter_mut().filter(|o| o.gets < o.wants).take(room) {
+                    offer.gets += 1;
+                    room -= 1;
                 }
             }
-            let offers: Vec<(usize, usize, usize, u32)> = offers.into_iter().zip(given).filter(|&(_, count)| count > 0).map(|((m, first, _, tag), count)| (m, first, count, tag)).collect();
-            let mut buffers: Vec<RecvBuffer> = Vec::new();
-            let mut handles: Vec<&MrHandle> = Vec::new();
-            for &(m, first, count, tag) in &offers {
-                buffers.extend(self.members[m].buffers(first, count, tag));
+            offers.retain(|o| o.gets > 0);
+            let total = offers.iter().map(|o| o.gets).sum();
+            let mut buffers: Vec<RecvBuffer> = Vec::with_capacity(total);
+            for o in &offers {
+                self.members[o.member].push_buffers(o.first, o.gets, o.tag, &mut buffers);
             }
-            for &(m, _, count, _) in &offers {
-                handles.extend(std::iter::repeat_n(self.members[m].memory.as_ref().expect("registered"), count));
-            }
+            let handles: Vec<&MrHandle> = offers.iter().flat_map(|o| std::iter::repeat_n(self.members[o.member].memory.as_ref().expect("registered"), o.gets)).collect();
             let comm = self.comm.as_mut().expect("accepted");
             // SAFETY: the slots are free and stay unpublished until the receive completes.
             match unsafe { self.net.irecv(comm, &buffers, &handles) }.map_err(|e| format!("irecv: {e}"))? {
@@ -796,19 +796,19 @@ impl RecvLink {
                     }
                     let number = self.next_request;
                     self.next_request += 1;
-                    self.requests.push_back((number, request, offers.iter().map(|&(m, _, count, _)| (m, count)).collect()));
-                    for (m, _, count, _) in offers {
-                        let member = &mut self.members[m];
-                        member.core.posted(count);
-                        member.posted += count as u64;
-                        member.parts.push_back((number, count, None));
+                    for o in &offers {
+                        let member = &mut self.members[o.member];
+                        member.core.posted(o.gets);
+                        member.posted += o.gets as u64;
+                        member.parts.push_back((number, o.gets, None));
                     }
+                    self.requests.push_back((number, request, offers.iter().map(|o| (o.member, o.gets)).collect()));
                     self.first_offer = (self.first_offer + 1) % n;
                     busy = true;
                 }
                 None => {
-                    for (m, ..) in offers {
-                        self.members[m].core.refused();
+                    for o in &offers {
+                        self.members[o.member].core.refused();
                     }
                     return Ok(busy);
                 }
@@ -836,11 +836,16 @@ impl RecvLink {
             if sizes.len() != expected {
                 return Err(format!("a receive of {expected} buffers completed with {} sizes", sizes.len()));
             }
-            // A receive's buffers lie in the order its members offered them.
-            let mut sizes = sizes.into_iter();
-            for &(m, count) in layout.iter() {
-                let part = self.members[m].parts.iter_mut().find(|(n, ..)| n == number).expect("each member records its part");
-                part.2 = Some(sizes.by_ref().take(count).collect());
+            // A receive's buffers lie in the order its members offered them (one member's:
+            // all of them).
+            let mut part_of = |m: usize, part_sizes: Vec<usize>| self.members[m].parts.iter_mut().find(|(n, ..)| n == number).expect("each member records its part").2 = Some(part_sizes);
+            if let [(m, _)] = layout[..] {
+                part_of(m, sizes);
+            } else {
+                let mut sizes = sizes.into_iter();
+                for &(m, count) in layout.iter() {
+                    part_of(m, sizes.by_ref().take(count).collect());
+                }
             }
             self.requests.remove(index);
             busy = true;
@@ -883,8 +888,8 @@ impl Progress for RecvLink {
             }
             member.core.new_pass();
         }
-        let accepted = self.comm.is_none();
-        if accepted {
+        let accepting = self.comm.is_none();
+        if accepting {
             // The first member's deadline is the comm's.
             if let RecvStep::Accept = self.members[0].core.next(0, now).map_err(|s| s.to_string())? {
                 let listen = self.listen.as_mut().expect("listening until accepted");
@@ -902,9 +907,9 @@ impl Progress for RecvLink {
         }
         let posted = self.post(now)?;
         let completed = self.complete()?;
-        // A completion frees slots for more receives.
+        // A completion lifts a refusal (the Net had as many receives as it takes).
         let posted_more = completed && self.post(now)?;
-        Ok(accepted || posted || completed || posted_more)
+        Ok(accepting || posted || completed || posted_more)
     }
 
     fn needs_polling(&self) -> bool {
