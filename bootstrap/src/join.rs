@@ -76,6 +76,11 @@ fn from_mpi_world(config: &Config) -> Result<Bootstrap> {
         return Bootstrap::from_mpi(&mpi::topology::SimpleCommunicator::world(), config);
     }
     let universe = mpi::initialize().ok_or_else(|| Error::Mpi("MPI was finalized already; cannot initialise it again".into()))?;
+    {
+        use mpi::topology::Communicator;
+        let world = universe.world();
+        tracing::info!(target: target::BOOTSTRAP, "MPI initialized: rank {} of {}", world.rank(), world.size());
+    }
     let result = Bootstrap::from_mpi(&universe.world(), config);
     drop(universe);
     result

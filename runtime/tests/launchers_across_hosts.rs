@@ -145,10 +145,22 @@ fn srun_across_namespaced_hosts() {
     let job = |per_host: usize, options: &[&str], env: &[(&str, &str)], id: Id| {
         let start = Instant::now();
         let tasks = (3 * per_host).to_string();
-        let mut command = slurm.srun(&[&["-N", "3", "-n", &tasks], options].concat());
-        command.envs(RANK_ENV).envs(env.iter().copied()).env("OXCCL_TEST_LAUNCHED", "small").arg(&exe).args(CHILD);
-        let output = oxccl_testkit::run(command, JOB_TIMEOUT);
+        let command = || {
+            let mut command = slurm.srun(&[&["-N", "3", "-n", &tasks], options].concat());
+            command.envs(RANK_ENV).envs(env.iter().copied()).env("OXCCL_TEST_LAUNCHED", "small").arg(&exe).args(CHILD);
+            command
+        };
         let what = format!("srun -N 3 -n {tasks} {}", options.join(" "));
+        let mut output = oxccl_testkit::run(command(), JOB_TIMEOUT);
+        if let (Id::OverMpi, Some(task)) = (id, died_in_mpi_init(&output)) {
+            // Open MPI 4.1's MPI_Init under srun --mpi=pmix now and then calls a NULL
+            // receive callback in its TCP BTL (a message of ob1's arrives before ob1 has
+            // registered; core dumps of 2026-11-27 show it inside PMPI_Init_thread, open
+            // upstream as open-mpi/ompi#12495): not oxccl's code, which runs only once
+            // MPI_Init has returned. Such a job runs once more; a second crash fails.
+            eprintln!("{what}: task {task} died inside MPI_Init (Open MPI), running the job once more\n{}", String::from_utf8_lossy(&output.stderr));
+            output = oxccl_testkit::run(command(), JOB_TIMEOUT);
+        }
         if !output.status.success() {
             eprintln!("{}", slurm.log_tails());
         }
@@ -159,4 +171,29 @@ fn srun_across_namespaced_hosts() {
     // Open MPI's own messages between the hosts go over rail 0 as well.
     #[cfg(feature = "mpi")]
     job(1, &["--mpi=pmix"], &[("OXCCL_BOOTSTRAP", "mpi"), ("OMPI_MCA_pml", "ob1"), ("OMPI_MCA_btl", "self,vader,tcp"), ("OMPI_MCA_btl_tcp_if_include", "rail0")], Id::OverMpi);
+}
+
+/// The task of an MPI job that srun saw die of a signal before its MPI_Init returned (it
+/// never logged "MPI initialized"), if one did.
+fn died_in_mpi_init(output: &Output) -> Option<usize> {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    stderr.lines().filter_map(|line| line.split(": task ").nth(1)).find_map(|rest| {
+        let (task, what) = rest.split_once(": ")?;
+        let task: usize = task.parse().ok()?;
+        let signalled = what.starts_with("Segmentation fault") || what.starts_with("Bus error") || what.starts_with("Aborted");
+        (signalled && !stderr.contains(&format!("MPI initialized: rank {task} of "))).then_some(task)
+    })
+}
+
+/// The crash srun reported on 2026-11-27 (task 2 inside MPI_Init) is told apart from one
+/// after MPI_Init returned, and from a task that failed without a signal.
+#[test]
+fn a_task_that_died_inside_mpi_init_is_told_apart() {
+    use std::os::unix::process::ExitStatusExt;
+    let output = |stderr: &str| Output { status: std::process::ExitStatus::from_raw(143 << 8), stdout: Vec::new(), stderr: stderr.as_bytes().to_vec() };
+    let crash = "srun: error: h2: task 2: Segmentation fault (core dumped)\nsrun: error: h0: task 0: Terminated\n";
+    let up = |ranks: &[usize]| ranks.iter().map(|r| format!("INFO oxccl::bootstrap: MPI initialized: rank {r} of 3\n")).collect::<String>();
+    assert_eq!(died_in_mpi_init(&output(&format!("{}{crash}", up(&[0, 1])))), Some(2));
+    assert_eq!(died_in_mpi_init(&output(&format!("{}{crash}", up(&[0, 1, 2])))), None, "task 2 crashed after MPI_Init");
+    assert_eq!(died_in_mpi_init(&output("srun: error: h1: task 1: Exited with exit code 101\n")), None);
 }
