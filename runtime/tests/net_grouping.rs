@@ -1,7 +1,7 @@
 //! Receives over the Net are posted together (one irecv with several buffers) when the net
 //! reports max_recvs > 1 and the messages are independent (point-to-point, all_to_all),
 //! and one by one when it reports 1. Counted with the socket net's own counters, and the
-//! data checked either way.
+//! data checked either way. And the proxy threads sleep while every link is idle.
 
 use oxccl_runtime::{bootstrap::Config, Communicator};
 
@@ -69,4 +69,48 @@ fn receives_are_grouped_when_the_net_takes_eight() {
     for (rank, (calls, grouped)) in exchange(8).into_iter().enumerate() {
         assert!(grouped > 0, "rank {rank}: none of its {calls} receive calls carried several buffers");
     }
+}
+
+/// The voluntary context switches of this process's proxy threads so far (each sleep of
+/// one is one).
+fn proxy_thread_sleeps() -> u64 {
+    let tasks = std::fs::read_dir("/proc/self/task").unwrap();
+    tasks
+        .filter_map(|t| t.ok())
+        .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with("oxccl-proxy")))
+        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
+        .filter_map(|s| s.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")).and_then(|v| v.trim().parse::<u64>().ok()))
+        .sum()
+}
+
+/// Links with nothing announced leave their proxy threads asleep until the next operation
+/// wakes them (before, a thread with links polled every 50 us however idle they were:
+/// thousands of sleeps in half a second); the next operation's data still arrives.
+#[test]
+fn idle_links_leave_the_proxy_threads_asleep() {
+    let mut config = Config::defaults();
+    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+    config.set("NCCL_SHM_DISABLE", "1").unwrap();
+    config.set("OXCCL_PROXY_THREADS", "2").unwrap();
+    let comms = Communicator::init_all(2, &config).unwrap();
+    let all_reduce = |round: f32| {
+        std::thread::scope(|s| {
+            for c in &comms {
+                s.spawn(move || {
+                    let mut data = vec![round + c.rank() as f32; 1 << 16];
+                    c.all_reduce_in_place(&mut data, oxccl_runtime::ReduceOp::Sum).unwrap();
+                    assert!(data.iter().all(|&x| x == 2.0 * round + 1.0), "rank {}: round {round}", c.rank());
+                });
+            }
+        })
+    };
+    all_reduce(1.0);
+    // The threads' last polls of the operation end within a few ms.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let before = proxy_thread_sleeps();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let slept = proxy_thread_sleeps() - before;
+    // Two threads, each woken by its 100 ms timeout: ~10, whatever the machine's load.
+    assert!(slept <= 40, "the proxy threads slept {slept} times in 500 ms with every link idle");
+    all_reduce(2.0);
 }

@@ -379,6 +379,10 @@ trait Progress: Send {
     fn progress(&mut self, now: Instant) -> Result<bool, String>;
     /// Whether its thread must keep polling (a kernel drives it and work is announced).
     fn needs_polling(&self) -> bool;
+    /// Whether it has nothing to do until its thread is woken: no work announced or in
+    /// flight, not connecting (an announcement, a filled or freed slot, a new link and a
+    /// closing communicator all wake the thread).
+    fn waits_for_work(&self) -> bool;
     fn shared(&self) -> &Shared;
     fn describe(&self) -> String;
     /// The peer (communicator rank) at the other end.
@@ -539,6 +543,11 @@ impl Progress for SendLink {
             Driver::Device => self.core.active(),
             Driver::Relay => self.core.active() && !self.requests.is_empty(),
         }
+    }
+
+    fn waits_for_work(&self) -> bool {
+        // A relay's origin fills its FIFO without announcing or waking this thread.
+        self.driver != Driver::Relay && !self.core.active() && self.requests.is_empty()
     }
 
     fn shared(&self) -> &Shared {
@@ -916,6 +925,10 @@ impl Progress for RecvLink {
         self.driver == Driver::Device && self.members.iter().any(|m| m.core.active())
     }
 
+    fn waits_for_work(&self) -> bool {
+        self.requests.is_empty() && self.members.iter().all(|m| !m.core.active()) && self.joining.as_ref().is_none_or(|j| j.lock().is_empty())
+    }
+
     fn shared(&self) -> &Shared {
         &self.shared
     }
@@ -1042,12 +1055,23 @@ pub(crate) fn default_threads(cores: usize, local: usize) -> usize {
     (cores / (2 * local.max(1))).clamp(1, 4)
 }
 
-/// One pass of `proxy`'s links (its new ones taken in first): whether any did something,
-/// whether it has none, whether one needs polling.
-fn pass(proxy: &Proxy, links: &mut Vec<Box<dyn Progress>>) -> (bool, bool, bool) {
+/// What one pass over a proxy thread's links found.
+struct Pass {
+    /// Some link did something.
+    busy: bool,
+    /// There is no link.
+    empty: bool,
+    /// Every link waits for work: only a wake-up brings more.
+    waiting: bool,
+    /// Some link needs polling.
+    polling: bool,
+}
+
+/// One pass of `proxy`'s links (its new ones taken in first).
+fn pass(proxy: &Proxy, links: &mut Vec<Box<dyn Progress>>) -> Pass {
     proxy.queue.take_into(links);
     let busy = progress_all(links, Instant::now());
-    (busy, links.is_empty(), links.iter().any(|l| l.needs_polling()))
+    Pass { busy, empty: links.is_empty(), waiting: links.iter().all(|l| l.waits_for_work()), polling: links.iter().any(|l| l.needs_polling()) }
 }
 
 /// A pass over every proxy thread's links that no thread is passing over now, made by a
@@ -1068,13 +1092,16 @@ pub(crate) fn help() {
 fn run(proxy: &Proxy) {
     let mut idle: u32 = 0;
     loop {
-        let (busy, empty, polling) = pass(proxy, &mut proxy.links.lock());
+        let Pass { busy, empty, waiting, polling } = pass(proxy, &mut proxy.links.lock());
         if busy {
             idle = 0;
             continue;
         }
         idle = idle.saturating_add(1);
-        if empty {
+        if empty || (waiting && idle >= 256) {
+            // Nothing until a wake-up: no 50 us polling by a process whose links are all
+            // idle (its ranks run an algorithm over other links; 8 ranks posing as 2 hosts
+            // on the 2-core VM: those polls took the cores of the ranks at work).
             std::thread::park_timeout(Duration::from_millis(100));
         } else if polling {
             // A kernel's next slot shows only by looking: look again soon. A yield, not a
