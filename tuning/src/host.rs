@@ -84,9 +84,14 @@ impl HostModel {
             // 1.5 and 3.7 ms; docs/results/2026-11-27-vm-hosts-tree).
             let net_hops = 2.0 * (usize::BITS - (hosts - 1).leading_zeros()).max(1) as f64;
             let chain_hops = 2.0 * (self.per_host - 1) as f64;
-            let shm_hop = if self.oversubscribed { hop } else { 0.15e-6 };
+            // The chain's hops and messages cost what shared memory's do (the
+            // oversubscribed floor where the host runs more ranks than cores), not the
+            // Net's: priced at the Net's 15 us, the tree lost 32 KiB to recursive doubling
+            // on 8 ranks posing as 2 hosts although it ran 1.2x faster there
+            // (docs/results/2026-11-27-vm-proxy-idle).
+            let (shm_hop, shm_issue) = if self.oversubscribed { (5e-6, 5e-6) } else { (0.15e-6, 0.05e-6) };
             // A message a chain hop, two a hop between hosts (a head's children).
-            return net_hops * hop + chain_hops * shm_hop + (chain_hops + 2.0 * net_hops) * issue + s / bandwidth + 2.0 * s / 6e9 + s / reduce_rate;
+            return net_hops * hop + chain_hops * shm_hop + chain_hops * shm_issue + 2.0 * net_hops * issue + s / bandwidth + 2.0 * s / 6e9 + s / reduce_rate;
         }
         let (hops, messages, moved, reduced) = match (collective, algorithm) {
             (Collective::AllReduce, Algorithm::Ring) => (2.0 * (n - 1.0), 2.0 * (n - 1.0), 2.0 * (n - 1.0) / n * s, (n - 1.0) / n * s),

@@ -212,6 +212,10 @@ mod tests {
             assert_eq!(pick(&posed(4, 2), Collective::AllReduce, bytes), Algorithm::Tree, "4 ranks as 2 hosts, {bytes} B");
         }
         assert_eq!(pick(&posed(4, 2), Collective::AllReduce, 8), Algorithm::Doubling, "small: fewest hops");
+        // The chain's hops in shared memory: 8 ranks as 2 hosts, the tree from 32 KiB
+        // (measured 1.2x recursive doubling's speed there), doubling at 4 KiB.
+        assert_eq!(pick(&posed(8, 4), Collective::AllReduce, 32 << 10), Algorithm::Tree, "8 ranks as 2 hosts, 32 KiB");
+        assert_eq!(pick(&posed(8, 4), Collective::AllReduce, 4 << 10), Algorithm::Doubling, "8 ranks as 2 hosts, 4 KiB");
     }
 
     #[test]
