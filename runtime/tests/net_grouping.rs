@@ -84,33 +84,43 @@ fn proxy_thread_sleeps() -> u64 {
 }
 
 /// Links with nothing announced leave their proxy threads asleep until the next operation
-/// wakes them (before, a thread with links polled every 50 us however idle they were:
-/// thousands of sleeps in half a second); the next operation's data still arrives.
+/// wakes them, after each algorithm's calls of several sizes (before, a thread with links
+/// polled every 50 us however idle they were: thousands of sleeps in half a second; and a
+/// send completed before the proxy took in its announcement left its link counted busy
+/// for good, as ring and recursive doubling did here); the next call's data still arrives.
 #[test]
 fn idle_links_leave_the_proxy_threads_asleep() {
-    let mut config = Config::defaults();
-    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
-    config.set("NCCL_SHM_DISABLE", "1").unwrap();
-    config.set("OXCCL_PROXY_THREADS", "2").unwrap();
-    let comms = Communicator::init_all(2, &config).unwrap();
-    let all_reduce = |round: f32| {
-        std::thread::scope(|s| {
-            for c in &comms {
-                s.spawn(move || {
-                    let mut data = vec![round + c.rank() as f32; 1 << 16];
-                    c.all_reduce_in_place(&mut data, oxccl_runtime::ReduceOp::Sum).unwrap();
-                    assert!(data.iter().all(|&x| x == 2.0 * round + 1.0), "rank {}: round {round}", c.rank());
-                });
-            }
-        })
-    };
-    all_reduce(1.0);
-    // The threads' last polls of the operation end within a few ms.
-    std::thread::sleep(std::time::Duration::from_millis(100));
-    let before = proxy_thread_sleeps();
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    let slept = proxy_thread_sleeps() - before;
-    // Two threads, each woken by its 100 ms timeout: ~10, whatever the machine's load.
-    assert!(slept <= 40, "the proxy threads slept {slept} times in 500 ms with every link idle");
-    all_reduce(2.0);
+    for algo in ["ring", "tree", "direct", "doubling"] {
+        let mut config = Config::defaults();
+        config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+        config.set("NCCL_SHM_DISABLE", "1").unwrap();
+        config.set("OXCCL_PROXY_THREADS", "2").unwrap();
+        config.set("NCCL_ALGO", algo).unwrap();
+        let comms = Communicator::init_all(4, &config).unwrap();
+        let all_reduce = |len: usize, calls: usize| {
+            std::thread::scope(|s| {
+                for c in &comms {
+                    s.spawn(move || {
+                        for call in 0..calls {
+                            let mut data = vec![(call + c.rank()) as f32; len];
+                            c.all_reduce_in_place(&mut data, oxccl_runtime::ReduceOp::Sum).unwrap();
+                            let expected = (4 * call + 6) as f32;
+                            assert!(data.iter().all(|&x| x == expected), "{algo}, rank {}: {len} elements, call {call}", c.rank());
+                        }
+                    });
+                }
+            })
+        };
+        for len in [2, 1024, 65536] {
+            all_reduce(len, 50);
+        }
+        // The threads' last polls of the calls end within a few ms.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let before = proxy_thread_sleeps();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let slept = proxy_thread_sleeps() - before;
+        // Two threads, each woken by its 100 ms timeout: ~10, whatever the machine's load.
+        assert!(slept <= 40, "{algo}: the proxy threads slept {slept} times in 500 ms with every link idle");
+        all_reduce(65536, 1);
+    }
 }

@@ -66,8 +66,11 @@ pub(crate) struct SendCore {
     /// The Net refused a send (busy): none is tried again in this pass before one
     /// completes.
     refused: bool,
-    /// Messages announced and not yet sent to completion (for [`SendCore::active`]).
-    announced: u64,
+    /// Messages announced and not yet sent to completion (for [`SendCore::active`]);
+    /// below 0 while sends completed before their announcement reached the proxy (the
+    /// executor announces, then fills: a pass may drain the mailbox between the two and
+    /// still see the slot).
+    announced: i64,
 }
 
 impl SendCore {
@@ -121,12 +124,12 @@ impl SendCore {
         debug_assert!(self.in_flight > 0, "a completion without a send in flight");
         self.in_flight -= 1;
         self.refused = false;
-        self.announced = self.announced.saturating_sub(1);
+        self.announced -= 1;
     }
 
     /// `messages` more will be sent (by an operation starting now).
     pub fn announce(&mut self, messages: u64) {
-        self.announced += messages;
+        self.announced += messages as i64;
     }
 
     /// Whether announced messages are still to be sent, or sends are in flight.
@@ -260,6 +263,21 @@ mod tests {
         s.completed();
         // The released slot is gone from `filled`: the FIFO now shows 1 filled + 1 new.
         assert_eq!(s.next(2, at(1)), Ok(SendStep::Send { slot: 1, tag: 2 }));
+    }
+
+    #[test]
+    fn a_send_completed_before_its_announcement_arrived_leaves_the_link_idle() {
+        let mut s = SendCore::new(at(0), Duration::from_secs(1));
+        s.connected();
+        assert!(!s.active());
+        assert_eq!(s.next(1, at(0)), Ok(SendStep::Send { slot: 0, tag: 0 }), "filled before the announcement was drained");
+        s.sent();
+        assert!(s.active(), "in flight");
+        s.completed();
+        s.announce(1);
+        assert!(!s.active(), "the late announcement is of the message already sent");
+        s.announce(2);
+        assert!(s.active(), "two more to come");
     }
 
     #[test]
