@@ -10,8 +10,9 @@
 //! arrived into a staging buffer of [`STAGE_BYTES`] (so that a small message's header and
 //! bytes, and the next messages', come in one read), picks the buffer of the oldest posted
 //! receive with the header's tag, and copies the bytes there, or deals the buffer's pieces
-//! to the data path; what is left of a large message on the control socket is read
-//! straight into its buffer.
+//! to the data path; what is left of a message on the control socket once the stage is
+//! empty is read straight into its buffer, with what follows it into the stage in the same
+//! call (`readv`).
 //!
 //! A comm is eager or receiver-driven (the listener's choice, in its handle). Eager, the
 //! sender writes each message at once and the receiver matches it to the oldest posted
@@ -30,7 +31,7 @@
 //! is done at 0, whichever thread got there.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{ErrorKind, IoSlice, Read};
+use std::io::{ErrorKind, IoSlice, IoSliceMut, Read};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -427,27 +428,25 @@ impl RecvState {
                 self.stats.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
                 continue;
             }
-            // Large rests go straight into the buffer; small ones through the stage (with
-            // whatever follows them).
-            let read = if left >= STAGE_BYTES {
-                let target = &mut posted(&mut self.queue, body.request).buffers[body.buffer].0.as_mut_slice()[body.read..body.len];
-                match (&self.socket).read(target) {
-                    Ok(0) => return fail(&mut self.failed, "the sender closed the control connection".into()),
-                    Ok(n) => {
-                        body.read += n;
-                        self.stats.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
-                        true
-                    }
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => false,
-                    Err(e) if e.kind() == ErrorKind::Interrupted => true,
-                    Err(e) => return fail(&mut self.failed, format!("receive failed on the control connection: {e}")),
+            // The stage is empty: the rest goes straight into the buffer and whatever follows
+            // it (the next headers, small messages) into the stage, in one call, so that no
+            // byte of the body is copied twice.
+            let target = &mut posted(&mut self.queue, body.request).buffers[body.buffer].0.as_mut_slice()[body.read..body.len];
+            let mut into = [IoSliceMut::new(target), IoSliceMut::new(&mut self.stage)];
+            match (&self.socket).read_vectored(&mut into) {
+                Ok(0) => return fail(&mut self.failed, "the sender closed the control connection".into()),
+                Ok(n) => {
+                    let rest = n.min(left);
+                    body.read += rest;
+                    self.staged = (0, n - rest);
+                    self.stats.bytes_received.fetch_add(rest as u64, Ordering::Relaxed);
                 }
-            } else {
-                self.fill()?
-            };
-            if !read {
-                self.body = Some(body);
-                return Ok(None);
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    self.body = Some(body);
+                    return Ok(None);
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return fail(&mut self.failed, format!("receive failed on the control connection: {e}")),
             }
         }
         Ok(Some(body))

@@ -133,6 +133,69 @@ pub(super) fn exchange_over(net: Arc<SocketNet>, max_recvs: usize, sizes: &[usiz
     assert_eq!(stats.irecv_grouped > 0, max_recvs > 1 && sizes.len() > 1);
 }
 
+/// Messages sent back to back (none waited for before the next is queued), so that one
+/// read takes the end of one and the start of the next: sizes about the receiver's 64 KiB
+/// stage, whose rests are read straight into their buffers with what follows them.
+#[test]
+fn messages_sent_back_to_back_about_the_stage_size_arrive_whole() {
+    let net = Arc::new(SocketNet::with_max_recvs(LOOPBACK, 1));
+    let (mut send, mut recv) = pair(&net);
+    let sizes = [70_000, 10, 65_541, 3, 130_000, 1, 64 << 10, 0, 65_535, 200_000, 2, 65_524, 65_536];
+    let messages: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(m, &len)| message(m, len)).collect();
+    let sender = {
+        let (net, messages) = (net.clone(), messages.clone());
+        std::thread::spawn(move || {
+            let registration = net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+            let mut requests = std::collections::VecDeque::new();
+            for (m, data) in messages.iter().enumerate() {
+                let until = deadline();
+                loop {
+                    // SAFETY: data outlives the request, which is waited for below.
+                    if let Some(request) = unsafe { net.isend(&mut send, data.as_ptr(), data.len(), m as u32, &registration) }.unwrap() {
+                        requests.push_back(request);
+                        break;
+                    }
+                    // A full queue: the oldest send makes room once done.
+                    let oldest: &mut Request = requests.front_mut().expect("a full queue holds sends");
+                    if net.test(oldest).unwrap().is_some() {
+                        requests.pop_front();
+                    }
+                    assert!(Instant::now() < until);
+                }
+            }
+            for mut request in requests {
+                wait(&net, &mut request);
+            }
+            net.dereg_mr(&mut send, registration).unwrap();
+            net.close_send(send).unwrap();
+        })
+    };
+    // Every receive posted before any is waited for: the messages stream in behind each other.
+    let registration = net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+    let mut buffers: Vec<Vec<u8>> = sizes.iter().map(|&len| vec![0u8; len + 5]).collect();
+    let mut requests = Vec::new();
+    for (m, buffer) in buffers.iter_mut().enumerate() {
+        let posted = [RecvBuffer { data: buffer.as_mut_ptr(), len: buffer.len(), tag: m as u32 }];
+        let until = deadline();
+        loop {
+            // SAFETY: the buffers outlive the requests, which are waited for below.
+            if let Some(request) = unsafe { net.irecv(&mut recv, &posted, &[&registration]) }.unwrap() {
+                requests.push(request);
+                break;
+            }
+            assert!(Instant::now() < until, "the receive of message {m} was never taken");
+            let _ = net.test(&mut requests[0]).unwrap();
+        }
+    }
+    for (m, mut request) in requests.into_iter().enumerate() {
+        assert_eq!(wait(&net, &mut request), vec![sizes[m]], "size of message {m}");
+        assert!(buffers[m][..sizes[m]] == messages[m][..], "message {m} corrupted");
+    }
+    sender.join().unwrap();
+    let total: u64 = sizes.iter().map(|&s| s as u64).sum();
+    assert_eq!(net.stats().snapshot().bytes_received, total);
+}
+
 #[test]
 fn messages_of_many_sizes_with_one_receive_per_call() {
     exchange(1, &[0, 1, 4097, 64 << 20, 3, 0, 100_000, 7, 8, 9]);
