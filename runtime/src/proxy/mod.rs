@@ -25,9 +25,13 @@
 //! carries its flag, and receives into ([`ll`]).
 //!
 //! Wake-ups: the host executor wakes a link's thread when it gives it work (a slot to send,
-//! a slot free to receive into), so an idle thread may sleep without holding up the next
-//! step. A GPU kernel cannot wake a thread: while a link whose other end is a kernel has
-//! announced work outstanding, its thread keeps polling. A thread's loop never blocks on
+//! a slot free to receive into), and an announcement wakes the thread of each link it
+//! names, so an idle thread may sleep without holding up the next step: a thread whose
+//! links have nothing announced or in flight sleeps until woken (bounded at 100 ms), one
+//! with work outstanding naps 50 µs between passes once it has found nothing for a while.
+//! A GPU kernel cannot wake a thread: while a link whose other end is a kernel has
+//! announced work outstanding, its thread keeps polling; nor can a PXN relay's origin (in
+//! another process), so a relaying thread keeps its 50 µs naps. A thread's loop never blocks on
 //! one peer: every Net call is non-blocking and every link is visited in turn. A host
 //! executor that waits makes passes itself over the links of any thread not passing now
 //! ([`help`]), so that a rank whose executor and proxy thread share a core does not wait
