@@ -10,6 +10,8 @@
 //! GPU are time-sliced by it (slower, and each kernel waits for its peer's time slice, but
 //! they run: the process tests use two on one GPU when there is only one).
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use oxccl_runtime::bootstrap::Config;
@@ -235,6 +237,14 @@ fn ranks_on_separate_hosts_run_kernels_over_the_network() {
             for (c, before) in comms.iter().zip(&before) {
                 assert!(c.net_receive_stats().0 > *before, "rank {}: nothing was received over the Net", c.rank());
             }
+            // The kernels are done: the proxy threads sleep (once a send completed before its
+            // announcement reached the proxy and left its link counted busy, and the thread
+            // yielded for good: ~50 clock ticks a thread in half a second).
+            std::thread::sleep(Duration::from_millis(100));
+            let ticks = common::proxy_threads().1;
+            std::thread::sleep(Duration::from_millis(500));
+            let busy = common::proxy_threads().1 - ticks;
+            assert!(busy <= 10, "{n} ranks: the proxy threads used {busy} clock ticks of CPU in 500 ms after the kernels were done");
             std::thread::scope(|s| {
                 for c in comms {
                     s.spawn(move || drop(c));

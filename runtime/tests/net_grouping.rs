@@ -3,6 +3,8 @@
 //! and one by one when it reports 1. Counted with the socket net's own counters, and the
 //! data checked either way. And the proxy threads sleep while every link is idle.
 
+mod common;
+
 use oxccl_runtime::{bootstrap::Config, Communicator};
 
 /// Runs a grouped exchange with every peer and an all_to_all on 4 thread ranks over the
@@ -71,18 +73,6 @@ fn receives_are_grouped_when_the_net_takes_eight() {
     }
 }
 
-/// The voluntary context switches of this process's proxy threads so far (each sleep of
-/// one is one).
-fn proxy_thread_sleeps() -> u64 {
-    let tasks = std::fs::read_dir("/proc/self/task").unwrap();
-    tasks
-        .filter_map(|t| t.ok())
-        .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with("oxccl-proxy")))
-        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
-        .filter_map(|s| s.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")).and_then(|v| v.trim().parse::<u64>().ok()))
-        .sum()
-}
-
 /// Links with nothing announced leave their proxy threads asleep until the next operation
 /// wakes them, after each algorithm's calls of several sizes (before, a thread with links
 /// polled every 50 us however idle they were: thousands of sleeps in half a second; and a
@@ -116,9 +106,9 @@ fn idle_links_leave_the_proxy_threads_asleep() {
         }
         // The threads' last polls of the calls end within a few ms.
         std::thread::sleep(std::time::Duration::from_millis(100));
-        let before = proxy_thread_sleeps();
+        let before = common::proxy_threads().0;
         std::thread::sleep(std::time::Duration::from_millis(500));
-        let slept = proxy_thread_sleeps() - before;
+        let slept = common::proxy_threads().0 - before;
         // Two threads, each woken by its 100 ms timeout: ~10, whatever the machine's load.
         assert!(slept <= 40, "{algo}: the proxy threads slept {slept} times in 500 ms with every link idle");
         all_reduce(65536, 1);

@@ -1,7 +1,8 @@
 //! Helpers the fault tests (faults_*.rs) share: jobs whose ranks are processes of the test
 //! binary itself, re-run with its `child` test as the filter and the fault to play in the
 //! environment, the loop of all_reduces such a rank runs until a peer's fault reaches it,
-//! and a checked all_reduce.
+//! and a checked all_reduce. And what this process's proxy threads did (the tests of
+//! their sleep, net_grouping.rs and gpu_collectives.rs).
 
 #![allow(dead_code)] // each test file uses its own part of this
 
@@ -116,4 +117,22 @@ pub fn checked_all_reduce(comm: &Communicator) {
     let mut x = vec![comm.rank() as u64 + 1; 100_003];
     comm.all_reduce_in_place(&mut x, ReduceOp::Sum).unwrap();
     assert!(x.iter().all(|&v| v == n * (n + 1) / 2), "rank {}: {} expected {}", comm.rank(), x[0], n * (n + 1) / 2);
+}
+
+/// This process's proxy threads (`oxccl-proxy-*`) so far: their voluntary context switches
+/// (each sleep is one) and their CPU time in clock ticks (user and system).
+pub fn proxy_threads() -> (u64, u64) {
+    let tasks = std::fs::read_dir("/proc/self/task").unwrap();
+    tasks
+        .filter_map(|t| t.ok())
+        .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with("oxccl-proxy")))
+        .map(|t| {
+            let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+            let sleeps = status.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")).and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0);
+            // Fields 14 and 15 of stat, counted after the command's closing parenthesis.
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            let fields: Vec<u64> = stat.rsplit_once(')').map_or(vec![], |(_, rest)| rest.split_whitespace().skip(11).take(2).filter_map(|f| f.parse().ok()).collect());
+            (sleeps, fields.iter().sum::<u64>())
+        })
+        .fold((0, 0), |(a, b), (s, c)| (a + s, b + c))
 }
