@@ -64,8 +64,7 @@ impl HostModel {
         let reduce_rate = 4e9;
         let n = self.nranks.max(1) as f64;
         let s = bytes as f64;
-        // ⌈log2 n⌉, at least 1, in integers (a float log2 per call showed in the small-call profile).
-        let log2 = (usize::BITS - self.nranks.saturating_sub(1).leading_zeros()).max(1) as f64;
+        let log2 = ceil_log2(self.nranks);
         // Two-shot's connections stream in parallel over the Net only where there are cores
         // to move them.
         let parallel = if !self.net {
@@ -82,7 +81,7 @@ impl HostModel {
             // host's link once up and once down, and each chain once each way (posing as 2
             // hosts on this VM, 8 ranks: 620 µs at 256 KiB and 2.2 ms at 1 MiB, the ring's
             // 1.5 and 3.7 ms; docs/results/2026-11-27-vm-hosts-tree).
-            let net_hops = 2.0 * (usize::BITS - (hosts - 1).leading_zeros()).max(1) as f64;
+            let net_hops = 2.0 * ceil_log2(hosts);
             let chain_hops = 2.0 * (self.per_host - 1) as f64;
             // The chain's hops and messages cost what shared memory's do (the
             // oversubscribed floor where the host runs more ranks than cores), not the
@@ -129,4 +128,10 @@ impl HostModel {
         }
         table
     }
+}
+
+/// ⌈log2 n⌉, at least 1, in integers (a float log2 per call showed in the small-call
+/// profile).
+fn ceil_log2(n: usize) -> f64 {
+    (usize::BITS - n.saturating_sub(1).leading_zeros()).max(1) as f64
 }

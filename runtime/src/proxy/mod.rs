@@ -635,6 +635,8 @@ struct RecvLink {
     next_request: u64,
     /// The member to offer the first buffer of the next receive (each in turn).
     first_offer: usize,
+    /// The members' offers for the receive being posted (kept: no allocation per receive).
+    offers: Vec<Offer>,
     driver: Driver,
     shared: Shared,
 }
@@ -756,6 +758,7 @@ impl RecvLink {
             requests: VecDeque::new(),
             next_request: 0,
             first_offer: 0,
+            offers: Vec::new(),
             driver,
             shared,
         };
@@ -766,10 +769,18 @@ impl RecvLink {
     /// messages of several members together, up to `max_recvs`; a dependent one alone.
     /// Whether it posted any.
     fn post(&mut self, now: Instant) -> Result<bool, String> {
+        let mut offers = std::mem::take(&mut self.offers);
+        let posted = self.post_offers(&mut offers, now);
+        self.offers = offers;
+        posted
+    }
+
+    /// [`RecvLink::post`], gathering each receive's offers in `offers`.
+    fn post_offers(&mut self, offers: &mut Vec<Offer>, now: Instant) -> Result<bool, String> {
         let mut busy = false;
         loop {
             let n = self.members.len();
-            let mut offers: Vec<Offer> = Vec::new();
+            offers.clear();
             for member in (0..n).map(|i| (self.first_offer + i) % n) {
                 let m = &mut self.members[member];
                 let RecvStep::Post { first, count, tag } = m.core.next(m.fifo.free(), now).map_err(|s| s.to_string())? else { continue };
@@ -796,7 +807,7 @@ impl RecvLink {
             offers.retain(|o| o.gets > 0);
             let total = offers.iter().map(|o| o.gets).sum();
             let mut buffers: Vec<RecvBuffer> = Vec::with_capacity(total);
-            for o in &offers {
+            for o in offers.iter() {
                 self.members[o.member].push_buffers(o.first, o.gets, o.tag, &mut buffers);
             }
             let handles: Vec<&MrHandle> = offers.iter().flat_map(|o| std::iter::repeat_n(self.members[o.member].memory.as_ref().expect("registered"), o.gets)).collect();
@@ -809,7 +820,7 @@ impl RecvLink {
                     }
                     let number = self.next_request;
                     self.next_request += 1;
-                    for o in &offers {
+                    for o in offers.iter() {
                         let member = &mut self.members[o.member];
                         member.core.posted(o.gets);
                         member.posted += o.gets as u64;
@@ -820,7 +831,7 @@ impl RecvLink {
                     busy = true;
                 }
                 None => {
-                    for o in &offers {
+                    for o in offers.iter() {
                         self.members[o.member].core.refused();
                     }
                     return Ok(busy);

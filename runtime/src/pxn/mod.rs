@@ -47,6 +47,8 @@ pub(crate) struct Rails {
     own_devices: Vec<Vec<usize>>,
     /// Each rank's host, numbered in order of first appearance.
     hosts: Vec<usize>,
+    /// [`Rails::ranks_per_host_block`], worked out once (a GPU call's route asks it).
+    per_host_block: usize,
     /// Whether ranks of one host reach each other through shared memory (not
     /// NCCL_SHM_DISABLE): a relay needs it.
     shared_memory: bool,
@@ -73,7 +75,7 @@ impl Rails {
             .collect();
         let names = names.into_iter().map(|all| all.into_iter().map(|n| n.strip_prefix(FAR).map_or(n.clone(), str::to_string)).collect()).collect();
         let mut seen: Vec<&String> = Vec::new();
-        let hosts = hosts
+        let hosts: Vec<usize> = hosts
             .iter()
             .map(|h| match seen.iter().position(|s| *s == h) {
                 Some(i) => i,
@@ -83,19 +85,14 @@ impl Rails {
                 }
             })
             .collect();
-        Rails { names, own_devices, hosts, shared_memory, pxn_disable, p2p_pxn_level }
+        let per_host_block = per_host_block(&hosts);
+        Rails { names, own_devices, hosts, per_host_block, shared_memory, pxn_disable, p2p_pxn_level }
     }
 
     /// How many ranks each host runs, where the ranks lie host by host in equal blocks
     /// (rank r on the (r / k)-th host); 1 where they do not. Every rank computes the same.
     pub fn ranks_per_host_block(&self) -> usize {
-        let n = self.hosts.len();
-        let k = self.hosts.iter().take_while(|&&h| h == 0).count();
-        if k == 0 || n % k != 0 || self.hosts.iter().enumerate().any(|(r, &h)| h != r / k) {
-            1
-        } else {
-            k
-        }
+        self.per_host_block
     }
 
     /// Whether ranks `a` and `b` (not the same) reach each other through shared memory.
@@ -215,6 +212,17 @@ pub(crate) fn decode_record(record: &[u8]) -> (String, Vec<String>) {
     let mut lines = text.split('\n');
     let host = lines.next().unwrap_or_default().to_string();
     (host, lines.filter(|n| !n.is_empty()).map(str::to_string).collect())
+}
+
+/// The ranks of each block of `hosts` (each rank's host number) when they lie host by host
+/// in equal blocks, else 1 ([`Rails::ranks_per_host_block`]).
+fn per_host_block(hosts: &[usize]) -> usize {
+    let k = hosts.iter().take_while(|&&h| h == 0).count();
+    if k == 0 || hosts.len() % k != 0 || hosts.iter().enumerate().any(|(r, &h)| h != r / k) {
+        1
+    } else {
+        k
+    }
 }
 
 #[cfg(test)]
