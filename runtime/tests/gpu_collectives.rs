@@ -15,7 +15,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use oxccl_runtime::bootstrap::Config;
-use oxccl_runtime::gpu;
+use oxccl_runtime::algo::Algorithm;
+use oxccl_runtime::gpu::{self, Route};
 use oxccl_runtime::Memory;
 use oxccl_runtime::{Collective, Communicator, DataType, ReduceOp};
 use oxccl_testkit::check::{self, Case};
@@ -253,6 +254,55 @@ fn ranks_on_separate_hosts_run_kernels_over_the_network() {
             assert!(failures.is_empty(), "{n} ranks on separate hosts, {inputs:?} inputs: {} failures:\n{}", failures.len(), failures[..failures.len().min(30)].join("\n"));
             eprintln!("{n} ranks (threads, separate hosts, kernels over the network) on GPUs {devices:?}: {} cases ok ({inputs:?} inputs)", which(n).len());
         }
+    }
+}
+
+/// NCCL's double binary tree across hosts on the network kernels, forced
+/// (NCCL_ALGO=allreduce:tree): three ranks a host each (the odd tree over all of them), and
+/// two hosts of two ranks (the trees span the hosts, a chain inside each, the chain's link
+/// between GPUs of a host). Every all_reduce of the random matrix, bit for bit against the
+/// CPU running the same trees; the data went over the Net.
+#[test]
+fn the_tree_across_hosts_runs_on_the_network_kernels() {
+    let Some(g) = gpus() else { return };
+    warm_kernel_cache();
+    let mut config = config();
+    config.set("NCCL_ALGO", "allreduce:tree").unwrap();
+    for (hosts, per_host) in [(&["a", "b", "c"][..], 1), (&["a", "a", "b", "b"][..], 2)] {
+        let n = hosts.len();
+        let devices: Vec<usize> = (0..n).map(|r| r % g).collect();
+        settle();
+        let configs: Vec<Config> = hosts
+            .iter()
+            .map(|host| {
+                let mut config = config.clone();
+                config.set("NCCL_HOSTID", &format!("tree-host-{host}")).unwrap();
+                config
+            })
+            .collect();
+        let comms = Communicator::init_all_gpus_with(&devices, &configs).unwrap();
+        let cases: Vec<Case> = random_cases(n).into_iter().filter(|c| c.collective == Collective::AllReduce).collect();
+        for case in &cases {
+            match comms[0].route(case.collective, case.count, case.dtype, case.root).unwrap() {
+                Route::Schedule { shape, algorithm: Algorithm::Tree, .. } => assert_eq!(shape.per_host, per_host, "{case}"),
+                other => panic!("{case}: NCCL_ALGO=allreduce:tree, yet {other:?}"),
+            }
+        }
+        let before: Vec<u64> = comms.iter().map(|c| c.net_receive_stats().0).collect();
+        let failures: Vec<String> = std::thread::scope(|s| {
+            let handles: Vec<_> = comms.iter().map(|c| s.spawn(|| run_cases(c, &cases, Inputs::Random))).collect();
+            handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        });
+        for (c, before) in comms.iter().zip(&before) {
+            assert!(c.net_receive_stats().0 > *before, "rank {}: nothing was received over the Net", c.rank());
+        }
+        std::thread::scope(|s| {
+            for c in comms {
+                s.spawn(move || drop(c));
+            }
+        });
+        assert!(failures.is_empty(), "the tree across hosts {hosts:?}: {} failures:\n{}", failures.len(), failures[..failures.len().min(30)].join("\n"));
+        eprintln!("the tree across hosts {hosts:?} on GPUs {devices:?}: {} all_reduce cases ok", cases.len());
     }
 }
 

@@ -132,6 +132,6 @@ impl HostModel {
 
 /// ⌈log2 n⌉, at least 1, in integers (a float log2 per call showed in the small-call
 /// profile).
-fn ceil_log2(n: usize) -> f64 {
+pub(crate) fn ceil_log2(n: usize) -> f64 {
     (usize::BITS - n.saturating_sub(1).leading_zeros()).max(1) as f64
 }

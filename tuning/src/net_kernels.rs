@@ -6,7 +6,9 @@
 //! the ring, and the direct exchange for every collective (one hop where the ring takes
 //! n-1; all_reduce two-shot in two, or one for two ranks), and for all_reduce recursive
 //! doubling (log2 n hops of one message each, two more where n is not a power of two),
-//! each over Simple or LL. Calls
+//! and for all_reduce NCCL's double binary tree over the hosts with a chain inside each
+//! (⌈log2 hosts⌉ network hops up and as many down; the chain's hops between GPUs of a
+//! host), each over Simple or LL. Calls
 //! are priced as they are issued, back to back: a rooted ring's calls overlap along its
 //! chain, so each costs about one hop. LL
 //! saves a hop the kernels' fences and the receiver's wait for the tail before the data,
@@ -23,10 +25,17 @@ use crate::table::CostTable;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NetKernelModel {
     pub nranks: usize,
+    /// Ranks a host, where the ranks lie host by host in blocks of that many (1 otherwise):
+    /// the tree's chain inside a host.
+    pub per_host: usize,
 }
 
 /// Seconds of one hop.
 const HOP: f64 = 24e-6;
+/// Seconds of one hop between GPUs of a host (the tree's chain): the executor kernel's
+/// step over NVLink, ~40 µs for the ring's six hops at 512 KiB-1 MiB on 4×H200
+/// (docs/results/2026-11-27-h200x4).
+const LOCAL_HOP: f64 = 7e-6;
 /// Seconds of one hop over LL.
 const HOP_LL: f64 = 21e-6;
 /// Bytes per second a rank moves over LL (data, not lines).
@@ -49,7 +58,7 @@ impl NetKernelModel {
         matches!(protocol, Protocol::Simple | Protocol::Ll)
             && match algorithm {
                 Algorithm::Ring | Algorithm::Direct => true,
-                Algorithm::Doubling => collective == Collective::AllReduce,
+                Algorithm::Doubling | Algorithm::Tree => collective == Collective::AllReduce,
                 _ => false,
             }
     }
@@ -59,6 +68,9 @@ impl NetKernelModel {
     pub fn estimate(&self, collective: Collective, algorithm: Algorithm, protocol: Protocol, bytes: usize) -> f64 {
         let n = self.nranks.max(1) as f64;
         let s = bytes as f64;
+        if (collective, algorithm) == (Collective::AllReduce, Algorithm::Tree) {
+            return self.tree(protocol, s);
+        }
         let (hops, messages, moved) = match (collective, algorithm) {
             (Collective::AllReduce, Algorithm::Ring) => (2.0 * (n - 1.0), 2.0 * (n - 1.0), 2.0 * (n - 1.0) / n * s),
             // One shot moves everything over one connection; two-shot, one channel a phase
@@ -91,6 +103,24 @@ impl NetKernelModel {
         }
     }
 
+    /// The double binary tree's all_reduce of `s` bytes: ⌈log2 hosts⌉ network hops up and
+    /// as many down, a message each, and the chain's hops inside a host at NVLink's price
+    /// (Simple there, whatever the protocol over the network). Each tree carries half of the
+    /// data; a rank is inside one tree (half up, twice half down to its children) and a leaf
+    /// of the other (half up), so it sends twice the vector in all, over the four or so
+    /// connections of its two trees at once.
+    fn tree(&self, protocol: Protocol, s: f64) -> f64 {
+        let blocks = self.per_host > 1 && self.nranks % self.per_host == 0 && self.nranks / self.per_host > 1;
+        let (hosts, chain) = if blocks { (self.nranks / self.per_host, self.per_host - 1) } else { (self.nranks, 0) };
+        let net_hops = 2.0 * crate::host::ceil_log2(hosts);
+        let local = 2.0 * chain as f64 * LOCAL_HOP;
+        let moved = 2.0 * s;
+        match protocol {
+            Protocol::Ll => net_hops * (HOP_LL + ISSUE) + local + moved / BANDWIDTH_LL,
+            _ => net_hops * (HOP + ISSUE) + local + moved / BANDWIDTH,
+        }
+    }
+
     /// The cost table (µs) of a call of NCCL's `bytes` ([`Collective::tuning_bytes`]).
     pub fn table(&self, collective: Collective, bytes: usize) -> CostTable {
         let bytes = match collective {
@@ -102,7 +132,7 @@ impl NetKernelModel {
             table.set(Algorithm::Ring, Protocol::Simple, Some(0.0));
             return table;
         }
-        for a in [Algorithm::Ring, Algorithm::Direct, Algorithm::Doubling] {
+        for a in [Algorithm::Ring, Algorithm::Direct, Algorithm::Doubling, Algorithm::Tree] {
             for p in [Protocol::Simple, Protocol::Ll] {
                 if NetKernelModel::runs(collective, a, p) {
                     table.set(a, p, Some((self.estimate(collective, a, p, bytes) * 1e6) as f32));
@@ -138,7 +168,7 @@ mod tests {
     #[test]
     fn ll_for_small_calls_simple_for_large_ones() {
         for n in [2, 4] {
-            let model = NetKernelModel { nranks: n };
+            let model = NetKernelModel { nranks: n, per_host: 1 };
             for c in [Collective::AllGather, Collective::ReduceScatter, Collective::Broadcast, Collective::AllReduce] {
                 assert_eq!(protocol(model, c, 8), Protocol::Ll, "{c:?}, {n} ranks, 8 B");
                 // Per message: all_gather's and reduce_scatter's blocks are a rank's share.
@@ -149,7 +179,7 @@ mod tests {
 
     #[test]
     fn one_hop_for_small_calls_the_ring_for_rooted_ones() {
-        let four = NetKernelModel { nranks: 4 };
+        let four = NetKernelModel { nranks: 4, per_host: 1 };
         for c in [Collective::AllGather, Collective::ReduceScatter] {
             assert_eq!(best(four, c, 4096), Algorithm::Direct, "{c:?}, 4 KiB");
         }
@@ -161,7 +191,7 @@ mod tests {
         }
         // Two ranks: one shot for small calls (one hop), the ring's channels for large ones
         // (one shot moves everything over one connection).
-        let two = NetKernelModel { nranks: 2 };
+        let two = NetKernelModel { nranks: 2, per_host: 1 };
         assert_eq!(best(two, Collective::AllReduce, 8192), Algorithm::Direct);
         assert_eq!(best(two, Collective::AllReduce, 1 << 20), Algorithm::Ring);
     }
@@ -170,16 +200,34 @@ mod tests {
     fn recursive_doubling_for_small_all_reduces_of_a_power_of_two_ranks() {
         assert_eq!([1, 2, 3, 4, 5, 8, 12, 16].map(doubling_hops), [0, 1, 3, 2, 4, 3, 5, 4]);
         // Four ranks: two hops of one message each, where two-shot sends three a hop.
-        let four = NetKernelModel { nranks: 4 };
+        let four = NetKernelModel { nranks: 4, per_host: 1 };
         for bytes in [8, 4096] {
             assert_eq!(best(four, Collective::AllReduce, bytes), Algorithm::Doubling, "{bytes} B");
         }
         // Each hop moves the whole vector over one connection: two-shot from ~10 KB.
         assert_eq!(best(four, Collective::AllReduce, 64 << 10), Algorithm::Direct);
         // Three ranks: three hops, one more than two-shot's.
-        assert_eq!(best(NetKernelModel { nranks: 3 }, Collective::AllReduce, 8), Algorithm::Direct);
+        assert_eq!(best(NetKernelModel { nranks: 3, per_host: 1 }, Collective::AllReduce, 8), Algorithm::Direct);
         // Two ranks: the one shot under Direct's name, as before; other collectives never.
-        assert_eq!(best(NetKernelModel { nranks: 2 }, Collective::AllReduce, 8), Algorithm::Direct);
+        assert_eq!(best(NetKernelModel { nranks: 2, per_host: 1 }, Collective::AllReduce, 8), Algorithm::Direct);
         assert!(four.table(Collective::AllGather, 64).get(Algorithm::Doubling, Protocol::Ll).is_none());
+    }
+
+    #[test]
+    fn the_tree_between_hosts_of_several_ranks_each() {
+        // Two hosts of two ranks: one network hop up and one down, and the chain's NVLink
+        // hops. Recursive doubling (two network-priced hops) for small calls; from ~20 KB
+        // its hops' whole vectors cost more than the chain, and from ~100 KB two-shot's
+        // one-third shares over three connections cost less than the tree's halves.
+        let hosts = NetKernelModel { nranks: 4, per_host: 2 };
+        assert_eq!(best(hosts, Collective::AllReduce, 8), Algorithm::Doubling);
+        assert_eq!(best(hosts, Collective::AllReduce, 64 << 10), Algorithm::Tree);
+        assert_eq!(best(hosts, Collective::AllReduce, 1 << 20), Algorithm::Direct);
+        // With a rank a host the tree spans all four: twice the network hops.
+        let flat = NetKernelModel { nranks: 4, per_host: 1 };
+        let tree = |m: NetKernelModel| m.table(Collective::AllReduce, 64 << 10).get(Algorithm::Tree, Protocol::Simple).unwrap();
+        assert!(tree(flat) > tree(hosts) + 40.0, "{} against {}", tree(flat), tree(hosts));
+        // The tree serves all_reduce only.
+        assert!(hosts.table(Collective::AllGather, 64 << 10).get(Algorithm::Tree, Protocol::Simple).is_none());
     }
 }

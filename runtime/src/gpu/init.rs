@@ -64,7 +64,7 @@ impl GpuBackend {
         let selection = oxccl_tuning::Selection::parse(config.algo.as_deref(), config.proto.as_deref()).map_err(|e| Error::invalid(e.to_string()))?;
         let protocols = Protocols::new(&selection);
         // Across hosts the network kernels' model prices the choice (route.rs).
-        let model = oxccl_tuning::NetKernelModel { nranks: core.nranks };
+        let model = oxccl_tuning::NetKernelModel { nranks: core.nranks, per_host: core.rails.ranks_per_host_block() };
         let tuner = oxccl_tuning::Tuner::new(selection, oxccl_tuning::Model::NetKernels(model), oxccl_tuning::NetKernelModel::runs, None);
         let inner = Arc::new(Inner {
             arch,
@@ -167,7 +167,8 @@ impl GpuBackend {
     }
 
     /// Connects, at init, every link a collective can use: the ring's channels and the
-    /// direct exchange with every peer (collective: every rank calls it). Allocating GPU
+    /// direct exchange with every peer (collective: every rank calls it); across hosts the
+    /// tree's links are among the direct exchange's ([`Inner::tree_channels`]). Allocating GPU
     /// memory later, while a rank sharing this GPU waits in a kernel, could serialize the
     /// two (allocations and memsets synchronize); at init no kernel runs.
     fn connect_all(&self) -> Result<()> {
@@ -180,8 +181,10 @@ impl GpuBackend {
             ends.insert(End::Send(algo::Link { peer: (rank + 1) % n, channel }));
             ends.insert(End::Recv(algo::Link { peer: (rank + n - 1) % n, channel }));
         }
-        // Two-shot all_reduce's second phase is channel 1 (across hosts it is planned).
-        let direct_channels = if self.inner.departures.get().is_some() { self.inner.direct_channels(n).max(2) } else { self.inner.direct_channels(n) };
+        // Across hosts, two-shot all_reduce's second phase is channel 1, and so is the
+        // tree's second tree (route.rs).
+        let across_hosts = self.core.same_host.iter().any(|&same| !same);
+        let direct_channels = if across_hosts { self.inner.direct_channels(n).max(2) } else { self.inner.direct_channels(n) };
         for peer in (0..n).filter(|&p| p != rank) {
             for channel in 0..direct_channels {
                 ends.insert(End::Send(algo::Link { peer, channel }));

@@ -58,9 +58,9 @@ impl GpuBackend {
         let (algorithm, ll) = if exchanges {
             (Algorithm::Direct, false)
         } else if across_hosts {
-            // Across hosts: the network kernels' model chooses between the ring and the
-            // direct exchange's one hop (what init connected), over Simple or LL; NCCL_ALGO
-            // and NCCL_PROTO may force either.
+            // Across hosts: the network kernels' model chooses among the ring, the direct
+            // exchange, recursive doubling and the tree (what init connected), over Simple or
+            // LL; NCCL_ALGO and NCCL_PROTO may force any.
             let request = oxccl_tuning::Request::new(collective, collective.tuning_bytes(count, dtype.size(), n));
             let choice = inner.tuner.choose(&request).map_err(|e| Error::invalid(e.to_string()))?;
             (choice.algorithm, choice.protocol == oxccl_tuning::Protocol::Ll)
@@ -76,11 +76,12 @@ impl GpuBackend {
             // all_reduce takes two a part, one per phase.
             Algorithm::Direct if collective == Collective::AllReduce && n > 2 => inner.channels(bytes).min(inner.direct_channels(n) / 2).max(1),
             Algorithm::Direct | Algorithm::Doubling => inner.channels(bytes).min(inner.direct_channels(n)),
+            Algorithm::Tree if across_hosts => inner.channels(bytes).min(inner.tree_channels(n)),
             _ => inner.channels(bytes),
         };
         let slot_data = if ll { oxccl_kernels::device::ll::slot_data(oxccl_kernels::device::ll::SLOT_BYTES) } else { inner.geometry.slot_bytes };
-        // On one host every rank is the host's (the tree over all of them, as before); GPU
-        // kernels across hosts do not run the tree yet (NetKernelModel::runs).
+        // Where the ranks lie host by host, the tree spans the hosts with a chain inside
+        // each (algo::tree::trees); on one host every rank is the host's.
         let shape = Shape { collective, count, nranks: n, root, chunk: slot_data / dtype.size(), channels, per_host: self.core.rails.ranks_per_host_block() };
         Ok(Route::Schedule { shape, algorithm, ll })
     }
