@@ -105,19 +105,29 @@ impl NetKernelModel {
 
     /// The double binary tree's all_reduce of `s` bytes: ⌈log2 hosts⌉ network hops up and
     /// as many down, a message each, and the chain's hops inside a host at NVLink's price
-    /// (Simple there, whatever the protocol over the network). Each tree carries half of the
-    /// data; a rank is inside one tree (half up, twice half down to its children) and a leaf
-    /// of the other (half up), so it sends twice the vector in all, over the four or so
-    /// connections of its two trees at once.
+    /// (Simple there, whatever the protocol over the network). It runs one channel (the
+    /// runtime's `tree_channels`, with four ranks or more), so each tree carries half the
+    /// vector over one connection per link; the trees' connections run side by side. What a
+    /// rank sends over the network in all bounds it too: a rank a host sends twice the
+    /// vector (inside one tree: half up, half to each of two children; a leaf of the other:
+    /// half up), a host's head half of it between two hosts, one and a half between more (a
+    /// host's two trees leave by different ranks). On 4×H200 with ranks posing as hosts
+    /// (docs/results/2026-11-27-h200x4, `8-tree`), forced at 8 MiB: 1.37-1.45 ms with two
+    /// hosts of two or of four ranks, the time of 4 MiB over one connection; 5.2-5.7 ms
+    /// with eight ranks a host each, where two-shot took 4.2-4.8.
     fn tree(&self, protocol: Protocol, s: f64) -> f64 {
         let blocks = self.per_host > 1 && self.nranks % self.per_host == 0 && self.nranks / self.per_host > 1;
         let (hosts, chain) = if blocks { (self.nranks / self.per_host, self.per_host - 1) } else { (self.nranks, 0) };
         let net_hops = 2.0 * crate::host::ceil_log2(hosts);
         let local = 2.0 * chain as f64 * LOCAL_HOP;
-        let moved = 2.0 * s;
+        let sent = match (blocks, hosts) {
+            (false, _) => 2.0 * s,
+            (true, 2) => s / 2.0,
+            (true, _) => 1.5 * s,
+        };
         match protocol {
-            Protocol::Ll => net_hops * (HOP_LL + ISSUE) + local + moved / BANDWIDTH_LL,
-            _ => net_hops * (HOP + ISSUE) + local + moved / BANDWIDTH,
+            Protocol::Ll => net_hops * (HOP_LL + ISSUE) + local + sent / BANDWIDTH_LL,
+            _ => net_hops * (HOP + ISSUE) + local + (s / 2.0 / CONNECTION).max(sent / BANDWIDTH),
         }
     }
 
@@ -216,18 +226,32 @@ mod tests {
     #[test]
     fn the_tree_between_hosts_of_several_ranks_each() {
         // Two hosts of two ranks: one network hop up and one down, and the chain's NVLink
-        // hops. Recursive doubling (two network-priced hops) for small calls; from ~20 KB
-        // its hops' whole vectors cost more than the chain, and from ~100 KB two-shot's
-        // one-third shares over three connections cost less than the tree's halves.
-        let hosts = NetKernelModel { nranks: 4, per_host: 2 };
-        assert_eq!(best(hosts, Collective::AllReduce, 8), Algorithm::Doubling);
-        assert_eq!(best(hosts, Collective::AllReduce, 64 << 10), Algorithm::Tree);
-        assert_eq!(best(hosts, Collective::AllReduce, 1 << 20), Algorithm::Direct);
-        // With a rank a host the tree spans all four: twice the network hops.
-        let flat = NetKernelModel { nranks: 4, per_host: 1 };
-        let tree = |m: NetKernelModel| m.table(Collective::AllReduce, 64 << 10).get(Algorithm::Tree, Protocol::Simple).unwrap();
-        assert!(tree(flat) > tree(hosts) + 40.0, "{} against {}", tree(flat), tree(hosts));
+        // hops. Recursive doubling (two network-priced hops) for small calls; from ~17 KB its
+        // hops' whole vectors cost more than the chain. Two-shot moves as much over its
+        // connections as the tree's halves, in more messages; from ~3.7 MB the ring's four
+        // channels carry more than the tree's one.
+        let two_by_two = NetKernelModel { nranks: 4, per_host: 2 };
+        assert_eq!(best(two_by_two, Collective::AllReduce, 8), Algorithm::Doubling);
+        for bytes in [64 << 10, 1 << 20] {
+            assert_eq!(best(two_by_two, Collective::AllReduce, bytes), Algorithm::Tree, "{bytes} B");
+        }
+        assert_eq!(best(two_by_two, Collective::AllReduce, 16 << 20), Algorithm::Ring);
+        // Two hosts of four: six chain hops, still one network hop each way, where the ring
+        // and two-shot wait on the network at each of their steps.
+        let two_by_four = NetKernelModel { nranks: 8, per_host: 4 };
+        assert_eq!(best(two_by_four, Collective::AllReduce, 8), Algorithm::Doubling);
+        for bytes in [64 << 10, 1 << 20, 64 << 20] {
+            assert_eq!(best(two_by_four, Collective::AllReduce, bytes), Algorithm::Tree, "{bytes} B");
+        }
+        // A rank a host: the tree spans every rank, 2 ⌈log2 n⌉ network hops, more than
+        // two-shot's two for the same bytes: never the tree.
+        for n in [4, 8] {
+            let flat = NetKernelModel { nranks: n, per_host: 1 };
+            for bytes in [8, 64 << 10, 1 << 20, 64 << 20] {
+                assert_ne!(best(flat, Collective::AllReduce, bytes), Algorithm::Tree, "{n} ranks, {bytes} B");
+            }
+        }
         // The tree serves all_reduce only.
-        assert!(hosts.table(Collective::AllGather, 64 << 10).get(Algorithm::Tree, Protocol::Simple).is_none());
+        assert!(two_by_two.table(Collective::AllGather, 64 << 10).get(Algorithm::Tree, Protocol::Simple).is_none());
     }
 }
