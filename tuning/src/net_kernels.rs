@@ -28,6 +28,9 @@ pub struct NetKernelModel {
     /// Ranks a host, where the ranks lie host by host in blocks of that many (1 otherwise):
     /// the tree's chain inside a host.
     pub per_host: usize,
+    /// The most channels a call runs (OXCCL_GPU_NET_CHANNELS, 4, or fewer where the GPUs
+    /// allow fewer); a call takes one per 64 KiB up to that.
+    pub channels: usize,
 }
 
 /// Seconds of one hop.
@@ -36,6 +39,8 @@ const HOP: f64 = 24e-6;
 /// step over NVLink, ~40 µs for the ring's six hops at 512 KiB-1 MiB on 4×H200
 /// (docs/results/2026-11-27-h200x4).
 const LOCAL_HOP: f64 = 7e-6;
+/// Bytes of a call per channel (the runtime's `BYTES_PER_CHANNEL`).
+const CHANNEL_BYTES: usize = 64 << 10;
 /// Seconds of one hop over LL.
 const HOP_LL: f64 = 21e-6;
 /// Bytes per second a rank moves over LL (data, not lines).
@@ -105,16 +110,15 @@ impl NetKernelModel {
 
     /// The double binary tree's all_reduce of `s` bytes: ⌈log2 hosts⌉ network hops up and
     /// as many down, a message each, and the chain's hops inside a host at NVLink's price
-    /// (Simple there, whatever the protocol over the network). It runs one channel (the
-    /// runtime's `tree_channels`, with four ranks or more), so each tree carries half the
-    /// vector over one connection per link; the trees' connections run side by side. What a
-    /// rank sends over the network in all bounds it too: a rank a host sends twice the
-    /// vector (inside one tree: half up, half to each of two children; a leaf of the other:
-    /// half up), a host's head half of it between two hosts, one and a half between more (a
-    /// host's two trees leave by different ranks). On 4×H200 with ranks posing as hosts
-    /// (docs/results/2026-11-27-h200x4, `8-tree`), forced at 8 MiB: 1.37-1.45 ms with two
-    /// hosts of two or of four ranks, the time of 4 MiB over one connection; 5.2-5.7 ms
-    /// with eight ranks a host each, where two-shot took 4.2-4.8.
+    /// (Simple there, whatever the protocol over the network). Each tree carries half the
+    /// vector, split over the call's channels, each of which has a connection of its own
+    /// on every link of the tree. What a rank sends over the network in all bounds it too:
+    /// a rank a host sends twice the vector (inside one tree: half up, half to each of two
+    /// children; a leaf of the other: half up), a host's head half of it between two hosts,
+    /// one and a half between more (a host's two trees leave by different ranks). On
+    /// 4×H200 with ranks posing as hosts, two hosts of four ranks each, all_reduce of 8 MiB
+    /// (docs/results/2026-11-27-h200x4, `8-tree`): the tree on one channel 1.43-1.44 ms,
+    /// the ring on four 1.13-1.24.
     fn tree(&self, protocol: Protocol, s: f64) -> f64 {
         let blocks = self.per_host > 1 && self.nranks % self.per_host == 0 && self.nranks / self.per_host > 1;
         let (hosts, chain) = if blocks { (self.nranks / self.per_host, self.per_host - 1) } else { (self.nranks, 0) };
@@ -125,9 +129,10 @@ impl NetKernelModel {
             (true, 2) => s / 2.0,
             (true, _) => 1.5 * s,
         };
+        let channels = (s as usize).div_ceil(CHANNEL_BYTES).clamp(1, self.channels.max(1)) as f64;
         match protocol {
             Protocol::Ll => net_hops * (HOP_LL + ISSUE) + local + sent / BANDWIDTH_LL,
-            _ => net_hops * (HOP + ISSUE) + local + (s / 2.0 / CONNECTION).max(sent / BANDWIDTH),
+            _ => net_hops * (HOP + ISSUE) + local + (s / 2.0 / (channels * CONNECTION)).max(sent / BANDWIDTH),
         }
     }
 
@@ -178,7 +183,7 @@ mod tests {
     #[test]
     fn ll_for_small_calls_simple_for_large_ones() {
         for n in [2, 4] {
-            let model = NetKernelModel { nranks: n, per_host: 1 };
+            let model = NetKernelModel { nranks: n, per_host: 1, channels: 4 };
             for c in [Collective::AllGather, Collective::ReduceScatter, Collective::Broadcast, Collective::AllReduce] {
                 assert_eq!(protocol(model, c, 8), Protocol::Ll, "{c:?}, {n} ranks, 8 B");
                 // Per message: all_gather's and reduce_scatter's blocks are a rank's share.
@@ -189,7 +194,7 @@ mod tests {
 
     #[test]
     fn one_hop_for_small_calls_the_ring_for_rooted_ones() {
-        let four = NetKernelModel { nranks: 4, per_host: 1 };
+        let four = NetKernelModel { nranks: 4, per_host: 1, channels: 4 };
         for c in [Collective::AllGather, Collective::ReduceScatter] {
             assert_eq!(best(four, c, 4096), Algorithm::Direct, "{c:?}, 4 KiB");
         }
@@ -201,7 +206,7 @@ mod tests {
         }
         // Two ranks: one shot for small calls (one hop), the ring's channels for large ones
         // (one shot moves everything over one connection).
-        let two = NetKernelModel { nranks: 2, per_host: 1 };
+        let two = NetKernelModel { nranks: 2, per_host: 1, channels: 4 };
         assert_eq!(best(two, Collective::AllReduce, 8192), Algorithm::Direct);
         assert_eq!(best(two, Collective::AllReduce, 1 << 20), Algorithm::Ring);
     }
@@ -210,48 +215,43 @@ mod tests {
     fn recursive_doubling_for_small_all_reduces_of_a_power_of_two_ranks() {
         assert_eq!([1, 2, 3, 4, 5, 8, 12, 16].map(doubling_hops), [0, 1, 3, 2, 4, 3, 5, 4]);
         // Four ranks: two hops of one message each, where two-shot sends three a hop.
-        let four = NetKernelModel { nranks: 4, per_host: 1 };
+        let four = NetKernelModel { nranks: 4, per_host: 1, channels: 4 };
         for bytes in [8, 4096] {
             assert_eq!(best(four, Collective::AllReduce, bytes), Algorithm::Doubling, "{bytes} B");
         }
         // Each hop moves the whole vector over one connection: two-shot from ~10 KB.
         assert_eq!(best(four, Collective::AllReduce, 64 << 10), Algorithm::Direct);
         // Three ranks: three hops, one more than two-shot's.
-        assert_eq!(best(NetKernelModel { nranks: 3, per_host: 1 }, Collective::AllReduce, 8), Algorithm::Direct);
+        assert_eq!(best(NetKernelModel { nranks: 3, per_host: 1, channels: 4 }, Collective::AllReduce, 8), Algorithm::Direct);
         // Two ranks: the one shot under Direct's name, as before; other collectives never.
-        assert_eq!(best(NetKernelModel { nranks: 2, per_host: 1 }, Collective::AllReduce, 8), Algorithm::Direct);
+        assert_eq!(best(NetKernelModel { nranks: 2, per_host: 1, channels: 4 }, Collective::AllReduce, 8), Algorithm::Direct);
         assert!(four.table(Collective::AllGather, 64).get(Algorithm::Doubling, Protocol::Ll).is_none());
     }
 
     #[test]
     fn the_tree_between_hosts_of_several_ranks_each() {
-        // Two hosts of two ranks: one network hop up and one down, and the chain's NVLink
-        // hops. Recursive doubling (two network-priced hops) for small calls; from ~17 KB its
-        // hops' whole vectors cost more than the chain. Two-shot moves as much over its
-        // connections as the tree's halves, in more messages; from ~3.7 MB the ring's four
-        // channels carry more than the tree's one.
-        let two_by_two = NetKernelModel { nranks: 4, per_host: 2 };
-        assert_eq!(best(two_by_two, Collective::AllReduce, 8), Algorithm::Doubling);
-        for bytes in [64 << 10, 1 << 20] {
-            assert_eq!(best(two_by_two, Collective::AllReduce, bytes), Algorithm::Tree, "{bytes} B");
-        }
-        assert_eq!(best(two_by_two, Collective::AllReduce, 16 << 20), Algorithm::Ring);
-        // Two hosts of four: six chain hops, still one network hop each way, where the ring
-        // and two-shot wait on the network at each of their steps.
-        let two_by_four = NetKernelModel { nranks: 8, per_host: 4 };
-        assert_eq!(best(two_by_four, Collective::AllReduce, 8), Algorithm::Doubling);
-        for bytes in [64 << 10, 1 << 20, 64 << 20] {
-            assert_eq!(best(two_by_four, Collective::AllReduce, bytes), Algorithm::Tree, "{bytes} B");
+        // Two hosts of two ranks, or of four: one network hop up and one down, and the
+        // chain's NVLink hops. Recursive doubling (two or three network-priced hops) for
+        // small calls; from ~17 KB its hops' whole vectors cost more than the chain. The
+        // ring and two-shot wait on the network at each of their steps, and send more over
+        // it: a host's head sends half the vector, split over the call's channels.
+        for (nranks, per_host) in [(4, 2), (8, 4)] {
+            let model = NetKernelModel { nranks, per_host, channels: 4 };
+            assert_eq!(best(model, Collective::AllReduce, 8), Algorithm::Doubling);
+            for bytes in [64 << 10, 1 << 20, 64 << 20] {
+                assert_eq!(best(model, Collective::AllReduce, bytes), Algorithm::Tree, "{nranks} ranks as {per_host} a host, {bytes} B");
+            }
         }
         // A rank a host: the tree spans every rank, 2 ⌈log2 n⌉ network hops, more than
         // two-shot's two for the same bytes: never the tree.
         for n in [4, 8] {
-            let flat = NetKernelModel { nranks: n, per_host: 1 };
+            let flat = NetKernelModel { nranks: n, per_host: 1, channels: 4 };
             for bytes in [8, 64 << 10, 1 << 20, 64 << 20] {
                 assert_ne!(best(flat, Collective::AllReduce, bytes), Algorithm::Tree, "{n} ranks, {bytes} B");
             }
         }
         // The tree serves all_reduce only.
+        let two_by_two = NetKernelModel { nranks: 4, per_host: 2, channels: 4 };
         assert!(two_by_two.table(Collective::AllGather, 64 << 10).get(Algorithm::Tree, Protocol::Simple).is_none());
     }
 }

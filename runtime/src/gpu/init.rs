@@ -64,7 +64,7 @@ impl GpuBackend {
         let selection = oxccl_tuning::Selection::parse(config.algo.as_deref(), config.proto.as_deref()).map_err(|e| Error::invalid(e.to_string()))?;
         let protocols = Protocols::new(&selection);
         // Across hosts the network kernels' model prices the choice (route.rs).
-        let model = oxccl_tuning::NetKernelModel { nranks: core.nranks, per_host: core.rails.ranks_per_host_block() };
+        let model = oxccl_tuning::NetKernelModel { nranks: core.nranks, per_host: core.rails.ranks_per_host_block(), channels: max_channels };
         let tuner = oxccl_tuning::Tuner::new(selection, oxccl_tuning::Model::NetKernels(model), oxccl_tuning::NetKernelModel::runs, None);
         let inner = Arc::new(Inner {
             arch,
@@ -167,8 +167,8 @@ impl GpuBackend {
     }
 
     /// Connects, at init, every link a collective can use: the ring's channels and the
-    /// direct exchange with every peer (collective: every rank calls it); across hosts the
-    /// tree's links are among the direct exchange's ([`Inner::tree_channels`]). Allocating GPU
+    /// direct exchange with every peer, and across hosts the tree's links on every channel
+    /// (collective: every rank calls it). Allocating GPU
     /// memory later, while a rank sharing this GPU waits in a kernel, could serialize the
     /// two (allocations and memsets synchronize); at init no kernel runs.
     fn connect_all(&self) -> Result<()> {
@@ -181,14 +181,30 @@ impl GpuBackend {
             ends.insert(End::Send(algo::Link { peer: (rank + 1) % n, channel }));
             ends.insert(End::Recv(algo::Link { peer: (rank + n - 1) % n, channel }));
         }
-        // Across hosts, two-shot all_reduce's second phase is channel 1, and so is the
-        // tree's second tree (route.rs).
+        // Across hosts, two-shot all_reduce's second phase is channel 1 (route.rs).
         let across_hosts = self.core.same_host.iter().any(|&same| !same);
         let direct_channels = if across_hosts { self.inner.direct_channels(n).max(2) } else { self.inner.direct_channels(n) };
+        let both_ways = |ends: &mut std::collections::BTreeSet<End>, peer, channel| {
+            ends.insert(End::Send(algo::Link { peer, channel }));
+            ends.insert(End::Recv(algo::Link { peer, channel }));
+        };
         for peer in (0..n).filter(|&p| p != rank) {
             for channel in 0..direct_channels {
-                ends.insert(End::Send(algo::Link { peer, channel }));
-                ends.insert(End::Recv(algo::Link { peer, channel }));
+                both_ways(&mut ends, peer, channel);
+            }
+        }
+        if across_hosts {
+            // Tree t of channel c runs on connection channel 2c+t (algo::tree), both ways
+            // between each rank and its parent and children. On one host those a plan
+            // lacks are connected at its first call; across hosts a connection made then,
+            // while a rank sharing this GPU waits in a kernel, could wait for it.
+            let trees = algo::trees(n, self.core.rails.ranks_per_host_block(), rank);
+            for (t, node) in trees.iter().enumerate() {
+                for peer in node.parent.iter().chain(&node.children) {
+                    for channel in 0..self.inner.max_channels {
+                        both_ways(&mut ends, *peer, 2 * channel + t);
+                    }
+                }
             }
         }
         let ends: Vec<End> = ends.into_iter().collect();

@@ -743,15 +743,6 @@ impl Inner {
         (self.max_channels / nranks.saturating_sub(1).max(1)).max(1)
     }
 
-    /// Channels of the tree across hosts: tree t of channel c runs on connection channel
-    /// 2c+t (algo::tree), and init connects every peer on the direct exchange's channels,
-    /// at least two across hosts (init.rs), so the tree takes half of them and connects
-    /// nothing more (a connection made while a rank sharing this GPU waits in a kernel could
-    /// wait for it).
-    fn tree_channels(&self, nranks: usize) -> usize {
-        (self.direct_channels(nranks).max(2) / 2).max(1)
-    }
-
     /// Waits up to `limit` for every stream's last launch; past it, raises the abort flag
     /// and waits up to 5 s more. Whether everything finished.
     fn drain(&self, limit: Duration) -> bool {

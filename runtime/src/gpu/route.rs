@@ -76,7 +76,6 @@ impl GpuBackend {
             // all_reduce takes two a part, one per phase.
             Algorithm::Direct if collective == Collective::AllReduce && n > 2 => inner.channels(bytes).min(inner.direct_channels(n) / 2).max(1),
             Algorithm::Direct | Algorithm::Doubling => inner.channels(bytes).min(inner.direct_channels(n)),
-            Algorithm::Tree if across_hosts => inner.channels(bytes).min(inner.tree_channels(n)),
             _ => inner.channels(bytes),
         };
         let slot_data = if ll { oxccl_kernels::device::ll::slot_data(oxccl_kernels::device::ll::SLOT_BYTES) } else { inner.geometry.slot_bytes };
