@@ -15,7 +15,8 @@
 # sendrecv), NET_RANKS (default "2 4"), NET_LIBS (default "oxccl nccl nccl-best"; also
 # oxccl-simple: oxccl with NCCL_PROTO=Simple, no LL over the network; oxccl-algo-<name>:
 # oxccl with NCCL_ALGO=<name> (ring, direct); oxccl-proxy<N>: oxccl with
-# OXCCL_PROXY_THREADS=N),
+# OXCCL_PROXY_THREADS=N; oxccl-env-<name>: oxccl with the variables that NET_ENV_<name>
+# sets, "K=V K=V"),
 # NET_MAX (default 128M), NET_ITERS (20), NET_TIMEOUT (per run, 150 s), NET_PER_HOST
 # (default 1: ranks per posed host, consecutive ranks together; with as many GPUs as ranks
 # per host, a host's ranks reach each other over NVLink and the others over the network).
@@ -81,6 +82,7 @@ label() {
     oxccl-simple) echo "oxccl, NCCL_PROTO=Simple" ;;
     oxccl-algo-*) echo "oxccl, NCCL_ALGO ${1#oxccl-algo-}" ;;
     oxccl-proxy*) echo "oxccl, ${1#oxccl-proxy} proxy thread(s)" ;;
+    oxccl-env-*) local settings="NET_ENV_${1#oxccl-env-}"; echo "oxccl, ${!settings:-}" ;;
     nccl) echo "NCCL$version at its defaults" ;;
     nccl-best) echo "NCCL$version, ${NCCL_BEST_THREADS:-4} threads × ${NCCL_BEST_SOCKS:-4} sockets" ;;
     *) echo "$1" ;;
@@ -101,6 +103,11 @@ for n in ${NET_RANKS:-2 4}; do
         oxccl-simple) env+=(-x LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}" -x NCCL_PROTO=Simple) ;;
         oxccl-algo-*) env+=(-x LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}" -x NCCL_ALGO="${lib#oxccl-algo-}") ;;
         oxccl-proxy[0-9]*) env+=(-x LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}" -x OXCCL_PROXY_THREADS="${lib#oxccl-proxy}") ;;
+        oxccl-env-*)
+          env+=(-x LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}")
+          settings="NET_ENV_${lib#oxccl-env-}"
+          for kv in ${!settings:-}; do env+=(-x "$kv"); done
+          ;;
         nccl) env+=(-x LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}") ;;
         nccl-best) env+=(-x LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" -x NCCL_SOCKET_NTHREADS="${NCCL_BEST_THREADS:-4}" -x NCCL_NSOCKS_PERTHREAD="${NCCL_BEST_SOCKS:-4}") ;;
       esac

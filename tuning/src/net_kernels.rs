@@ -116,9 +116,13 @@ impl NetKernelModel {
     /// a rank a host sends twice the vector (inside one tree: half up, half to each of two
     /// children; a leaf of the other: half up), a host's head half of it between two hosts,
     /// one and a half between more (a host's two trees leave by different ranks). On
-    /// 4×H200 with ranks posing as hosts, two hosts of four ranks each, all_reduce of 8 MiB
-    /// (docs/results/2026-11-27-h200x4, `8-tree`): the tree on one channel 1.43-1.44 ms,
-    /// the ring on four 1.13-1.24.
+    /// 4×H200 with ranks posing as two hosts of four ranks, all_reduce of 8 MiB
+    /// (docs/results/2026-11-27-h200x4-tree, `5-tree-settings`): the tree on four channels
+    /// 0.68-0.72 ms (the model: 0.80), on one 1.27-1.29, the ring 1.15-1.16. What the model
+    /// misses: from ~512 KiB to ~4 MiB the ring was faster (2 MiB: 372-375 against 429-464
+    /// µs; two hosts of two ranks 329-330 against 373-418), where each tree lane's part is
+    /// one step of up to a FIFO slot that every hop forwards whole (smaller steps did not
+    /// help: 450-468 µs with 32 KiB).
     fn tree(&self, protocol: Protocol, s: f64) -> f64 {
         let blocks = self.per_host > 1 && self.nranks % self.per_host == 0 && self.nranks / self.per_host > 1;
         let (hosts, chain) = if blocks { (self.nranks / self.per_host, self.per_host - 1) } else { (self.nranks, 0) };
