@@ -13,6 +13,8 @@
 //! relays its host mate's traffic mid-alltoall: every survivor fails naming it, shrinks
 //! it out and goes on (alltoall checked on the survivors).
 
+mod common;
+
 use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -57,6 +59,7 @@ fn child() {
             // while others still tear down, and each must say goodbye, not be taken for a
             // death (the test reads their logs; without the goodbye 4 runs in 4 showed it).
         }
+        "idle" => idle_then_woken(&comm),
         "kill" => alltoall_until_failure(comm),
         "bench" => bench_rows(&comm),
         other => panic!("OXCCL_TEST_PXN={other}"),
@@ -107,6 +110,51 @@ fn checked_alltoall(comm: &Communicator, len: usize, round: u64) {
             assert_eq!(recv[from * len + i], value(from, r, i), "rank {r} round {round}: alltoall from {from}");
         }
     }
+}
+
+/// After the exchange (every relay made), what this rank's proxy thread does idle — it
+/// sleeps, the relays' too — then 10 rounds, each after 50 ms idle, of a small message from
+/// rank 0 (host 0, rail 0) to rank 3 (host 1, rail 1), which rank 1's proxy relays while
+/// rank 1 itself takes part in no call. Rank 3 posts its receive 20 ms before rank 0 sends,
+/// so the receive's notice (which reaches rank 1's proxy over its socket) has come and
+/// gone: only the origin's post can wake that thread then (without a doorbell it sleeps
+/// up to 100 ms). Prints `IDLE switches=<voluntary context switches of its proxy thread in
+/// 500 ms> late_ms=<rank 3's receives beyond the 20 ms, in all>`.
+fn idle_then_woken(comm: &Communicator) {
+    exchange(comm);
+    let barrier = |c: &Communicator| {
+        let mut x = [1u32];
+        c.all_reduce_in_place(&mut x, oxccl_runtime::ReduceOp::Sum).unwrap();
+    };
+    barrier(comm);
+    std::thread::sleep(Duration::from_millis(100));
+    let (switches, _) = common::proxy_threads();
+    std::thread::sleep(Duration::from_millis(500));
+    let switches = common::proxy_threads().0 - switches;
+    barrier(comm);
+    let mut times = Vec::new();
+    for round in 0..10u64 {
+        std::thread::sleep(Duration::from_millis(50));
+        let message: Vec<u64> = (0..16).map(|i| round * 100 + i).collect();
+        match comm.rank() {
+            0 => {
+                std::thread::sleep(Duration::from_millis(20));
+                comm.send(&message, 3).unwrap();
+            }
+            3 => {
+                let start = Instant::now();
+                let mut got = vec![0u64; 16];
+                comm.recv(&mut got, 0).unwrap();
+                times.push(start.elapsed().saturating_sub(Duration::from_millis(20)));
+                assert_eq!(got, message, "round {round}");
+            }
+            _ => {}
+        }
+    }
+    barrier(comm);
+    let late = times.iter().sum::<Duration>().as_secs_f64() * 1e3;
+    println!("IDLE switches={switches} late_ms={late:.3}");
+    println!("rank {}: idle ok", comm.rank());
 }
 
 /// Prints this rank's connections and receive counters, for the test to read.
@@ -263,6 +311,29 @@ fn same_host(a: usize, b: usize) -> bool {
 
 fn cluster() -> Option<Cluster> {
     Cluster::or_skip(&Spec::new(HOSTS, 2).spine(Some(SPINE_MBPS)))
+}
+
+/// Idle, a relaying rank's proxy thread sleeps: its relays' origins (host mates, other
+/// processes) ring their FIFOs' doorbells when they post, as the rank's own executor wakes
+/// it. Before, a relaying thread napped 50 µs for good; and one that slept without being
+/// rung would hold each relayed message up to 100 ms.
+#[test]
+fn relaying_proxy_threads_sleep_when_idle_and_wake_for_relayed_sends() {
+    let Some(cluster) = cluster() else { return };
+    let outputs = job(&cluster, "idle", &[("OXCCL_SOCKET_MAX_RECVS", "8")], 29616);
+    let stdouts = expect(&outputs, 0, "idle ok", None);
+    for (rank, stdout) in stdouts.iter().enumerate() {
+        let line = stdout.lines().find_map(|l| l.split_once("IDLE ").map(|(_, rest)| rest)).unwrap_or_else(|| panic!("rank {rank}: no IDLE line:\n{stdout}"));
+        let switches: u64 = field(line, "switches").parse().unwrap();
+        let late: f64 = field(line, "late_ms").parse().unwrap();
+        assert!(switches <= 40, "rank {rank}: its proxy thread switched {switches} times in 500 ms idle");
+        if rank == 3 {
+            // Unwoken, the relaying thread holds each message for what is left of its
+            // 100 ms sleep.
+            assert!(late < 60.0, "10 small messages relayed by an idle rank's proxy arrived {late} ms late in all: the relaying thread slept through its origin's posts");
+        }
+        eprintln!("rank {rank}: {switches} switches idle; 10 relayed messages after idle spells: {late} ms late in all");
+    }
 }
 
 #[test]

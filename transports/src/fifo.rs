@@ -66,6 +66,13 @@ pub const TAIL_OFFSET: usize = 128;
 pub const HEAD_OFFSET: usize = 256;
 pub const SIZES_OFFSET: usize = 384;
 const SLOT_ALIGN: usize = 64;
+/// The FIFO has no doorbell: its reader polls (every FIFO but a PXN relay's).
+const BELL_OFF: u32 = 0;
+/// The reader may sleep on the doorbell, and is awake.
+const BELL_ON: u32 = 1;
+/// The reader is about to sleep, or sleeps: the sender rings after each post.
+#[cfg(not(loom))]
+const BELL_ARMED: u32 = 2;
 
 /// How a FIFO is cut into slots.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,7 +131,12 @@ struct Header {
     receiver_pid: AtomicU32,
     /// The sender's pid once it has opened the segment; 0 before that and on the heap.
     sender_pid: AtomicU32,
-    _reserved: [u32; 10],
+    /// The doorbell (see [`Doorbell`]): bumped and woken by the sender when the reader
+    /// sleeps on it.
+    bell: AtomicU32,
+    /// [`BELL_OFF`], [`BELL_ON`] or [`BELL_ARMED`].
+    bell_state: AtomicU32,
+    _reserved: [u32; 8],
     tail: CacheLine<AtomicU64>,
     head: CacheLine<AtomicU64>,
     sizes: CacheLine<[AtomicU32; MAX_SLOTS]>,
@@ -139,6 +151,8 @@ const _: () = {
     assert!(std::mem::offset_of!(Header, slots) == 8);
     assert!(std::mem::offset_of!(Header, receiver_pid) == 16);
     assert!(std::mem::offset_of!(Header, sender_pid) == 20);
+    assert!(std::mem::offset_of!(Header, bell) == 24);
+    assert!(std::mem::offset_of!(Header, bell_state) == 28);
     assert!(std::mem::offset_of!(Header, tail) == TAIL_OFFSET);
     assert!(std::mem::offset_of!(Header, head) == HEAD_OFFSET);
     assert!(std::mem::offset_of!(Header, sizes) == SIZES_OFFSET);
@@ -153,7 +167,9 @@ impl Header {
             slot_bytes: AtomicU32::new(0),
             receiver_pid: AtomicU32::new(0),
             sender_pid: AtomicU32::new(0),
-            _reserved: [0; 10],
+            bell: AtomicU32::new(0),
+            bell_state: AtomicU32::new(BELL_OFF),
+            _reserved: [0; 8],
             tail: CacheLine(AtomicU64::new(0)),
             head: CacheLine(AtomicU64::new(0)),
             sizes: CacheLine(std::array::from_fn(|_| AtomicU32::new(0))),
@@ -251,6 +267,40 @@ impl Region {
         Ok(Arc::new(region))
     }
 
+    /// Gives the FIFO a doorbell (before the sender opens it): its reader may then sleep
+    /// until the sender posts ([`Region::doorbell`]), where it would otherwise have to
+    /// poll the tail — a reader in another process than the sender, which nothing else
+    /// can wake (a PXN relay's proxy).
+    pub fn enable_doorbell(&self) {
+        self.header().bell_state.store(BELL_ON, Ordering::Release);
+    }
+
+    /// The doorbell the reader sleeps on, if the FIFO has one.
+    #[cfg(not(loom))]
+    pub fn doorbell(&self) -> Option<Doorbell<'_>> {
+        let header = self.header();
+        (header.bell_state.load(Ordering::Acquire) != BELL_OFF).then_some(Doorbell { header })
+    }
+
+    /// After a post: wakes the reader if it sleeps on the doorbell. The fence orders the
+    /// tail's store before the state's load, as [`Doorbell::arm`]'s orders the state's
+    /// store before the tail's load: either the reader sees the post, or the sender sees
+    /// the reader armed and rings.
+    fn ring(&self) {
+        #[cfg(not(loom))]
+        {
+            let header = self.header();
+            if header.bell_state.load(Ordering::Relaxed) == BELL_OFF {
+                return;
+            }
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if header.bell_state.load(Ordering::Relaxed) == BELL_ARMED {
+                header.bell.fetch_add(1, Ordering::SeqCst);
+                crate::futex::wake(&header.bell, true);
+            }
+        }
+    }
+
     pub fn geometry(&self) -> Geometry {
         self.geometry
     }
@@ -322,6 +372,37 @@ impl Region {
     }
 }
 
+/// The reader's side of a FIFO's doorbell ([`Region::enable_doorbell`]), for a reader
+/// that sleeps until the sender posts: [`arm`](Doorbell::arm), look at the FIFO once more,
+/// and if nothing came, sleep on [`word`](Doorbell::word) while it holds what `arm`
+/// returned (`futex::wait`, shared: the word is in memory two processes map); then
+/// [`disarm`](Doorbell::disarm).
+#[cfg(not(loom))]
+pub struct Doorbell<'a> {
+    header: &'a Header,
+}
+
+#[cfg(not(loom))]
+impl Doorbell<'_> {
+    /// From now on the sender rings after each post. Returns the word's value to sleep on:
+    /// a post after this changes it.
+    pub fn arm(&self) -> u32 {
+        self.header.bell_state.store(BELL_ARMED, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.header.bell.load(Ordering::SeqCst)
+    }
+
+    /// Awake again: the sender stops ringing.
+    pub fn disarm(&self) {
+        self.header.bell_state.store(BELL_ON, Ordering::Relaxed);
+    }
+
+    /// The word the sender bumps and wakes.
+    pub fn word(&self) -> &std::sync::atomic::AtomicU32 {
+        &self.header.bell
+    }
+}
+
 /// The sending end of a FIFO. One per FIFO.
 pub struct Sender {
     region: Arc<Region>,
@@ -387,6 +468,7 @@ impl Sender {
         header.sizes.0[index].store(len as u32, Ordering::Relaxed);
         self.tail += 1;
         header.tail.0.store(self.tail, Ordering::Release);
+        self.region.ring();
     }
 
     /// How many slots are free now (the proxy engine fills several at once).

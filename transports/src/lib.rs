@@ -8,12 +8,15 @@
 //! Exchanging connection handles between ranks is the caller's job: every handle here is an
 //! opaque byte vector (at most [`net::HANDLE_MAX_BYTES`] for the net, as in NCCL).
 //!
-//! `unsafe` lives in four places: [`fifo`] (the mapping and the slots handed out in place),
+//! `unsafe` lives in five places: [`fifo`] (the mapping and the slots handed out in place),
+//! `futex` (the system calls that sleep on a word and wake its sleepers),
 //! [`inbox`] (the nodes of its lock-free list), `net::lent` (the raw buffers that cross
 //! the [`net::Net`] boundary, as in NCCL's C plugin API) and [`net::plugin`] (the C ABI of
 //! NCCL net plugins). Everything else is safe code.
 
 pub mod fifo;
+#[cfg(not(loom))]
+pub mod futex;
 pub mod inbox;
 pub mod net;
 mod sync;

@@ -42,7 +42,7 @@ pub(crate) struct Connections {
     /// The proxy thread of each network link, woken when a step gives it work (a slot to
     /// send, a slot free to receive into): a thread idle for long sleeps, and waiting for
     /// it to look again would cost each ring step tens of µs.
-    pub proxies: FxHashMap<(Link, bool), std::thread::Thread>,
+    pub proxies: FxHashMap<(Link, bool), crate::proxy::ProxyWaker>,
 }
 
 /// What the executor needs besides steps and buffers.
@@ -382,9 +382,9 @@ unsafe fn try_step(step: &Step, b: &Buffers, conns: &mut Connections, esize: usi
 }
 
 /// Wakes the proxy thread of `link`'s sending (`send`) or receiving end, if a network link.
-fn wake(proxies: &FxHashMap<(Link, bool), std::thread::Thread>, link: Option<Link>, send: bool) {
-    if let Some(thread) = link.and_then(|l| proxies.get(&(l, send))) {
-        thread.unpark();
+fn wake(proxies: &FxHashMap<(Link, bool), crate::proxy::ProxyWaker>, link: Option<Link>, send: bool) {
+    if let Some(proxy) = link.and_then(|l| proxies.get(&(l, send))) {
+        proxy.wake();
     }
 }
 

@@ -30,8 +30,11 @@
 //! links have nothing announced or in flight sleeps until woken (bounded at 100 ms), one
 //! with work outstanding naps 50 µs between passes once it has found nothing for a while.
 //! A GPU kernel cannot wake a thread: while a link whose other end is a kernel has
-//! announced work outstanding, its thread keeps polling; nor can a PXN relay's origin (in
-//! another process), so a relaying thread keeps its 50 µs naps. A thread's loop never blocks on
+//! announced work outstanding, its thread keeps polling. A PXN relay's origin (in another
+//! process) rings its FIFO's doorbell (`fifo::Doorbell`) after each post while the
+//! relaying thread sleeps, which sleeps on its own wake-up word and its relays' doorbells
+//! at once (`futex::wait_any`; where the kernel lacks that call, a relaying thread naps
+//! 50 µs as one with work outstanding does). A thread's loop never blocks on
 //! one peer: every Net call is non-blocking and every link is visited in turn. A host
 //! executor that waits makes passes itself over the links of any thread not passing now
 //! ([`help`]), so that a rank whose executor and proxy thread share a core does not wait
@@ -44,12 +47,13 @@ mod sim;
 
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use oxccl_bootstrap::AbortFlag;
-use oxccl_transports::fifo::{Receiver, Region, Sender};
+use oxccl_transports::fifo::{self, Receiver, Region, Sender};
+use oxccl_transports::futex;
 use oxccl_transports::inbox::Inbox;
 use oxccl_transports::net::{CommConfig, Context, MemoryKind, MrHandle, Net, Opaque, RecvBuffer, RecvComm, Request, SendComm};
 use parking_lot::Mutex;
@@ -208,7 +212,7 @@ impl NetLinks {
     /// the Net's `device` (the one the sender's side expects: `pxn::Rails::receive_device`).
     /// `ll`: the FIFO's LL slots, for messages announced as LL (a GPU kernel's FIFO).
     #[allow(clippy::too_many_arguments)]
-    pub fn listen(&self, link: Link, sender: usize, region: Arc<Region>, driver: Driver, device: usize, ll: Option<LlSlots>) -> Result<(Vec<u8>, std::thread::Thread)> {
+    pub fn listen(&self, link: Link, sender: usize, region: Arc<Region>, driver: Driver, device: usize, ll: Option<LlSlots>) -> Result<(Vec<u8>, ProxyWaker)> {
         let (handle, mut edge) = RecvLink::new(link, sender, self.net.clone(), self.context.clone(), device, region, driver, self.shared.clone(), Instant::now(), self.setup_timeout, false)?;
         edge.members[0].set_ll(ll)?;
         Ok((handle, self.submit(link, Direction::Recv, edge.members[0].mailbox.clone(), Box::new(edge))))
@@ -219,7 +223,7 @@ impl NetLinks {
     /// channel, from the same `device` (PXN's relays, [`SendChannel`]): the first such
     /// link listens, and each later one joins its comm, getting the same handle. The
     /// sending side must connect with [`NetLinks::connect`]'s `shared_as`.
-    pub fn listen_shared(&self, link: Link, sender: usize, region: Arc<Region>, device: usize) -> Result<(Vec<u8>, std::thread::Thread)> {
+    pub fn listen_shared(&self, link: Link, sender: usize, region: Arc<Region>, device: usize) -> Result<(Vec<u8>, ProxyWaker)> {
         let key = (sender, link.channel, device);
         let mut groups = self.receive_groups.lock();
         if let Some((handle, joining, proxy)) = groups.get(&key).and_then(|(h, j, p)| j.upgrade().map(|j| (h.clone(), j, *p))) {
@@ -227,7 +231,7 @@ impl NetLinks {
             self.links.lock().insert((link, Direction::Recv), (member.mailbox.clone(), proxy));
             joining.lock().push(member);
             proxy.wake();
-            return Ok((handle, proxy.thread.clone()));
+            return Ok((handle, ProxyWaker(proxy)));
         }
         let (handle, mut edge) = RecvLink::new(link, sender, self.net.clone(), self.context.clone(), device, region, Driver::Host, self.shared.clone(), Instant::now(), self.setup_timeout, true)?;
         let joining = Arc::new(Mutex::new(Vec::new()));
@@ -236,7 +240,7 @@ impl NetLinks {
         self.links.lock().insert((link, Direction::Recv), (edge.members[0].mailbox.clone(), proxy));
         groups.insert(key, (handle.clone(), Arc::downgrade(&joining), proxy));
         proxy.submit(Box::new(edge));
-        Ok((handle, proxy.thread.clone()))
+        Ok((handle, ProxyWaker(proxy)))
     }
 
     /// The sending side of a network link over `region`, which the caller fills through a
@@ -245,7 +249,7 @@ impl NetLinks {
     /// [`NetLinks::listen`]. `shared_as`: the handle is a shared comm's
     /// ([`NetLinks::listen_shared`]), whose messages this link tags as this rank's.
     #[allow(clippy::too_many_arguments)]
-    pub fn connect(&self, link: Link, handle: &[u8], region: Arc<Region>, driver: Driver, device: usize, ll: Option<LlSlots>, shared_as: Option<usize>) -> Result<std::thread::Thread> {
+    pub fn connect(&self, link: Link, handle: &[u8], region: Arc<Region>, driver: Driver, device: usize, ll: Option<LlSlots>, shared_as: Option<usize>) -> Result<ProxyWaker> {
         let mut edge = SendLink::new(link, self.net.clone(), self.context.clone(), device, handle, region, driver, self.shared.clone(), Instant::now(), self.setup_timeout)?;
         edge.ll = checked_ll(&edge.region, ll)?.map(LlLink::new);
         self.share(&mut edge, shared_as);
@@ -308,11 +312,11 @@ impl NetLinks {
         self.shared.closed.is_raised()
     }
 
-    fn submit(&self, link: Link, direction: Direction, mailbox: Mailbox, edge: Box<dyn Progress>) -> std::thread::Thread {
+    fn submit(&self, link: Link, direction: Direction, mailbox: Mailbox, edge: Box<dyn Progress>) -> ProxyWaker {
         let proxy = self.next_proxy();
         self.links.lock().insert((link, direction), (mailbox, proxy));
         proxy.submit(edge);
-        proxy.thread.clone()
+        ProxyWaker(proxy)
     }
 
     /// Announces that `messages` more messages will go over the link (an operation starts);
@@ -387,6 +391,11 @@ trait Progress: Send {
     /// flight, not connecting (an announcement, a filled or freed slot, a new link and a
     /// closing communicator all wake the thread).
     fn waits_for_work(&self) -> bool;
+    /// The FIFO whose doorbell its thread also sleeps on (a PXN relay's: its origin, in
+    /// another process, posts without waking the thread otherwise).
+    fn doorbell(&self) -> Option<&Arc<Region>> {
+        None
+    }
     fn shared(&self) -> &Shared;
     fn describe(&self) -> String;
     /// The peer (communicator rank) at the other end.
@@ -550,8 +559,21 @@ impl Progress for SendLink {
     }
 
     fn waits_for_work(&self) -> bool {
-        // A relay's origin fills its FIFO without announcing or waking this thread.
-        self.driver != Driver::Relay && !self.core.active() && self.requests.is_empty()
+        // A relay's origin fills its FIFO without announcing or waking this thread: it
+        // rings the FIFO's doorbell, which the thread sleeps on too (where the kernel lets
+        // a thread sleep on several words; otherwise it keeps polling).
+        // Nothing announced, so the FIFO says what is left: a posted message the Net has
+        // not taken yet (a receiver-driven comm waits for the receive's notice, which only
+        // polling sees) keeps it awake.
+        let woken = match self.driver {
+            Driver::Relay => self.region.doorbell().is_some() && futex::wait_any_supported() && self.region.in_flight() == 0,
+            _ => true,
+        };
+        woken && !self.core.active() && self.requests.is_empty()
+    }
+
+    fn doorbell(&self) -> Option<&Arc<Region>> {
+        (self.driver == Driver::Relay).then_some(&self.region)
     }
 
     fn shared(&self) -> &Shared {
@@ -996,6 +1018,17 @@ fn registered(region: &Region, ll: Option<&LlLink>) -> (*mut u8, usize) {
     (data, len + ll.map_or(0, |l| l.slots.slot_bytes * region.nslots()))
 }
 
+/// Wakes the proxy thread of a link ([`NetLinks::listen`], [`NetLinks::connect`]): the
+/// host executor, after it fills or frees a slot of the link's FIFO.
+#[derive(Clone, Copy)]
+pub struct ProxyWaker(&'static Proxy);
+
+impl ProxyWaker {
+    pub fn wake(&self) {
+        self.0.wake();
+    }
+}
+
 /// The process's proxy threads, and the next to get a link.
 struct Proxies {
     threads: Vec<Proxy>,
@@ -1008,7 +1041,10 @@ struct Proxies {
 struct Proxy {
     queue: Inbox<Box<dyn Progress>>,
     links: Mutex<Vec<Box<dyn Progress>>>,
-    thread: std::thread::Thread,
+    /// What the thread sleeps on: [`Proxy::wake`] bumps it.
+    bell: AtomicU32,
+    /// Whether the thread is asleep, or about to be (a wake-up then makes a system call).
+    asleep: AtomicBool,
 }
 
 static PROXIES: OnceLock<Proxies> = OnceLock::new();
@@ -1033,7 +1069,8 @@ fn proxies(threads: usize) -> &'static Proxies {
                         run(&proxies.threads[i])
                     })
                     .expect("starting an oxccl proxy thread");
-                Proxy { queue: Inbox::new(), links: Mutex::new(Vec::new()), thread: thread.thread().clone() }
+                drop(thread);
+                Proxy { queue: Inbox::new(), links: Mutex::new(Vec::new()), bell: AtomicU32::new(0), asleep: AtomicBool::new(false) }
             })
             .collect();
         tracing::info!(target: log_target::PROXY, "{count} proxy thread(s)");
@@ -1058,8 +1095,13 @@ impl Proxy {
         self.wake();
     }
 
+    /// Wakes the thread if it sleeps, or makes its next sleep return at once: a bump of
+    /// the bell, and a system call only if the thread is asleep ([`sleep`]).
     fn wake(&self) {
-        self.thread.unpark();
+        self.bell.fetch_add(1, Ordering::SeqCst);
+        if self.asleep.load(Ordering::SeqCst) {
+            futex::wake(&self.bell, false);
+        }
     }
 }
 
@@ -1117,7 +1159,9 @@ fn run(proxy: &Proxy) {
             // Nothing until a wake-up: no 50 us polling by a process whose links are all
             // idle (its ranks run an algorithm over other links; 8 ranks posing as 2 hosts
             // on the 2-core VM: those polls took the cores of the ranks at work).
-            std::thread::park_timeout(Duration::from_millis(100));
+            if sleep(proxy) {
+                idle = 0;
+            }
         } else if polling {
             // A kernel's next slot shows only by looking: look again soon. A yield, not a
             // spin: with several ranks' proxies on a host, spinning threads took the cores
@@ -1130,6 +1174,34 @@ fn run(proxy: &Proxy) {
             std::thread::park_timeout(Duration::from_micros(50));
         }
     }
+}
+
+/// Sleeps until [`Proxy::wake`] or a post into one of its PXN relays' FIFOs (their
+/// doorbells), at most 100 ms; or not at all when a last pass, made once both can wake
+/// it, finds work (returns true then). The sleep and the wake-ups order as in
+/// `fifo::Doorbell`: the thread marks itself asleep and reads the bell before it looks,
+/// a waker bumps the bell before it reads the mark, so a wake-up between the look and the
+/// sleep changes the bell and the sleep returns at once.
+fn sleep(proxy: &Proxy) -> bool {
+    proxy.asleep.store(true, Ordering::SeqCst);
+    let seen = proxy.bell.load(Ordering::SeqCst);
+    let mut links = proxy.links.lock();
+    let relays: Vec<Arc<Region>> = links.iter().filter_map(|l| l.doorbell().cloned()).collect();
+    let rung: Vec<u32> = relays.iter().filter_map(|r| r.doorbell()).map(|d| d.arm()).collect();
+    let last = pass(proxy, &mut links);
+    drop(links);
+    let found = last.busy || !(last.empty || last.waiting);
+    if !found {
+        let mut waiters = vec![futex::Waiter { word: &proxy.bell, expected: seen, shared: false }];
+        let bells: Vec<fifo::Doorbell<'_>> = relays.iter().filter_map(|r| r.doorbell()).collect();
+        waiters.extend(bells.iter().zip(&rung).map(|(d, &expected)| futex::Waiter { word: d.word(), expected, shared: true }));
+        futex::wait_any(&waiters, Duration::from_millis(100));
+    }
+    for bell in relays.iter().filter_map(|r| r.doorbell()) {
+        bell.disarm();
+    }
+    proxy.asleep.store(false, Ordering::Relaxed);
+    found
 }
 
 /// One pass over `links` at `now`: links of closed communicators are dropped, failed links

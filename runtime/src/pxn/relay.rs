@@ -199,6 +199,9 @@ fn relay(core: &Core, origin: usize, bytes: &[u8]) -> Result<Vec<u8>> {
         return Err(Error::invalid(format!("relay to rank {} of a communicator of {}", request.link.peer, core.nranks)));
     }
     let (region, handle) = Region::create_shared(request.geometry.slots, request.geometry.slot_bytes).map_err(|e| Error::from_transport("making the PXN relay FIFO", e))?;
+    // The origin, in another process, rings it after each post while the relaying proxy
+    // thread sleeps (nothing else could wake that thread).
+    region.enable_doorbell();
     core.net.relay(origin, request.link, &request.handle, region, request.device, request.shared)?;
     tracing::debug!(target: log_target::NET, "rank {}: relaying rank {origin}'s sends to rank {} channel {} from device {}", core.rank, request.link.peer, request.link.channel, request.device);
     Ok(handle)

@@ -256,3 +256,37 @@ fn lent_fifo_spoken_through_the_header_offsets() {
     let e = unsafe { Region::lent(Geometry { slots: 2, slot_bytes: 64 }, unaligned.as_ptr().wrapping_add(1).cast_mut(), unaligned.as_ptr().cast_mut(), Box::new(())) };
     assert!(e.err().unwrap().to_string().contains("128-byte"));
 }
+
+/// A reader sleeping on a shared FIFO's doorbell wakes when the sender posts; senders
+/// ring only while the reader is armed, and a FIFO without a doorbell has none.
+#[test]
+fn a_post_wakes_the_reader_asleep_on_the_doorbell() {
+    let (region, handle) = Region::create_shared(4, 4096).unwrap();
+    assert!(region.doorbell().is_none(), "a FIFO has no doorbell unless its receiver gives it one");
+    region.enable_doorbell();
+    let mut tx = Sender::new(Region::open_shared(&handle).unwrap());
+    let mut rx = Receiver::new(region.clone());
+    let bell = region.doorbell().unwrap();
+    // Awake: posts do not ring.
+    tx.wait_reserve(soon(), &NEVER).unwrap();
+    tx.post(8);
+    assert_eq!(bell.word().load(Ordering::SeqCst), 0);
+    rx.wait_peek(soon(), &NEVER).unwrap();
+    rx.release();
+    // Armed and asleep: the next post rings. A sleep that was not woken lasts 20 s.
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(30));
+            tx.wait_reserve(soon(), &NEVER).unwrap();
+            tx.post(8);
+        });
+        let seen = bell.arm();
+        while rx.try_peek().is_none() {
+            crate::futex::wait(bell.word(), seen, Duration::from_secs(20), true);
+        }
+        bell.disarm();
+    });
+    assert!(start.elapsed() < Duration::from_secs(10), "{:?}", start.elapsed());
+    assert_eq!(bell.word().load(Ordering::SeqCst), 1, "one post while armed, one ring");
+}
