@@ -1056,7 +1056,7 @@ fn proxies(threads: usize) -> &'static Proxies {
         let count = threads.max(1);
         let threads = (0..count)
             .map(|i| {
-                let thread = std::thread::Builder::new()
+                std::thread::Builder::new()
                     .name(format!("oxccl-proxy-{i}"))
                     .spawn(move || {
                         // The static is set as soon as this initializer returns.
@@ -1069,7 +1069,6 @@ fn proxies(threads: usize) -> &'static Proxies {
                         run(&proxies.threads[i])
                     })
                     .expect("starting an oxccl proxy thread");
-                drop(thread);
                 Proxy { queue: Inbox::new(), links: Mutex::new(Vec::new()), bell: AtomicU32::new(0), asleep: AtomicBool::new(false) }
             })
             .collect();
@@ -1187,6 +1186,13 @@ fn sleep(proxy: &Proxy) -> bool {
     let seen = proxy.bell.load(Ordering::SeqCst);
     let mut links = proxy.links.lock();
     let relays: Vec<Arc<Region>> = links.iter().filter_map(|l| l.doorbell().cloned()).collect();
+    if relays.len() >= futex::WAIT_ANY_MAX {
+        // More doorbells than one wait takes: nap as a thread with work outstanding does.
+        drop(links);
+        proxy.asleep.store(false, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_micros(50));
+        return false;
+    }
     let rung: Vec<u32> = relays.iter().filter_map(|r| r.doorbell()).map(|d| d.arm()).collect();
     let last = pass(proxy, &mut links);
     drop(links);
