@@ -158,10 +158,12 @@ struct Inner {
 }
 
 /// The protocols NCCL_PROTO allows each collective, as bits per `Collective::ALL` index,
-/// and, for the collectives NCCL_ALGO keeps off the ring, what runs on one host instead.
+/// and what NCCL_ALGO leaves each on one host: whether the direct kernel may take small
+/// calls, and which algorithm takes the others.
 struct Protocols {
     per_collective: [u8; Collective::ALL.len()],
-    instead_of_ring: [Option<Algorithm>; Collective::ALL.len()],
+    direct: [bool; Collective::ALL.len()],
+    one_host: [std::result::Result<Algorithm, String>; Collective::ALL.len()],
 }
 
 impl Protocols {
@@ -173,26 +175,40 @@ impl Protocols {
         let per_collective = Collective::ALL.map(|c| {
             (if selection.allows_protocol(c, Protocol::Simple) { Self::SIMPLE } else { 0 }) | (if selection.allows_protocol(c, Protocol::Ll) { Self::LL } else { 0 })
         });
-        let instead_of_ring = Collective::ALL.map(|c| {
+        let direct = Collective::ALL.map(|c| selection.allows_algorithm(c, Algorithm::Direct));
+        let one_host = Collective::ALL.map(|c| {
+            let doubling = c == Collective::AllReduce;
             if selection.allows_algorithm(c, Algorithm::Ring) {
-                None
+                Ok(Algorithm::Ring)
             } else if selection.allows_algorithm(c, Algorithm::Direct) {
-                Some(Algorithm::Direct)
+                Ok(Algorithm::Direct)
+            } else if doubling && selection.allows_algorithm(c, Algorithm::Doubling) {
+                Ok(Algorithm::Doubling)
             } else {
-                (c == Collective::AllReduce && selection.allows_algorithm(c, Algorithm::Doubling)).then_some(Algorithm::Doubling)
+                Err(format!(
+                    "NCCL_ALGO leaves {} no algorithm the GPU kernels run between ranks of one host (ring, direct{}); across hosts the tree runs too",
+                    c.name(),
+                    if doubling { ", doubling" } else { "" }
+                ))
             }
         });
-        Protocols { per_collective, instead_of_ring }
+        Protocols { per_collective, direct, one_host }
     }
 
     fn allows(&self, collective: Collective, protocol: u8) -> bool {
         self.per_collective[Self::index(collective)] & protocol != 0
     }
 
-    /// What runs `collective` on one host where NCCL_ALGO leaves it the direct exchange
-    /// or recursive doubling and not the ring.
-    fn instead_of_ring(&self, collective: Collective) -> Option<Algorithm> {
-        self.instead_of_ring[Self::index(collective)]
+    /// Whether NCCL_ALGO lets the direct kernel take `collective`'s small calls.
+    fn allows_direct(&self, collective: Collective) -> bool {
+        self.direct[Self::index(collective)]
+    }
+
+    /// What runs `collective` on one host: the ring, or what NCCL_ALGO leaves it instead
+    /// (the direct exchange, recursive doubling); an error where it leaves nothing the
+    /// kernels run there, never another algorithm in its place.
+    fn on_one_host(&self, collective: Collective) -> Result<Algorithm> {
+        self.one_host[Self::index(collective)].clone().map_err(Error::invalid)
     }
 
     fn index(collective: Collective) -> usize {
@@ -754,5 +770,40 @@ impl Inner {
         }
         self.flags.set(ABORT_WORD, 1);
         all_done(Instant::now() + Duration::from_secs(5))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn protocols(algo: Option<&str>) -> Protocols {
+        Protocols::new(&oxccl_tuning::Selection::parse(algo, None).unwrap())
+    }
+
+    /// On one host NCCL_ALGO gets what it names among the ring, the direct exchange and
+    /// recursive doubling, keeps the direct kernel off small calls unless it allows the
+    /// direct exchange, and an algorithm the kernels do not run there (the tree) is an
+    /// error, not the ring in its place.
+    #[test]
+    fn nccl_algo_on_one_host_runs_what_it_names_or_refuses() {
+        let unset = protocols(None);
+        assert_eq!(unset.on_one_host(Collective::AllReduce).unwrap(), Algorithm::Ring);
+        assert!(unset.allows_direct(Collective::AllReduce));
+        let ring = protocols(Some("ring"));
+        assert_eq!(ring.on_one_host(Collective::Broadcast).unwrap(), Algorithm::Ring);
+        assert!(!ring.allows_direct(Collective::AllReduce), "NCCL_ALGO=ring keeps the direct kernel off");
+        let direct = protocols(Some("direct"));
+        assert_eq!(direct.on_one_host(Collective::AllGather).unwrap(), Algorithm::Direct);
+        assert!(direct.allows_direct(Collective::AllGather));
+        let doubling = protocols(Some("allreduce:doubling"));
+        assert_eq!(doubling.on_one_host(Collective::AllReduce).unwrap(), Algorithm::Doubling);
+        assert_eq!(doubling.on_one_host(Collective::Broadcast).unwrap(), Algorithm::Ring, "a collective NCCL_ALGO does not name keeps every algorithm");
+        let tree = protocols(Some("tree"));
+        for c in [Collective::AllReduce, Collective::Broadcast] {
+            let e = tree.on_one_host(c).unwrap_err().to_string();
+            assert!(e.contains("NCCL_ALGO leaves") && e.contains(c.name()), "{e}");
+        }
+        assert!(tree.on_one_host(Collective::AllReduce).unwrap_err().to_string().contains("doubling"));
     }
 }

@@ -39,7 +39,7 @@ impl GpuBackend {
         let inner = &self.inner;
         let (n, bytes) = (self.nranks(), count * dtype.size());
         let allows_ll = inner.protocols.allows(collective, Protocols::LL);
-        if allows_ll && direct_mode(collective).is_some() && inner.direct.get().is_some_and(|d| d.carries(bytes, n)) {
+        if allows_ll && inner.protocols.allows_direct(collective) && direct_mode(collective).is_some() && inner.direct.get().is_some_and(|d| d.carries(bytes, n)) {
             return Ok(Route::Direct);
         }
         let exchanges = matches!(collective, Collective::AllToAll | Collective::Gather | Collective::Scatter);
@@ -64,12 +64,11 @@ impl GpuBackend {
             let request = oxccl_tuning::Request::new(collective, collective.tuning_bytes(count, dtype.size(), n));
             let choice = inner.tuner.choose(&request).map_err(|e| Error::invalid(e.to_string()))?;
             (choice.algorithm, choice.protocol == oxccl_tuning::Protocol::Ll)
-        } else if let Some(algorithm) = inner.protocols.instead_of_ring(collective) {
-            // On one host the ring, unless NCCL_ALGO asks for the direct exchange alone
-            // (two hops for all_reduce, one for the others) or recursive doubling, over Simple.
-            (algorithm, false)
         } else {
-            (Algorithm::Ring, false)
+            // On one host the ring, unless NCCL_ALGO asks for the direct exchange alone
+            // (two hops for all_reduce, one for the others) or recursive doubling, over
+            // Simple; an error where it leaves none of them.
+            (inner.protocols.on_one_host(collective)?, false)
         };
         let channels = match algorithm {
             // Over the direct exchange's connections (channels 0 to direct_channels); two-shot
