@@ -320,6 +320,10 @@ fn cluster() -> Option<Cluster> {
 #[test]
 fn relaying_proxy_threads_sleep_when_idle_and_wake_for_relayed_sends() {
     let Some(cluster) = cluster() else { return };
+    if !oxccl_transports::futex::wait_any_supported() {
+        eprintln!("futex_waitv is unavailable here (Linux before 5.16, or a seccomp filter): relaying threads poll; skipped");
+        return;
+    }
     let outputs = job(&cluster, "idle", &[("OXCCL_SOCKET_MAX_RECVS", "8")], 29616);
     let stdouts = expect(&outputs, 0, "idle ok", None);
     for (rank, stdout) in stdouts.iter().enumerate() {

@@ -65,14 +65,15 @@ const FUTEX2_SIZE_U32: u32 = 0x02;
 /// `FUTEX2_PRIVATE`.
 const FUTEX2_PRIVATE: u32 = 128;
 
-/// Whether this kernel has `futex_waitv` (an empty call answers EINVAL where it does,
-/// ENOSYS where it does not).
+/// Whether this kernel lets this process call `futex_waitv`: an empty call answers EINVAL
+/// where it does, ENOSYS where the kernel lacks it (before Linux 5.16) and EPERM where a
+/// seccomp filter (a container's) refuses it.
 pub fn wait_any_supported() -> bool {
     static SUPPORTED: LazyLock<bool> = LazyLock::new(|| {
         // SAFETY: no waiters (a null list of length 0) and no timeout: the kernel reads
         // nothing.
         let rc = unsafe { libc::syscall(libc::SYS_futex_waitv, std::ptr::null::<FutexWaitv>(), 0u32, 0u32, std::ptr::null::<libc::timespec>(), libc::CLOCK_MONOTONIC) };
-        rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS)
+        rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL)
     });
     *SUPPORTED
 }
@@ -131,7 +132,10 @@ mod tests {
     /// second changes and is woken; a wake-up of a word nobody waits on is harmless.
     #[test]
     fn wait_any_wakes_on_any_of_its_words() {
-        assert!(wait_any_supported(), "this kernel lacks futex_waitv (Linux 5.16)");
+        if !wait_any_supported() {
+            eprintln!("futex_waitv is unavailable here (Linux before 5.16, or a seccomp filter): skipped");
+            return;
+        }
         // A shared anonymous mapping: the kernel keys its futexes by the mapping.
         // SAFETY: a fresh anonymous mapping of one page, unmapped below.
         let page = unsafe { libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0) };
