@@ -185,11 +185,18 @@ fn init_all(devices: &[usize], config: &Config) -> Vec<Communicator> {
 /// Ranks of one job as threads, each with a host id of its own (NCCL_HOSTID), as if on
 /// separate hosts (made as [`init_all`]'s are).
 fn init_on_separate_hosts(devices: &[usize], config: &Config) -> Vec<Communicator> {
+    let hosts: Vec<String> = (0..devices.len()).map(|rank| format!("test-host-{rank}")).collect();
+    init_on_hosts(devices, config, &hosts)
+}
+
+/// Ranks of one job as threads, rank r on GPU `devices[r]` with host id `hosts[r]`.
+fn init_on_hosts(devices: &[usize], config: &Config, hosts: &[String]) -> Vec<Communicator> {
     settle();
-    let configs: Vec<Config> = (0..devices.len())
-        .map(|rank| {
+    let configs: Vec<Config> = hosts
+        .iter()
+        .map(|host| {
             let mut config = config.clone();
-            config.set("NCCL_HOSTID", &format!("test-host-{rank}")).unwrap();
+            config.set("NCCL_HOSTID", host).unwrap();
             config
         })
         .collect();
@@ -271,16 +278,8 @@ fn the_tree_across_hosts_runs_on_the_network_kernels() {
     for (hosts, per_host) in [(&["a", "b", "c"][..], 1), (&["a", "a", "b", "b"][..], 2)] {
         let n = hosts.len();
         let devices: Vec<usize> = (0..n).map(|r| r % g).collect();
-        settle();
-        let configs: Vec<Config> = hosts
-            .iter()
-            .map(|host| {
-                let mut config = config.clone();
-                config.set("NCCL_HOSTID", &format!("tree-host-{host}")).unwrap();
-                config
-            })
-            .collect();
-        let comms = Communicator::init_all_gpus_with(&devices, &configs).unwrap();
+        let host_ids: Vec<String> = hosts.iter().map(|host| format!("tree-host-{host}")).collect();
+        let comms = init_on_hosts(&devices, &config, &host_ids);
         let cases: Vec<Case> = random_cases(n).into_iter().filter(|c| c.collective == Collective::AllReduce).collect();
         for case in &cases {
             match comms[0].route(case.collective, case.count, case.dtype, case.root).unwrap() {

@@ -41,9 +41,13 @@ pub fn wake(word: &AtomicU32, shared: bool) {
     }
 }
 
+fn timespec(d: Duration) -> libc::timespec {
+    libc::timespec { tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t, tv_nsec: d.subsec_nanos() as libc::c_long }
+}
+
 /// Sleeps while `word` holds `expected`, at most `timeout`.
 pub fn wait(word: &AtomicU32, expected: u32, timeout: Duration, shared: bool) {
-    let timeout = libc::timespec { tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
+    let timeout = timespec(timeout);
     // SAFETY: FUTEX_WAIT reads the u32 at the pointer (live and aligned: `word`) and the
     // timespec (on this stack); it writes nothing.
     unsafe {
@@ -79,11 +83,12 @@ pub fn wait_any_supported() -> bool {
 }
 
 /// Sleeps while every word of `waiters` holds its expected value, at most `timeout`: until
-/// one of them changes and is woken. Without `futex_waitv` ([`wait_any_supported`]), or
-/// with more than [`WAIT_ANY_MAX`] words, it sleeps on the first word alone.
+/// one of them changes and is woken. One word is a plain [`wait`]; without `futex_waitv`
+/// ([`wait_any_supported`]), or with more than [`WAIT_ANY_MAX`] words, it sleeps on the
+/// first word alone.
 pub fn wait_any(waiters: &[Waiter<'_>], timeout: Duration) {
     let Some(first) = waiters.first() else { return };
-    if !wait_any_supported() || waiters.len() > WAIT_ANY_MAX {
+    if waiters.len() == 1 || !wait_any_supported() || waiters.len() > WAIT_ANY_MAX {
         wait(first.word, first.expected, timeout, first.shared);
         return;
     }
@@ -95,8 +100,7 @@ pub fn wait_any(waiters: &[Waiter<'_>], timeout: Duration) {
     let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes the timespec on this stack.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    let end = Duration::new(now.tv_sec as u64, now.tv_nsec as u32).saturating_add(timeout);
-    let until = libc::timespec { tv_sec: end.as_secs().min(i64::MAX as u64) as libc::time_t, tv_nsec: end.subsec_nanos() as libc::c_long };
+    let until = timespec(Duration::new(now.tv_sec as u64, now.tv_nsec as u32).saturating_add(timeout));
     // SAFETY: `list` holds `list.len()` (<= 128) waiters whose addresses are live, aligned
     // u32s (the borrowed words); the kernel reads them and the timespec, writes nothing.
     unsafe {

@@ -74,8 +74,7 @@ impl HostModel {
         } else {
             (n - 1.0).clamp(1.0, 2.0)
         };
-        let hosts = self.nranks / self.per_host.max(1);
-        if collective == Collective::AllReduce && algorithm == Algorithm::Tree && self.net && self.per_host > 1 && hosts > 1 && self.nranks % self.per_host == 0 {
+        if let (Collective::AllReduce, Algorithm::Tree, true, Some(hosts)) = (collective, algorithm, self.net, host_blocks(self.nranks, self.per_host)) {
             // Across hosts with a chain inside each: ⌈log2 hosts⌉ network hops up and down,
             // the chain's hops in shared memory; each tree's half of the data crosses a
             // host's link once up and once down, and each chain once each way (posing as 2
@@ -128,6 +127,13 @@ impl HostModel {
         }
         table
     }
+}
+
+/// How many hosts `nranks` ranks lie on, where they lie host by host in blocks of
+/// `per_host` (two or more of them, two or more hosts): a tree across hosts then has a
+/// chain inside each.
+pub(crate) fn host_blocks(nranks: usize, per_host: usize) -> Option<usize> {
+    (per_host > 1 && nranks % per_host == 0 && nranks / per_host > 1).then(|| nranks / per_host)
 }
 
 /// ⌈log2 n⌉, at least 1, in integers (a float log2 per call showed in the small-call

@@ -124,14 +124,14 @@ impl NetKernelModel {
     /// one step of up to a FIFO slot that every hop forwards whole (smaller steps did not
     /// help: 450-468 µs with 32 KiB).
     fn tree(&self, protocol: Protocol, s: f64) -> f64 {
-        let blocks = self.per_host > 1 && self.nranks % self.per_host == 0 && self.nranks / self.per_host > 1;
-        let (hosts, chain) = if blocks { (self.nranks / self.per_host, self.per_host - 1) } else { (self.nranks, 0) };
+        let blocks = crate::host::host_blocks(self.nranks, self.per_host);
+        let (hosts, chain) = blocks.map_or((self.nranks, 0), |hosts| (hosts, self.per_host - 1));
         let net_hops = 2.0 * crate::host::ceil_log2(hosts);
         let local = 2.0 * chain as f64 * LOCAL_HOP;
-        let sent = match (blocks, hosts) {
-            (false, _) => 2.0 * s,
-            (true, 2) => s / 2.0,
-            (true, _) => 1.5 * s,
+        let sent = match blocks {
+            None => 2.0 * s,
+            Some(2) => s / 2.0,
+            Some(_) => 1.5 * s,
         };
         let channels = (s as usize).div_ceil(CHANNEL_BYTES).clamp(1, self.channels.max(1)) as f64;
         match protocol {

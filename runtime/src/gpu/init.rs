@@ -126,7 +126,7 @@ impl GpuBackend {
             return Ok(GpuBackend { inner, watcher: Some(watcher), core, staged: Some(staged) });
         }
         let dev = GpuBackend { inner, watcher: Some(watcher), core, staged: None };
-        dev.connect_all()?;
+        dev.connect_all(across_hosts)?;
         let (limit, n) = (dev.core.config.gpu_direct_bytes, dev.nranks());
         if across_hosts {
             // No peer on another host reaches this GPU's memory: the flags are host memory
@@ -171,7 +171,7 @@ impl GpuBackend {
     /// (collective: every rank calls it). Allocating GPU
     /// memory later, while a rank sharing this GPU waits in a kernel, could serialize the
     /// two (allocations and memsets synchronize); at init no kernel runs.
-    fn connect_all(&self) -> Result<()> {
+    fn connect_all(&self, across_hosts: bool) -> Result<()> {
         let (n, rank) = (self.nranks(), self.rank());
         if n == 1 {
             return Ok(());
@@ -182,7 +182,6 @@ impl GpuBackend {
             ends.insert(End::Recv(algo::Link { peer: (rank + n - 1) % n, channel }));
         }
         // Across hosts, two-shot all_reduce's second phase is channel 1 (route.rs).
-        let across_hosts = self.core.same_host.iter().any(|&same| !same);
         let direct_channels = if across_hosts { self.inner.direct_channels(n).max(2) } else { self.inner.direct_channels(n) };
         let both_ways = |ends: &mut std::collections::BTreeSet<End>, peer, channel| {
             ends.insert(End::Send(algo::Link { peer, channel }));

@@ -1185,7 +1185,7 @@ fn sleep(proxy: &Proxy) -> bool {
     proxy.asleep.store(true, Ordering::SeqCst);
     let seen = proxy.bell.load(Ordering::SeqCst);
     let mut links = proxy.links.lock();
-    let relays: Vec<Arc<Region>> = links.iter().filter_map(|l| l.doorbell().cloned()).collect();
+    let relays: Vec<Arc<Region>> = links.iter().filter_map(|l| l.doorbell()).filter(|r| r.doorbell().is_some()).cloned().collect();
     if relays.len() >= futex::WAIT_ANY_MAX {
         // More doorbells than one wait takes: nap as a thread with work outstanding does.
         drop(links);
@@ -1193,19 +1193,16 @@ fn sleep(proxy: &Proxy) -> bool {
         std::thread::sleep(Duration::from_micros(50));
         return false;
     }
-    let rung: Vec<u32> = relays.iter().filter_map(|r| r.doorbell()).map(|d| d.arm()).collect();
+    let bells: Vec<fifo::Doorbell<'_>> = relays.iter().filter_map(|r| r.doorbell()).collect();
+    let mut waiters = vec![futex::Waiter { word: &proxy.bell, expected: seen, shared: false }];
+    waiters.extend(bells.iter().map(|d| futex::Waiter { word: d.word(), expected: d.arm(), shared: true }));
     let last = pass(proxy, &mut links);
     drop(links);
     let found = last.busy || !(last.empty || last.waiting);
     if !found {
-        let mut waiters = vec![futex::Waiter { word: &proxy.bell, expected: seen, shared: false }];
-        let bells: Vec<fifo::Doorbell<'_>> = relays.iter().filter_map(|r| r.doorbell()).collect();
-        waiters.extend(bells.iter().zip(&rung).map(|(d, &expected)| futex::Waiter { word: d.word(), expected, shared: true }));
         futex::wait_any(&waiters, Duration::from_millis(100));
     }
-    for bell in relays.iter().filter_map(|r| r.doorbell()) {
-        bell.disarm();
-    }
+    bells.iter().for_each(fifo::Doorbell::disarm);
     proxy.asleep.store(false, Ordering::Relaxed);
     found
 }
