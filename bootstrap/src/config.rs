@@ -324,7 +324,7 @@ pub static KNOBS: &[Knob] = &[
     },
     Knob {
         name: "OXCCL_GPU_NET_CHANNELS",
-        default: "4",
+        default: "8",
         doc: "most channels a GPU communicator whose ranks span hosts uses (1..=64; each has its own network connections, dealt to the proxy threads in turn)",
         set: |c, v| match v.trim().parse::<usize>() {
             Ok(n @ 1..=64) => Ok(c.gpu_net_channels = n),
@@ -590,7 +590,7 @@ impl Config {
             min_channels: 1,
             max_channels: 64,
             gpu_across_hosts: AcrossHosts::Kernels,
-            gpu_net_channels: 4,
+            gpu_net_channels: 8,
             coll_timeout: Duration::from_secs(600),
             socket_max_recvs: 1,
             socket_threads: None,

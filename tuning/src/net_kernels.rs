@@ -28,7 +28,7 @@ pub struct NetKernelModel {
     /// Ranks a host, where the ranks lie host by host in blocks of that many (1 otherwise):
     /// the tree's chain inside a host.
     pub per_host: usize,
-    /// The most channels a call runs (OXCCL_GPU_NET_CHANNELS, 4, or fewer where the GPUs
+    /// The most channels a call runs (OXCCL_GPU_NET_CHANNELS, 8, or fewer where the GPUs
     /// allow fewer); a call takes one per 64 KiB up to that.
     pub channels: usize,
 }
