@@ -17,7 +17,8 @@
 # oxccl with NCCL_ALGO=<name> (ring, direct); oxccl-proxy<N>: oxccl with
 # OXCCL_PROXY_THREADS=N; oxccl-env-<name>: oxccl with the variables that NET_ENV_<name>
 # sets, "K=V K=V"),
-# NET_MAX (default 128M), NET_ITERS (20), NET_TIMEOUT (per run, 150 s), NET_PER_HOST
+# NET_MAX (default 128M), NET_ITERS (20), NET_TIMEOUT (per run, 150 s), NET_ARGS (more
+# nccl-tests arguments, e.g. "-C 1": the host's time to issue a call), NET_PER_HOST
 # (default 1: ranks per posed host, consecutive ranks together; with as many GPUs as ranks
 # per host, a host's ranks reach each other over NVLink and the others over the network).
 # NVLink multicast stays off; GPU clocks and modes are never touched.
@@ -114,7 +115,7 @@ for n in ${NET_RANKS:-2 4}; do
       table="$out/net-$ranks-$t-$lib.txt"
       timeout "${NET_TIMEOUT:-150}" mpirun --allow-run-as-root --oversubscribe -np "$n" --bind-to none \
         --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo "${env[@]}" \
-        "$wrapper" "$build/${t}_perf" -b 8 -e "${NET_MAX:-128M}" -f 4 -c 1 -n "${NET_ITERS:-20}" -w 5 -g 1 > "$table" 2>&1
+        "$wrapper" "$build/${t}_perf" -b 8 -e "${NET_MAX:-128M}" -f 4 -c 1 -n "${NET_ITERS:-20}" -w 5 -g 1 ${NET_ARGS:-} > "$table" 2>&1
       rc=$?
       wrong=$(grep -o "Out of bounds values : [0-9]*" "$table" | grep -o "[0-9]*$")
       echo "$n ranks as hosts, $t with $lib: exit $rc, wrong ${wrong:-?}" | tee -a "$out/summary.txt"
