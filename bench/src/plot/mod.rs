@@ -165,6 +165,10 @@ pub fn compare(inputs: &[Input], options: &Options) -> Result<Chart> {
     facts.push(joined(rows.clone().map(|r| if r.op == "none" { r.dtype.clone() } else { format!("{} {}", r.dtype, r.op) })));
     facts.push(format!("{} columns", options.placement.name()));
     facts.extend(distinct(tables.iter().filter_map(|t| t.tool.clone())));
+    if tables.iter().any(|t| t.cpu_time) {
+        let which = if tables.iter().all(|t| t.cpu_time) { "times" } else { "times of tables with cputime columns" };
+        facts.push(format!("{which}: the host's CPU time to issue a call (nccl-tests -C 1), not the GPU's"));
+    }
     notes.insert(0, "Drawn from:".into());
     Ok(Chart { title, facts, series, notes })
 }

@@ -26,6 +26,9 @@ pub struct Table {
     pub machine: Option<String>,
     /// The baseline measured in the same run (oxccl-perf's `--baseline`): "NCCL 2.28.3", "MPI".
     pub baseline: Option<String>,
+    /// The times are the host's CPU time per call (nccl-tests `-C 1`: its `cputime`
+    /// columns), not the GPU's.
+    pub cpu_time: bool,
     /// The rows, in the file's order.
     pub rows: Vec<Row>,
 }
@@ -75,6 +78,8 @@ struct Layout {
     placements: usize,
     /// The baseline's column name (`nccl`, `mpi`) if the table has one.
     baseline: Option<String>,
+    /// The time columns are `cputime` (nccl-tests `-C 1`).
+    cpu_time: bool,
 }
 
 impl Layout {
@@ -91,17 +96,22 @@ impl Layout {
             return Ok(None);
         }
         let bad = |what: String| Error::Line { origin: origin.into(), line, what };
-        let expected = "nccl-tests' columns: size count type redop root, then time algbw busbw #wrong for out-of-place and in-place, then optionally a baseline's `<name> <name> ratio`";
+        let expected = "nccl-tests' columns: size count type redop root, then time (or cputime) algbw busbw #wrong for out-of-place and in-place, then optionally a baseline's `<name> <name> ratio`";
         if words.get(1..4) != Some(&["count", "type", "redop"][..]) {
             return Err(bad(format!("a column header that is not nccl-tests' ({expected})")));
         }
         let root = words.get(4) == Some(&"root");
         let mut rest = &words[4 + usize::from(root)..];
-        let mut placements = 0;
-        while let ["time", "algbw", "busbw", "#wrong", tail @ ..] = rest {
+        let (mut placements, mut times) = (0, Vec::new());
+        while let [time @ ("time" | "cputime"), "algbw", "busbw", "#wrong", tail @ ..] = rest {
             placements += 1;
+            times.push(*time);
             rest = tail;
         }
+        if times.windows(2).any(|w| w[0] != w[1]) {
+            return Err(bad(format!("time columns of two kinds ({}) in the header ({expected})", times.join(", "))));
+        }
+        let cpu_time = times.first() == Some(&"cputime");
         let baseline = match rest {
             [] => None,
             [name, again, "ratio"] if name == again => Some(name.to_string()),
@@ -110,7 +120,7 @@ impl Layout {
         if !(1..=2).contains(&placements) {
             return Err(bad(format!("{placements} groups of `time algbw busbw #wrong` columns in the header ({expected})")));
         }
-        Ok(Some(Layout { root, placements, baseline }))
+        Ok(Some(Layout { root, placements, baseline, cpu_time }))
     }
 }
 
@@ -120,7 +130,7 @@ impl Table {
     /// Errors: no column header, no row, more than one table, or a row that is not the
     /// header's (a missing column, a number that is not one) — naming the line.
     pub fn parse(text: &str, origin: &str) -> Result<Table> {
-        let mut table = Table { origin: origin.into(), tool: None, collective: None, ranks: None, machine: None, baseline: None, rows: Vec::new() };
+        let mut table = Table { origin: origin.into(), tool: None, collective: None, ranks: None, machine: None, baseline: None, cpu_time: false, rows: Vec::new() };
         let mut about = About::default();
         let mut layout: Option<(usize, Layout)> = None;
         for (index, line) in text.lines().enumerate() {
@@ -152,6 +162,7 @@ impl Table {
         if table.rows.is_empty() {
             return Err(Error::File { origin: origin.into(), what: format!("the table whose header is at line {header} has no rows (did the run fail before its first size?)") });
         }
+        table.cpu_time = layout.cpu_time;
         table.machine = about.machine();
         table.ranks = about.ranks.or((!about.rank_devices.is_empty()).then_some(about.rank_devices.len()));
         table.tool = about.tool;
@@ -442,5 +453,18 @@ mod tests {
         }
         let old = Table::parse("#  size  count  type  redop  time  algbw  busbw  #wrong\n  8  2  float  sum  1.5  0.01  0.02  N/A\n", "old.txt").unwrap();
         assert_eq!((old.rows[0].root, old.rows[0].out_of_place.busbw, old.rows[0].in_place), (None, 0.02, None));
+        let mixed = error("#  size  count  type  redop  root  cputime  algbw  busbw  #wrong  time  algbw  busbw  #wrong\n  8  2  float  sum  -1  1.0  0  0  0  1.0  0  0  0\n");
+        assert!(mixed.contains("time columns of two kinds (cputime, time)"), "{mixed}");
+    }
+
+    /// nccl-tests -C 1 names its time columns `cputime` (the host's time to issue a call).
+    #[test]
+    fn reads_cpu_time_tables() {
+        let cpu = NCCL_TESTS.replace("  time   algbw   busbw  #wrong     time", "  cputime   algbw   busbw  #wrong     cputime");
+        assert_ne!(cpu, NCCL_TESTS, "the header was rewritten");
+        let table = Table::parse(&cpu, "cpu.txt").unwrap();
+        assert!(table.cpu_time);
+        assert_eq!(table.rows[1].out_of_place.time_us, 20821.8);
+        assert!(!Table::parse(NCCL_TESTS, "gpu.txt").unwrap().cpu_time);
     }
 }
