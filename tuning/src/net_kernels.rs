@@ -118,11 +118,11 @@ impl NetKernelModel {
     /// one and a half between more (a host's two trees leave by different ranks). On
     /// 4×H200 with ranks posing as two hosts of four ranks, all_reduce of 8 MiB
     /// (docs/results/2026-11-27-h200x4-tree, `5-tree-settings`): the tree on four channels
-    /// 0.68-0.72 ms (the model: 0.80), on one 1.27-1.29, the ring 1.15-1.16. What the model
-    /// misses: from ~512 KiB to ~4 MiB the ring was faster (2 MiB: 372-375 against 429-464
-    /// µs; two hosts of two ranks 329-330 against 373-418), where each tree lane's part is
-    /// one step of up to a FIFO slot that every hop forwards whole (smaller steps did not
-    /// help: 450-468 µs with 32 KiB).
+    /// 0.68-0.72 ms (the model: 0.80), on one 1.27-1.29, the ring 1.15-1.16. On four
+    /// channels the ring was faster from ~512 KiB to ~4 MiB (2 MiB: 372-375 against 429-464
+    /// µs); on eight (2×H200, two hosts of two GPUs, docs/results/2026-11-27-h200x2-b) the
+    /// tree beat the forced ring at every size from 32 KiB to 8 MiB (512 KiB: 141 against
+    /// 171 µs, four channels 214).
     fn tree(&self, protocol: Protocol, s: f64) -> f64 {
         let blocks = crate::host::host_blocks(self.nranks, self.per_host);
         let (hosts, chain) = blocks.map_or((self.nranks, 0), |hosts| (hosts, self.per_host - 1));

@@ -455,21 +455,24 @@ fn throughput(threads: usize, sockets_per_thread: usize, size: usize, count: usi
     (size * count) as f64 / elapsed.as_secs_f64() / 1e9
 }
 
-/// One-way latency of small messages (half a round trip, median of 2000) between two
-/// threads over loopback: the socket Net's isend/irecv/test busy-polled, against plain
-/// non-blocking TCP sockets busy-polled the same way (the floor), over a connection each
-/// way as the Net's comms are, and over one (each segment's ACK rides on the reply):
-/// `cargo test --release -p oxccl-transports socket_latency -- --ignored --nocapture`.
+/// One-way latency of messages (half a round trip, median of 2000) between two threads
+/// over loopback: the socket Net's isend/irecv/test busy-polled, with no helper threads
+/// (the control socket carries everything) and with one helper thread and data socket per
+/// comm (the default on hosts of 4 cores or more: messages of 64 KiB and more go through
+/// it), against plain non-blocking TCP sockets busy-polled the same way (the floor), over
+/// a connection each way as the Net's comms are, and over one (each segment's ACK rides on
+/// the reply): `cargo test --release -p oxccl-transports socket_latency -- --ignored --nocapture`.
 #[test]
 #[ignore = "a measurement, not a check"]
 fn socket_latency() {
     const ROUNDS: usize = 2000;
-    for size in [8usize, 1024, 8192] {
+    for size in [8usize, 1024, 8192, 32 << 10, 64 << 10, 256 << 10] {
         let tcp = tcp_ping_pong(size, ROUNDS, false);
         let tcp_two = tcp_ping_pong(size, ROUNDS, true);
-        let net = net_ping_pong(size, ROUNDS);
+        let net = net_ping_pong(size, ROUNDS, 0);
+        let helped = net_ping_pong(size, ROUNDS, 1);
         println!(
-            "{size} B one way (median of {ROUNDS} round trips / 2): socket Net {net:.2} us; plain TCP {tcp_two:.2} us over a connection each way (as the Net's comms), {tcp:.2} us over one"
+            "{size} B one way (median of {ROUNDS} round trips / 2): socket Net {net:.2} us, {helped:.2} us with a helper thread; plain TCP {tcp_two:.2} us over a connection each way (as the Net's comms), {tcp:.2} us over one"
         );
     }
 }
@@ -494,7 +497,7 @@ fn tcp_ping_pong(size: usize, rounds: usize, two: bool) -> f64 {
         let mut buf = vec![0u8; size];
         for _ in 0..rounds {
             read_all(&mut accepted[0], &mut buf);
-            accepted[connections - 1].write_all(&buf).unwrap();
+            write_all(&mut accepted[connections - 1], &buf);
         }
     });
     let mut streams: Vec<TcpStream> = (0..connections).map(|_| TcpStream::connect(addr).unwrap()).collect();
@@ -506,11 +509,23 @@ fn tcp_ping_pong(size: usize, rounds: usize, two: bool) -> f64 {
     let mut times = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         let start = Instant::now();
-        streams[0].write_all(&buf).unwrap();
+        write_all(&mut streams[0], &buf);
         read_all(&mut streams[connections - 1], &mut buf);
         times.push(start.elapsed());
     }
     echo.join().unwrap();
+    /// Writes all of `buf` to a non-blocking socket, spinning while it is full.
+    fn write_all(s: &mut TcpStream, buf: &[u8]) {
+        let (mut put, until) = (0, deadline());
+        while put < buf.len() {
+            assert!(Instant::now() < until, "the peer never read");
+            match s.write(&buf[put..]) {
+                Ok(n) => put += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
     fn read_all(s: &mut TcpStream, buf: &mut [u8]) {
         use std::io::Read;
         let (mut got, until) = (0, deadline());
@@ -527,8 +542,9 @@ fn tcp_ping_pong(size: usize, rounds: usize, two: bool) -> f64 {
     median_half(times)
 }
 
-fn net_ping_pong(size: usize, rounds: usize) -> f64 {
-    let net = Arc::new(net(0, 0, 1));
+/// The Net's ping-pong with `threads` helper threads of one data socket each per comm.
+fn net_ping_pong(size: usize, rounds: usize, threads: usize) -> f64 {
+    let net = Arc::new(net(threads, 1, 1));
     let (mut to_echo, mut at_echo) = pair(&net);
     let (mut back, mut from_echo) = pair(&net);
     let echo = {
