@@ -76,6 +76,9 @@ pub struct Config {
     /// OXCCL_PROXY_THREADS: the process's proxy threads, which progress its network
     /// connections (0: one per two of the host's cores per rank on it, 1 to 4).
     pub proxy_threads: usize,
+    /// OXCCL_PROXY_TRACE: where each communicator writes its proxy timeline (a path the
+    /// file names start with), or `None`.
+    pub proxy_trace: Option<String>,
     /// NCCL_COMM_BLOCKING: calls wait for their own completion (init included). `false`
     /// asks for non-blocking communicators (ncclInProgress semantics, the fault-handling
     /// part of the runtime).
@@ -435,6 +438,19 @@ pub static KNOBS: &[Knob] = &[
         },
     },
     Knob {
+        name: "OXCCL_PROXY_TRACE",
+        default: "",
+        doc: "path prefix of the proxy's timeline: each communicator with network connections writes <path>.pid<pid>.comm<n>.rank<r>.json (a Chrome trace of every message's wait for data, send and receive, and the proxy threads' sleeps) when it is destroyed; empty: none",
+        set: |c, v| {
+            let v = v.trim();
+            if v.contains('\0') {
+                return Err("expected a path".into());
+            }
+            c.proxy_trace = (!v.is_empty()).then(|| v.to_string());
+            Ok(())
+        },
+    },
+    Knob {
         name: "OXCCL_BOOTSTRAP",
         default: "auto",
         doc: "how ranks find each other without an explicit id: auto, env, mpi",
@@ -601,6 +617,7 @@ impl Config {
             net: None,
             netplugin_max_recvs: 8,
             proxy_threads: 0,
+            proxy_trace: None,
             blocking: true,
             heartbeat_timeout: Some(Duration::from_secs(30)),
             topo_file: None,

@@ -114,3 +114,52 @@ fn idle_links_leave_the_proxy_threads_asleep() {
         all_reduce(65536, 1);
     }
 }
+
+/// OXCCL_PROXY_TRACE: each rank writes its communicator's proxy timeline when the
+/// communicator goes, a Chrome trace with a track per network link and a span per message
+/// (the wait for its data and its send on a sending link, each receive on a receiving one),
+/// as many as the calls moved.
+#[test]
+fn the_proxy_trace_records_every_message_of_every_link() {
+    let dir = std::env::temp_dir().join(format!("oxccl-proxy-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prefix = dir.join("trace");
+    let mut config = Config::defaults();
+    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+    config.set("NCCL_SHM_DISABLE", "1").unwrap();
+    config.set("NCCL_ALGO", "ring").unwrap();
+    config.set("OXCCL_PROXY_TRACE", prefix.to_str().unwrap()).unwrap();
+    let calls = 10;
+    {
+        let comms = Communicator::init_all(2, &config).unwrap();
+        std::thread::scope(|s| {
+            for c in &comms {
+                s.spawn(move || {
+                    for call in 0..calls {
+                        let mut data = vec![(call + c.rank()) as f32; 1024];
+                        c.all_reduce_in_place(&mut data, oxccl_runtime::ReduceOp::Sum).unwrap();
+                        assert!(data.iter().all(|&x| x == (2 * call + 1) as f32), "rank {}, call {call}", c.rank());
+                    }
+                });
+            }
+        });
+    }
+    let files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 2, "one timeline per rank: {files:?}");
+    for rank in 0..2 {
+        let file = files.iter().find(|f| f.to_str().unwrap().ends_with(&format!(".rank{rank}.json"))).unwrap_or_else(|| panic!("rank {rank}'s timeline in {files:?}"));
+        let text = std::fs::read_to_string(file).unwrap();
+        assert!(text.starts_with("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[") && text.trim_end().ends_with("]}"), "{text}");
+        let count = |needle: &str| text.matches(needle).count();
+        // Two ranks' ring all_reduce: each call sends one message to the peer and receives
+        // one (reduce-scatter), then again (all-gather), on one channel (4 KiB).
+        let peer = 1 - rank;
+        assert_eq!(count(&format!("\"name\":\"send to rank {peer} channel 0\"")), 1, "{text}");
+        assert_eq!(count(&format!("\"name\":\"receive from rank {peer} channel 0\"")), 1, "{text}");
+        assert_eq!(count("\"name\":\"send\",\"pid\""), 2 * calls, "rank {rank}: sends\n{text}");
+        assert_eq!(count("\"name\":\"wait for data\",\"pid\""), 2 * calls, "rank {rank}: waits\n{text}");
+        assert_eq!(count("\"name\":\"receive\",\"pid\""), 2 * calls, "rank {rank}: receives\n{text}");
+        assert_eq!(count("\"messages\":1,\"bytes\":2048}"), 6 * calls, "rank {rank}: every message is half the vector\n{text}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -42,6 +42,7 @@
 
 pub(crate) mod core;
 pub(crate) mod ll;
+pub(crate) mod trace;
 #[cfg(test)]
 mod sim;
 
@@ -109,6 +110,8 @@ pub(crate) struct NetLinks {
     net: Arc<dyn Net>,
     /// The communicator's context in `net`, shared with its links.
     context: Arc<NetContext>,
+    /// The communicator's number in the process (its Net context's id).
+    comm_id: u64,
     /// Threads to start, if this is the first communicator to make a network link.
     threads: usize,
     /// How long a link may take to connect or be accepted.
@@ -147,6 +150,8 @@ struct Shared {
     closed: AbortFlag,
     /// Receives posted with the buffers of several links (a shared comm's, PXN).
     across_links: Arc<AtomicU64>,
+    /// The communicator's proxy timeline (`OXCCL_PROXY_TRACE`), if it keeps one.
+    trace: Option<Arc<trace::Recorder>>,
 }
 
 /// A communicator's context in its Net (NCCL v11's per-communicator `init`), finalized once
@@ -183,11 +188,12 @@ impl NetLinks {
     /// process's proxy threads (`threads` of them, if this is the first communicator to
     /// start them; see [`default_threads`]); a link must connect within `setup_timeout`.
     pub fn new(net: Arc<dyn Net>, comm_id: u64, threads: usize, setup_timeout: Duration) -> Result<NetLinks> {
-        let shared = Shared { failure: Arc::default(), closed: AbortFlag::new(), across_links: Arc::default() };
+        let shared = Shared { failure: Arc::default(), closed: AbortFlag::new(), across_links: Arc::default(), trace: None };
         let context = Arc::new(NetContext::new(net.clone(), comm_id)?);
         Ok(NetLinks {
             net,
             context,
+            comm_id,
             threads,
             setup_timeout,
             proxies: OnceLock::new(),
@@ -197,6 +203,14 @@ impl NetLinks {
             receive_groups: Mutex::default(),
             send_channels: Mutex::default(),
         })
+    }
+
+    /// Keeps this communicator's proxy timeline on `rank`, written to a file named after
+    /// `path` when its links close ([`trace`]); before any link is made.
+    pub fn with_trace(mut self, path: &str, rank: usize) -> NetLinks {
+        let comm = self.comm_id & 0xffff_ffff;
+        self.shared.trace = Some(Arc::new(trace::Recorder::new(path, comm, rank)));
+        self
     }
 
     /// The thread for a new link (the process's threads start with the first link).
@@ -351,6 +365,11 @@ impl NetLinks {
             }
             std::thread::sleep(Duration::from_micros(200));
         }
+        if let Some(trace) = &self.shared.trace {
+            if let Err(e) = trace.write() {
+                tracing::warn!(target: log_target::PROXY, "{e}");
+            }
+        }
         true
     }
 
@@ -377,6 +396,14 @@ impl Drop for NetLinks {
         self.shared.closed.raise();
         for proxy in self.proxies.get().map_or(&[][..], |p| &p.threads[..]) {
             proxy.wake();
+        }
+        if let Some(trace) = &self.shared.trace {
+            // The timeline is written now, not by whichever thread drops the last link
+            // (the process may be exiting): after the links' last events, if they go soon.
+            self.close(Duration::from_secs(2));
+            if let Err(e) = trace.write() {
+                tracing::warn!(target: log_target::PROXY, "{e}");
+            }
         }
     }
 }
@@ -431,6 +458,12 @@ struct SendLink {
     /// message got.
     ll: Option<LlLink>,
     scan: Scan,
+    /// Its track in the communicator's timeline, once it recorded something.
+    track: Option<u32>,
+    /// Traced: since when it waits for its next message's slot to be filled, and its sends
+    /// in flight (message, posted, bytes).
+    waiting_since: Option<Instant>,
+    posted: VecDeque<(u64, Instant, usize)>,
 }
 
 impl SendLink {
@@ -472,7 +505,21 @@ impl SendLink {
             shared,
             ll: None,
             scan: Scan::default(),
+            track: None,
+            waiting_since: None,
+            posted: VecDeque::new(),
         })
+    }
+
+    /// Records `begin..end` spent on `name` for message `number` of `bytes`, where the
+    /// communicator keeps a timeline.
+    fn trace(&mut self, name: &'static str, begin: Instant, end: Instant, number: u64, bytes: usize) {
+        let Some(recorder) = self.shared.trace.clone() else { return };
+        let track = match self.track {
+            Some(track) => track,
+            None => *self.track.insert(recorder.track(self.describe())),
+        };
+        recorder.span(track, name, begin, end, number, 1, bytes);
     }
 }
 
@@ -481,8 +528,60 @@ impl Progress for SendLink {
         for (messages, _, ll) in self.mailbox.lock().drain(..) {
             self.core.announce(messages);
             ll::announce(&mut self.ll, messages, ll)?;
+            if self.shared.trace.is_some() && messages > 0 && self.waiting_since.is_none() {
+                self.waiting_since = Some(Instant::now());
+            }
         }
         self.core.new_pass();
+        let result = self.progress_sends(now);
+        if self.shared.trace.is_some() && !self.core.active() {
+            self.waiting_since = None;
+        }
+        result
+    }
+
+    fn needs_polling(&self) -> bool {
+        match self.driver {
+            Driver::Host => false,
+            Driver::Device => self.core.active(),
+            Driver::Relay => self.core.active() && !self.requests.is_empty(),
+        }
+    }
+
+    fn waits_for_work(&self) -> bool {
+        // A relay's origin fills its FIFO without announcing or waking this thread: it
+        // rings the FIFO's doorbell, which the thread sleeps on too (where the kernel lets
+        // a thread sleep on several words; otherwise it keeps polling).
+        // Nothing announced, so the FIFO says what is left: a posted message the Net has
+        // not taken yet (a receiver-driven comm waits for the receive's notice, which only
+        // polling sees) keeps it awake.
+        let woken = match self.driver {
+            Driver::Relay => self.region.doorbell().is_some() && futex::wait_any_supported() && self.region.in_flight() == 0,
+            _ => true,
+        };
+        woken && !self.core.active() && self.requests.is_empty()
+    }
+
+    fn doorbell(&self) -> Option<&Arc<Region>> {
+        (self.driver == Driver::Relay).then_some(&self.region)
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    fn describe(&self) -> String {
+        self.describe_link()
+    }
+
+    fn peer(&self) -> usize {
+        self.link.peer
+    }
+}
+
+impl SendLink {
+    /// Sends what the FIFO holds and tests what is in flight, until neither moves.
+    fn progress_sends(&mut self, now: Instant) -> Result<bool, String> {
         let mut busy = false;
         loop {
             let filled = if self.memory.is_some() { self.fifo.filled() } else { 0 };
@@ -520,15 +619,25 @@ impl Progress for SendLink {
                         }
                         Some(None) => self.fifo.filled_slot(slot),
                     };
-                    let mut comm = self.channel.comm.lock();
-                    let (comm, memory) = (comm.as_mut().expect("connected"), self.memory.as_ref().expect("registered"));
-                    // SAFETY: the slot stays filled and unchanged until released below,
-                    // after the send completed.
-                    match unsafe { self.net.isend(comm, data, len, tag, memory) }.map_err(|e| format!("isend: {e}"))? {
+                    let sent = {
+                        let mut comm = self.channel.comm.lock();
+                        let (comm, memory) = (comm.as_mut().expect("connected"), self.memory.as_ref().expect("registered"));
+                        // SAFETY: the slot stays filled and unchanged until released below,
+                        // after the send completed.
+                        unsafe { self.net.isend(comm, data, len, tag, memory) }.map_err(|e| format!("isend: {e}"))?
+                    };
+                    match sent {
                         Some(request) => {
                             self.requests.push_back(request);
                             self.core.sent();
                             busy = true;
+                            if self.shared.trace.is_some() {
+                                // Traced: the wait for this slot, and the send from now.
+                                let now = Instant::now();
+                                self.trace("wait for data", self.waiting_since.unwrap_or(now), now, message, len);
+                                self.posted.push_back((message, now, len));
+                                self.waiting_since = Some(now);
+                            }
                         }
                         None => self.core.refused(),
                     }
@@ -541,6 +650,9 @@ impl Progress for SendLink {
                             self.fifo.release();
                             self.core.completed();
                             busy = true;
+                            if let Some((message, posted, len)) = self.posted.pop_front() {
+                                self.trace("send", posted, Instant::now(), message, len);
+                            }
                         }
                         None => return Ok(busy),
                     }
@@ -550,45 +662,11 @@ impl Progress for SendLink {
         }
     }
 
-    fn needs_polling(&self) -> bool {
-        match self.driver {
-            Driver::Host => false,
-            Driver::Device => self.core.active(),
-            Driver::Relay => self.core.active() && !self.requests.is_empty(),
-        }
-    }
-
-    fn waits_for_work(&self) -> bool {
-        // A relay's origin fills its FIFO without announcing or waking this thread: it
-        // rings the FIFO's doorbell, which the thread sleeps on too (where the kernel lets
-        // a thread sleep on several words; otherwise it keeps polling).
-        // Nothing announced, so the FIFO says what is left: a posted message the Net has
-        // not taken yet (a receiver-driven comm waits for the receive's notice, which only
-        // polling sees) keeps it awake.
-        let woken = match self.driver {
-            Driver::Relay => self.region.doorbell().is_some() && futex::wait_any_supported() && self.region.in_flight() == 0,
-            _ => true,
-        };
-        woken && !self.core.active() && self.requests.is_empty()
-    }
-
-    fn doorbell(&self) -> Option<&Arc<Region>> {
-        (self.driver == Driver::Relay).then_some(&self.region)
-    }
-
-    fn shared(&self) -> &Shared {
-        &self.shared
-    }
-
-    fn describe(&self) -> String {
+    fn describe_link(&self) -> String {
         match self.origin {
             Some(origin) => format!("PXN relay of rank {origin}'s sends to rank {} channel {}", self.link.peer, self.link.channel),
             None => format!("send to rank {} channel {}", self.link.peer, self.link.channel),
         }
-    }
-
-    fn peer(&self) -> usize {
-        self.link.peer
     }
 }
 
@@ -661,6 +739,10 @@ struct RecvLink {
     offers: Vec<Offer>,
     driver: Driver,
     shared: Shared,
+    /// Its track in the communicator's timeline, once it recorded something; traced, when
+    /// each receive in flight was posted (number, time).
+    track: Option<u32>,
+    posted: VecDeque<(u64, Instant)>,
 }
 
 /// A receive in flight: its number, the request, and its buffers' owners in order
@@ -783,6 +865,8 @@ impl RecvLink {
             offers: Vec::new(),
             driver,
             shared,
+            track: None,
+            posted: VecDeque::new(),
         };
         Ok((handle, edge))
     }
@@ -851,6 +935,9 @@ impl RecvLink {
                     self.requests.push_back((number, request, offers.iter().map(|o| (o.member, o.gets)).collect()));
                     self.first_offer = (self.first_offer + 1) % n;
                     busy = true;
+                    if self.shared.trace.is_some() {
+                        self.posted.push_back((number, Instant::now()));
+                    }
                 }
                 None => {
                     for o in offers.iter() {
@@ -882,9 +969,12 @@ impl RecvLink {
             if sizes.len() != expected {
                 return Err(format!("a receive of {expected} buffers completed with {} sizes", sizes.len()));
             }
+            let number = *number;
+            self.trace_receive(number, &sizes);
+            let (_, _, layout) = &self.requests[index];
             // A receive's buffers lie in the order its members offered them (one member's:
             // all of them).
-            let mut part_of = |m: usize, part_sizes: Vec<usize>| self.members[m].parts.iter_mut().find(|(n, ..)| n == number).expect("each member records its part").2 = Some(part_sizes);
+            let mut part_of = |m: usize, part_sizes: Vec<usize>| self.members[m].parts.iter_mut().find(|(n, ..)| *n == number).expect("each member records its part").2 = Some(part_sizes);
             if let [(m, _)] = layout[..] {
                 part_of(m, sizes);
             } else {
@@ -907,6 +997,19 @@ impl RecvLink {
             }
         }
         Ok(busy)
+    }
+
+    /// Records receive `number`, from its posting to now, where the communicator keeps a
+    /// timeline.
+    fn trace_receive(&mut self, number: u64, sizes: &[usize]) {
+        let Some(recorder) = self.shared.trace.clone() else { return };
+        let Some(at) = self.posted.iter().position(|(n, _)| *n == number) else { return };
+        let (_, posted) = self.posted.remove(at).expect("found");
+        let track = match self.track {
+            Some(track) => track,
+            None => *self.track.insert(recorder.track(self.describe())),
+        };
+        recorder.span(track, "receive", posted, Instant::now(), number, sizes.len(), sizes.iter().sum());
     }
 
     /// Takes in the members that joined since the last pass (registered at once if the
@@ -1039,6 +1142,8 @@ struct Proxies {
 /// behind a lock that the thread holds for one pass at a time, so that a rank's thread
 /// waiting on the network may make a pass itself ([`help`]).
 struct Proxy {
+    /// Its number among the process's proxy threads (`oxccl-proxy-<index>`).
+    index: usize,
     queue: Inbox<Box<dyn Progress>>,
     links: Mutex<Vec<Box<dyn Progress>>>,
     /// What the thread sleeps on: [`Proxy::wake`] bumps it.
@@ -1069,7 +1174,7 @@ fn proxies(threads: usize) -> &'static Proxies {
                         run(&proxies.threads[i])
                     })
                     .expect("starting an oxccl proxy thread");
-                Proxy { queue: Inbox::new(), links: Mutex::new(Vec::new()), bell: AtomicU32::new(0), asleep: AtomicBool::new(false) }
+                Proxy { index: i, queue: Inbox::new(), links: Mutex::new(Vec::new()), bell: AtomicU32::new(0), asleep: AtomicBool::new(false) }
             })
             .collect();
         tracing::info!(target: log_target::PROXY, "{count} proxy thread(s)");
@@ -1200,7 +1305,11 @@ fn sleep(proxy: &Proxy) -> bool {
     drop(links);
     let found = last.busy || !(last.empty || last.waiting);
     if !found {
+        let since = trace::tracing().then(Instant::now);
         futex::wait_any(&waiters, Duration::from_millis(100));
+        if let Some(since) = since {
+            trace::sleep(proxy.index, since, Instant::now());
+        }
     }
     bells.iter().for_each(fifo::Doorbell::disarm);
     proxy.asleep.store(false, Ordering::Relaxed);

@@ -376,7 +376,7 @@ const TIMEOUT: Duration = Duration::from_secs(1);
 
 impl Pair {
     fn new(net: Arc<SimNet>) -> Pair {
-        let shared = Shared { failure: Arc::default(), closed: AbortFlag::new(), across_links: Arc::default() };
+        let shared = Shared { failure: Arc::default(), closed: AbortFlag::new(), across_links: Arc::default(), trace: None };
         let now = Instant::now();
         let link = Link { peer: 1, channel: 0 };
         let (send_region, recv_region) = (Region::heap(SLOTS, SLOT_BYTES).unwrap(), Region::heap(SLOTS, SLOT_BYTES).unwrap());
@@ -489,7 +489,7 @@ struct Sharing {
 
 impl Sharing {
     fn new(net: Arc<SimNet>) -> Sharing {
-        let shared = Shared { failure: Arc::default(), closed: AbortFlag::new(), across_links: Arc::default() };
+        let shared = Shared { failure: Arc::default(), closed: AbortFlag::new(), across_links: Arc::default(), trace: None };
         let now = Instant::now();
         let origins = [Link { peer: 1, channel: 0 }, Link { peer: 2, channel: 0 }];
         let heap = || Region::heap(SLOTS, SLOT_BYTES).unwrap();
