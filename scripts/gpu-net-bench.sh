@@ -18,7 +18,9 @@
 # OXCCL_PROXY_THREADS=N; oxccl-env-<name>: oxccl with the variables that NET_ENV_<name>
 # sets, "K=V K=V"),
 # NET_MAX (default 128M), NET_ITERS (20), NET_TIMEOUT (per run, 150 s), NET_ARGS (more
-# nccl-tests arguments, e.g. "-C 1": the host's time to issue a call), NET_PER_HOST
+# nccl-tests arguments, e.g. "-C 1": the host's time to issue a call), NET_TRACE (1: oxccl's
+# runs write their proxy timelines, OXCCL_PROXY_TRACE, under traces/<table>/, summarized by
+# scripts/proxy-trace-summary.py into trace-<table>.txt), NET_PER_HOST
 # (default 1: ranks per posed host, consecutive ranks together; with as many GPUs as ranks
 # per host, a host's ranks reach each other over NVLink and the others over the network).
 # NVLink multicast stays off; GPU clocks and modes are never touched.
@@ -113,12 +115,21 @@ for n in ${NET_RANKS:-2 4}; do
         nccl-best) env+=(-x LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" -x NCCL_SOCKET_NTHREADS="${NCCL_BEST_THREADS:-4}" -x NCCL_NSOCKS_PERTHREAD="${NCCL_BEST_SOCKS:-4}") ;;
       esac
       table="$out/net-$ranks-$t-$lib.txt"
+      traces=""
+      if [[ ${NET_TRACE:-0} == 1 && $lib == oxccl* ]]; then
+        traces="$out/traces/net-$ranks-$t-$lib"
+        mkdir -p "$traces"
+        env+=(-x OXCCL_PROXY_TRACE="$traces/t")
+      fi
       timeout "${NET_TIMEOUT:-150}" mpirun --allow-run-as-root --oversubscribe -np "$n" --bind-to none \
         --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo "${env[@]}" \
         "$wrapper" "$build/${t}_perf" -b 8 -e "${NET_MAX:-128M}" -f 4 -c 1 -n "${NET_ITERS:-20}" -w 5 -g 1 ${NET_ARGS:-} > "$table" 2>&1
       rc=$?
       wrong=$(grep -o "Out of bounds values : [0-9]*" "$table" | grep -o "[0-9]*$")
       echo "$n ranks as hosts, $t with $lib: exit $rc, wrong ${wrong:-?}" | tee -a "$out/summary.txt"
+      if [[ -n $traces ]]; then
+        python3 "$here/../scripts/proxy-trace-summary.py" "$traces"/*.json > "$out/trace-net-$ranks-$t-$lib.txt" 2>&1 || echo "trace-net-$ranks-$t-$lib.txt: the summary failed" | tee -a "$out/summary.txt"
+      fi
       ((rc == 0)) || status=1
       ((rc == 0)) && drawn+=("$(label "$lib" "$table")=$(basename "$table")")
     done

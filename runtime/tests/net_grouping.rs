@@ -161,5 +161,21 @@ fn the_proxy_trace_records_every_message_of_every_link() {
         assert_eq!(count("\"name\":\"receive\",\"pid\""), 2 * calls, "rank {rank}: receives\n{text}");
         assert_eq!(count("\"messages\":1,\"bytes\":2048}"), 6 * calls, "rank {rank}: every message is half the vector\n{text}");
     }
+    // scripts/proxy-trace-summary.py reads them: a line per rank, link and kind of span.
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/proxy-trace-summary.py");
+    match std::process::Command::new("python3").arg(&script).args(&files).output() {
+        Ok(output) => {
+            let text = String::from_utf8_lossy(&output.stdout);
+            assert!(output.status.success(), "{}: {}\n{text}", script.display(), String::from_utf8_lossy(&output.stderr));
+            for rank in 0..2 {
+                let peer = 1 - rank;
+                for (link, span) in [("send to", "wait for data"), ("send to", "send"), ("receive from", "receive")] {
+                    let line = text.lines().find(|l| l.starts_with(&format!("{rank:>4}  {link} rank {peer} channel 0")) && l.contains(&format!(" {span} "))).unwrap_or_else(|| panic!("rank {rank} {link} {span} in\n{text}"));
+                    assert!(line.split_whitespace().any(|w| w == (2 * calls).to_string()), "{line}");
+                }
+            }
+        }
+        Err(e) => eprintln!("python3 is not here ({e}): the summary script is not checked"),
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
