@@ -17,7 +17,10 @@
 //! more where n is not a power of two, the whole vector moved and folded each hop). Where
 //! the ranks lie host by host, the tree runs across hosts with a chain inside each: its
 //! network hops are those of a tree over the hosts, the chain's in shared memory, and a
-//! host's link carries each tree's half of the data once each way.
+//! host's link carries each tree's half of the data once each way; and of the ring's hops
+//! (all_reduce, all_gather, reduce_scatter), the share hosts/n crosses hosts (one link a
+//! host of the ring in rank order), the rest are shared memory's. Recursive doubling's
+//! rounds inside a host are still priced as the Net's.
 
 use crate::collective::Collective;
 use crate::names::{Algorithm, Protocol};
@@ -87,7 +90,7 @@ impl HostModel {
             // Net's: priced at the Net's 15 us, the tree lost 32 KiB to recursive doubling
             // on 8 ranks posing as 2 hosts although it ran 1.2x faster there
             // (docs/results/2026-11-27-vm-proxy-idle).
-            let (shm_hop, shm_issue) = if self.oversubscribed { (5e-6, 5e-6) } else { (0.15e-6, 0.05e-6) };
+            let (shm_hop, shm_issue) = shm_costs(self.oversubscribed);
             // A message a chain hop, two a hop between hosts (a head's children).
             return net_hops * hop + chain_hops * shm_hop + chain_hops * shm_issue + 2.0 * net_hops * issue + s / bandwidth + 2.0 * s / 6e9 + s / reduce_rate;
         }
@@ -104,7 +107,15 @@ impl HostModel {
             (_, Algorithm::Direct) => (1.0, n - 1.0, (n - 1.0) / n * s, 0.0),
             _ => (n - 1.0, n - 1.0, s, 0.0),
         };
-        hops * hop + messages * issue + moved / bandwidth + reduced / reduce_rate
+        // Where the ranks lie host by host, the ring's hops inside a host are shared
+        // memory's (one hop in n/hosts crosses to the next host). Not alltoall's, gather's
+        // or scatter's "ring": the direct exchange runs them.
+        let local = match (collective, algorithm) {
+            (Collective::AllReduce | Collective::AllGather | Collective::ReduceScatter, Algorithm::Ring) if self.net => hops * (1.0 - ring_network_share(self.nranks, self.per_host)),
+            _ => 0.0,
+        };
+        let (shm_hop, shm_issue) = shm_costs(self.oversubscribed);
+        (hops - local) * hop + local * shm_hop + (messages - local) * issue + local * shm_issue + moved / bandwidth + reduced / reduce_rate
     }
 
     /// The cost table (µs) of a call of NCCL's `bytes` ([`Collective::tuning_bytes`]): the
@@ -129,6 +140,16 @@ impl HostModel {
     }
 }
 
+/// Seconds of a hop and of a message in shared memory: ~0.15 and 0.05 µs, ~5 µs each where
+/// the host runs more ranks than cores (a message waits for its receiver to be scheduled).
+fn shm_costs(oversubscribed: bool) -> (f64, f64) {
+    if oversubscribed {
+        (5e-6, 5e-6)
+    } else {
+        (0.15e-6, 0.05e-6)
+    }
+}
+
 /// How many hosts `nranks` ranks lie on, where they lie host by host in blocks of
 /// `per_host` (two or more of them, two or more hosts): a tree across hosts then has a
 /// chain inside each.
@@ -136,8 +157,39 @@ pub(crate) fn host_blocks(nranks: usize, per_host: usize) -> Option<usize> {
     (per_host > 1 && nranks % per_host == 0 && nranks / per_host > 1).then(|| nranks / per_host)
 }
 
+/// How the hops of a ring in rank order split where the ranks lie host by host in blocks
+/// of `per_host`: the share that crosses hosts (one link a host of the ring's n), and so
+/// the network's; 1 where they do not lie so (every hop priced as the network's).
+pub(crate) fn ring_network_share(nranks: usize, per_host: usize) -> f64 {
+    host_blocks(nranks, per_host).map_or(1.0, |hosts| hosts as f64 / nranks.max(1) as f64)
+}
+
 /// ⌈log2 n⌉, at least 1, in integers (a float log2 per call showed in the small-call
 /// profile).
 pub(crate) fn ceil_log2(n: usize) -> f64 {
     (usize::BITS - n.saturating_sub(1).leading_zeros()).max(1) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ranks posing as 2 hosts of 4: 2 of the ring's 8 links cross hosts, so of the 14 hops
+    /// a chunk takes round it (all_reduce) 3.5 are the socket Net's and 10.5 shared
+    /// memory's, not 14 the Net's; alltoall's "ring" (the direct exchange runs it) is
+    /// priced as before.
+    #[test]
+    fn a_rings_hops_inside_a_host_are_shared_memorys() {
+        let posed = HostModel { nranks: 8, net: true, oversubscribed: false, per_host: 4 };
+        let flat = HostModel { per_host: 1, ..posed };
+        let ring = |m: HostModel, c| m.estimate(c, Algorithm::Ring, 8) * 1e6;
+        // 3.5 hops x (15 + 2) µs and 10.5 x (0.15 + 0.05), against 14 x (15 + 2).
+        assert!((ring(posed, Collective::AllReduce) - (3.5 * 17.0 + 10.5 * 0.2)).abs() < 0.5, "{}", ring(posed, Collective::AllReduce));
+        assert!((ring(flat, Collective::AllReduce) - 14.0 * 17.0).abs() < 0.5, "{}", ring(flat, Collective::AllReduce));
+        assert!(ring(posed, Collective::AllGather) < ring(flat, Collective::AllGather));
+        assert_eq!(ring(posed, Collective::AllToAll), ring(flat, Collective::AllToAll));
+        // More ranks than cores: a hop in shared memory costs ~5 µs too.
+        let crowded = HostModel { oversubscribed: true, ..posed };
+        assert!((ring(crowded, Collective::AllReduce) - (3.5 * 30.0 + 10.5 * 10.0)).abs() < 0.5, "{}", ring(crowded, Collective::AllReduce));
+    }
 }

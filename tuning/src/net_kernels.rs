@@ -8,7 +8,8 @@
 //! doubling (log2 n hops of one message each, two more where n is not a power of two),
 //! and for all_reduce NCCL's double binary tree over the hosts with a chain inside each
 //! (⌈log2 hosts⌉ network hops up and as many down; the chain's hops between GPUs of a
-//! host), each over Simple or LL. Calls
+//! host), each over Simple or LL. Where the ranks lie host by host, the ring's hops inside a
+//! host cost the chain's NVLink step (hosts/n of its hops cross hosts). Calls
 //! are priced as they are issued, back to back: a rooted ring's calls overlap along its
 //! chain, so each costs about one hop. LL
 //! saves a hop the kernels' fences and the receiver's wait for the tail before the data,
@@ -76,6 +77,17 @@ impl NetKernelModel {
         if (collective, algorithm) == (Collective::AllReduce, Algorithm::Tree) {
             return self.tree(protocol, s);
         }
+        // Where the ranks lie host by host, the ring's hops inside a host are NVLink's: on
+        // 2×H200 with 4 ranks as 2 hosts of 2 GPUs (docs/results/2026-11-27-h200x2-b), the
+        // forced ring took 86.8 µs at 32 KiB and 171 at 512 KiB, which the model priced 182
+        // and 305 with every hop the network's, 116 and 239 with these. (Recursive
+        // doubling's rounds inside a host are still priced as the network's: cheaper, they
+        // would move its choice against the tree at 32-128 KiB, which no run measured.)
+        let local_hops = match (collective, algorithm) {
+            (Collective::AllReduce, Algorithm::Ring) => 2.0 * (n - 1.0) * (1.0 - crate::host::ring_network_share(self.nranks, self.per_host)),
+            (Collective::AllGather | Collective::ReduceScatter, Algorithm::Ring) => (n - 1.0) * (1.0 - crate::host::ring_network_share(self.nranks, self.per_host)),
+            _ => 0.0,
+        };
         let (hops, messages, moved) = match (collective, algorithm) {
             (Collective::AllReduce, Algorithm::Ring) => (2.0 * (n - 1.0), 2.0 * (n - 1.0), 2.0 * (n - 1.0) / n * s),
             // One shot moves everything over one connection; two-shot, one channel a phase
@@ -101,10 +113,13 @@ impl NetKernelModel {
             (_, Algorithm::Ring) => (n - 1.0, n - 1.0, (n - 1.0) * s),
             (_, _) => (1.0, n - 1.0, (n - 1.0) * s),
         };
+        // A hop inside a host costs the chain's NVLink step, and no message of the proxy's.
+        let (hops, messages) = (hops - local_hops, messages - local_hops);
+        let local = local_hops * LOCAL_HOP;
         match protocol {
             // Twice the bytes on the wire, read and written line by line.
-            Protocol::Ll => hops * HOP_LL + messages * ISSUE + moved / BANDWIDTH_LL,
-            _ => hops * HOP + messages * ISSUE + moved / BANDWIDTH,
+            Protocol::Ll => hops * HOP_LL + messages * ISSUE + local + moved / BANDWIDTH_LL,
+            _ => hops * HOP + messages * ISSUE + local + moved / BANDWIDTH,
         }
     }
 
@@ -230,6 +245,25 @@ mod tests {
         // Two ranks: the one shot under Direct's name, as before; other collectives never.
         assert_eq!(best(NetKernelModel { nranks: 2, per_host: 1, channels: 4 }, Collective::AllReduce, 8), Algorithm::Direct);
         assert!(four.table(Collective::AllGather, 64).get(Algorithm::Doubling, Protocol::Ll).is_none());
+    }
+
+    /// The ring's hops inside a host are NVLink's: 4 ranks as 2 hosts of 2 GPUs on 2×H200,
+    /// eight channels (docs/results/2026-11-27-h200x2-b), the forced ring took 86.8 µs at
+    /// 32 KiB and 171.4 at 512 KiB, which the model priced 182 and 305 with every hop the
+    /// network's. The tree, 1.15-1.50x faster than that ring there, is still chosen.
+    #[test]
+    fn the_rings_hops_inside_a_host_are_nvlinks() {
+        let hosts = NetKernelModel { nranks: 4, per_host: 2, channels: 8 };
+        let flat = NetKernelModel { nranks: 4, per_host: 1, channels: 8 };
+        let ring = |m: NetKernelModel, bytes| m.estimate(Collective::AllReduce, Algorithm::Ring, Protocol::Simple, bytes) * 1e6;
+        for (bytes, measured) in [(32 << 10, 86.8), (512 << 10, 171.4)] {
+            let (posed, everywhere) = (ring(hosts, bytes), ring(flat, bytes));
+            assert!(posed < everywhere && posed < 1.5 * measured, "{bytes} B: {posed:.0} µs (every hop the network's: {everywhere:.0}), measured {measured}");
+            assert_eq!(best(hosts, Collective::AllReduce, bytes), Algorithm::Tree, "{bytes} B");
+        }
+        // all_gather's ring has n-1 hops, one of them between hosts here.
+        let gather = |m: NetKernelModel| m.estimate(Collective::AllGather, Algorithm::Ring, Protocol::Simple, 8 << 10);
+        assert!(gather(hosts) < gather(flat));
     }
 
     #[test]
