@@ -440,7 +440,7 @@ pub static KNOBS: &[Knob] = &[
     Knob {
         name: "OXCCL_PROXY_TRACE",
         default: "",
-        doc: "path prefix of the proxy's timeline: each communicator with network connections writes <path>.pid<pid>.comm<n>.rank<r>.json (a Chrome trace of every message's wait for data, send and receive, and the proxy threads' sleeps) when it is destroyed; empty: none",
+        doc: "path prefix of the proxy's timeline: each communicator creates <path>.pid<pid>.comm<n>.rank<r>.json (an error if it cannot) and writes it when destroyed: a Chrome trace of every network message's wait for data, send and receive, and the proxy threads' sleeps; empty: none",
         set: |c, v| {
             let v = v.trim();
             if v.contains('\0') {

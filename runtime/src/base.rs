@@ -68,7 +68,7 @@ impl Core {
         let comm_id = u64::from(std::process::id()) << 32 | COMMUNICATORS.fetch_add(1, Ordering::Relaxed);
         let mut net = NetLinks::new(chosen, comm_id, proxy_threads(config, &same_host), config.bootstrap_timeout)?;
         if let Some(path) = &config.proxy_trace {
-            net = net.with_trace(path, boot.rank() as usize);
+            net = net.with_trace(path, boot.rank() as usize)?;
         }
         Ok(Arc::new(Core {
             rank: boot.rank() as usize,

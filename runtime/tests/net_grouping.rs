@@ -179,3 +179,15 @@ fn the_proxy_trace_records_every_message_of_every_link() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A trace path that cannot be written fails the communicator's creation, naming the
+/// variable and the file, rather than its end.
+#[test]
+fn a_proxy_trace_that_cannot_be_written_fails_creation() {
+    let mut config = Config::defaults();
+    config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+    config.set("NCCL_SHM_DISABLE", "1").unwrap();
+    config.set("OXCCL_PROXY_TRACE", "/nonexistent-oxccl-dir/trace").unwrap();
+    let e = Communicator::init_all(2, &config).err().expect("no directory to write the trace in").to_string();
+    assert!(e.contains("OXCCL_PROXY_TRACE=/nonexistent-oxccl-dir/trace") && e.contains("/nonexistent-oxccl-dir/trace.pid"), "{e}");
+}

@@ -206,11 +206,13 @@ impl NetLinks {
     }
 
     /// Keeps this communicator's proxy timeline on `rank`, written to a file named after
-    /// `path` when its links close ([`trace`]); before any link is made.
-    pub fn with_trace(mut self, path: &str, rank: usize) -> NetLinks {
+    /// `path` when its links close ([`trace`]); before any link is made. An error if the
+    /// file cannot be written.
+    pub fn with_trace(mut self, path: &str, rank: usize) -> Result<NetLinks> {
         let comm = self.comm_id & 0xffff_ffff;
-        self.shared.trace = Some(Arc::new(trace::Recorder::new(path, comm, rank)));
-        self
+        let recorder = trace::Recorder::new(path, comm, rank).map_err(|e| Error::invalid(format!("OXCCL_PROXY_TRACE={path}: cannot write the proxy trace {e}")))?;
+        self.shared.trace = Some(Arc::new(recorder));
+        Ok(self)
     }
 
     /// The thread for a new link (the process's threads start with the first link).

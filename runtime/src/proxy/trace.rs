@@ -53,11 +53,13 @@ static SLEEPS: Mutex<Vec<(usize, Instant, Instant)>> = Mutex::new(Vec::new());
 
 impl Recorder {
     /// The timeline of communicator number `comm` of this process on `rank`, to go to a file
-    /// named after `path`.
-    pub fn new(path: &str, comm: u64, rank: usize) -> Recorder {
-        TRACING.store(true, Ordering::Relaxed);
+    /// named after `path`; an error naming the file if it cannot be written (tried now, so
+    /// that a wrong path fails the communicator's creation rather than its end).
+    pub fn new(path: &str, comm: u64, rank: usize) -> std::io::Result<Recorder> {
         let file = PathBuf::from(format!("{path}.pid{}.comm{comm}.rank{rank}.json", std::process::id()));
-        Recorder { file, rank, since: Instant::now(), tracks: Mutex::default(), events: Mutex::default(), dropped: AtomicU64::new(0), written: AtomicBool::new(false) }
+        std::fs::File::create(&file).map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", file.display())))?;
+        TRACING.store(true, Ordering::Relaxed);
+        Ok(Recorder { file, rank, since: Instant::now(), tracks: Mutex::default(), events: Mutex::default(), dropped: AtomicU64::new(0), written: AtomicBool::new(false) })
     }
 
     /// A new track named `name` (a link): its number.
@@ -194,7 +196,7 @@ mod tests {
     fn a_timeline_is_a_chrome_trace_of_its_tracks_and_spans() {
         let dir = std::env::temp_dir().join(format!("oxccl-trace-unit-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let recorder = Recorder::new(dir.join("t").to_str().unwrap(), 7, 3);
+        let recorder = Recorder::new(dir.join("t").to_str().unwrap(), 7, 3).unwrap();
         let track = recorder.track("send to rank \"1\" channel 0".into());
         let t0 = Instant::now();
         recorder.span(track, "send", t0, t0 + Duration::from_micros(12), 4, 1, 64);
@@ -206,5 +208,7 @@ mod tests {
         assert!(text.contains("\"name\":\"send to rank \\\"1\\\" channel 0\""), "{text}");
         assert!(text.contains("\"name\":\"send\",\"pid\":3,\"tid\":0,") && text.contains("\"dur\":12.000,\"args\":{\"number\":4,\"messages\":1,\"bytes\":64}"), "{text}");
         std::fs::remove_dir_all(&dir).unwrap();
+        let missing = Recorder::new(dir.join("gone/t").to_str().unwrap(), 7, 3).err().expect("a directory that does not exist");
+        assert!(missing.to_string().contains("gone/t.pid") && missing.to_string().contains("No such file"), "{missing}");
     }
 }
