@@ -573,7 +573,10 @@ impl Progress for SendLink {
     }
 
     fn describe(&self) -> String {
-        self.describe_link()
+        match self.origin {
+            Some(origin) => format!("PXN relay of rank {origin}'s sends to rank {} channel {}", self.link.peer, self.link.channel),
+            None => format!("send to rank {} channel {}", self.link.peer, self.link.channel),
+        }
     }
 
     fn peer(&self) -> usize {
@@ -661,13 +664,6 @@ impl SendLink {
                 }
                 SendStep::Idle => return Ok(busy),
             }
-        }
-    }
-
-    fn describe_link(&self) -> String {
-        match self.origin {
-            Some(origin) => format!("PXN relay of rank {origin}'s sends to rank {} channel {}", self.link.peer, self.link.channel),
-            None => format!("send to rank {} channel {}", self.link.peer, self.link.channel),
         }
     }
 }
