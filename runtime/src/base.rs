@@ -65,10 +65,11 @@ impl Core {
         let rails = gather_rails(&boot, chosen.as_ref(), &same_host, config)?;
         // Tells communicators apart in the Net's context (NCCL passes its comm hash).
         static COMMUNICATORS: AtomicU64 = AtomicU64::new(0);
-        let comm_id = u64::from(std::process::id()) << 32 | COMMUNICATORS.fetch_add(1, Ordering::Relaxed);
+        let number = COMMUNICATORS.fetch_add(1, Ordering::Relaxed);
+        let comm_id = u64::from(std::process::id()) << 32 | number;
         let mut net = NetLinks::new(chosen, comm_id, proxy_threads(config, &same_host), config.bootstrap_timeout)?;
         if let Some(path) = &config.proxy_trace {
-            net = net.with_trace(path, boot.rank() as usize)?;
+            net = net.with_trace(path, number, boot.rank() as usize)?;
         }
         Ok(Arc::new(Core {
             rank: boot.rank() as usize,

@@ -110,8 +110,6 @@ pub(crate) struct NetLinks {
     net: Arc<dyn Net>,
     /// The communicator's context in `net`, shared with its links.
     context: Arc<NetContext>,
-    /// The communicator's number in the process (its Net context's id).
-    comm_id: u64,
     /// Threads to start, if this is the first communicator to make a network link.
     threads: usize,
     /// How long a link may take to connect or be accepted.
@@ -193,7 +191,6 @@ impl NetLinks {
         Ok(NetLinks {
             net,
             context,
-            comm_id,
             threads,
             setup_timeout,
             proxies: OnceLock::new(),
@@ -205,11 +202,10 @@ impl NetLinks {
         })
     }
 
-    /// Keeps this communicator's proxy timeline on `rank`, written to a file named after
-    /// `path` when its links close ([`trace`]); before any link is made. An error if the
-    /// file cannot be written.
-    pub fn with_trace(mut self, path: &str, rank: usize) -> Result<NetLinks> {
-        let comm = self.comm_id & 0xffff_ffff;
+    /// Keeps the proxy timeline of communicator number `comm` of the process on `rank`,
+    /// written to a file named after `path` when it goes ([`trace`]); before any link is
+    /// made. An error if the file cannot be written.
+    pub fn with_trace(mut self, path: &str, comm: u64, rank: usize) -> Result<NetLinks> {
         let recorder = trace::Recorder::new(path, comm, rank).map_err(|e| Error::invalid(format!("OXCCL_PROXY_TRACE={path}: cannot write the proxy trace {e}")))?;
         self.shared.trace = Some(Arc::new(recorder));
         Ok(self)
@@ -366,11 +362,6 @@ impl NetLinks {
                 return false;
             }
             std::thread::sleep(Duration::from_micros(200));
-        }
-        if let Some(trace) = &self.shared.trace {
-            if let Err(e) = trace.write() {
-                tracing::warn!(target: log_target::PROXY, "{e}");
-            }
         }
         true
     }

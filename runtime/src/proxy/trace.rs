@@ -3,9 +3,10 @@
 //! communicator, how long its link waited for the message's slot to be filled (by a GPU
 //! kernel, the host executor or a PXN relay's origin), how long the Net took to send it, and
 //! how long each receive took from posted to complete; for each proxy thread of the
-//! process, when it slept. Written when the communicator's links close, as one Chrome trace
-//! (JSON, for Perfetto or chrome://tracing) per communicator and rank:
-//! `<path>.pid<pid>.comm<n>.rank<r>.json`, the rank as the trace's process and each link
+//! process, when it slept. Written when the communicator goes (`NetLinks`' drop, once its
+//! links closed or 2 s passed), as one Chrome trace (JSON, for Perfetto or
+//! chrome://tracing) per communicator and rank: `<path>.pid<pid>.comm<n>.rank<r>.json`,
+//! the rank as the trace's process and each link
 //! (and each proxy thread) a track of it. Times are microseconds since the Unix epoch, so
 //! that the files of ranks on one machine line up when opened together. A communicator
 //! keeps at most [`MAX_EVENTS`] events and says how many it dropped past that.
@@ -132,14 +133,6 @@ impl Recorder {
         }
         out.push_str("\n]}\n");
         out
-    }
-}
-
-impl Drop for Recorder {
-    fn drop(&mut self) {
-        if let Err(e) = self.write() {
-            tracing::warn!(target: crate::log_target::PROXY, "{e}");
-        }
     }
 }
 
