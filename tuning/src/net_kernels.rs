@@ -77,17 +77,6 @@ impl NetKernelModel {
         if (collective, algorithm) == (Collective::AllReduce, Algorithm::Tree) {
             return self.tree(protocol, s);
         }
-        // Where the ranks lie host by host, the ring's hops inside a host are NVLink's: on
-        // 2×H200 with 4 ranks as 2 hosts of 2 GPUs (docs/results/2026-11-27-h200x2-b), the
-        // forced ring took 86.8 µs at 32 KiB and 171 at 512 KiB, which the model priced 182
-        // and 305 with every hop the network's, 116 and 239 with these. (Recursive
-        // doubling's rounds inside a host are still priced as the network's: cheaper, they
-        // would move its choice against the tree at 32-128 KiB, which no run measured.)
-        let local_hops = match (collective, algorithm) {
-            (Collective::AllReduce, Algorithm::Ring) => 2.0 * (n - 1.0) * (1.0 - crate::host::ring_network_share(self.nranks, self.per_host)),
-            (Collective::AllGather | Collective::ReduceScatter, Algorithm::Ring) => (n - 1.0) * (1.0 - crate::host::ring_network_share(self.nranks, self.per_host)),
-            _ => 0.0,
-        };
         let (hops, messages, moved) = match (collective, algorithm) {
             (Collective::AllReduce, Algorithm::Ring) => (2.0 * (n - 1.0), 2.0 * (n - 1.0), 2.0 * (n - 1.0) / n * s),
             // One shot moves everything over one connection; two-shot, one channel a phase
@@ -113,7 +102,17 @@ impl NetKernelModel {
             (_, Algorithm::Ring) => (n - 1.0, n - 1.0, (n - 1.0) * s),
             (_, _) => (1.0, n - 1.0, (n - 1.0) * s),
         };
-        // A hop inside a host costs the chain's NVLink step, and no message of the proxy's.
+        // Where the ranks lie host by host, the ring's hops inside a host are NVLink's (the
+        // chain's step, and no message of the proxy's): on 2×H200 with 4 ranks as 2 hosts of
+        // 2 GPUs (docs/results/2026-11-27-h200x2-b), the forced ring took 86.8 µs at 32 KiB
+        // and 171 at 512 KiB, which the model priced 182 and 305 with every hop the
+        // network's, 116 and 239 with these. (Recursive doubling's rounds inside a host are
+        // still priced as the network's: cheaper, they would move its choice against the
+        // tree at 32-128 KiB, which no run measured.)
+        let local_hops = match (collective, algorithm) {
+            (Collective::AllReduce | Collective::AllGather | Collective::ReduceScatter, Algorithm::Ring) => hops * (1.0 - crate::host::ring_network_share(self.nranks, self.per_host)),
+            _ => 0.0,
+        };
         let (hops, messages) = (hops - local_hops, messages - local_hops);
         let local = local_hops * LOCAL_HOP;
         match protocol {
