@@ -127,10 +127,7 @@ fn idle_then_woken(comm: &Communicator) {
         c.all_reduce_in_place(&mut x, oxccl_runtime::ReduceOp::Sum).unwrap();
     };
     barrier(comm);
-    std::thread::sleep(Duration::from_millis(100));
-    let (switches, _) = common::proxy_threads();
-    std::thread::sleep(Duration::from_millis(500));
-    let switches = common::proxy_threads().0 - switches;
+    let switches = common::proxy_threads_idle().0;
     barrier(comm);
     let mut times = Vec::new();
     for round in 0..10u64 {

@@ -119,9 +119,21 @@ pub fn checked_all_reduce(comm: &Communicator) {
     assert!(x.iter().all(|&v| v == n * (n + 1) / 2), "rank {}: {} expected {}", comm.rank(), x[0], n * (n + 1) / 2);
 }
 
+/// What this process's proxy threads do in 500 ms with nothing to do, measured once 100 ms
+/// have passed for their last polls to end: their voluntary context switches (each sleep is
+/// one) and their CPU time in clock ticks. The sleeps are the measurement's window, not a
+/// wait for a condition.
+pub fn proxy_threads_idle() -> (u64, u64) {
+    std::thread::sleep(Duration::from_millis(100));
+    let (switches, ticks) = proxy_threads();
+    std::thread::sleep(Duration::from_millis(500));
+    let (later_switches, later_ticks) = proxy_threads();
+    (later_switches - switches, later_ticks - ticks)
+}
+
 /// This process's proxy threads (`oxccl-proxy-*`) so far: their voluntary context switches
 /// (each sleep is one) and their CPU time in clock ticks (user and system).
-pub fn proxy_threads() -> (u64, u64) {
+fn proxy_threads() -> (u64, u64) {
     let tasks = std::fs::read_dir("/proc/self/task").unwrap();
     tasks
         .filter_map(|t| t.ok())
