@@ -348,8 +348,20 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
       if (!why && s.send != OX_NO_CONN) {
         const OxConn& c = a.conns[s.send];
         const u64 n = *c.counter;
-        // Slot n % slots is free once the receiver consumed message n - slots.
-        why = n + 1 > c.slots ? ox_wait_for(c.head, n + 1 - c.slots, a.watch, c.peer) : 0;
+        // Slot n % slots is free once the receiver consumed message n - slots. Over the
+        // network the head is host memory (a round trip over PCIe per read): the last head
+        // seen is kept in device memory after the counter, and the head read again only
+        // when that one is short, once per `slots` messages when the proxy keeps up.
+        if (n + 1 > c.slots) {
+          const u64 need = n + 1 - c.slots;
+          if (!(c.flags & OX_CONN_HOST)) {
+            why = ox_wait_for(c.head, need, a.watch, c.peer);
+          } else if (c.counter[1] < need) {
+            u64 seen = 0;
+            why = ox_spin([&] { seen = *c.head; return seen >= need; }, a.watch, c.peer);
+            c.counter[1] = seen;
+          }
+        }
         at = c.peer;
         if (out_ll) {
           out = c.ll_slots + (n % c.slots) * c.ll_slot_bytes;

@@ -114,7 +114,8 @@ pub struct DevStep {
 /// head and `sizes` are pinned host memory mapped into this GPU, the other end being this
 /// rank's network proxy (oxccl_transports::fifo's layout): a sender then also writes each
 /// message's size (`u32` per slot at `sizes`) before the tail, and a receiver reads slots
-/// past the GPU's caches.
+/// past the GPU's caches; `counter` is then two `u64`, the second the last head a sending
+/// kernel read (it rereads the head, a PCIe round trip, only when that one is short).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct DevConn {

@@ -407,7 +407,8 @@ fn net_fifo(geometry: Geometry) -> Result<(Arc<Region>, MappedFifo)> {
 
 /// The open network end `end` over `region` (mapped at `memory`).
 fn net_end(end: End, region: Arc<Region>, memory: &MappedFifo, cx: &Setup) -> Result<Opened> {
-    let counter = DeviceMemory::zeroed(8)?;
+    // The message count, then (a sending end's) the last head its kernel read.
+    let counter = DeviceMemory::zeroed(16)?;
     let base = memory.device;
     let geometry = cx.geometry;
     let conn = DevConn {
