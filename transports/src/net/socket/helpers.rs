@@ -1,5 +1,6 @@
-//! The helper threads of a socket comm: they move the pieces of its large messages over
-//! its data sockets, so that the caller's calls only read and write the control socket.
+//! The data sockets of a socket comm and their helper threads: the pieces of its large
+//! messages move over the data sockets, so that the caller's calls only read and write the
+//! control socket for them.
 //!
 //! A comm with `sockets` data sockets and `threads` threads gives socket i to thread
 //! i mod threads (as NCCL's socket transport does). Both ends cut a message into the same
@@ -8,17 +9,26 @@
 //! control socket's), each data socket carries its pieces back to back and the receiver
 //! knows where every byte goes without a header on the data sockets.
 //!
+//! Each socket's pieces are moved by whoever holds its lock: its helper thread, or the
+//! caller while that thread sleeps — once when it deals them (a send only when no earlier
+//! send of the comm is unfinished) and again on each later progress of the comm, one read
+//! or write a socket each time, never waiting for the lock. A lone message that the socket
+//! takes at once is so done without waking a thread: waking one cost 22-32 µs a message
+//! (median) on a 64-core GPU machine and 2 ms on a 2-core VM whose cores the callers'
+//! polling held (docs/NET.md). Messages that follow each other, or that the socket does
+//! not take at once, are moved by the threads, several sockets at once.
+//!
 //! A thread starts when the first piece is dealt to it (a comm that never carries a large
 //! message starts none), waits in poll(2) on its sockets that would block and on a wake-up
-//! socket that the dealer writes when it gives a sleeping thread work, and is stopped and
+//! socket that the dealer writes when it leaves a sleeping thread work, and is stopped and
 //! joined when the comm closes: it looks at its stop flag between every two reads or
 //! writes, and is woken from poll(2) to do so.
 //!
-//! Failure: the first error a thread meets (the peer closed or reset a socket) becomes the
-//! comm's failure, naming the socket and the peer. From then on no thread reads or writes
-//! lent memory: [`DataPath::failure`] and [`DataPath::fail`] return only once no thread is
-//! inside such a read or write (each holds the comm's gate for reading around one), so a
-//! caller told of the error may reuse its buffers at once.
+//! Failure: the first error a thread or the caller meets (the peer closed or reset a
+//! socket) becomes the comm's failure, naming the socket and the peer. From then on nobody
+//! reads or writes lent memory: [`DataPath::failure`] and [`DataPath::fail`] return only
+//! once no thread is inside such a read or write (each holds the comm's gate for reading
+//! around one), so a caller told of the error may reuse its buffers at once.
 
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
@@ -27,7 +37,7 @@ use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -64,24 +74,34 @@ pub(super) enum Direction {
 
 /// A comm's data sockets and their helper threads.
 pub(super) struct DataPath {
-    direction: Direction,
-    peer: SocketAddr,
-    sockets: usize,
+    sockets: Vec<Arc<DataSocket>>,
     threads: Vec<Helper>,
     /// The data socket that gets the next piece.
     next_socket: usize,
     shared: Arc<Shared>,
 }
 
-/// One helper thread: its sockets until it starts, then its inbox and handle.
+/// One data socket and the pieces dealt to it, in order; whoever holds the lock moves them.
+struct DataSocket {
+    socket: Socket,
+    /// Its number among the comm's, for messages.
+    number: usize,
+    pieces: Mutex<VecDeque<Piece>>,
+}
+
+/// One helper thread: not started yet, or its inbox and handle.
 enum Helper {
-    NotStarted(Vec<Socket>),
+    NotStarted,
     Running { inbox: Arc<Inbox>, thread: JoinHandle<()> },
     Stopped,
 }
 
 /// What the comm shares with its helper threads.
 struct Shared {
+    direction: Direction,
+    peer: SocketAddr,
+    /// The comm's data sockets.
+    of: usize,
     /// Set once, by the first failure; the reason is in `reason`.
     failed: AtomicBool,
     reason: Mutex<Option<String>>,
@@ -91,21 +111,14 @@ struct Shared {
     stats: Arc<Stats>,
 }
 
-/// How the comm gives a helper thread work.
+/// How the comm wakes a helper thread.
 struct Inbox {
-    state: Mutex<InboxState>,
+    /// The thread is (about to be) asleep in poll(2): wake it when it has work.
+    asleep: Mutex<bool>,
     stop: AtomicBool,
     /// Written when the thread sleeps and gets work or is stopped; its other end is in
     /// the thread's poll set.
     wake: UnixStream,
-}
-
-#[derive(Default)]
-struct InboxState {
-    /// Pieces dealt to the thread, with the number of their socket among the thread's.
-    pieces: Vec<(usize, Piece)>,
-    /// The thread is (about to be) asleep in poll(2): wake it.
-    asleep: bool,
 }
 
 /// A message's share of one data socket.
@@ -130,33 +143,55 @@ impl Piece {
     }
 }
 
+/// What one pass over a socket did.
+enum Pass {
+    /// Moved bytes; the socket may take more.
+    Moved,
+    /// The socket would block with pieces left: wait for it.
+    Blocked,
+    /// Nothing to do.
+    Idle,
+}
+
 impl DataPath {
     /// The data path over `sockets` (each non-blocking, in the order both ends agreed on),
     /// served by `threads` threads (at least 1, dividing the sockets evenly).
     pub(super) fn new(direction: Direction, peer: SocketAddr, sockets: Vec<Socket>, threads: usize, stats: Arc<Stats>) -> DataPath {
         debug_assert!(threads > 0 && sockets.len() % threads == 0, "{} sockets over {threads} threads", sockets.len());
-        let count = sockets.len();
-        let mut shares: Vec<Vec<Socket>> = (0..threads).map(|_| Vec::new()).collect();
-        for (index, socket) in sockets.into_iter().enumerate() {
-            shares[index % threads].push(socket);
-        }
-        let shared = Arc::new(Shared { failed: AtomicBool::new(false), reason: Mutex::new(None), gate: RwLock::new(()), stats });
-        DataPath { direction, peer, sockets: count, threads: shares.into_iter().map(Helper::NotStarted).collect(), next_socket: 0, shared }
+        let shared = Arc::new(Shared { direction, peer, of: sockets.len(), failed: AtomicBool::new(false), reason: Mutex::new(None), gate: RwLock::new(()), stats });
+        let sockets = sockets.into_iter().enumerate().map(|(number, socket)| Arc::new(DataSocket { socket, number, pieces: Mutex::new(VecDeque::new()) })).collect();
+        DataPath { sockets, threads: (0..threads).map(|_| Helper::NotStarted).collect(), next_socket: 0, shared }
     }
 
     /// Sends `data` in pieces over the data sockets, adding one to `left` per piece (each
-    /// takes one off when done).
-    pub(super) fn send(&mut self, data: LentBytes, left: &Arc<AtomicUsize>) -> Result<()> {
-        let piece = piece_bytes(data.len(), self.sockets);
+    /// takes one off when done); `alone` when no earlier send of the comm is unfinished
+    /// (only then may the caller move its pieces at once).
+    pub(super) fn send(&mut self, data: LentBytes, left: &Arc<AtomicUsize>, alone: bool) -> Result<()> {
+        let piece = piece_bytes(data.len(), self.sockets.len());
         let pieces = data.split(piece);
-        self.deal(pieces.into_iter().map(Memory::Send).collect(), left)
+        self.deal(pieces.into_iter().map(Memory::Send).collect(), left, alone)
     }
 
     /// Receives the first `len` bytes of `buffer` in pieces from the data sockets, adding
     /// one to `left` per piece.
     pub(super) fn recv(&mut self, buffer: LentBuffer, len: usize, left: &Arc<AtomicUsize>) -> Result<()> {
-        let pieces = buffer.split(len, piece_bytes(len, self.sockets));
-        self.deal(pieces.into_iter().map(Memory::Recv).collect(), left)
+        let pieces = buffer.split(len, piece_bytes(len, self.sockets.len()));
+        self.deal(pieces.into_iter().map(Memory::Recv).collect(), left, true)
+    }
+
+    /// Moves what the sockets whose helper thread sleeps take now of their pieces: one read
+    /// or write each, on the calling thread (a failure is the comm's, reported by
+    /// [`DataPath::failure`]).
+    pub(super) fn progress(&self) {
+        for (index, socket) in self.sockets.iter().enumerate() {
+            let asleep = match &self.threads[index % self.threads.len()] {
+                Helper::Running { inbox, .. } => *lock(&inbox.asleep),
+                _ => true,
+            };
+            if asleep && self.move_now(socket).is_err() {
+                return;
+            }
+        }
     }
 
     /// The comm's failure, once no helper thread touches lent memory any more.
@@ -175,8 +210,8 @@ impl DataPath {
         self.shared.quiesce();
     }
 
-    /// Stops and joins the helper threads and closes the data sockets; the pieces the
-    /// threads held are dropped.
+    /// Stops and joins the helper threads, drops the pieces and shuts the data sockets
+    /// (the peer hears of it now, not when the data path goes).
     pub(super) fn stop(&mut self) {
         for helper in &self.threads {
             if let Helper::Running { inbox, .. } = helper {
@@ -185,67 +220,84 @@ impl DataPath {
             }
         }
         for helper in &mut self.threads {
-            // Sockets of threads not started are closed here, those of the others as
-            // their threads end.
             if let Helper::Running { thread, .. } = std::mem::replace(helper, Helper::Stopped) {
                 if thread.join().is_err() {
                     tracing::warn!(target: "oxccl::net", "a socket helper thread panicked");
                 }
             }
         }
+        for socket in &self.sockets {
+            lock(&socket.pieces).clear();
+            let _ = socket.socket.shutdown(std::net::Shutdown::Both);
+        }
     }
 
-    /// Deals pieces to the sockets in turn, starting the threads that get their first.
-    fn deal(&mut self, pieces: Vec<Memory>, left: &Arc<AtomicUsize>) -> Result<()> {
+    /// Deals pieces to the sockets in turn (starting the threads that get their first),
+    /// moves what a socket takes at once where its thread sleeps (a send only when
+    /// `alone`), and wakes the threads left with pieces.
+    fn deal(&mut self, pieces: Vec<Memory>, left: &Arc<AtomicUsize>, alone: bool) -> Result<()> {
         if let Some(reason) = self.failure() {
             return Err(Error::Closed(reason));
         }
         left.fetch_add(pieces.len(), Ordering::Relaxed);
-        let threads = self.threads.len();
-        let mut dealt: Vec<Vec<(usize, Piece)>> = (0..threads).map(|_| Vec::new()).collect();
+        let count = self.sockets.len();
+        let mut dealt = vec![false; count];
         for memory in pieces {
             let socket = self.next_socket;
-            self.next_socket = (socket + 1) % self.sockets;
-            dealt[socket % threads].push((socket / threads, Piece { memory, moved: 0, left: left.clone() }));
+            self.next_socket = (socket + 1) % count;
+            lock(&self.sockets[socket].pieces).push_back(Piece { memory, moved: 0, left: left.clone() });
+            dealt[socket] = true;
         }
-        for (thread, pieces) in dealt.into_iter().enumerate() {
-            if pieces.is_empty() {
-                continue;
-            }
-            match self.start(thread) {
-                Ok(inbox) => inbox.give(pieces),
+        for socket in (0..count).filter(|&s| dealt[s]) {
+            let inbox = match self.start(socket % self.threads.len()) {
+                Ok(inbox) => inbox.clone(),
                 Err(e) => {
                     // Other threads may hold pieces of this message already: the comm
                     // fails, and they let go of the caller's memory before it hears so.
                     self.fail(&e.to_string());
                     return Err(e);
                 }
+            };
+            if alone && *lock(&inbox.asleep) {
+                self.move_now(&self.sockets[socket])?;
+            }
+            if !lock(&self.sockets[socket].pieces).is_empty() {
+                inbox.give();
             }
         }
         Ok(())
     }
 
+    /// One read or write of `socket`'s pieces on the calling thread, unless another thread
+    /// holds them; an error (the comm then failed) if the socket failed.
+    fn move_now(&self, socket: &DataSocket) -> Result<()> {
+        let mut pieces = match socket.pieces.try_lock() {
+            Ok(pieces) => pieces,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => return Ok(()),
+        };
+        if pieces.is_empty() {
+            return Ok(());
+        }
+        if let Err(reason) = self.shared.pass(socket, &mut pieces, None, Some(1)) {
+            drop(pieces);
+            self.fail(&reason);
+            return Err(Error::Closed(reason));
+        }
+        Ok(())
+    }
+
     /// Helper thread `thread`'s inbox, starting the thread if it has not started.
-    fn start(&mut self, thread: usize) -> Result<&Inbox> {
-        if let Helper::NotStarted(_) = &self.threads[thread] {
-            let Helper::NotStarted(sockets) = std::mem::replace(&mut self.threads[thread], Helper::Stopped) else { unreachable!("matched above") };
+    fn start(&mut self, thread: usize) -> Result<&Arc<Inbox>> {
+        if let Helper::NotStarted = &self.threads[thread] {
             let (wake, woken) = UnixStream::pair().map_err(|e| Error::io("making a helper thread's wake-up socket", e))?;
             wake.set_nonblocking(true).map_err(|e| Error::io("making a wake-up socket non-blocking", e))?;
             woken.set_nonblocking(true).map_err(|e| Error::io("making a wake-up socket non-blocking", e))?;
-            let inbox = Arc::new(Inbox { state: Mutex::new(InboxState::default()), stop: AtomicBool::new(false), wake });
-            let worker = Worker {
-                direction: self.direction,
-                peer: self.peer,
-                first_socket: thread,
-                stride: self.threads.len(),
-                of: self.sockets,
-                queues: sockets.iter().map(|_| VecDeque::new()).collect(),
-                sockets,
-                inbox: inbox.clone(),
-                woken,
-                shared: self.shared.clone(),
-            };
-            let letter = match self.direction {
+            // Asleep until it first looks for work: a caller may move pieces meanwhile.
+            let inbox = Arc::new(Inbox { asleep: Mutex::new(true), stop: AtomicBool::new(false), wake });
+            let stride = self.threads.len();
+            let worker = Worker { sockets: self.sockets.iter().skip(thread).step_by(stride).cloned().collect(), inbox: inbox.clone(), woken, shared: self.shared.clone() };
+            let letter = match self.shared.direction {
                 Direction::Send => 'S',
                 Direction::Recv => 'R',
             };
@@ -286,14 +338,76 @@ impl Shared {
     fn quiesce(&self) {
         drop(self.gate.write().unwrap_or_else(PoisonError::into_inner));
     }
+
+    /// Moves `socket`'s `pieces` until it would block, they are done, `stop` is raised or
+    /// `calls` reads or writes were made (no limit: `None`); the error names the socket.
+    fn pass(&self, socket: &DataSocket, pieces: &mut VecDeque<Piece>, stop: Option<&AtomicBool>, calls: Option<usize>) -> std::result::Result<Pass, String> {
+        let mut pass = Pass::Idle;
+        let mut made = 0;
+        while let Some(piece) = pieces.front_mut() {
+            if stop.is_some_and(|s| s.load(Ordering::Relaxed)) || calls.is_some_and(|c| made == c) {
+                return Ok(pass);
+            }
+            made += 1;
+            let gate = self.gate.read().unwrap_or_else(PoisonError::into_inner);
+            if self.failed.load(Ordering::Acquire) {
+                return Ok(pass);
+            }
+            let result = match &mut piece.memory {
+                Memory::Send(data) => socket.socket.send_with_flags(&data.as_slice()[piece.moved..], libc::MSG_NOSIGNAL),
+                Memory::Recv(buffer) => {
+                    let moved = piece.moved;
+                    (&socket.socket).read(&mut buffer.as_mut_slice()[moved..])
+                }
+            };
+            drop(gate);
+            match result {
+                Ok(0) => {
+                    let what = format!("the peer closed it with {} bytes of a {}-byte piece still to move", piece.len() - piece.moved, piece.len());
+                    return Err(self.describe(socket, &what));
+                }
+                Ok(n) => {
+                    piece.moved += n;
+                    let counter = match self.direction {
+                        Direction::Send => &self.stats.bytes_sent,
+                        Direction::Recv => &self.stats.bytes_received,
+                    };
+                    counter.fetch_add(n as u64, Ordering::Relaxed);
+                    pass = Pass::Moved;
+                    if piece.moved == piece.len() {
+                        // Release: the piece's bytes are in place before its request reads done.
+                        piece.left.fetch_sub(1, Ordering::Release);
+                        pieces.pop_front();
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(Pass::Blocked),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    let verb = match self.direction {
+                        Direction::Send => "send",
+                        Direction::Recv => "receive",
+                    };
+                    return Err(self.describe(socket, &format!("{verb} failed: {e}")));
+                }
+            }
+        }
+        Ok(pass)
+    }
+
+    /// "data socket 3 of 4 to 10.0.0.2:5000: <what>".
+    fn describe(&self, socket: &DataSocket, what: &str) -> String {
+        let way = match self.direction {
+            Direction::Send => "to",
+            Direction::Recv => "from",
+        };
+        format!("data socket {} of {} {way} {}: {what}", socket.number, self.of, self.peer)
+    }
 }
 
 impl Inbox {
-    fn give(&self, pieces: Vec<(usize, Piece)>) {
-        let mut state = lock(&self.state);
-        state.pieces.extend(pieces);
-        let asleep = std::mem::replace(&mut state.asleep, false);
-        drop(state);
+    /// The thread has work: wakes it if it sleeps.
+    fn give(&self) {
+        let asleep = std::mem::replace(&mut *lock(&self.asleep), false);
         if asleep {
             self.wake();
         }
@@ -307,50 +421,34 @@ impl Inbox {
 
 /// What a helper thread owns.
 struct Worker {
-    direction: Direction,
-    peer: SocketAddr,
-    /// Its sockets are numbers first_socket, first_socket + stride, ... of `of`.
-    first_socket: usize,
-    stride: usize,
-    of: usize,
-    sockets: Vec<Socket>,
-    /// Each socket's pieces, in the order dealt.
-    queues: Vec<VecDeque<Piece>>,
+    /// Its share of the comm's data sockets.
+    sockets: Vec<Arc<DataSocket>>,
     inbox: Arc<Inbox>,
     woken: UnixStream,
     shared: Arc<Shared>,
 }
 
-/// What one pass over a socket did.
-enum Pass {
-    /// Moved bytes; the socket may take more.
-    Moved,
-    /// The socket would block with pieces left: wait for it.
-    Blocked,
-    /// Nothing to do.
-    Idle,
-}
-
 impl Worker {
-    fn run(mut self) {
+    fn run(self) {
         let mut blocked: Vec<usize> = Vec::new();
         let mut last_moved = Instant::now();
         while !self.inbox.stop.load(Ordering::Acquire) {
-            for (index, piece) in lock(&self.inbox.state).pieces.drain(..) {
-                self.queues[index].push_back(piece);
-            }
-            if self.shared.failed.load(Ordering::Acquire) {
-                // The comm failed: the pieces are dropped, lent memory no longer touched.
-                self.queues.iter_mut().for_each(VecDeque::clear);
-            }
+            let failed = self.shared.failed.load(Ordering::Acquire);
             blocked.clear();
             let mut moved = false;
-            for index in 0..self.sockets.len() {
-                match self.pass(index) {
+            for (index, socket) in self.sockets.iter().enumerate() {
+                let mut pieces = lock(&socket.pieces);
+                if failed {
+                    // The comm failed: the pieces are dropped, lent memory no longer touched.
+                    pieces.clear();
+                    continue;
+                }
+                match self.shared.pass(socket, &mut pieces, Some(&self.inbox.stop), None) {
                     Ok(Pass::Moved) => moved = true,
                     Ok(Pass::Blocked) => blocked.push(index),
                     Ok(Pass::Idle) => {}
                     Err(reason) => {
+                        drop(pieces);
                         self.shared.fail(&reason);
                         break;
                     }
@@ -368,86 +466,24 @@ impl Worker {
         }
     }
 
-    /// Moves the pieces of socket `index` until it would block or they are done.
-    fn pass(&mut self, index: usize) -> std::result::Result<Pass, String> {
-        let mut pass = Pass::Idle;
-        let socket = &self.sockets[index];
-        while let Some(piece) = self.queues[index].front_mut() {
-            if self.inbox.stop.load(Ordering::Relaxed) {
-                return Ok(pass);
-            }
-            let gate = self.shared.gate.read().unwrap_or_else(PoisonError::into_inner);
-            if self.shared.failed.load(Ordering::Acquire) {
-                return Ok(pass);
-            }
-            let result = match &mut piece.memory {
-                Memory::Send(data) => socket.send_with_flags(&data.as_slice()[piece.moved..], libc::MSG_NOSIGNAL),
-                Memory::Recv(buffer) => {
-                    let moved = piece.moved;
-                    (&*socket).read(&mut buffer.as_mut_slice()[moved..])
-                }
-            };
-            drop(gate);
-            match result {
-                Ok(0) => {
-                    let what = format!("the peer closed it with {} bytes of a {}-byte piece still to move", piece.len() - piece.moved, piece.len());
-                    return Err(self.describe(index, &what));
-                }
-                Ok(n) => {
-                    piece.moved += n;
-                    let counter = match self.direction {
-                        Direction::Send => &self.shared.stats.bytes_sent,
-                        Direction::Recv => &self.shared.stats.bytes_received,
-                    };
-                    counter.fetch_add(n as u64, Ordering::Relaxed);
-                    pass = Pass::Moved;
-                    if piece.moved == piece.len() {
-                        // Release: the piece's bytes are in place before its request reads done.
-                        piece.left.fetch_sub(1, Ordering::Release);
-                        self.queues[index].pop_front();
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(Pass::Blocked),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => {
-                    let verb = match self.direction {
-                        Direction::Send => "send",
-                        Direction::Recv => "receive",
-                    };
-                    return Err(self.describe(index, &format!("{verb} failed: {e}")));
-                }
-            }
-        }
-        Ok(pass)
-    }
-
-    /// "data socket 3 of 4 to 10.0.0.2:5000: <what>".
-    fn describe(&self, index: usize, what: &str) -> String {
-        let number = self.first_socket + index * self.stride;
-        let way = match self.direction {
-            Direction::Send => "to",
-            Direction::Recv => "from",
-        };
-        format!("data socket {number} of {} {way} {}: {what}", self.of, self.peer)
-    }
-
     /// Waits until a blocked socket is ready, work comes, the thread is stopped, or the
     /// poll timeout passes.
-    fn sleep(&mut self, blocked: &[usize]) {
-        {
-            let mut state = lock(&self.inbox.state);
-            if !state.pieces.is_empty() || self.inbox.stop.load(Ordering::Acquire) {
-                return;
-            }
-            state.asleep = true;
+    fn sleep(&self, blocked: &[usize]) {
+        *lock(&self.inbox.asleep) = true;
+        // Marked asleep before looking: a dealer that adds a piece after this look sees
+        // the mark and wakes the thread.
+        let work = self.sockets.iter().enumerate().any(|(index, socket)| !blocked.contains(&index) && !lock(&socket.pieces).is_empty());
+        if work || self.inbox.stop.load(Ordering::Acquire) {
+            *lock(&self.inbox.asleep) = false;
+            return;
         }
-        let ready = match self.direction {
+        let ready = match self.shared.direction {
             Direction::Send => PollFlags::POLLOUT,
             Direction::Recv => PollFlags::POLLIN,
         };
         let mut fds = Vec::with_capacity(blocked.len() + 1);
         fds.push(PollFd::new(self.woken.as_fd(), PollFlags::POLLIN));
-        fds.extend(blocked.iter().map(|&index| PollFd::new(self.sockets[index].as_fd(), ready)));
+        fds.extend(blocked.iter().map(|&index| PollFd::new(self.sockets[index].socket.as_fd(), ready)));
         // An error (EINTR) or a timeout both mean: look again.
         let _ = poll(&mut fds, POLL_TIMEOUT_MS);
         let woken = fds[0].any().unwrap_or(false);
@@ -456,11 +492,11 @@ impl Worker {
             let mut drain = [0u8; 64];
             while matches!((&self.woken).read(&mut drain), Ok(n) if n > 0) {}
         }
-        lock(&self.inbox.state).asleep = false;
+        *lock(&self.inbox.asleep) = false;
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Nothing is left half-done under these locks: a panic elsewhere does not matter here.
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -192,9 +192,10 @@ impl SendState {
         header[..4].copy_from_slice(&tag.to_le_bytes());
         header[4..].copy_from_slice(&(data.len() as u64).to_le_bytes());
         let left = Arc::new(AtomicUsize::new(1));
+        let alone = self.queued() == 0;
         let data = match (in_pieces(&self.data, data.len()), &mut self.data) {
             (true, Some(path)) => {
-                path.send(data, &left)?;
+                path.send(data, &left, alone)?;
                 None
             }
             _ => Some(data),
@@ -480,16 +481,19 @@ fn close(failed: &mut Option<String>, data: Option<&mut DataPath>, socket: &Sock
     let _ = socket.shutdown(std::net::Shutdown::Both);
 }
 
-/// `result` of a control socket's progress, with the data path's failure (if the control
-/// socket had none) and the control socket's (told to the data path, so that its threads
+/// `result` of a control socket's progress, then the data path's (what its sockets take
+/// now) and its failure (if the control socket had none) and the control socket's (told to the data path, so that its threads
 /// stop touching lent memory before the caller hears of it).
 fn check_data(result: Result<()>, failed: &mut Option<String>, data: Option<&DataPath>) -> Result<()> {
     let Some(data) = data else { return result };
     match result {
-        Ok(()) => match data.failure() {
-            Some(reason) => fail(failed, reason),
-            None => Ok(()),
-        },
+        Ok(()) => {
+            data.progress();
+            match data.failure() {
+                Some(reason) => fail(failed, reason),
+                None => Ok(()),
+            }
+        }
         Err(e) => {
             data.fail(failed.as_deref().unwrap_or("the comm failed"));
             Err(e)
