@@ -126,6 +126,10 @@ pub struct Stats {
     pub strangers_refused: AtomicU64,
     /// Helper threads started (each comm starts its own when its first piece is dealt).
     pub helper_threads: AtomicU64,
+    /// Wake-ups of sleeping helper threads for pieces dealt to them.
+    pub helper_wakeups: AtomicU64,
+    /// Bytes of data sockets moved by the comm's caller while its helper slept.
+    pub bytes_moved_by_caller: AtomicU64,
 }
 
 /// A copy of [`Stats`] at one moment.
@@ -139,6 +143,8 @@ pub struct StatsSnapshot {
     pub bytes_received: u64,
     pub strangers_refused: u64,
     pub helper_threads: u64,
+    pub helper_wakeups: u64,
+    pub bytes_moved_by_caller: u64,
 }
 
 impl Stats {
@@ -153,6 +159,8 @@ impl Stats {
             bytes_received: load(&self.bytes_received),
             strangers_refused: load(&self.strangers_refused),
             helper_threads: load(&self.helper_threads),
+            helper_wakeups: load(&self.helper_wakeups),
+            bytes_moved_by_caller: load(&self.bytes_moved_by_caller),
         }
     }
 }

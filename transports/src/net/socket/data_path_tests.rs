@@ -1,6 +1,7 @@
 //! Comms with data sockets and helper threads: every size class bit for bit over 1 x 1,
-//! 2 x 2 and 4 x 4, grouped receives, the requests the ABI promises, the handshake's
-//! accounting of a comm's connections, failures reported (not hangs), prompt closes.
+//! 2 x 2 and 4 x 4, grouped receives, the requests the ABI promises, who moves the pieces
+//! (the caller or the helpers), the handshake's accounting of a comm's connections,
+//! failures reported (not hangs), prompt closes.
 
 use super::handshake::{decode_handle, Greeting};
 use super::helpers::MIN_PIECE_BYTES;
@@ -135,6 +136,44 @@ fn every_request_the_abi_promises_is_taken() {
         wait(&net, request);
     }
     assert!(buffers == messages, "a message arrived corrupted");
+}
+
+/// Lone messages (each waited for before the next is posted) are moved by the calling
+/// thread while the helpers sleep, not handed to a helper that must first be woken; a
+/// stream of messages in flight, more than the sockets' buffers hold, is left to the
+/// helpers, woken for it. Every byte checked.
+#[test]
+fn lone_messages_move_on_the_caller_and_streams_on_the_helpers() {
+    let net = net(1, 1, 1);
+    let (mut send, mut recv) = pair(&net);
+    let registration = net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+    let mut exchange = |messages: &[Vec<u8>]| {
+        let mut buffers: Vec<Vec<u8>> = messages.iter().map(|m| vec![0u8; m.len()]).collect();
+        let mut receives: Vec<Request> = buffers
+            .iter_mut()
+            // SAFETY: the buffers outlive the requests, waited for below.
+            .map(|b| unsafe { net.irecv(&mut recv, &[RecvBuffer { data: b.as_mut_ptr(), len: b.len(), tag: 0 }], &[&registration]) }.unwrap().unwrap())
+            .collect();
+        // SAFETY: the messages outlive the requests, waited for below.
+        let mut sends: Vec<Request> = messages.iter().map(|m| unsafe { net.isend(&mut send, m.as_ptr(), m.len(), 0, &registration) }.unwrap().unwrap()).collect();
+        for (request, m) in receives.iter_mut().zip(messages) {
+            assert_eq!(wait(&net, request), vec![m.len()]);
+        }
+        sends.iter_mut().for_each(|request| {
+            wait(&net, request);
+        });
+        assert!(buffers == messages, "a message arrived corrupted");
+    };
+    for m in 0..8 {
+        exchange(&[message(m, 256 << 10)]);
+    }
+    let lone = net.stats().snapshot();
+    assert_eq!(lone.helper_threads, 2);
+    assert!(lone.bytes_moved_by_caller > 0, "no byte of 8 lone messages moved by the caller: {lone:?}");
+    let stream: Vec<Vec<u8>> = (0..16).map(|m| message(m, 4 << 20)).collect();
+    exchange(&stream);
+    let after = net.stats().snapshot();
+    assert!(after.helper_wakeups > lone.helper_wakeups, "16 x 4 MiB in flight woke no helper: {after:?}");
 }
 
 /// `isend`s `data` with `tag` on `send`, calling again while the net answers "later"

@@ -143,6 +143,15 @@ impl Piece {
     }
 }
 
+/// Who moves a socket's pieces.
+#[derive(Clone, Copy)]
+enum Mover<'a> {
+    /// The comm's caller, one read or write at a time.
+    Caller,
+    /// Its helper thread, until this flag stops it.
+    Helper(&'a AtomicBool),
+}
+
 /// What one pass over a socket did.
 enum Pass {
     /// Moved bytes; the socket may take more.
@@ -262,7 +271,7 @@ impl DataPath {
                 self.move_now(&self.sockets[socket])?;
             }
             if !lock(&self.sockets[socket].pieces).is_empty() {
-                inbox.give();
+                inbox.give(&self.shared.stats);
             }
         }
         Ok(())
@@ -279,7 +288,7 @@ impl DataPath {
         if pieces.is_empty() {
             return Ok(());
         }
-        if let Err(reason) = self.shared.pass(socket, &mut pieces, None, Some(1)) {
+        if let Err(reason) = self.shared.pass(socket, &mut pieces, Mover::Caller) {
             drop(pieces);
             self.fail(&reason);
             return Err(Error::Closed(reason));
@@ -339,16 +348,21 @@ impl Shared {
         drop(self.gate.write().unwrap_or_else(PoisonError::into_inner));
     }
 
-    /// Moves `socket`'s `pieces` until it would block, they are done, `stop` is raised or
-    /// `calls` reads or writes were made (no limit: `None`); the error names the socket.
-    fn pass(&self, socket: &DataSocket, pieces: &mut VecDeque<Piece>, stop: Option<&AtomicBool>, calls: Option<usize>) -> std::result::Result<Pass, String> {
+    /// Moves `socket`'s `pieces` until it would block or they are done — a helper thread
+    /// until its stop flag is raised, a caller for one read or write; the error names the
+    /// socket.
+    fn pass(&self, socket: &DataSocket, pieces: &mut VecDeque<Piece>, mover: Mover<'_>) -> std::result::Result<Pass, String> {
         let mut pass = Pass::Idle;
-        let mut made = 0;
+        let mut calls = 0;
         while let Some(piece) = pieces.front_mut() {
-            if stop.is_some_and(|s| s.load(Ordering::Relaxed)) || calls.is_some_and(|c| made == c) {
+            let done = match mover {
+                Mover::Caller => calls == 1,
+                Mover::Helper(stop) => stop.load(Ordering::Relaxed),
+            };
+            if done {
                 return Ok(pass);
             }
-            made += 1;
+            calls += 1;
             let gate = self.gate.read().unwrap_or_else(PoisonError::into_inner);
             if self.failed.load(Ordering::Acquire) {
                 return Ok(pass);
@@ -373,6 +387,9 @@ impl Shared {
                         Direction::Recv => &self.stats.bytes_received,
                     };
                     counter.fetch_add(n as u64, Ordering::Relaxed);
+                    if let Mover::Caller = mover {
+                        self.stats.bytes_moved_by_caller.fetch_add(n as u64, Ordering::Relaxed);
+                    }
                     pass = Pass::Moved;
                     if piece.moved == piece.len() {
                         // Release: the piece's bytes are in place before its request reads done.
@@ -405,10 +422,11 @@ impl Shared {
 }
 
 impl Inbox {
-    /// The thread has work: wakes it if it sleeps.
-    fn give(&self) {
+    /// The thread has work: wakes it if it sleeps (counted in `stats`).
+    fn give(&self, stats: &Stats) {
         let asleep = std::mem::replace(&mut *lock(&self.asleep), false);
         if asleep {
+            stats.helper_wakeups.fetch_add(1, Ordering::Relaxed);
             self.wake();
         }
     }
@@ -443,7 +461,7 @@ impl Worker {
                     pieces.clear();
                     continue;
                 }
-                match self.shared.pass(socket, &mut pieces, Some(&self.inbox.stop), None) {
+                match self.shared.pass(socket, &mut pieces, Mover::Helper(&self.inbox.stop)) {
                     Ok(Pass::Moved) => moved = true,
                     Ok(Pass::Blocked) => blocked.push(index),
                     Ok(Pass::Idle) => {}
