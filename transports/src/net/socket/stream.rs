@@ -481,9 +481,10 @@ fn close(failed: &mut Option<String>, data: Option<&mut DataPath>, socket: &Sock
     let _ = socket.shutdown(std::net::Shutdown::Both);
 }
 
-/// `result` of a control socket's progress, then the data path's (what its sockets take
-/// now) and its failure (if the control socket had none) and the control socket's (told to the data path, so that its threads
-/// stop touching lent memory before the caller hears of it).
+/// `result` of a control socket's progress; then, if it had no failure, the data path's
+/// progress (what its sockets take now) and failure; else the control socket's failure,
+/// told to the data path, so that its threads stop touching lent memory before the caller
+/// hears of it.
 fn check_data(result: Result<()>, failed: &mut Option<String>, data: Option<&DataPath>) -> Result<()> {
     let Some(data) = data else { return result };
     match result {
