@@ -1,6 +1,6 @@
 //! The data sockets of a socket comm and their helper threads: the pieces of its large
-//! messages move over the data sockets, so that the caller's calls only read and write the
-//! control socket for them.
+//! messages move over the data sockets, by the comm's helper threads or, while those sleep,
+//! by the caller's own calls.
 //!
 //! A comm with `sockets` data sockets and `threads` threads gives socket i to thread
 //! i mod threads (as NCCL's socket transport does). Both ends cut a message into the same
