@@ -134,7 +134,19 @@ type ReceiveGroup = (Vec<u8>, std::sync::Weak<Mutex<Vec<RecvMember>>>, &'static 
 
 /// Announcements for one link, from the communicator's threads to its proxy thread:
 /// (messages, independent, over LL).
-type Mailbox = Arc<Mutex<Vec<(u64, bool, bool)>>>;
+type Mailbox = Arc<Mutex<Vec<Announcement>>>;
+
+/// One operation's messages over a link, as [`NetLinks::announce`] posts them.
+#[derive(Clone, Copy, Debug)]
+struct Announcement {
+    messages: u64,
+    /// A receive link's sender sends them all without waiting for this rank.
+    independent: bool,
+    /// They run LL.
+    ll: bool,
+    /// When the operation announced them (kept where the communicator has a timeline).
+    at: Option<Instant>,
+}
 
 /// A link as its communicator knows it: its mailbox and its thread.
 type LinkEntry = (Mailbox, &'static Proxy);
@@ -336,7 +348,8 @@ impl NetLinks {
     /// for this rank; `ll` when they run LL (in the link's LL slots).
     pub fn announce(&self, link: Link, direction: Direction, messages: u64, independent: bool, ll: bool) {
         if let Some((mailbox, proxy)) = self.links.lock().get(&(link, direction)) {
-            mailbox.lock().push((messages, independent, ll));
+            let at = self.shared.trace.is_some().then(Instant::now);
+            mailbox.lock().push(Announcement { messages, independent, ll, at });
             proxy.wake();
         }
     }
@@ -451,8 +464,8 @@ struct SendLink {
     /// message got.
     ll: Option<LlLink>,
     scan: Scan,
-    /// Its track in the communicator's timeline, once it recorded something.
-    track: Option<u32>,
+    /// Its place in the communicator's timeline.
+    timeline: trace::LinkTimeline,
     /// Traced: since when it waits for its next message's slot to be filled, and its sends
     /// in flight (message, posted, bytes).
     waiting_since: Option<Instant>,
@@ -498,32 +511,42 @@ impl SendLink {
             shared,
             ll: None,
             scan: Scan::default(),
-            track: None,
+            timeline: trace::LinkTimeline::default(),
             waiting_since: None,
             posted: VecDeque::new(),
         })
+    }
+
+    /// Records that an operation announced `messages` for this link at `at` (taken in now).
+    fn trace_announced(&mut self, at: Instant, messages: u64) {
+        let Some(recorder) = self.shared.trace.clone() else { return };
+        let named = self.timeline.unnamed().then(|| self.describe());
+        self.timeline.announced(&recorder, named, at, messages);
     }
 
     /// Records `begin..end` spent on `name` for message `number` of `bytes`, where the
     /// communicator keeps a timeline.
     fn trace(&mut self, name: &'static str, begin: Instant, end: Instant, number: u64, bytes: usize) {
         let Some(recorder) = self.shared.trace.clone() else { return };
-        let track = match self.track {
-            Some(track) => track,
-            None => *self.track.insert(recorder.track(self.describe())),
-        };
-        recorder.span(track, name, begin, end, number, 1, bytes);
+        let named = self.timeline.unnamed().then(|| self.describe());
+        self.timeline.span(&recorder, named, name, begin, end, number, 1, bytes);
     }
 }
 
 impl Progress for SendLink {
     fn progress(&mut self, now: Instant) -> Result<bool, String> {
-        for (messages, _, ll) in self.mailbox.lock().drain(..) {
+        // Traced announcements (none kept, nothing allocated, where no timeline is kept).
+        let mut announced = Vec::new();
+        for Announcement { messages, ll, at, .. } in self.mailbox.lock().drain(..) {
             self.core.announce(messages);
             ll::announce(&mut self.ll, messages, ll)?;
+            announced.extend(at.map(|at| (at, messages)));
             if self.shared.trace.is_some() && messages > 0 && self.waiting_since.is_none() {
                 self.waiting_since = Some(Instant::now());
             }
+        }
+        for (at, messages) in announced {
+            self.trace_announced(at, messages);
         }
         self.core.new_pass();
         let result = self.progress_sends(now);
@@ -728,9 +751,9 @@ struct RecvLink {
     offers: Vec<Offer>,
     driver: Driver,
     shared: Shared,
-    /// Its track in the communicator's timeline, once it recorded something; traced, when
-    /// each receive in flight was posted (number, time).
-    track: Option<u32>,
+    /// Its place in the communicator's timeline; traced, when each receive in flight was
+    /// posted (number, time).
+    timeline: trace::LinkTimeline,
     posted: VecDeque<(u64, Instant)>,
 }
 
@@ -854,7 +877,7 @@ impl RecvLink {
             offers: Vec::new(),
             driver,
             shared,
-            track: None,
+            timeline: trace::LinkTimeline::default(),
             posted: VecDeque::new(),
         };
         Ok((handle, edge))
@@ -988,17 +1011,21 @@ impl RecvLink {
         Ok(busy)
     }
 
+    /// Records that an operation announced `messages` for this link at `at` (taken in now).
+    fn trace_announced(&mut self, at: Instant, messages: u64) {
+        let Some(recorder) = self.shared.trace.clone() else { return };
+        let named = self.timeline.unnamed().then(|| self.describe());
+        self.timeline.announced(&recorder, named, at, messages);
+    }
+
     /// Records receive `number`, from its posting to now, where the communicator keeps a
     /// timeline.
     fn trace_receive(&mut self, number: u64, sizes: &[usize]) {
         let Some(recorder) = self.shared.trace.clone() else { return };
         let Some(at) = self.posted.iter().position(|(n, _)| *n == number) else { return };
         let (_, posted) = self.posted.remove(at).expect("found");
-        let track = match self.track {
-            Some(track) => track,
-            None => *self.track.insert(recorder.track(self.describe())),
-        };
-        recorder.span(track, "receive", posted, Instant::now(), number, sizes.len(), sizes.iter().sum());
+        let named = self.timeline.unnamed().then(|| self.describe());
+        self.timeline.span(&recorder, named, "receive", posted, Instant::now(), number, sizes.len(), sizes.iter().sum());
     }
 
     /// Takes in the members that joined since the last pass (registered at once if the
@@ -1019,12 +1046,17 @@ impl RecvLink {
 impl Progress for RecvLink {
     fn progress(&mut self, now: Instant) -> Result<bool, String> {
         self.take_joining()?;
+        let mut announced = Vec::new();
         for member in &mut self.members {
-            for (messages, independent, ll) in member.mailbox.lock().drain(..) {
+            for Announcement { messages, independent, ll, at } in member.mailbox.lock().drain(..) {
                 member.core.announce(messages, independent);
                 ll::announce(&mut member.ll, messages, ll)?;
+                announced.extend(at.map(|at| (at, messages)));
             }
             member.core.new_pass();
+        }
+        for (at, messages) in announced {
+            self.trace_announced(at, messages);
         }
         let accepting = self.comm.is_none();
         if accepting {

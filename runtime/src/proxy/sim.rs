@@ -23,7 +23,7 @@ use oxccl_transports::net::{CommConfig, Context, ListenComm, MemoryKind, MrHandl
 use oxccl_transports::{Error as NetError, Result as NetResult};
 use parking_lot::Mutex;
 
-use super::{progress_all, Driver, NetContext, Progress, RecvLink, RecvMember, SendChannel, SendLink, Shared};
+use super::{progress_all, Announcement, Driver, NetContext, Progress, RecvLink, RecvMember, SendChannel, SendLink, Shared};
 use crate::algo::Link;
 
 /// xorshift64*: small, seeded, the same sequence everywhere.
@@ -388,8 +388,8 @@ impl Pair {
 
     /// An operation of `messages` starts: both links are told.
     fn announce(&mut self, messages: u64, independent: bool) {
-        self.send.mailbox.lock().push((messages, independent, false));
-        self.recv.members[0].mailbox.lock().push((messages, independent, false));
+        self.send.mailbox.lock().push(Announcement { messages, independent, ll: false, at: None });
+        self.recv.members[0].mailbox.lock().push(Announcement { messages, independent, ll: false, at: None });
     }
 }
 
@@ -512,8 +512,8 @@ impl Sharing {
     /// An operation of `messages` on each link starts: every end is told.
     fn announce(&mut self, messages: u64, independent: bool) {
         for i in 0..2 {
-            self.sends[i].mailbox.lock().push((messages, independent, false));
-            self.recv.members[i].mailbox.lock().push((messages, independent, false));
+            self.sends[i].mailbox.lock().push(Announcement { messages, independent, ll: false, at: None });
+            self.recv.members[i].mailbox.lock().push(Announcement { messages, independent, ll: false, at: None });
         }
     }
 }

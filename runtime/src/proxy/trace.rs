@@ -2,8 +2,9 @@
 //! NCCL's proxy profiler traces its proxy): for each message of each network link of a
 //! communicator, how long its link waited for the message's slot to be filled (by a GPU
 //! kernel, the host executor or a PXN relay's origin), how long the Net took to send it, and
-//! how long each receive took from posted to complete; for each proxy thread of the
-//! process, when it slept. Written when the communicator goes (`NetLinks`' drop, once its
+//! how long each receive took from posted to complete, and when each operation was
+//! announced to the link (the rank issued it) until its proxy thread took it in; for each
+//! proxy thread of the process, when it slept. Written when the communicator goes (`NetLinks`' drop, once its
 //! links closed or 2 s passed), as one Chrome trace (JSON, for Perfetto or
 //! chrome://tracing) per communicator and rank: `<path>.pid<pid>.comm<n>.rank<r>.json`,
 //! the rank as the trace's process and each link
@@ -45,6 +46,41 @@ struct Span {
     /// Messages and bytes it carried (0 where the Net has not said yet).
     messages: usize,
     bytes: usize,
+}
+
+/// A link's place in its communicator's timeline: its track, made at its first event, and
+/// the number of the next operation announced to it.
+#[derive(Default)]
+pub(crate) struct LinkTimeline {
+    track: Option<u32>,
+    announced: u64,
+}
+
+impl LinkTimeline {
+    /// Whether the link has no track yet: its next event names one.
+    pub fn unnamed(&self) -> bool {
+        self.track.is_none()
+    }
+
+    /// Records that the link spent `begin..end` on `name`, for its message or receive
+    /// `number` of `messages` messages and `bytes` bytes; `named` is the link's description
+    /// when it is [`unnamed`](LinkTimeline::unnamed).
+    #[allow(clippy::too_many_arguments)]
+    pub fn span(&mut self, recorder: &Recorder, named: Option<String>, name: &'static str, begin: Instant, end: Instant, number: u64, messages: usize, bytes: usize) {
+        let track = match self.track {
+            Some(track) => track,
+            None => *self.track.insert(recorder.track(named.unwrap_or_default())),
+        };
+        recorder.span(track, name, begin, end, number, messages, bytes);
+    }
+
+    /// Records that an operation announced `messages` for the link at `at`, taken in by its
+    /// proxy thread now: when the rank issued it, and how long the proxy took to see it.
+    pub fn announced(&mut self, recorder: &Recorder, named: Option<String>, at: Instant, messages: u64) {
+        let number = self.announced;
+        self.announced += 1;
+        self.span(recorder, named, "announced", at, Instant::now(), number, messages as usize, 0);
+    }
 }
 
 /// Whether any communicator of the process traces: proxy threads then record their sleeps.
