@@ -3,7 +3,11 @@
 network link, how many spans of each kind (wait for data, send, receive) and their
 median, 99th percentile and longest duration; then the longest spans of all, with when
 they began (µs after the first event of all files) and on which link; then the proxy
-threads' sleeps of at least 1 ms. Usage: proxy-trace-summary.py FILE... [--top N]"""
+threads' sleeps of at least 1 ms; then, given both ends' files, the operations whose
+two ends were issued furthest apart: operation k of a link is the k-th announced to its
+sending end ("send to rank p channel c" on rank r) and to its receiving end ("receive
+from rank r channel c" on rank p), so the end issued later names the rank that was late.
+Usage: proxy-trace-summary.py FILE... [--top N]"""
 
 import json
 import sys
@@ -63,6 +67,26 @@ def main(argv):
     print(f"\nproxy thread sleeps of 1 ms or more: {len(sleeps)}")
     for rank, track, _, ts, dur, _ in sorted(sleeps, key=lambda s: -s[4])[:top]:
         print(f"  rank {rank}, {track}: {dur / 1000:.1f} ms from {ts - origin:.1f} µs")
+    # Operation k of each link, at its two ends: (rank, peer, channel) -> number -> time.
+    sends, receives = {}, {}
+    for rank, track, name, ts, _, extra in spans:
+        words = track.split()
+        if name != "announced" or len(words) != 6 or words[2] != "rank" or words[4] != "channel":
+            continue
+        if words[:2] == ["send", "to"]:
+            sends.setdefault((rank, int(words[3]), words[5]), {})[extra.get("number")] = ts
+        elif words[:2] == ["receive", "from"]:
+            receives.setdefault((int(words[3]), rank, words[5]), {})[extra.get("number")] = ts
+    apart = []
+    for key, sent in sends.items():
+        received = receives.get(key, {})
+        for k in sent.keys() & received.keys():
+            apart.append((abs(sent[k] - received[k]), key, k, sent[k], received[k]))
+    apart.sort(reverse=True)
+    print(f"\noperations issued apart at a link's two ends ({len(apart)} seen at both): {sum(1 for a in apart if a[0] >= 1000.0)} by 1 ms or more")
+    for gap, (sender, receiver, channel), k, sent, received in apart[:top]:
+        late = sender if sent > received else receiver
+        print(f"  rank {sender} -> rank {receiver} channel {channel}, operation {k}: {gap:.1f} µs apart, rank {late} late, from {min(sent, received) - origin:.1f} µs")
     return 0
 
 

@@ -175,6 +175,8 @@ fn the_proxy_trace_records_every_message_of_every_link() {
                     assert!(line.split_whitespace().any(|w| w == spans.to_string()), "{line}");
                 }
             }
+            // Each of the two links' ten operations is seen at both its ends.
+            assert!(text.contains(&format!("operations issued apart at a link's two ends ({} seen at both)", 2 * calls)), "{text}");
         }
         Err(e) => eprintln!("python3 is not here ({e}): the summary script is not checked"),
     }
