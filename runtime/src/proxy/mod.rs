@@ -132,8 +132,7 @@ pub(crate) struct NetLinks {
 /// with its link) and its proxy thread.
 type ReceiveGroup = (Vec<u8>, std::sync::Weak<Mutex<Vec<RecvMember>>>, &'static Proxy);
 
-/// Announcements for one link, from the communicator's threads to its proxy thread:
-/// (messages, independent, over LL).
+/// Announcements for one link, from the communicator's threads to its proxy thread.
 type Mailbox = Arc<Mutex<Vec<Announcement>>>;
 
 /// One operation's messages over a link, as [`NetLinks::announce`] posts them.
