@@ -113,8 +113,11 @@ struct Shared {
 
 /// How the comm wakes a helper thread.
 struct Inbox {
-    /// The thread is (about to be) asleep in poll(2): wake it when it has work.
-    asleep: Mutex<bool>,
+    /// The thread is (about to be) asleep in poll(2): wake it when it has work. SeqCst
+    /// against the pieces' locks: the thread marks itself, then looks at its sockets'
+    /// pieces; a dealer adds pieces, then reads (and clears) the mark, so one of the two
+    /// sees the other.
+    asleep: AtomicBool,
     stop: AtomicBool,
     /// Written when the thread sleeps and gets work or is stopped; its other end is in
     /// the thread's poll set.
@@ -194,7 +197,7 @@ impl DataPath {
     pub(super) fn progress(&self) {
         for (index, socket) in self.sockets.iter().enumerate() {
             let asleep = match &self.threads[index % self.threads.len()] {
-                Helper::Running { inbox, .. } => *lock(&inbox.asleep),
+                Helper::Running { inbox, .. } => inbox.asleep.load(Ordering::SeqCst),
                 _ => true,
             };
             if asleep && self.move_now(socket).is_err() {
@@ -267,7 +270,7 @@ impl DataPath {
                     return Err(e);
                 }
             };
-            if alone && *lock(&inbox.asleep) {
+            if alone && inbox.asleep.load(Ordering::SeqCst) {
                 self.move_now(&self.sockets[socket])?;
             }
             if !lock(&self.sockets[socket].pieces).is_empty() {
@@ -303,7 +306,7 @@ impl DataPath {
             wake.set_nonblocking(true).map_err(|e| Error::io("making a wake-up socket non-blocking", e))?;
             woken.set_nonblocking(true).map_err(|e| Error::io("making a wake-up socket non-blocking", e))?;
             // Asleep until it first looks for work: a caller may move pieces meanwhile.
-            let inbox = Arc::new(Inbox { asleep: Mutex::new(true), stop: AtomicBool::new(false), wake });
+            let inbox = Arc::new(Inbox { asleep: AtomicBool::new(true), stop: AtomicBool::new(false), wake });
             let stride = self.threads.len();
             let worker = Worker { sockets: self.sockets.iter().skip(thread).step_by(stride).cloned().collect(), inbox: inbox.clone(), woken, shared: self.shared.clone() };
             let letter = match self.shared.direction {
@@ -424,8 +427,7 @@ impl Shared {
 impl Inbox {
     /// The thread has work: wakes it if it sleeps (counted in `stats`).
     fn give(&self, stats: &Stats) {
-        let asleep = std::mem::replace(&mut *lock(&self.asleep), false);
-        if asleep {
+        if self.asleep.swap(false, Ordering::SeqCst) {
             stats.helper_wakeups.fetch_add(1, Ordering::Relaxed);
             self.wake();
         }
@@ -487,12 +489,12 @@ impl Worker {
     /// Waits until a blocked socket is ready, work comes, the thread is stopped, or the
     /// poll timeout passes.
     fn sleep(&self, blocked: &[usize]) {
-        *lock(&self.inbox.asleep) = true;
+        self.inbox.asleep.store(true, Ordering::SeqCst);
         // Marked asleep before looking: a dealer that adds a piece after this look sees
         // the mark and wakes the thread.
         let work = self.sockets.iter().enumerate().any(|(index, socket)| !blocked.contains(&index) && !lock(&socket.pieces).is_empty());
         if work || self.inbox.stop.load(Ordering::Acquire) {
-            *lock(&self.inbox.asleep) = false;
+            self.inbox.asleep.store(false, Ordering::SeqCst);
             return;
         }
         let ready = match self.shared.direction {
@@ -510,7 +512,7 @@ impl Worker {
             let mut drain = [0u8; 64];
             while matches!((&self.woken).read(&mut drain), Ok(n) if n > 0) {}
         }
-        *lock(&self.inbox.asleep) = false;
+        self.inbox.asleep.store(false, Ordering::SeqCst);
     }
 }
 
