@@ -28,7 +28,7 @@
 //! a slot free to receive into), and an announcement wakes the thread of each link it
 //! names, so an idle thread may sleep without holding up the next step: a thread whose
 //! links have nothing announced or in flight sleeps until woken (bounded at 100 ms), one
-//! with work outstanding naps 50 µs between passes once it has found nothing for a while.
+//! with work outstanding naps up to 50 µs (a wake-up ends it) once it has found nothing for a while.
 //! A GPU kernel cannot wake a thread: while a link whose other end is a kernel has
 //! announced work outstanding, its thread keeps polling. A PXN relay's origin (in another
 //! process) rings its FIFO's doorbell (`fifo::Doorbell`) after each post while the
@@ -1177,29 +1177,19 @@ static PROXIES: OnceLock<Proxies> = OnceLock::new();
 /// The process's proxy threads, started on first use with `threads` of them; later callers
 /// get those, whatever they ask.
 fn proxies(threads: usize) -> &'static Proxies {
+    let mut made = false;
     let proxies = PROXIES.get_or_init(|| {
-        let count = threads.max(1);
-        let threads = (0..count)
-            .map(|i| {
-                std::thread::Builder::new()
-                    .name(format!("oxccl-proxy-{i}"))
-                    .spawn(move || {
-                        // The static is set as soon as this initializer returns.
-                        let proxies = loop {
-                            match PROXIES.get() {
-                                Some(p) => break p,
-                                None => std::thread::park_timeout(Duration::from_millis(1)),
-                            }
-                        };
-                        run(&proxies.threads[i])
-                    })
-                    .expect("starting an oxccl proxy thread");
-                Proxy { index: i, queue: Inbox::new(), links: Mutex::new(Vec::new()), bell: AtomicU32::new(0), asleep: AtomicBool::new(false) }
-            })
-            .collect();
-        tracing::info!(target: log_target::PROXY, "{count} proxy thread(s)");
+        made = true;
+        let threads = (0..threads.max(1)).map(|i| Proxy { index: i, queue: Inbox::new(), links: Mutex::new(Vec::new()), bell: AtomicU32::new(0), asleep: AtomicBool::new(false) }).collect();
         Proxies { threads, next: AtomicUsize::new(0) }
     });
+    if made {
+        // Started once the static holds them (links queued meanwhile wait in their queue).
+        for proxy in &proxies.threads {
+            std::thread::Builder::new().name(format!("oxccl-proxy-{}", proxy.index)).spawn(move || run(proxy)).expect("starting an oxccl proxy thread");
+        }
+        tracing::info!(target: log_target::PROXY, "{} proxy thread(s)", proxies.threads.len());
+    }
     if threads != 0 && threads != proxies.threads.len() {
         tracing::debug!(target: log_target::PROXY, "OXCCL_PROXY_THREADS={threads} ignored: the process's {} proxy thread(s) are running", proxies.threads.len());
     }
@@ -1295,9 +1285,18 @@ fn run(proxy: &Proxy) {
         } else if idle < 256 {
             std::thread::yield_now();
         } else {
-            std::thread::park_timeout(Duration::from_micros(50));
+            nap(proxy);
         }
     }
+}
+
+/// Waits up to 50 µs, or until a wake-up ([`Proxy::wake`]: an announcement, a new link):
+/// a thread with work outstanding that found nothing for a while looks again soon.
+fn nap(proxy: &Proxy) {
+    proxy.asleep.store(true, Ordering::SeqCst);
+    let seen = proxy.bell.load(Ordering::SeqCst);
+    futex::wait(&proxy.bell, seen, Duration::from_micros(50), false);
+    proxy.asleep.store(false, Ordering::Relaxed);
 }
 
 /// Sleeps until [`Proxy::wake`] or a post into one of its PXN relays' FIFOs (their
@@ -1314,8 +1313,7 @@ fn sleep(proxy: &Proxy) -> bool {
     if relays.len() >= futex::WAIT_ANY_MAX {
         // More doorbells than one wait takes: nap as a thread with work outstanding does.
         drop(links);
-        proxy.asleep.store(false, Ordering::Relaxed);
-        std::thread::sleep(Duration::from_micros(50));
+        nap(proxy);
         return false;
     }
     let bells: Vec<fifo::Doorbell<'_>> = relays.iter().filter_map(|r| r.doorbell()).collect();
