@@ -108,12 +108,8 @@ impl HostModel {
             _ => (n - 1.0, n - 1.0, s, 0.0),
         };
         // Where the ranks lie host by host, the ring's hops inside a host are shared
-        // memory's (one hop in n/hosts crosses to the next host). Not alltoall's, gather's
-        // or scatter's "ring": the direct exchange runs them.
-        let local = match (collective, algorithm) {
-            (Collective::AllReduce | Collective::AllGather | Collective::ReduceScatter, Algorithm::Ring) if self.net => hops * (1.0 - ring_network_share(self.nranks, self.per_host)),
-            _ => 0.0,
-        };
+        // memory's.
+        let local = if self.net { ring_hops_inside_hosts(collective, algorithm, hops, self.nranks, self.per_host) } else { 0.0 };
         let (shm_hop, shm_issue) = shm_costs(self.oversubscribed);
         (hops - local) * hop + local * shm_hop + (messages - local) * issue + local * shm_issue + moved / bandwidth + reduced / reduce_rate
     }
@@ -157,11 +153,16 @@ pub(crate) fn host_blocks(nranks: usize, per_host: usize) -> Option<usize> {
     (per_host > 1 && nranks % per_host == 0 && nranks / per_host > 1).then(|| nranks / per_host)
 }
 
-/// How the hops of a ring in rank order split where the ranks lie host by host in blocks
-/// of `per_host`: the share that crosses hosts (one link a host of the ring's n), and so
-/// the network's; 1 where they do not lie so (every hop priced as the network's).
-pub(crate) fn ring_network_share(nranks: usize, per_host: usize) -> f64 {
-    host_blocks(nranks, per_host).map_or(1.0, |hosts| hosts as f64 / nranks.max(1) as f64)
+/// Of the `hops` hops of `algorithm` running `collective`, those inside a host: where the
+/// ranks lie host by host in blocks of `per_host`, a ring in rank order crosses hosts on
+/// one link a host of its n (hosts/n of its hops), the rest stay inside; none where they
+/// do not lie so, and none for alltoall's, gather's and scatter's "ring" (the direct
+/// exchange runs them).
+pub(crate) fn ring_hops_inside_hosts(collective: Collective, algorithm: Algorithm, hops: f64, nranks: usize, per_host: usize) -> f64 {
+    match (collective, algorithm, host_blocks(nranks, per_host)) {
+        (Collective::AllReduce | Collective::AllGather | Collective::ReduceScatter, Algorithm::Ring, Some(hosts)) => hops * (1.0 - hosts as f64 / nranks as f64),
+        _ => 0.0,
+    }
 }
 
 /// ⌈log2 n⌉, at least 1, in integers (a float log2 per call showed in the small-call

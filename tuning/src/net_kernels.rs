@@ -109,10 +109,7 @@ impl NetKernelModel {
         // network's, 116 and 239 with these. (Recursive doubling's rounds inside a host are
         // still priced as the network's: cheaper, they would move its choice against the
         // tree at 32-128 KiB, which no run measured.)
-        let local_hops = match (collective, algorithm) {
-            (Collective::AllReduce | Collective::AllGather | Collective::ReduceScatter, Algorithm::Ring) => hops * (1.0 - crate::host::ring_network_share(self.nranks, self.per_host)),
-            _ => 0.0,
-        };
+        let local_hops = crate::host::ring_hops_inside_hosts(collective, algorithm, hops, self.nranks, self.per_host);
         let (hops, messages) = (hops - local_hops, messages - local_hops);
         let local = local_hops * LOCAL_HOP;
         match protocol {
