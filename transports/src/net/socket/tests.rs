@@ -60,13 +60,20 @@ pub(super) fn wait(net: &SocketNet, request: &mut Request) -> Vec<usize> {
 }
 
 pub(super) fn wait_error(net: &SocketNet, request: &mut Request) -> Error {
+    match wait_end(net, request) {
+        Err(e) => e,
+        Ok(sizes) => panic!("completed with {sizes:?}"),
+    }
+}
+
+/// How `request` ends: its sizes, or its error.
+pub(super) fn wait_end(net: &SocketNet, request: &mut Request) -> Result<Vec<usize>> {
     let until = deadline();
     loop {
-        match net.test(request) {
-            Err(e) => return e,
-            Ok(Some(sizes)) => panic!("completed with {sizes:?}"),
-            Ok(None) => assert!(Instant::now() < until, "request never failed"),
+        if let Some(end) = net.test(request).transpose() {
+            return end;
         }
+        assert!(Instant::now() < until, "request never ended");
         std::thread::yield_now();
     }
 }
