@@ -4,7 +4,7 @@
 //! failures reported (not hangs), prompt closes.
 
 use super::handshake::{decode_handle, Greeting};
-use super::helpers::MIN_PIECE_BYTES;
+use super::helpers::{CALLER_PIECE_MAX, MIN_PIECE_BYTES};
 use super::tests::{connect_and_accept, context, deadline, exchange_over, message, pair, pair_between, wait, wait_end, wait_error};
 use super::*;
 use std::io::Write;
@@ -138,10 +138,11 @@ fn every_request_the_abi_promises_is_taken() {
     assert!(buffers == messages, "a message arrived corrupted");
 }
 
-/// Lone messages (each waited for before the next is posted) are moved by the calling
-/// thread while the helpers sleep, not handed to a helper that must first be woken; a
-/// stream of messages in flight, more than the sockets' buffers hold, is left to the
-/// helpers, woken for it. Every byte checked.
+/// Lone messages (each waited for before the next is posted) of at most
+/// CALLER_PIECE_MAX are moved by the calling thread while the helpers sleep, not handed to
+/// a helper that must first be woken; longer ones, and a stream of messages in flight
+/// (more than the sockets' buffers hold), are left to the helpers, woken for them. Every
+/// byte checked.
 #[test]
 fn lone_messages_move_on_the_caller_and_streams_on_the_helpers() {
     let net = net(1, 1, 1);
@@ -165,15 +166,21 @@ fn lone_messages_move_on_the_caller_and_streams_on_the_helpers() {
         assert!(buffers == messages, "a message arrived corrupted");
     };
     for m in 0..8 {
-        exchange(&[message(m, 256 << 10)]);
+        exchange(&[message(m, CALLER_PIECE_MAX)]);
     }
     let lone = net.stats().snapshot();
     assert_eq!(lone.helper_threads, 2);
     assert!(lone.bytes_moved_by_caller > 0, "no byte of 8 lone messages moved by the caller: {lone:?}");
+    for m in 0..4 {
+        exchange(&[message(m, CALLER_PIECE_MAX + 1)]);
+    }
+    let longer = net.stats().snapshot();
+    assert_eq!(longer.bytes_moved_by_caller, lone.bytes_moved_by_caller, "the caller moved a piece longer than CALLER_PIECE_MAX: {longer:?}");
+    assert!(longer.helper_wakeups > lone.helper_wakeups, "4 lone messages over CALLER_PIECE_MAX woke no helper: {longer:?}");
     let stream: Vec<Vec<u8>> = (0..16).map(|m| message(m, 4 << 20)).collect();
     exchange(&stream);
     let after = net.stats().snapshot();
-    assert!(after.helper_wakeups > lone.helper_wakeups, "16 x 4 MiB in flight woke no helper: {after:?}");
+    assert!(after.helper_wakeups > longer.helper_wakeups, "16 x 4 MiB in flight woke no helper: {after:?}");
 }
 
 /// `isend`s `data` with `tag` on `send`, calling again while the net answers "later"

@@ -12,11 +12,12 @@
 //! Each socket's pieces are moved by whoever holds its lock: its helper thread, or the
 //! caller while that thread sleeps — once when it deals them (a send only when no earlier
 //! send of the comm is unfinished) and again on each later progress of the comm, one read
-//! or write a socket each time, never waiting for the lock. A lone message that the socket
-//! takes at once is so done without waking a thread: waking one cost 22-32 µs a message
-//! (median) on a 64-core GPU machine and 2 ms on a 2-core VM whose cores the callers'
-//! polling held (docs/NET.md). Messages that follow each other, or that the socket does
-//! not take at once, are moved by the threads, several sockets at once.
+//! or write a socket each time, never waiting for the lock, and only pieces of at most
+//! [`CALLER_PIECE_MAX`]. A lone message that the socket takes at once is so done without
+//! waking a thread: waking one cost 22-32 µs a message (median) on a 64-core GPU machine and
+//! 2 ms on a 2-core VM whose cores the callers' polling held (docs/NET.md). Messages that
+//! follow each other, longer pieces, or pieces the socket does not take at once, are moved
+//! by the threads, several sockets at once, beside the caller.
 //!
 //! A thread starts when the first piece is dealt to it (a comm that never carries a large
 //! message starts none), waits in poll(2) on its sockets that would block and on a wake-up
@@ -51,6 +52,12 @@ use crate::{Error, Result};
 /// The smallest piece a message is cut into: smaller messages go whole over the control
 /// socket (NCCL's NCCL_SOCKET_MIN_TASKSIZE default, 64 KiB).
 pub(super) const MIN_PIECE_BYTES: usize = 64 << 10;
+/// The longest piece the caller moves itself. Longer ones (a GPU network FIFO's 256 KiB
+/// slots, streamed) go faster on the helper threads, which copy while the caller (a proxy
+/// thread serving several links) goes on: with 4 ranks posing as hosts on one H200, busbw
+/// at 32 MiB was 1.26-1.30x that of the caller moving every piece, in three runs of six
+/// collectives (docs/results/2026-11-27-h200x1-caller-limit).
+pub(super) const CALLER_PIECE_MAX: usize = 128 << 10;
 /// How long a helper thread with nothing to do keeps looking for work (yielding the core
 /// between looks) before it sleeps in poll(2).
 const SPIN: Duration = Duration::from_micros(50);
@@ -288,7 +295,7 @@ impl DataPath {
             Err(TryLockError::Poisoned(e)) => e.into_inner(),
             Err(TryLockError::WouldBlock) => return Ok(()),
         };
-        if pieces.is_empty() {
+        if pieces.is_empty() || pieces.front().is_some_and(|p| p.len() > CALLER_PIECE_MAX) {
             return Ok(());
         }
         if let Err(reason) = self.shared.pass(socket, &mut pieces, Mover::Caller) {
