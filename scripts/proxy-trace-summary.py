@@ -6,9 +6,15 @@ they began (µs after the first event of all files) and on which link; then the 
 threads' sleeps of at least 1 ms; then, given both ends' files, the operations whose
 two ends were issued furthest apart: operation k of a link is the k-th announced to its
 sending end ("send to rank p channel c" on rank r) and to its receiving end ("receive
-from rank r channel c" on rank p), so the end issued later names the rank that was late.
+from rank r channel c" on rank p), so the end issued later names the rank that was late;
+then, by message size, where the time of a hop goes: "network" from the sending kernel's
+post of message k (its link's wait for data ends) to the k-th receive's end at the peer
+(proxy, Net, proxy), and "turnaround" from a receive's end on a rank to that rank's next
+post on any link (its kernel seeing the data, finishing, the next kernel starting and
+posting: the GPU's side of a call that waits on its peers, as small calls in a row do).
 Usage: proxy-trace-summary.py FILE... [--top N]"""
 
+import bisect
 import json
 import sys
 
@@ -87,7 +93,42 @@ def main(argv):
     for gap, (sender, receiver, channel), k, sent, received in apart[:top]:
         late = sender if sent > received else receiver
         print(f"  rank {sender} -> rank {receiver} channel {channel}, operation {k}: {gap:.1f} µs apart, rank {late} late, from {min(sent, received) - origin:.1f} µs")
+    hops(spans)
     return 0
+
+
+def hops(spans):
+    """Network time and GPU turnaround per message size (the docstring's last part)."""
+    posts, received = {}, {}  # (sender, receiver, channel) -> [(end, bytes)] in order
+    for rank, track, name, ts, dur, extra in spans:
+        words = track.split()
+        if len(words) != 6 or words[2] != "rank" or words[4] != "channel":
+            continue
+        if name == "wait for data" and words[:2] == ["send", "to"]:
+            posts.setdefault((rank, int(words[3]), words[5]), []).append((ts + dur, extra.get("bytes", 0)))
+        elif name == "receive" and words[:2] == ["receive", "from"] and extra.get("messages") == 1:
+            received.setdefault((int(words[3]), rank, words[5]), []).append((ts + dur, extra.get("bytes", 0)))
+    network, turnaround = {}, {}
+    for key, sent in posts.items():
+        sent.sort()
+        for (post, size), (done, _) in zip(sent, sorted(received.get(key, []))):
+            network.setdefault(size, []).append(done - post)
+    own_posts = {}
+    for (sender, _, _), sent in posts.items():
+        own_posts.setdefault(sender, []).extend(end for end, _ in sent)
+    for (_, receiver, _), done in received.items():
+        mine = sorted(own_posts.get(receiver, []))
+        for end, size in done:
+            at = bisect.bisect_left(mine, end)
+            if at < len(mine):
+                turnaround.setdefault(size, []).append(mine[at] - end)
+    if not network:
+        return
+    print("\nwhere a hop goes, by message size: network = sender's post to the peer's receive end; turnaround = a receive's end to the rank's next post (µs)")
+    print("   bytes   messages   network median   p90   turnaround median   p90")
+    for size in sorted(network):
+        n, t = sorted(network[size]), sorted(turnaround.get(size, []))
+        print(f"{size:>8} {len(n):>10} {percentile(n, 0.5):>16.1f} {percentile(n, 0.9):>5.1f} {percentile(t, 0.5):>19.1f} {percentile(t, 0.9):>5.1f}")
 
 
 if __name__ == "__main__":

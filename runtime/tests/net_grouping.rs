@@ -177,6 +177,9 @@ fn the_proxy_trace_records_every_message_of_every_link() {
             }
             // Each of the two links' ten operations is seen at both its ends.
             assert!(text.contains(&format!("operations issued apart at a link's two ends ({} seen at both)", 2 * calls)), "{text}");
+            // Every message (2 KiB, two a call on each of the two links) is in the hops' table.
+            let hops = text.lines().skip_while(|l| !l.starts_with("where a hop goes")).find(|l| l.split_whitespace().next() == Some("2048")).unwrap_or_else(|| panic!("2 KiB hops in\n{text}"));
+            assert_eq!(hops.split_whitespace().nth(1), Some((4 * calls).to_string().as_str()), "{hops}");
         }
         Err(e) => eprintln!("python3 is not here ({e}): the summary script is not checked"),
     }
