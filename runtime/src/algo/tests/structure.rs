@@ -338,3 +338,28 @@ fn trees_across_hosts_link_hosts_only_through_their_heads() {
     assert_eq!(trees(6, 1, 3), double_tree(6, 3));
     assert_eq!(trees(6, 6, 3), double_tree(6, 3));
 }
+
+/// A ring all_gather of one chunk per lane copies its own block right after sending it,
+/// while the first hop is in flight (not after the last receive, where a small call that
+/// waits on its peers would wait for it too); with several chunks, the copy comes last.
+#[test]
+fn ring_all_gather_copies_its_own_block_after_the_first_send() {
+    let kinds = |count: usize, chunk: usize, n: usize| -> Vec<&'static str> {
+        let shape = Shape { collective: Collective::AllGather, count, nranks: n, root: 0, chunk, channels: 1, per_host: 1 };
+        let schedule = plan(shape, Algorithm::Ring).unwrap();
+        schedule.ranks[1][0]
+            .steps
+            .iter()
+            .map(|s| match s {
+                Step::Send { .. } => "send",
+                Step::Copy { .. } => "copy",
+                Step::Recv { .. } => "recv",
+                Step::RecvCopySend { .. } => "recv-copy-send",
+                other => panic!("{other:?} in a ring all_gather"),
+            })
+            .collect()
+    };
+    assert_eq!(kinds(4, 64, 2), ["send", "copy", "recv"]);
+    assert_eq!(kinds(4, 64, 4), ["send", "copy", "recv-copy-send", "recv-copy-send", "recv"]);
+    assert_eq!(kinds(100, 64, 2), ["send", "recv", "send", "recv", "copy"]);
+}
