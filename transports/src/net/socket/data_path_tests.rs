@@ -347,6 +347,50 @@ fn small_messages_go_ahead_of_their_notices_on_a_receiver_driven_comm() {
     }
 }
 
+/// A message sent ahead that is still arriving when its receive is posted (its body read
+/// in part) goes to that receive once whole, not before: the sender here is a bare TCP
+/// connection that writes the header and half the bytes, then the rest once the receive is
+/// posted.
+#[test]
+fn a_message_sent_ahead_and_still_arriving_goes_to_its_receive_once_whole() {
+    let net = net(0, 1, 4).receiver_driven();
+    let context = context(&net);
+    let (handle, mut listen) = net.listen(&context, 0).unwrap();
+    let decoded = decode_handle(&handle).unwrap();
+    let mut sender = TcpStream::connect(decoded.addr).unwrap();
+    sender.write_all(&Greeting { magic: decoded.magic, comm: 1, number: 0, sockets: 0 }.encode()).unwrap();
+    let until = deadline();
+    let mut recv = loop {
+        if let Some(recv) = net.accept(&mut listen).unwrap() {
+            break recv;
+        }
+        assert!(Instant::now() < until, "the bare sender was not accepted");
+    };
+    let received = net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+    let data = message(4, 100_000);
+    let mut header = 4u32.to_le_bytes().to_vec();
+    header.extend_from_slice(&(data.len() as u64).to_le_bytes());
+    sender.write_all(&header).unwrap();
+    sender.write_all(&data[..50_000]).unwrap();
+    // Another tag's receive makes the receiver read what came: the header and half.
+    let mut other = [0u8; 8];
+    // SAFETY: `other` outlives the comm.
+    let mut waiting = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: other.as_mut_ptr(), len: 8, tag: 8 }], &[&received]) }.unwrap().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    for _ in 0..5 {
+        assert_eq!(net.test(&mut waiting).unwrap(), None, "nothing of tag 8 was sent");
+    }
+    let mut buffer = vec![0u8; data.len()];
+    // SAFETY: as above.
+    let mut receive = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: buffer.as_mut_ptr(), len: buffer.len(), tag: 4 }], &[&received]) }.unwrap().unwrap();
+    for _ in 0..5 {
+        assert_eq!(net.test(&mut receive).unwrap(), None, "done with half of the message");
+    }
+    sender.write_all(&data[50_000..]).unwrap();
+    assert_eq!(wait(&net, &mut receive), vec![data.len()]);
+    assert!(buffer == data, "the message arrived corrupted");
+}
+
 /// A message that went ahead of its notice into a receive too small for it fails the
 /// receive, naming both sizes and the tag.
 #[test]

@@ -299,6 +299,11 @@ fn take_clearance(tags: &mut HashMap<u32, u32>, tag: u32) -> bool {
     true
 }
 
+/// The first free buffer of `tag` in `receive`: (its request id, index, capacity).
+fn free_buffer(receive: &Incoming, tag: u32) -> Option<(u64, usize, usize)> {
+    (0..receive.buffers.len()).find(|&i| receive.sizes[i].is_none() && receive.buffers[i].1 == tag).map(|i| (receive.id, i, receive.buffers[i].0.len()))
+}
+
 /// The posted receive numbered `id` (a receive stays queued until every message of it is in).
 fn posted(queue: &mut VecDeque<Incoming>, id: u64) -> &mut Incoming {
     queue.iter_mut().find(|r| r.id == id).expect("a message's receive stays queued until its message is in")
@@ -345,8 +350,11 @@ impl RecvState {
             }
         }
         let mut buffers = buffers;
+        // The newest early message may still be arriving (its body read in part): it is
+        // handed over once whole (`read_control`).
+        let whole = self.early.len() - usize::from(matches!(self.body, Some(Body { early: true, .. })));
         for (i, (buffer, tag)) in buffers.iter_mut().enumerate() {
-            let Some(at) = self.early.iter().position(|(t, _)| t == tag) else { continue };
+            let Some(at) = self.early.iter().take(whole).position(|(t, _)| t == tag) else { continue };
             let (_, bytes) = self.early.remove(at).expect("found");
             if bytes.len() > buffer.len() {
                 let error = Error::MessageTooLarge { message: bytes.len(), buffer: buffer.len(), tag: *tag };
@@ -421,6 +429,17 @@ impl RecvState {
                 }
                 self.body = None;
                 self.header_read = 0;
+                // A receive for it may have been posted while it arrived.
+                let (tag, len) = self.early.back().map(|(tag, bytes)| (*tag, bytes.len())).expect("just read");
+                let Some((request, buffer, capacity)) = self.queue.iter().find_map(|r| free_buffer(r, tag)) else { continue };
+                let (_, bytes) = self.early.pop_back().expect("just read");
+                if len > capacity {
+                    let error = Error::MessageTooLarge { message: len, buffer: capacity, tag };
+                    self.failed = Some(error.to_string());
+                    return Err(error);
+                }
+                posted(&mut self.queue, request).buffers[buffer].0.as_mut_slice()[..len].copy_from_slice(&bytes);
+                self.delivered(request, buffer, len);
                 continue;
             }
             if in_pieces(&self.data, body.len) {
@@ -432,16 +451,22 @@ impl RecvState {
             }
             self.body = None;
             self.header_read = 0;
-            let position = self.queue.iter().position(|r| r.id == body.request).expect("queued until its message is in");
-            let request = &mut self.queue[position];
-            request.sizes[body.buffer] = Some(body.len);
-            request.left.fetch_sub(1, Ordering::Release);
-            if request.sizes.iter().all(Option::is_some) {
-                let done = self.queue.remove(position).expect("queued");
-                self.completed.insert(done.id, done.sizes.into_iter().map(|size| size.expect("all set")).collect());
-            }
+            self.delivered(body.request, body.buffer, body.len);
         }
         Ok(())
+    }
+
+    /// Records that buffer `buffer` of receive `request` holds its message of `len` bytes
+    /// (not counting a piece still on a data socket), completing the receive with its last.
+    fn delivered(&mut self, request: u64, buffer: usize, len: usize) {
+        let position = self.queue.iter().position(|r| r.id == request).expect("queued until its message is in");
+        let request = &mut self.queue[position];
+        request.sizes[buffer] = Some(len);
+        request.left.fetch_sub(1, Ordering::Release);
+        if request.sizes.iter().all(Option::is_some) {
+            let done = self.queue.remove(position).expect("queued");
+            self.completed.insert(done.id, done.sizes.into_iter().map(|size| size.expect("all set")).collect());
+        }
     }
 
     /// Ends the comm: its helper threads stopped and joined, its sockets shut, its receives
@@ -468,8 +493,7 @@ impl RecvState {
         // The oldest posted receive with a free buffer of this tag (eager: the oldest receive
         // of all, as messages and receives go in the same order).
         let searched = if self.notices.is_some() { self.queue.len() } else { 1 };
-        let free = |r: &Incoming| (0..r.buffers.len()).find(|&i| r.sizes[i].is_none() && r.buffers[i].1 == tag).map(|i| (r.id, i, r.buffers[i].0.len()));
-        let Some((request, buffer, capacity)) = self.queue.iter().take(searched).find_map(free) else {
+        let Some((request, buffer, capacity)) = self.queue.iter().take(searched).find_map(|r| free_buffer(r, tag)) else {
             // Receiver-driven, a message sent ahead of its notice waits here for its receive.
             let len = usize::try_from(len).unwrap_or(usize::MAX);
             if self.notices.is_some() && !in_pieces(&self.data, len) && len <= EAGER_BYTES && self.early.len() < EAGER_MESSAGES as usize {
