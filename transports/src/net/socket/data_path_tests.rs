@@ -347,6 +347,87 @@ fn small_messages_go_ahead_of_their_notices_on_a_receiver_driven_comm() {
     }
 }
 
+/// Receiver-driven comms, random traffic: messages of four tags and sizes on both sides of
+/// every limit (64 KiB pieces, EAGER_BYTES), sent in one order while the receives are
+/// posted in another (each tag's own order kept, in groups of 1 to 4 buffers), one thread
+/// driving both ends and retrying what the net answers "later"; every message lands whole
+/// in its tag's buffer of the same rank, and nothing waits for ever.
+#[test]
+fn receiver_driven_comms_deliver_random_traffic_in_any_posting_order() {
+    use proptest::prelude::*;
+    const SIZES: [usize; 8] = [0, 10, 5000, MIN_PIECE_BYTES - 1, MIN_PIECE_BYTES + 1, 300_000, EAGER_BYTES, EAGER_BYTES + 1];
+    let traffic = (proptest::collection::vec((0u32..4, 0..SIZES.len()), 1..20), proptest::collection::vec(any::<u8>(), 40), 0usize..2);
+    proptest!(ProptestConfig::with_cases(24), |((sends, choices, threads) in traffic)| {
+        let threads = threads * 2;
+        let net = net(threads, 1, 4).receiver_driven();
+        let (mut send, mut recv) = pair(&net);
+        let (sent, received) = (net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap(), net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap());
+        let messages: Vec<(u32, Vec<u8>)> = sends.iter().enumerate().map(|(i, &(tag, size))| (tag, message(i, SIZES[size]))).collect();
+        // Posting order: each tag's messages in their order, the tags interleaved at random.
+        let mut per_tag: Vec<std::collections::VecDeque<usize>> = vec![Default::default(); 4];
+        for (i, (tag, _)) in messages.iter().enumerate() {
+            per_tag[*tag as usize].push_back(i);
+        }
+        let mut order = Vec::new();
+        let mut choice = choices.iter().cycle();
+        while order.len() < messages.len() {
+            let open: Vec<usize> = (0..4).filter(|&t| !per_tag[t].is_empty()).collect();
+            let t = open[*choice.next().unwrap() as usize % open.len()];
+            order.push(per_tag[t].pop_front().unwrap());
+        }
+        let groups: Vec<Vec<usize>> = {
+            let (mut groups, mut at) = (Vec::new(), 0);
+            while at < order.len() {
+                let n = (1 + *choice.next().unwrap() as usize % 4).min(order.len() - at);
+                groups.push(order[at..at + n].to_vec());
+                at += n;
+            }
+            groups
+        };
+        let mut buffers: Vec<Vec<u8>> = messages.iter().map(|(_, m)| vec![0xA5u8; m.len()]).collect();
+        let (mut next_send, mut next_group) = (0, 0);
+        let (mut sends_out, mut receives_out): (Vec<Request>, Vec<(Request, Vec<usize>)>) = (Vec::new(), Vec::new());
+        let (mut sends_done, mut receives_done) = (0, 0);
+        let until = deadline();
+        while sends_done < messages.len() || receives_done < groups.len() {
+            prop_assert!(Instant::now() < until, "stuck: {next_send} sent, {next_group} groups posted, threads {threads}");
+            if next_send < messages.len() {
+                let (tag, m) = &messages[next_send];
+                // SAFETY: the messages outlive every request (waited for in this loop).
+                if let Some(request) = unsafe { net.isend(&mut send, m.as_ptr(), m.len(), *tag, &sent) }.unwrap() {
+                    sends_out.push(request);
+                    next_send += 1;
+                }
+            }
+            if next_group < groups.len() {
+                let group = &groups[next_group];
+                let posted: Vec<RecvBuffer> = group.iter().map(|&i| RecvBuffer { data: buffers[i].as_mut_ptr(), len: buffers[i].len(), tag: messages[i].0 }).collect();
+                // SAFETY: the buffers outlive every request (waited for in this loop).
+                if let Some(request) = unsafe { net.irecv(&mut recv, &posted, &vec![&received; posted.len()]) }.unwrap() {
+                    receives_out.push((request, group.clone()));
+                    next_group += 1;
+                }
+            }
+            sends_out.retain_mut(|r| match net.test(r).unwrap() {
+                Some(_) => { sends_done += 1; false }
+                None => true,
+            });
+            let mut finished = Vec::new();
+            receives_out.retain_mut(|(r, group)| match net.test(r).unwrap() {
+                Some(sizes) => { finished.push((sizes, group.clone())); false }
+                None => true,
+            });
+            for (sizes, group) in finished {
+                prop_assert_eq!(sizes, group.iter().map(|&i| messages[i].1.len()).collect::<Vec<_>>());
+                receives_done += 1;
+            }
+        }
+        for (i, (_, m)) in messages.iter().enumerate() {
+            prop_assert!(buffers[i] == *m, "message {} of {} bytes arrived wrong (threads {})", i, m.len(), threads);
+        }
+    });
+}
+
 /// A message sent ahead that is still arriving when its receive is posted (its body read
 /// in part) goes to that receive once whole, not before: the sender here is a bare TCP
 /// connection that writes the header and half the bytes, then the rest once the receive is
