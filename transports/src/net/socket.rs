@@ -373,7 +373,7 @@ impl Net for SocketNet {
         let mut send = lock(&state, "send comm")?;
         // A grouped receive takes max_recvs messages per request, so the sending side keeps
         // that many times more in flight (the multi-receive contract).
-        if send.queued() >= MAX_REQUESTS * self.max_recvs || !send.clear(tag)? {
+        if send.queued() >= MAX_REQUESTS * self.max_recvs || !send.clear(tag, len)? {
             return Ok(None);
         }
         // SAFETY: the caller's isend contract (valid and unchanged until done) is the one

@@ -5,6 +5,7 @@
 
 use super::handshake::{decode_handle, Greeting};
 use super::helpers::{CALLER_PIECE_MAX, MIN_PIECE_BYTES};
+use super::stream::{EAGER_BYTES, EAGER_MESSAGES};
 use super::tests::{connect_and_accept, context, deadline, exchange_over, message, pair, pair_between, wait, wait_end, wait_error};
 use super::*;
 use std::io::Write;
@@ -198,9 +199,11 @@ fn send_when_cleared(net: &SocketNet, send: &mut SendComm, data: &[u8], tag: u32
 }
 
 /// A receiver-driven comm (`max_recvs` > 1; every comm of a net made so, or a shared one)
-/// takes the messages of independent senders sharing it (PXN's relays) in any order: a message goes only once a posted receive has
-/// its tag, lands in the oldest such receive, and a receive completes as soon as its
-/// buffers are filled, before an older one that still waits; a tag never posted waits.
+/// takes the messages of independent senders sharing it (PXN's relays) in any order: a
+/// message that may not go ahead of its notice (in pieces, or over EAGER_BYTES) goes only
+/// once a posted receive has its tag, lands in the oldest such receive, and a receive
+/// completes as soon as its buffers are filled, before an older one that still waits; a
+/// tag never posted waits.
 #[test]
 fn a_receiver_driven_comm_takes_interleaved_senders_in_any_order() {
     let tag = |origin: u32, k: u32| origin << 16 | k;
@@ -208,8 +211,8 @@ fn a_receiver_driven_comm_takes_interleaved_senders_in_any_order() {
         let net = net(threads, 2, 4).receiver_driven();
         let (mut send, mut recv) = pair(&net);
         let (sent, received) = (net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap(), net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap());
-        // In pieces where the comm has data sockets.
-        let len = MIN_PIECE_BYTES + 3;
+        // In pieces where the comm has data sockets, else too long to go ahead.
+        let len = if threads == 0 { EAGER_BYTES + 3 } else { MIN_PIECE_BYTES + 3 };
         let (a0, a1, b0) = (message(0, len), message(1, len), message(2, len));
         // SAFETY: a refused send keeps nothing.
         assert!(unsafe { net.isend(&mut send, a0.as_ptr(), len, tag(0, 0), &sent) }.unwrap().is_none(), "nothing posted: the send waits");
@@ -237,20 +240,265 @@ fn a_receiver_driven_comm_takes_interleaved_senders_in_any_order() {
 }
 
 /// With several buffers a receive, a shared comm is receiver-driven and a plain one eager
-/// (its send goes before any receive is posted); with one, both are eager.
+/// (its send of more than EAGER_BYTES goes before any receive is posted); with one, both
+/// are eager.
 #[test]
 fn only_shared_comms_wait_for_their_receives() {
+    let data = vec![1u8; EAGER_BYTES + 1];
     for (max_recvs, shared, waits) in [(4, true, true), (4, false, false), (1, true, false)] {
         let net = net(0, 1, max_recvs);
         let context = context(&net);
         let (handle, mut listen) = if shared { net.listen_shared(&context, 0) } else { net.listen(&context, 0) }.unwrap();
         let (mut send, recv) = connect_and_accept(&net, &net, &context, &handle, &mut listen);
         let registration = net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
-        // SAFETY: a zero-byte message reads no memory.
-        let sent = unsafe { net.isend(&mut send, std::ptr::null(), 0, 3, &registration) }.unwrap();
+        // SAFETY: `data` outlives the comms (a send that went is dropped with its comm).
+        let sent = unsafe { net.isend(&mut send, data.as_ptr(), data.len(), 3, &registration) }.unwrap();
         assert_eq!(sent.is_none(), waits, "max_recvs {max_recvs}, shared {shared}");
         drop(recv);
+        drop(sent);
+        drop(send);
     }
+}
+
+/// On a receiver-driven comm, messages over the control socket of at most EAGER_BYTES go
+/// before their receives are posted, EAGER_MESSAGES of them at most ahead of their notices;
+/// the receiver keeps them until a receive with a free buffer of their tag comes, in any
+/// order of tags, and each later notice of a tag first pays off a message sent ahead of it
+/// (a message in pieces of that tag still waits for a notice of its own). Every byte checked.
+#[test]
+fn small_messages_go_ahead_of_their_notices_on_a_receiver_driven_comm() {
+    for threads in [0, 2] {
+        let net = net(threads, 2, 4).receiver_driven();
+        let (mut send, mut recv) = pair(&net);
+        let (sent, received) = (net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap(), net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap());
+        // Three tags before any receive: each goes at once.
+        let messages = [(1u32, message(1, 100)), (2, message(2, 5000)), (3, Vec::new())];
+        let mut sends = Vec::new();
+        for (tag, m) in &messages {
+            // SAFETY: the messages outlive their requests, waited for below.
+            let request = unsafe { net.isend(&mut send, m.as_ptr(), m.len(), *tag, &sent) }.unwrap();
+            sends.push(request.unwrap_or_else(|| panic!("threads {threads}: tag {tag} waited for its receive")));
+        }
+        // Received in another order: tag 3 alone, then 2 and 1 in one receive.
+        let mut buffers = [vec![0u8; 8], vec![0u8; 5000], vec![0u8; 200]];
+        let [b3, b2, b1] = &mut buffers;
+        // SAFETY: the buffers outlive the requests, waited for below.
+        let mut third = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: b3.as_mut_ptr(), len: b3.len(), tag: 3 }], &[&received]) }.unwrap().unwrap();
+        assert_eq!(wait(&net, &mut third), vec![0], "threads {threads}");
+        // SAFETY: as above.
+        let mut both = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: b2.as_mut_ptr(), len: b2.len(), tag: 2 }, RecvBuffer { data: b1.as_mut_ptr(), len: b1.len(), tag: 1 }], &[&received; 2]) }.unwrap().unwrap();
+        assert_eq!(wait(&net, &mut both), vec![5000, 100], "threads {threads}");
+        assert!(buffers[1] == messages[1].1 && buffers[2][..100] == messages[0].1[..], "threads {threads}: a message in the wrong buffer");
+        for request in &mut sends {
+            wait(&net, request);
+        }
+
+        // EAGER_MESSAGES ahead of their notices at most; one receive posted lets one more go.
+        let count = EAGER_MESSAGES as usize + 1;
+        let small: Vec<Vec<u8>> = (0..count).map(|k| message(10 + k, 64 + k)).collect();
+        let mut sends = Vec::new();
+        for m in &small[..count - 1] {
+            // SAFETY: as above.
+            sends.push(unsafe { net.isend(&mut send, m.as_ptr(), m.len(), 9, &sent) }.unwrap().expect("within the limit"));
+        }
+        // SAFETY: a refused send keeps nothing.
+        assert!(unsafe { net.isend(&mut send, small[count - 1].as_ptr(), small[count - 1].len(), 9, &sent) }.unwrap().is_none(), "threads {threads}: more than EAGER_MESSAGES ahead");
+        let mut into: Vec<Vec<u8>> = vec![vec![0u8; 128]; count];
+        let mut receives = Vec::new();
+        // SAFETY: as above.
+        receives.push(unsafe { net.irecv(&mut recv, &[RecvBuffer { data: into[0].as_mut_ptr(), len: 128, tag: 9 }], &[&received]) }.unwrap().unwrap());
+        sends.push(send_when_cleared(&net, &mut send, &small[count - 1], 9, &sent));
+        for buffer in &mut into[1..] {
+            // SAFETY: as above.
+            receives.push(unsafe { net.irecv(&mut recv, &[RecvBuffer { data: buffer.as_mut_ptr(), len: 128, tag: 9 }], &[&received]) }.unwrap().unwrap());
+        }
+        for (k, request) in receives.iter_mut().enumerate() {
+            assert_eq!(wait(&net, request), vec![64 + k], "threads {threads}, message {k}");
+        }
+        for request in &mut sends {
+            wait(&net, request);
+        }
+        assert!((0..count).all(|k| into[k][..64 + k] == small[k][..]), "threads {threads}: messages of one tag out of order");
+
+        // A message that may not go ahead waits for a notice of its own, not the one that
+        // pays off the small message of its tag sent before it.
+        let large = message(20, if threads == 0 { EAGER_BYTES + 1 } else { MIN_PIECE_BYTES + 1 });
+        let lead = message(21, 10);
+        // SAFETY: as above.
+        let mut first = unsafe { net.isend(&mut send, lead.as_ptr(), lead.len(), 5, &sent) }.unwrap().expect("small goes ahead");
+        // SAFETY: a refused send keeps nothing.
+        assert!(unsafe { net.isend(&mut send, large.as_ptr(), large.len(), 5, &sent) }.unwrap().is_none(), "threads {threads}: no receive posted for the large one");
+        let mut a = vec![0u8; large.len()];
+        // SAFETY: as above.
+        let mut ra = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: a.as_mut_ptr(), len: a.len(), tag: 5 }], &[&received]) }.unwrap().unwrap();
+        assert_eq!(wait(&net, &mut ra), vec![10], "threads {threads}");
+        wait(&net, &mut first);
+        for _ in 0..100 {
+            // SAFETY: as above.
+            assert!(unsafe { net.isend(&mut send, large.as_ptr(), large.len(), 5, &sent) }.unwrap().is_none(), "threads {threads}: the large one went on the small one's notice");
+        }
+        let mut b = vec![0u8; large.len()];
+        // SAFETY: as above.
+        let mut rb = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: b.as_mut_ptr(), len: b.len(), tag: 5 }], &[&received]) }.unwrap().unwrap();
+        let mut last = send_when_cleared(&net, &mut send, &large, 5, &sent);
+        assert_eq!(wait(&net, &mut rb), vec![large.len()], "threads {threads}");
+        wait(&net, &mut last);
+        assert!(a[..10] == lead[..] && b == large, "threads {threads}: the large message in the wrong buffer");
+    }
+}
+
+/// Receiver-driven comms, random traffic: messages of four tags and sizes on both sides of
+/// every limit (64 KiB pieces, EAGER_BYTES), sent in one order while the receives are
+/// posted in another (each tag's own order kept, in groups of 1 to 4 buffers), one thread
+/// driving both ends and retrying what the net answers "later"; every message lands whole
+/// in its tag's buffer of the same rank, and nothing waits for ever.
+#[test]
+fn receiver_driven_comms_deliver_random_traffic_in_any_posting_order() {
+    use proptest::prelude::*;
+    const SIZES: [usize; 8] = [0, 10, 5000, MIN_PIECE_BYTES - 1, MIN_PIECE_BYTES + 1, 300_000, EAGER_BYTES, EAGER_BYTES + 1];
+    let traffic = (proptest::collection::vec((0u32..4, 0..SIZES.len()), 1..20), proptest::collection::vec(any::<u8>(), 40), 0usize..2);
+    proptest!(ProptestConfig::with_cases(24), |((sends, choices, threads) in traffic)| {
+        let threads = threads * 2;
+        let net = net(threads, 1, 4).receiver_driven();
+        let (mut send, mut recv) = pair(&net);
+        let (sent, received) = (net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap(), net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap());
+        let messages: Vec<(u32, Vec<u8>)> = sends.iter().enumerate().map(|(i, &(tag, size))| (tag, message(i, SIZES[size]))).collect();
+        // Posting order: each tag's messages in their order, the tags interleaved at random.
+        let mut per_tag: Vec<std::collections::VecDeque<usize>> = vec![Default::default(); 4];
+        for (i, (tag, _)) in messages.iter().enumerate() {
+            per_tag[*tag as usize].push_back(i);
+        }
+        let mut order = Vec::new();
+        let mut choice = choices.iter().cycle();
+        while order.len() < messages.len() {
+            let open: Vec<usize> = (0..4).filter(|&t| !per_tag[t].is_empty()).collect();
+            let t = open[*choice.next().unwrap() as usize % open.len()];
+            order.push(per_tag[t].pop_front().unwrap());
+        }
+        let groups: Vec<Vec<usize>> = {
+            let (mut groups, mut at) = (Vec::new(), 0);
+            while at < order.len() {
+                let n = (1 + *choice.next().unwrap() as usize % 4).min(order.len() - at);
+                groups.push(order[at..at + n].to_vec());
+                at += n;
+            }
+            groups
+        };
+        let mut buffers: Vec<Vec<u8>> = messages.iter().map(|(_, m)| vec![0xA5u8; m.len()]).collect();
+        let (mut next_send, mut next_group) = (0, 0);
+        let (mut sends_out, mut receives_out): (Vec<Request>, Vec<(Request, Vec<usize>)>) = (Vec::new(), Vec::new());
+        let (mut sends_done, mut receives_done) = (0, 0);
+        let until = deadline();
+        while sends_done < messages.len() || receives_done < groups.len() {
+            prop_assert!(Instant::now() < until, "stuck: {next_send} sent, {next_group} groups posted, threads {threads}");
+            if next_send < messages.len() {
+                let (tag, m) = &messages[next_send];
+                // SAFETY: the messages outlive every request (waited for in this loop).
+                if let Some(request) = unsafe { net.isend(&mut send, m.as_ptr(), m.len(), *tag, &sent) }.unwrap() {
+                    sends_out.push(request);
+                    next_send += 1;
+                }
+            }
+            if next_group < groups.len() {
+                let group = &groups[next_group];
+                let posted: Vec<RecvBuffer> = group.iter().map(|&i| RecvBuffer { data: buffers[i].as_mut_ptr(), len: buffers[i].len(), tag: messages[i].0 }).collect();
+                // SAFETY: the buffers outlive every request (waited for in this loop).
+                if let Some(request) = unsafe { net.irecv(&mut recv, &posted, &vec![&received; posted.len()]) }.unwrap() {
+                    receives_out.push((request, group.clone()));
+                    next_group += 1;
+                }
+            }
+            sends_out.retain_mut(|r| match net.test(r).unwrap() {
+                Some(_) => { sends_done += 1; false }
+                None => true,
+            });
+            let mut finished = Vec::new();
+            receives_out.retain_mut(|(r, group)| match net.test(r).unwrap() {
+                Some(sizes) => { finished.push((sizes, group.clone())); false }
+                None => true,
+            });
+            for (sizes, group) in finished {
+                prop_assert_eq!(sizes, group.iter().map(|&i| messages[i].1.len()).collect::<Vec<_>>());
+                receives_done += 1;
+            }
+        }
+        for (i, (_, m)) in messages.iter().enumerate() {
+            prop_assert!(buffers[i] == *m, "message {} of {} bytes arrived wrong (threads {})", i, m.len(), threads);
+        }
+    });
+}
+
+/// A message sent ahead that is still arriving when its receive is posted (its body read
+/// in part) goes to that receive once whole, not before, also when the same receive takes
+/// a whole early message first: the sender here is a bare TCP connection that writes a
+/// small message, then the header and half the bytes of a larger one, then the rest once
+/// the receive is posted.
+#[test]
+fn a_message_sent_ahead_and_still_arriving_goes_to_its_receive_once_whole() {
+    let net = net(0, 1, 4).receiver_driven();
+    let context = context(&net);
+    let (handle, mut listen) = net.listen(&context, 0).unwrap();
+    let decoded = decode_handle(&handle).unwrap();
+    let mut sender = TcpStream::connect(decoded.addr).unwrap();
+    sender.write_all(&Greeting { magic: decoded.magic, comm: 1, number: 0, sockets: 0 }.encode()).unwrap();
+    let until = deadline();
+    let mut recv = loop {
+        if let Some(recv) = net.accept(&mut listen).unwrap() {
+            break recv;
+        }
+        assert!(Instant::now() < until, "the bare sender was not accepted");
+    };
+    let received = net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+    // A whole message of tag 3, then the header and half the bytes of one of tag 4.
+    let (whole, data) = (message(3, 5), message(4, 100_000));
+    let header = |tag: u32, len: usize| [tag.to_le_bytes().to_vec(), (len as u64).to_le_bytes().to_vec()].concat();
+    sender.write_all(&[header(3, whole.len()), whole.clone(), header(4, data.len())].concat()).unwrap();
+    sender.write_all(&data[..50_000]).unwrap();
+    // Another tag's receive makes the receiver read what came: the header and half.
+    let mut other = [0u8; 8];
+    // SAFETY: `other` outlives the comm.
+    let mut waiting = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: other.as_mut_ptr(), len: 8, tag: 8 }], &[&received]) }.unwrap().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    for _ in 0..5 {
+        assert_eq!(net.test(&mut waiting).unwrap(), None, "nothing of tag 8 was sent");
+    }
+    // One receive for both: the whole early message (tag 3) and the arriving one (tag 4),
+    // which must stay where it is when the first is taken.
+    let (mut first, mut buffer) = (vec![0u8; 16], vec![0u8; data.len()]);
+    // SAFETY: as above.
+    let mut receive = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: first.as_mut_ptr(), len: first.len(), tag: 3 }, RecvBuffer { data: buffer.as_mut_ptr(), len: buffer.len(), tag: 4 }], &[&received; 2]) }.unwrap().unwrap();
+    for _ in 0..5 {
+        assert_eq!(net.test(&mut receive).unwrap(), None, "done with half of the message");
+    }
+    sender.write_all(&data[50_000..]).unwrap();
+    assert_eq!(wait(&net, &mut receive), vec![5, data.len()]);
+    assert!(first[..5] == whole[..] && buffer == data, "a message arrived corrupted");
+}
+
+/// A message that went ahead of its notice into a receive too small for it fails the
+/// receive, naming both sizes and the tag.
+#[test]
+fn too_small_a_buffer_for_a_message_sent_ahead_is_an_error_naming_both_sizes() {
+    let net = net(0, 1, 4).receiver_driven();
+    let (mut send, mut recv) = pair(&net);
+    let registration = net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
+    let data = vec![7u8; 300];
+    // SAFETY: data lives to the end of the test, after the comms.
+    let mut sent = unsafe { net.isend(&mut send, data.as_ptr(), data.len(), 4, &registration) }.unwrap().expect("goes ahead");
+    wait(&net, &mut sent);
+    // Arrived and kept before the receive is posted (the receiver reads it then).
+    std::thread::sleep(Duration::from_millis(20));
+    let mut buffer = vec![0u8; 100];
+    let mut other = vec![0u8; 10];
+    // SAFETY: buffers live to the end of the test, after the comms.
+    let mut first = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: other.as_mut_ptr(), len: other.len(), tag: 8 }], &[&registration]) }.unwrap().unwrap();
+    for _ in 0..10 {
+        assert_eq!(net.test(&mut first).unwrap(), None, "no message of tag 8");
+    }
+    // SAFETY: as above.
+    let mut received = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: buffer.as_mut_ptr(), len: buffer.len(), tag: 4 }], &[&registration]) }.unwrap().unwrap();
+    let err = wait_error(&net, &mut received).to_string();
+    assert!(err.contains("300") && err.contains("100") && err.contains('4'), "{err}");
 }
 
 /// A send waiting for its receive's notice on a receiver-driven comm fails once the
@@ -260,13 +508,15 @@ fn a_send_waiting_for_its_notice_fails_when_the_receiver_goes() {
     let net = net(0, 1, 4).receiver_driven();
     let (mut send, recv) = pair(&net);
     let registration = net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
-    // SAFETY: a zero-byte message reads no memory.
-    assert!(unsafe { net.isend(&mut send, std::ptr::null(), 0, 1, &registration) }.unwrap().is_none(), "no receive posted yet");
+    // Too long to go ahead of its notice.
+    let data = vec![1u8; EAGER_BYTES + 1];
+    // SAFETY: a refused send keeps nothing.
+    assert!(unsafe { net.isend(&mut send, data.as_ptr(), data.len(), 1, &registration) }.unwrap().is_none(), "no receive posted yet");
     net.close_recv(recv).unwrap();
     let until = deadline();
     let err = loop {
         // SAFETY: as above.
-        match unsafe { net.isend(&mut send, std::ptr::null(), 0, 1, &registration) } {
+        match unsafe { net.isend(&mut send, data.as_ptr(), data.len(), 1, &registration) } {
             Err(e) => break e,
             Ok(Some(_)) => panic!("a send went without a receive"),
             Ok(None) => assert!(Instant::now() < until, "the send kept waiting for a receiver that is gone"),

@@ -23,7 +23,13 @@
 //! notice cleared its tag (`isend` answers "later" until then): several independent
 //! senders' messages may then share the comm in any order (PXN's relays of several ranks'
 //! sends to one receiver), none waiting in the stream for a receive not yet posted; a
-//! message goes to the oldest posted receive with a free buffer of its tag.
+//! message goes to the oldest posted receive with a free buffer of its tag. Messages that go
+//! over the control socket, of at most [`EAGER_BYTES`], need no clearance on such a comm:
+//! up to [`EAGER_MESSAGES`] of them go ahead of their notices (each later notice of their tag
+//! pays one off before it clears another message), and the receiver keeps one that arrives
+//! before a receive with a free buffer of its tag in a stage of its own until one is posted.
+//! A message so never waits for the receiver to post (a small broadcast's receive is often
+//! posted after its send is ready: NCCL's proxy, told "later", yields its core).
 //!
 //! Each request has a count of its unfinished parts, shared with the data path: a send
 //! starts at 1 (its control bytes), a receive at its number of buffers (their headers and
@@ -64,7 +70,17 @@ pub(super) struct SendState {
 struct Clearance {
     tags: HashMap<u32, u32>,
     partial: Vec<u8>,
+    /// Messages of each tag sent ahead of their notices, and their sum.
+    ahead: HashMap<u32, u32>,
+    ahead_total: u32,
 }
+
+/// Messages a receiver-driven comm's sender may have sent ahead of their notices (NCCL's
+/// pipeline depth, NCCL_STEPS): at most that many are kept at the receiver.
+pub(super) const EAGER_MESSAGES: u32 = 8;
+/// The longest message that goes ahead of its notice (so the receiver keeps at most
+/// [`EAGER_MESSAGES`] × this for a comm; NCCL's largest network message is 512 KiB).
+pub(super) const EAGER_BYTES: usize = 1 << 20;
 
 /// Tags in one notice at most (a receive's buffers: the Net's `max_recvs` is far below).
 const MAX_NOTICE_TAGS: usize = 4096;
@@ -97,6 +113,9 @@ pub(super) struct RecvState {
     stats: Arc<Stats>,
     /// Receiver-driven: notices of posted receives not yet written (`None`: eager).
     notices: Option<Vec<u8>>,
+    /// Receiver-driven: messages (tag, bytes) that arrived ahead of a receive with a free
+    /// buffer of their tag, oldest first.
+    early: VecDeque<(u32, Vec<u8>)>,
 }
 
 /// The receiver's staging buffer: a small message and its header arrive in one read.
@@ -111,9 +130,11 @@ struct Incoming {
 
 #[derive(Clone, Copy)]
 struct Body {
-    /// The receive (its id) and its buffer the message goes to.
+    /// The receive (its id) and its buffer the message goes to, unless `early`: then the
+    /// newest of the comm's early messages.
     request: u64,
     buffer: usize,
+    early: bool,
     len: usize,
     read: usize,
 }
@@ -129,19 +150,29 @@ impl SendState {
         SendState { socket, queue: VecDeque::new(), requests: Vec::new(), data, failed: None, stats, clearance: cleared.then(Clearance::default) }
     }
 
-    /// Whether a message with `tag` may go now (always, on an eager comm), counting it
-    /// against its clearance if so.
-    pub(super) fn clear(&mut self, tag: u32) -> Result<bool> {
+    /// Whether a message of `len` bytes with `tag` may go now (always, on an eager comm),
+    /// counting it against its clearance, or among those ahead of their notices, if so.
+    pub(super) fn clear(&mut self, tag: u32, len: usize) -> Result<bool> {
         if let Some(reason) = &self.failed {
             return Err(Error::Closed(reason.clone()));
         }
+        let ahead_allowed = !in_pieces(&self.data, len) && len <= EAGER_BYTES;
         let Some(clearance) = &mut self.clearance else { return Ok(true) };
         // Notices already read first: the socket is read only when they do not clear it.
         if take_clearance(&mut clearance.tags, tag) {
             return Ok(true);
         }
         self.read_notices()?;
-        Ok(take_clearance(&mut self.clearance.as_mut().expect("receiver-driven").tags, tag))
+        let clearance = self.clearance.as_mut().expect("receiver-driven");
+        if take_clearance(&mut clearance.tags, tag) {
+            return Ok(true);
+        }
+        if ahead_allowed && clearance.ahead_total < EAGER_MESSAGES {
+            *clearance.ahead.entry(tag).or_default() += 1;
+            clearance.ahead_total += 1;
+            return Ok(true);
+        }
+        Ok(false)
     }
 
     /// Reads the notices that have arrived.
@@ -168,7 +199,13 @@ impl SendState {
                 break;
             }
             for i in 1..=count {
-                *clearance.tags.entry(word(&clearance.partial[at..], i)).or_default() += 1;
+                let tag = word(&clearance.partial[at..], i);
+                // A notice pays off a message of its tag sent ahead of it first.
+                if take_clearance(&mut clearance.ahead, tag) {
+                    clearance.ahead_total -= 1;
+                } else {
+                    *clearance.tags.entry(tag).or_default() += 1;
+                }
             }
             at += 4 * (1 + count);
         }
@@ -262,6 +299,11 @@ fn take_clearance(tags: &mut HashMap<u32, u32>, tag: u32) -> bool {
     true
 }
 
+/// The first free buffer of `tag` in `receive`: (its request id, index, capacity).
+fn free_buffer(receive: &Incoming, tag: u32) -> Option<(u64, usize, usize)> {
+    (0..receive.buffers.len()).find(|&i| receive.sizes[i].is_none() && receive.buffers[i].1 == tag).map(|i| (receive.id, i, receive.buffers[i].0.len()))
+}
+
 /// The posted receive numbered `id` (a receive stays queued until every message of it is in).
 fn posted(queue: &mut VecDeque<Incoming>, id: u64) -> &mut Incoming {
     queue.iter_mut().find(|r| r.id == id).expect("a message's receive stays queued until its message is in")
@@ -284,6 +326,7 @@ impl RecvState {
             failed: None,
             stats,
             notices: cleared.then(Vec::new),
+            early: VecDeque::new(),
         }
     }
 
@@ -296,15 +339,39 @@ impl RecvState {
     pub(super) fn push(&mut self, buffers: Vec<(LentBuffer, u32)>) -> (u64, Arc<AtomicUsize>) {
         let id = self.next_id;
         self.next_id += 1;
-        let sizes = vec![None; buffers.len()];
+        let mut sizes = vec![None; buffers.len()];
         let left = Arc::new(AtomicUsize::new(buffers.len()));
+        // Every buffer gets a notice, also one an early message fills now: the sender
+        // counts that notice against the message it sent ahead.
         if let Some(notices) = &mut self.notices {
             notices.extend_from_slice(&(buffers.len() as u32).to_le_bytes());
             for (_, tag) in &buffers {
                 notices.extend_from_slice(&tag.to_le_bytes());
             }
         }
-        self.queue.push_back(Incoming { id, buffers, sizes, left: left.clone() });
+        let mut buffers = buffers;
+        // The newest early message may still be arriving (its body read in part): it is
+        // handed over once whole (`read_control`). Counted afresh for every buffer: each
+        // message taken moves it one place down.
+        let arriving = usize::from(matches!(self.body, Some(Body { early: true, .. })));
+        for (i, (buffer, tag)) in buffers.iter_mut().enumerate() {
+            let whole = self.early.len() - arriving;
+            let Some(at) = self.early.iter().take(whole).position(|(t, _)| t == tag) else { continue };
+            let (_, bytes) = self.early.remove(at).expect("found");
+            if bytes.len() > buffer.len() {
+                let error = Error::MessageTooLarge { message: bytes.len(), buffer: buffer.len(), tag: *tag };
+                self.failed.get_or_insert_with(|| error.to_string());
+                continue;
+            }
+            buffer.as_mut_slice()[..bytes.len()].copy_from_slice(&bytes);
+            sizes[i] = Some(bytes.len());
+            left.fetch_sub(1, Ordering::Release);
+        }
+        if sizes.iter().all(Option::is_some) {
+            self.completed.insert(id, sizes.into_iter().map(|size| size.expect("all set")).collect());
+        } else {
+            self.queue.push_back(Incoming { id, buffers, sizes, left: left.clone() });
+        }
         (id, left)
     }
 
@@ -358,6 +425,25 @@ impl RecvState {
                     None => return Ok(()),
                 },
             };
+            if body.early {
+                if self.read_body(body)?.is_none() {
+                    return Ok(());
+                }
+                self.body = None;
+                self.header_read = 0;
+                // A receive for it may have been posted while it arrived.
+                let (tag, len) = self.early.back().map(|(tag, bytes)| (*tag, bytes.len())).expect("just read");
+                let Some((request, buffer, capacity)) = self.queue.iter().find_map(|r| free_buffer(r, tag)) else { continue };
+                let (_, bytes) = self.early.pop_back().expect("just read");
+                if len > capacity {
+                    let error = Error::MessageTooLarge { message: len, buffer: capacity, tag };
+                    self.failed = Some(error.to_string());
+                    return Err(error);
+                }
+                posted(&mut self.queue, request).buffers[buffer].0.as_mut_slice()[..len].copy_from_slice(&bytes);
+                self.delivered(request, buffer, len);
+                continue;
+            }
             if in_pieces(&self.data, body.len) {
                 let request = posted(&mut self.queue, body.request);
                 let buffer = std::mem::replace(&mut request.buffers[body.buffer].0, LentBuffer::empty());
@@ -367,16 +453,22 @@ impl RecvState {
             }
             self.body = None;
             self.header_read = 0;
-            let position = self.queue.iter().position(|r| r.id == body.request).expect("queued until its message is in");
-            let request = &mut self.queue[position];
-            request.sizes[body.buffer] = Some(body.len);
-            request.left.fetch_sub(1, Ordering::Release);
-            if request.sizes.iter().all(Option::is_some) {
-                let done = self.queue.remove(position).expect("queued");
-                self.completed.insert(done.id, done.sizes.into_iter().map(|size| size.expect("all set")).collect());
-            }
+            self.delivered(body.request, body.buffer, body.len);
         }
         Ok(())
+    }
+
+    /// Records that buffer `buffer` of receive `request` holds its message of `len` bytes
+    /// (not counting a piece still on a data socket), completing the receive with its last.
+    fn delivered(&mut self, request: u64, buffer: usize, len: usize) {
+        let position = self.queue.iter().position(|r| r.id == request).expect("queued until its message is in");
+        let request = &mut self.queue[position];
+        request.sizes[buffer] = Some(len);
+        request.left.fetch_sub(1, Ordering::Release);
+        if request.sizes.iter().all(Option::is_some) {
+            let done = self.queue.remove(position).expect("queued");
+            self.completed.insert(done.id, done.sizes.into_iter().map(|size| size.expect("all set")).collect());
+        }
     }
 
     /// Ends the comm: its helper threads stopped and joined, its sockets shut, its receives
@@ -403,8 +495,13 @@ impl RecvState {
         // The oldest posted receive with a free buffer of this tag (eager: the oldest receive
         // of all, as messages and receives go in the same order).
         let searched = if self.notices.is_some() { self.queue.len() } else { 1 };
-        let free = |r: &Incoming| (0..r.buffers.len()).find(|&i| r.sizes[i].is_none() && r.buffers[i].1 == tag).map(|i| (r.id, i, r.buffers[i].0.len()));
-        let Some((request, buffer, capacity)) = self.queue.iter().take(searched).find_map(free) else {
+        let Some((request, buffer, capacity)) = self.queue.iter().take(searched).find_map(|r| free_buffer(r, tag)) else {
+            // Receiver-driven, a message sent ahead of its notice waits here for its receive.
+            let len = usize::try_from(len).unwrap_or(usize::MAX);
+            if self.notices.is_some() && !in_pieces(&self.data, len) && len <= EAGER_BYTES && self.early.len() < EAGER_MESSAGES as usize {
+                self.early.push_back((tag, vec![0; len]));
+                return Ok(Some(Body { request: 0, buffer: 0, early: true, len, read: 0 }));
+            }
             let tags: Vec<u32> = self.queue.iter().take(searched).flat_map(|r| (0..r.buffers.len()).filter(|&i| r.sizes[i].is_none()).map(|i| r.buffers[i].1)).take(32).collect();
             return fail(&mut self.failed, format!("message with tag {tag} matches no free buffer of a posted receive (free tags {tags:?})"));
         };
@@ -414,16 +511,20 @@ impl RecvState {
             self.failed = Some(error.to_string());
             return Err(error);
         }
-        Ok(Some(Body { request, buffer, len: len as usize, read: 0 }))
+        Ok(Some(Body { request, buffer, early: false, len: len as usize, read: 0 }))
     }
 
     /// Reads the message's bytes into its buffer; `None` (and progress kept) if not all here.
     fn read_body(&mut self, mut body: Body) -> Result<Option<Body>> {
         while body.read < body.len {
             let left = body.len - body.read;
+            let target = match body.early {
+                true => &mut self.early.back_mut().expect("the early message being read").1[..],
+                false => posted(&mut self.queue, body.request).buffers[body.buffer].0.as_mut_slice(),
+            };
             if self.staged.0 < self.staged.1 {
                 let (start, n) = (self.staged.0, left.min(self.staged.1 - self.staged.0));
-                posted(&mut self.queue, body.request).buffers[body.buffer].0.as_mut_slice()[body.read..body.read + n].copy_from_slice(&self.stage[start..start + n]);
+                target[body.read..body.read + n].copy_from_slice(&self.stage[start..start + n]);
                 self.staged.0 += n;
                 body.read += n;
                 self.stats.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
@@ -432,8 +533,7 @@ impl RecvState {
             // The stage is empty: the rest goes straight into the buffer and whatever follows
             // it (the next headers, small messages) into the stage, in one call, so that no
             // byte of the body is copied twice.
-            let target = &mut posted(&mut self.queue, body.request).buffers[body.buffer].0.as_mut_slice()[body.read..body.len];
-            let mut into = [IoSliceMut::new(target), IoSliceMut::new(&mut self.stage)];
+            let mut into = [IoSliceMut::new(&mut target[body.read..body.len]), IoSliceMut::new(&mut self.stage)];
             match (&self.socket).read_vectored(&mut into) {
                 Ok(0) => return fail(&mut self.failed, "the sender closed the control connection".into()),
                 Ok(n) => {
