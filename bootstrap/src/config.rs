@@ -368,7 +368,7 @@ pub static KNOBS: &[Knob] = &[
     Knob {
         name: "OXCCL_COLL_TIMEOUT_MS",
         default: "600000",
-        doc: "how long one collective or point-to-point operation may wait for its peers before failing",
+        doc: "how long one collective or point-to-point operation may wait for its peers before failing; also how long a host communicator's finalize waits with none of its queued work completing",
         set: |c, v| Ok(c.coll_timeout = parse_millis(v)?),
     },
     Knob {

@@ -159,10 +159,11 @@ impl HostBackend {
         let _ = crate::pxn::relay::part(&self.exec.core, false);
     }
 
-    /// Waits for queued work, then for every message this rank sent to be taken by its
-    /// receiver's transport (see [`Communicator::finalize`](crate::Communicator::finalize)).
+    /// Waits for queued work (a timeout once none of it completes for the collective
+    /// timeout), then for every message this rank sent to be taken by its receiver's
+    /// transport (see [`Communicator::finalize`](crate::Communicator::finalize)).
     pub fn finalize(&self) -> Result<()> {
-        self.synchronize()?;
+        self.stream.synchronize_within(self.exec.core.config.coll_timeout)?;
         self.exec.flush()?;
         // PXN: relayed sends are flushed into the relaying rank's proxy, which must not go
         // before they are sent.

@@ -155,6 +155,13 @@ impl<J: Send + 'static> HostStream<J> {
         Work { seq, state: self.state.clone() }.wait()
     }
 
+    /// [`HostStream::synchronize`], failing with a timeout once no job has completed for
+    /// `stall` (a teardown is then not held for ever by a job counted and never finished).
+    pub fn synchronize_within(&self, stall: Duration) -> Result<()> {
+        let seq = self.state.progress.lock().submitted;
+        Work { seq, state: self.state.clone() }.wait_within(stall)
+    }
+
     /// The sticky error, if a job failed.
     pub fn error(&self) -> Option<Error> {
         self.state.progress.lock().failure.as_ref().map(|(_, e)| e.clone())
@@ -182,7 +189,13 @@ impl Work {
     /// Waits until the job has run; its error, or an earlier job's, is returned. Returns
     /// `Aborted` at once when the stream's abort flag is set.
     pub fn wait(&self) -> Result<()> {
+        self.wait_within(Duration::MAX)
+    }
+
+    /// [`Work::wait`], with a `Timeout` once no job of the stream has completed for `stall`.
+    fn wait_within(&self, stall: Duration) -> Result<()> {
         let mut p = self.state.progress.lock();
+        let (mut seen, mut since) = (p.completed, std::time::Instant::now());
         loop {
             if p.completed >= self.seq {
                 return match &p.failure {
@@ -192,6 +205,12 @@ impl Work {
             }
             if self.state.abort.is_raised() {
                 return Err(Error::Aborted { reason: String::new() });
+            }
+            if p.completed != seen {
+                (seen, since) = (p.completed, std::time::Instant::now());
+            } else if since.elapsed() >= stall {
+                let phase = format!("waiting for the host stream's queued work (job {}; {} of {} submitted completed, none for the last {stall:?})", self.seq, p.completed, p.submitted);
+                return Err(Error::Timeout { phase, waited: stall });
             }
             p.wake_at = p.wake_at.min(self.seq);
             // Wake periodically to see an abort flag set without a notification.
@@ -215,6 +234,33 @@ mod tests {
     /// A stream of closures, for these tests.
     fn closures(abort: AbortFlag) -> HostStream<Closure> {
         HostStream::new("t", abort, |job: Closure| job()).unwrap()
+    }
+
+    /// A teardown's wait gives up, naming the jobs, once none has completed for its
+    /// limit (here a job that takes far longer); a wait that sees jobs complete goes on.
+    #[test]
+    fn a_bounded_synchronize_times_out_when_no_job_completes() {
+        let stream = closures(AbortFlag::new());
+        let release = Arc::new(AtomicUsize::new(0));
+        let held = release.clone();
+        stream
+            .submit(Box::new(move || {
+                while held.load(Ordering::Acquire) == 0 {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Ok(())
+            }))
+            .unwrap();
+        let start = std::time::Instant::now();
+        let e = stream.synchronize_within(Duration::from_millis(300)).unwrap_err().to_string();
+        assert!(start.elapsed() >= Duration::from_millis(300) && start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+        assert!(e.contains("0 of 1 submitted completed"), "{e}");
+        release.store(1, Ordering::Release);
+        // Jobs completing one after another, each quicker than the limit: no timeout.
+        for _ in 0..5 {
+            stream.submit(Box::new(|| { std::thread::sleep(Duration::from_millis(100)); Ok(()) })).unwrap();
+        }
+        stream.synchronize_within(Duration::from_millis(300)).unwrap();
     }
 
     #[test]
