@@ -70,9 +70,8 @@ pub(super) struct SendState {
 struct Clearance {
     tags: HashMap<u32, u32>,
     partial: Vec<u8>,
-    /// Messages of each tag sent ahead of their notices, and their sum.
+    /// Messages of each tag sent ahead of their notices.
     ahead: HashMap<u32, u32>,
-    ahead_total: u32,
 }
 
 /// Messages a receiver-driven comm's sender may have sent ahead of their notices (NCCL's
@@ -167,9 +166,8 @@ impl SendState {
         if take_clearance(&mut clearance.tags, tag) {
             return Ok(true);
         }
-        if ahead_allowed && clearance.ahead_total < EAGER_MESSAGES {
+        if ahead_allowed && clearance.ahead.values().sum::<u32>() < EAGER_MESSAGES {
             *clearance.ahead.entry(tag).or_default() += 1;
-            clearance.ahead_total += 1;
             return Ok(true);
         }
         Ok(false)
@@ -201,9 +199,7 @@ impl SendState {
             for i in 1..=count {
                 let tag = word(&clearance.partial[at..], i);
                 // A notice pays off a message of its tag sent ahead of it first.
-                if take_clearance(&mut clearance.ahead, tag) {
-                    clearance.ahead_total -= 1;
-                } else {
+                if !take_clearance(&mut clearance.ahead, tag) {
                     *clearance.tags.entry(tag).or_default() += 1;
                 }
             }
@@ -299,6 +295,16 @@ fn take_clearance(tags: &mut HashMap<u32, u32>, tag: u32) -> bool {
     true
 }
 
+/// Copies a kept early message of `tag` into `buffer`; its length, or an error naming both
+/// sizes where it does not fit.
+fn hand_over(bytes: &[u8], buffer: &mut LentBuffer, tag: u32) -> Result<usize> {
+    if bytes.len() > buffer.len() {
+        return Err(Error::MessageTooLarge { message: bytes.len(), buffer: buffer.len(), tag });
+    }
+    buffer.as_mut_slice()[..bytes.len()].copy_from_slice(bytes);
+    Ok(bytes.len())
+}
+
 /// The first free buffer of `tag` in `receive`: (its request id, index, capacity).
 fn free_buffer(receive: &Incoming, tag: u32) -> Option<(u64, usize, usize)> {
     (0..receive.buffers.len()).find(|&i| receive.sizes[i].is_none() && receive.buffers[i].1 == tag).map(|i| (receive.id, i, receive.buffers[i].0.len()))
@@ -358,14 +364,16 @@ impl RecvState {
             let whole = self.early.len() - arriving;
             let Some(at) = self.early.iter().take(whole).position(|(t, _)| t == tag) else { continue };
             let (_, bytes) = self.early.remove(at).expect("found");
-            if bytes.len() > buffer.len() {
-                let error = Error::MessageTooLarge { message: bytes.len(), buffer: buffer.len(), tag: *tag };
-                self.failed.get_or_insert_with(|| error.to_string());
-                continue;
+            match hand_over(&bytes, buffer, *tag) {
+                Ok(len) => {
+                    sizes[i] = Some(len);
+                    left.fetch_sub(1, Ordering::Release);
+                }
+                // The receive's test reports it (the comm failed).
+                Err(e) => {
+                    self.failed.get_or_insert_with(|| e.to_string());
+                }
             }
-            buffer.as_mut_slice()[..bytes.len()].copy_from_slice(&bytes);
-            sizes[i] = Some(bytes.len());
-            left.fetch_sub(1, Ordering::Release);
         }
         if sizes.iter().all(Option::is_some) {
             self.completed.insert(id, sizes.into_iter().map(|size| size.expect("all set")).collect());
@@ -432,16 +440,16 @@ impl RecvState {
                 self.body = None;
                 self.header_read = 0;
                 // A receive for it may have been posted while it arrived.
-                let (tag, len) = self.early.back().map(|(tag, bytes)| (*tag, bytes.len())).expect("just read");
-                let Some((request, buffer, capacity)) = self.queue.iter().find_map(|r| free_buffer(r, tag)) else { continue };
+                let tag = self.early.back().expect("just read").0;
+                let Some((request, buffer, _)) = self.queue.iter().find_map(|r| free_buffer(r, tag)) else { continue };
                 let (_, bytes) = self.early.pop_back().expect("just read");
-                if len > capacity {
-                    let error = Error::MessageTooLarge { message: len, buffer: capacity, tag };
-                    self.failed = Some(error.to_string());
-                    return Err(error);
+                match hand_over(&bytes, &mut posted(&mut self.queue, request).buffers[buffer].0, tag) {
+                    Ok(len) => self.delivered(request, buffer, len),
+                    Err(e) => {
+                        self.failed = Some(e.to_string());
+                        return Err(e);
+                    }
                 }
-                posted(&mut self.queue, request).buffers[buffer].0.as_mut_slice()[..len].copy_from_slice(&bytes);
-                self.delivered(request, buffer, len);
                 continue;
             }
             if in_pieces(&self.data, body.len) {
