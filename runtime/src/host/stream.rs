@@ -241,13 +241,10 @@ mod tests {
     #[test]
     fn a_bounded_synchronize_times_out_when_no_job_completes() {
         let stream = closures(AbortFlag::new());
-        let release = Arc::new(AtomicUsize::new(0));
-        let held = release.clone();
+        let (release, held) = std::sync::mpsc::channel::<()>();
         stream
             .submit(Box::new(move || {
-                while held.load(Ordering::Acquire) == 0 {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
+                let _ = held.recv();
                 Ok(())
             }))
             .unwrap();
@@ -255,7 +252,7 @@ mod tests {
         let e = stream.synchronize_within(Duration::from_millis(300)).unwrap_err().to_string();
         assert!(start.elapsed() >= Duration::from_millis(300) && start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
         assert!(e.contains("0 of 1 submitted completed"), "{e}");
-        release.store(1, Ordering::Release);
+        release.send(()).unwrap();
         // Jobs completing one after another, each quicker than the limit: no timeout.
         for _ in 0..5 {
             stream.submit(Box::new(|| { std::thread::sleep(Duration::from_millis(100)); Ok(()) })).unwrap();

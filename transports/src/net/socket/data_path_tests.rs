@@ -458,9 +458,10 @@ fn a_message_sent_ahead_and_still_arriving_goes_to_its_receive_once_whole() {
     let mut other = [0u8; 8];
     // SAFETY: `other` outlives the comm.
     let mut waiting = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: other.as_mut_ptr(), len: 8, tag: 8 }], &[&received]) }.unwrap().unwrap();
-    std::thread::sleep(Duration::from_millis(20));
-    for _ in 0..5 {
+    let until = deadline();
+    while net.stats().snapshot().bytes_received < (whole.len() + 50_000) as u64 {
         assert_eq!(net.test(&mut waiting).unwrap(), None, "nothing of tag 8 was sent");
+        assert!(Instant::now() < until, "the first bytes never came: {:?}", net.stats().snapshot());
     }
     // One receive for both: the whole early message (tag 3) and the arriving one (tag 4),
     // which must stay where it is when the first is taken.
@@ -486,14 +487,15 @@ fn too_small_a_buffer_for_a_message_sent_ahead_is_an_error_naming_both_sizes() {
     // SAFETY: data lives to the end of the test, after the comms.
     let mut sent = unsafe { net.isend(&mut send, data.as_ptr(), data.len(), 4, &registration) }.unwrap().expect("goes ahead");
     wait(&net, &mut sent);
-    // Arrived and kept before the receive is posted (the receiver reads it then).
-    std::thread::sleep(Duration::from_millis(20));
     let mut buffer = vec![0u8; 100];
     let mut other = vec![0u8; 10];
     // SAFETY: buffers live to the end of the test, after the comms.
     let mut first = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: other.as_mut_ptr(), len: other.len(), tag: 8 }], &[&registration]) }.unwrap().unwrap();
-    for _ in 0..10 {
+    // Another tag's receive makes the receiver read it and keep it (its bytes counted).
+    let until = deadline();
+    while net.stats().snapshot().bytes_received < data.len() as u64 {
         assert_eq!(net.test(&mut first).unwrap(), None, "no message of tag 8");
+        assert!(Instant::now() < until, "the message never came: {:?}", net.stats().snapshot());
     }
     // SAFETY: as above.
     let mut received = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: buffer.as_mut_ptr(), len: buffer.len(), tag: 4 }], &[&registration]) }.unwrap().unwrap();
