@@ -124,11 +124,11 @@ impl Ring {
     fn all_gather(&self, count: usize, offset: usize, len: usize, chunk: usize, steps: &mut Vec<Step>) {
         let r = self.rank as isize;
         let copy = Step::Copy { src: Slice::send(offset, len), dst: Slice::recv(self.rank * count + offset, len) };
-        let one_chunk = len <= chunk;
+        let copy_early = self.n > 1 && len <= chunk;
         if self.n > 1 {
             for (o, c) in chunks(offset, len, chunk) {
                 steps.push(Step::Send { to: self.next, src: Slice::send(o, c) });
-                if one_chunk {
+                if copy_early {
                     steps.push(copy.clone());
                 }
                 for j in 1..self.n as isize - 1 {
@@ -138,7 +138,7 @@ impl Ring {
                 steps.push(Step::Recv { from: self.prev, dst: Slice::recv(self.at(r + 1) * count + o, c) });
             }
         }
-        if len > 0 && !(one_chunk && self.n > 1) {
+        if len > 0 && !copy_early {
             steps.push(copy);
         }
     }
