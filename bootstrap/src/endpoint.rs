@@ -702,13 +702,13 @@ impl Shared {
     /// failed keeps the notice going round a ring they broke). When this failure changes
     /// that successor, the new one gets every failure known here: notices sent to the old
     /// one may have died with it (a stopped rank swallows them). Needs the table.
-    fn pass_on(&self, failure: &Failure) {
+    fn pass_on(&self, failure: &Failure) -> Option<u32> {
         let known: Vec<(u32, String)> = self.inbox.lock().dead.iter().map(|(r, why)| (*r, why.clone())).collect();
         let dead = |r: &u32| known.iter().any(|(k, _)| k == r);
         let successors = || (1..self.nranks).map(|i| (self.rank + i) % self.nranks);
         let before = successors().find(|r| !dead(r));
         let next = successors().find(|r| !failure.failed.contains(r) && !dead(r));
-        let Some(next) = next.filter(|_| self.table.get().is_some()) else { return };
+        let next = next.filter(|_| self.table.get().is_some())?;
         let mut notices = vec![Message::Abort { reason: failure.reason.clone(), failed: failure.failed.clone() }];
         if before != Some(next) {
             notices.extend(known.into_iter().map(|(r, reason)| Message::Abort { reason, failed: vec![r] }));
@@ -716,6 +716,31 @@ impl Shared {
         match notices.iter().try_for_each(|notice| self.send_quietly(next, notice, &[])) {
             Ok(()) => tracing::debug!(target: target::BOOTSTRAP, "rank {}: failure notice passed to rank {next}", self.rank),
             Err(e) => tracing::warn!(target: target::BOOTSTRAP, "rank {}: could not pass the failure notice to rank {next}: {e}", self.rank),
+        }
+        Some(next)
+    }
+
+    /// Sends a failure notice straight to every live peer (but `skip`, told already) that
+    /// this rank has a connection open to, opening none. A rank that exits on the news
+    /// closes those connections; with the notice ahead of the close on each, a peer reads
+    /// the failure before it reads this rank's end, and blames the rank that failed first
+    /// rather than this one. A connection busy for 100 ms is passed over (the ring still
+    /// carries the notice).
+    fn tell_connected(&self, failure: &Failure, skip: Option<u32>) {
+        const BUSY: Duration = Duration::from_millis(100);
+        let dead: Vec<u32> = self.inbox.lock().dead.keys().copied().collect();
+        let notice = Message::Abort { reason: failure.reason.clone(), failed: failure.failed.clone() };
+        for peer in (0..self.nranks).filter(|p| *p != self.rank && Some(*p) != skip && !failure.failed.contains(p) && !dead.contains(p)) {
+            let Some(mut slot) = self.outgoing[peer as usize].try_lock_for(BUSY) else { continue };
+            let Some(stream) = slot.as_mut() else { continue };
+            let _ = stream.set_write_timeout(Some(BUSY));
+            if let Err(e) = wire::write_message(stream, &notice) {
+                tracing::debug!(target: target::BOOTSTRAP, "rank {}: could not tell rank {peer} of the failure: {e}", self.rank);
+                // Part of a frame may have gone: the connection can carry nothing more.
+                *slot = None;
+                continue;
+            }
+            let _ = stream.set_write_timeout(Some(self.limits.timeout));
         }
     }
 
@@ -732,9 +757,11 @@ impl Shared {
                 return;
             }
         }
-        // Tell the first live ring successor (it forwards in turn), then wake local waiters.
-        // Before the table is known this cannot be done here; set_table does it then.
-        self.pass_on(&failure);
+        // Tell the first live ring successor (it forwards in turn) and the peers this rank
+        // already has a connection to, then wake local waiters. Before the table is known
+        // this cannot be done here; set_table does it then.
+        let next = self.pass_on(&failure);
+        self.tell_connected(&failure, next);
         let mut inbox = self.inbox.lock();
         tracing::warn!(target: target::BOOTSTRAP, "rank {}: {}", self.rank, failure.reason);
         for &r in &failure.failed {
@@ -799,5 +826,41 @@ mod tests {
         let (a, b) = pair();
         drop(b);
         assert_eq!(dead_within(&a, Duration::from_millis(300)), None, "a goodbye was taken for a death");
+    }
+
+    /// A rank that hears of a failure and dies at once (its program exits on the error)
+    /// tells the peers it has a connection to before its connections close: they blame the
+    /// rank that failed first, not it. Ranks 2 and 3 are endpoints; rank 1 is the one that
+    /// failed, and rank 0 (rank 3's ring successor) a socket that never reads, so the ring
+    /// carries the news no further and only rank 3's own notice can reach rank 2.
+    #[test]
+    fn a_rank_exiting_on_a_failure_is_not_blamed_for_it() {
+        let limits = Limits { timeout: Duration::from_secs(20), handshake: Duration::from_secs(1), max_frame: 1 << 20, heartbeat: None };
+        let listen = || sock::listen("127.0.0.1".parse().unwrap(), 0).unwrap();
+        let (silent, failed) = (listen(), listen());
+        let (c, d) = (Endpoint::listen(listen(), 2, 4, [7; 32], limits).unwrap(), Endpoint::listen(listen(), 3, 4, [7; 32], limits).unwrap());
+        let table = vec![silent.local_addr().unwrap(), failed.local_addr().unwrap(), c.listen_addr(), d.listen_addr()];
+        c.set_table(table.clone());
+        d.set_table(table);
+        d.send(2, 5, 1, b"x", &[]).unwrap();
+        assert_eq!(c.recv(3, 5, 1, "test", &[], &[2, 3], false).unwrap(), b"x");
+
+        d.fail("rank 1 died".into(), vec![1]);
+        // Rank 3 exits: its sockets close with no goodbye.
+        d.shared.stop.raise();
+        for slot in &d.shared.outgoing {
+            if let Some(stream) = slot.lock().take() {
+                stream.shutdown(std::net::Shutdown::Both).unwrap();
+            }
+        }
+        let start = Instant::now();
+        let error = loop {
+            if let Some(e) = c.failure("test", &[0, 1, 2, 3]) {
+                break e;
+            }
+            assert!(start.elapsed() < Duration::from_secs(2), "rank 2 heard of no failure");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert!(matches!(error, Error::PeerFailed { rank: 1, .. }), "rank 2 blamed the wrong rank: {error}");
     }
 }

@@ -17,6 +17,10 @@ use crate::error::{Error, Result};
 use crate::proxy::NetLinks;
 use crate::pxn::{self, Rails};
 
+/// How long a failure the data path saw waits for the control plane to tell of an earlier
+/// one before it is announced as the job's (see [`Core::health`]).
+const CONTROL_PLANE_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// The shared part of a communicator.
 pub(crate) struct Core {
     pub boot: Bootstrap,
@@ -98,8 +102,18 @@ impl Core {
         }
         self.boot.check("collective")?;
         if let Err(e) = self.net.check() {
-            // The data path saw the peer go before the control plane did: tell the job, so
+            // The data path saw the peer go before the control plane did. The peer's
+            // control connection closes with it, after any failure notice the peer sent
+            // (it may have exited on another rank's death): give that a moment to be read,
+            // so that the rank that failed first is the one named. Else tell the job, so
             // that every rank names the same failed rank.
+            let deadline = std::time::Instant::now() + CONTROL_PLANE_GRACE;
+            while std::time::Instant::now() < deadline && !self.abort.is_raised() {
+                if let Err(first) = self.boot.check("collective") {
+                    return Err(first.into());
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
             if let Error::PeerFailed { rank, reason } = &e {
                 self.announce_failed(*rank, reason);
             }
