@@ -302,6 +302,59 @@ fn the_tree_across_hosts_runs_on_the_network_kernels() {
     }
 }
 
+/// PXN for GPU kernels: 4 ranks (threads, sharing the GPUs there are) posing as 2 hosts of
+/// 2, rank `2h + i` on rail `i` alone — loopback and the machine's first other IPv4
+/// interface, each rank's NCCL_SOCKET_IFNAME naming one (both reach the same machine). A
+/// send to a rank of the other rail leaves from the host mate on that rail: its kernel
+/// writes the mate's FIFO, the mate's proxy sends it. Every all_reduce, all_gather and
+/// broadcast of the random matrix bit for bit against the CPU; each rank's connections
+/// checked: every cross-host send leaves on its receiver's rail, some through a relay.
+#[test]
+fn pxn_relays_kernel_sends_onto_the_receivers_rail() {
+    let Some(g) = gpus() else { return };
+    let interfaces = oxccl_runtime::bootstrap::iface::list().unwrap();
+    let Some(other) = interfaces.iter().find(|i| i.up && !i.loopback && i.addr.is_ipv4()).map(|i| i.name.clone()) else {
+        eprintln!("skipped: no IPv4 interface beside loopback for a second rail");
+        return;
+    };
+    warm_kernel_cache();
+    let rails = ["lo".to_string(), other.clone()];
+    let devices: Vec<usize> = (0..4).map(|r| r % g).collect();
+    let configs: Vec<Config> = (0..4)
+        .map(|rank| {
+            let mut config = config();
+            config.set("NCCL_HOSTID", &format!("pxn-host-{}", rank / 2)).unwrap();
+            config.set("NCCL_SOCKET_IFNAME", &format!("={}", rails[rank % 2])).unwrap();
+            config
+        })
+        .collect();
+    settle();
+    let comms = Communicator::init_all_gpus_with(&devices, &configs).unwrap();
+    let cases: Vec<Case> = random_cases(4).into_iter().filter(|c| matches!(c.collective, Collective::AllReduce | Collective::AllGather | Collective::Broadcast)).collect();
+    let failures: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms.iter().map(|c| s.spawn(|| run_cases(c, &cases, Inputs::Random))).collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    let mut relayed = 0;
+    for c in &comms {
+        for connection in c.net_connections().into_iter().filter(|n| n.send) {
+            assert_eq!(connection.nic, rails[connection.to % 2], "rank {}: {connection:?} leaves off its receiver's rail", c.rank());
+            if connection.proxy != connection.from {
+                assert_eq!((connection.proxy / 2, connection.proxy % 2), (connection.from / 2, connection.to % 2), "rank {}: {connection:?}: not relayed by the host mate on the receiver's rail", c.rank());
+                relayed += 1;
+            }
+        }
+    }
+    std::thread::scope(|s| {
+        for c in comms {
+            s.spawn(move || drop(c));
+        }
+    });
+    assert!(failures.is_empty(), "PXN across rails lo and {other}: {} failures:\n{}", failures.len(), failures[..failures.len().min(30)].join("\n"));
+    assert!(relayed > 0, "no send was relayed");
+    eprintln!("PXN across rails lo and {other} on GPUs {devices:?}: {} cases ok, {relayed} relayed sends", cases.len());
+}
+
 /// The matrix, and all_reduce and broadcast large enough to be staged in several pieces
 /// (36 MiB + 3 floats: nine, the last shorter), in and out of place; reduce at that size
 /// beside them (staged whole).

@@ -8,8 +8,10 @@
 //! two pids, then the tail (slots posted by the sender) and the head (slots released by the
 //! receiver), each on its own 128-byte line (a GPU's cache line) so that the two ends never
 //! write the same line,
-//! then each slot's byte count. The slots follow, 64-byte aligned. Counters are 64-bit and
-//! only grow; slot `i` is `i % slots`.
+//! then each slot's byte count, then a small ring of the sender's notes to the receiver
+//! ([`Region::note`]). The slots follow, 64-byte aligned, and in a shared segment made
+//! with [`Region::create_shared_with_tail`] the caller's tail bytes after them. Counters
+//! are 64-bit and only grow; slot `i` is `i % slots`.
 //!
 //! # Protocol
 //!
@@ -56,8 +58,10 @@ pub const DEFAULT_BUFFER_BYTES: usize = 4 << 20;
 pub const DEFAULT_SLOT_BYTES: usize = DEFAULT_BUFFER_BYTES / DEFAULT_SLOTS;
 /// Most slots a FIFO may have (the header holds this many sizes).
 pub const MAX_SLOTS: usize = 16;
+/// Notes the header's ring holds that the receiver has not taken yet ([`Region::note`]).
+pub const NOTES: usize = 32;
 
-const MAGIC: u64 = 0x4f58_4649_464f_0003; // "OXFIFO", layout version 3
+const MAGIC: u64 = 0x4f58_4649_464f_0004; // "OXFIFO", layout version 4
 /// The header takes one page, so that the slots start page-aligned in a mapping.
 pub const HEADER_BYTES: usize = 4096;
 /// Where, in the header, the tail (u64), the head (u64) and the slots' sizes (u32 each)
@@ -140,13 +144,17 @@ struct Header {
     tail: CacheLine<AtomicU64>,
     head: CacheLine<AtomicU64>,
     sizes: CacheLine<[AtomicU32; MAX_SLOTS]>,
+    /// Notes written (by the sender) and taken (by the receiver), and the ring of them.
+    notes_written: CacheLine<AtomicU64>,
+    notes_taken: CacheLine<AtomicU64>,
+    notes: CacheLine<[AtomicU64; NOTES]>,
 }
 
 // The layout is shared between processes (possibly of different builds): pin it. Loom's
 // atomics are larger, and loom builds have no shared segments.
 #[cfg(not(loom))]
 const _: () = {
-    assert!(std::mem::size_of::<Header>() == 512);
+    assert!(std::mem::size_of::<Header>() == 1024);
     assert!(std::mem::align_of::<Header>() == 128);
     assert!(std::mem::offset_of!(Header, slots) == 8);
     assert!(std::mem::offset_of!(Header, receiver_pid) == 16);
@@ -173,6 +181,9 @@ impl Header {
             tail: CacheLine(AtomicU64::new(0)),
             head: CacheLine(AtomicU64::new(0)),
             sizes: CacheLine(std::array::from_fn(|_| AtomicU32::new(0))),
+            notes_written: CacheLine(AtomicU64::new(0)),
+            notes_taken: CacheLine(AtomicU64::new(0)),
+            notes: CacheLine(std::array::from_fn(|_| AtomicU64::new(0))),
         }
     }
 }
@@ -209,10 +220,20 @@ impl Region {
     /// handle (segment name and geometry, as bytes) that the sending process opens.
     #[cfg(not(loom))]
     pub fn create_shared(slots: usize, slot_bytes: usize) -> Result<(Arc<Region>, Vec<u8>)> {
-        let geometry = Geometry { slots, slot_bytes };
+        Region::create_shared_with_tail(Geometry { slots, slot_bytes }, 0)
+    }
+
+    /// As [`Region::create_shared`], with `tail_bytes` more after the slots, zeroed, which
+    /// the FIFO's users lay out themselves ([`Region::tail_memory`]: a GPU kernel's LL
+    /// slots); the handle carries their size, and the opener maps them too.
+    #[cfg(not(loom))]
+    pub fn create_shared_with_tail(geometry: Geometry, tail_bytes: usize) -> Result<(Arc<Region>, Vec<u8>)> {
         geometry.check()?;
-        let memory = memory::Memory::create_segment(geometry)?;
-        let handle = memory::encode_handle(memory.segment_name().expect("a segment has a name"), geometry);
+        if u32::try_from(tail_bytes).is_err() {
+            return Err(Error::InvalidArgument(format!("{tail_bytes} bytes after a FIFO's slots (at most 4 GiB)")));
+        }
+        let memory = memory::Memory::create_segment(geometry, tail_bytes)?;
+        let handle = memory::encode_handle(memory.segment_name().expect("a segment has a name"), geometry, tail_bytes);
         let region = Region::over(memory, geometry);
         region.initialize(std::process::id());
         Ok((Arc::new(region), handle))
@@ -246,9 +267,9 @@ impl Region {
     /// both ends have it mapped now, so nothing needs the name any more.
     #[cfg(not(loom))]
     pub fn open_shared(handle: &[u8]) -> Result<Arc<Region>> {
-        let (name, geometry) = memory::decode_handle(handle)?;
+        let (name, geometry, tail_bytes) = memory::decode_handle(handle)?;
         geometry.check()?;
-        let memory = memory::Memory::open_segment(&name, geometry)?;
+        let memory = memory::Memory::open_segment(&name, geometry, tail_bytes)?;
         let region = Region::over(memory, geometry);
         let header = region.header();
         let bad = |reason: &str| Error::Malformed { what: "shared-memory segment", reason: format!("{name}: {reason}") };
@@ -324,6 +345,52 @@ impl Region {
     /// what a network registers for the FIFO's sends and receives.
     pub fn slots_memory(&self) -> (*mut u8, usize) {
         (self.slots.as_ptr(), self.geometry.slots * self.geometry.stride())
+    }
+
+    /// The bytes after the slots of a segment made with [`Region::create_shared_with_tail`]
+    /// (as this process maps them; none for other FIFOs).
+    pub fn tail_memory(&self) -> (*mut u8, usize) {
+        let (slots, len) = self.slots_memory();
+        // SAFETY: one past the slots, within (or at the end of) the FIFO's memory.
+        (unsafe { slots.add(len) }, self.memory.tail_bytes())
+    }
+
+    /// The whole of a shared segment's memory as this process maps it (header, slots, tail
+    /// bytes): what a GPU registers to reach the FIFO. `None` for other FIFOs.
+    pub fn segment_memory(&self) -> Option<(*mut u8, usize)> {
+        let (tail, tail_bytes) = self.tail_memory();
+        self.memory.segment_name()?;
+        let start = self.header.as_ptr().cast::<u8>();
+        Some((start, tail as usize + tail_bytes - start as usize))
+    }
+
+    /// Leaves `note` for the receiver (the FIFO's one writer of notes: its sender), and
+    /// rings the doorbell if the receiver sleeps on it: what a sender that can neither
+    /// wake the receiver's process nor be seen through its slots (a GPU kernel's host,
+    /// announcing the kernel's messages) tells it. False, and nothing written, while
+    /// [`NOTES`] notes wait untaken.
+    pub fn note(&self, note: u64) -> bool {
+        let header = self.header();
+        let written = header.notes_written.0.load(Ordering::Relaxed);
+        if written.wrapping_sub(header.notes_taken.0.load(Ordering::Acquire)) >= NOTES as u64 {
+            return false;
+        }
+        header.notes.0[(written % NOTES as u64) as usize].store(note, Ordering::Relaxed);
+        header.notes_written.0.store(written + 1, Ordering::Release);
+        self.ring();
+        true
+    }
+
+    /// The oldest note not yet taken (the receiver's side of [`Region::note`]).
+    pub fn take_note(&self) -> Option<u64> {
+        let header = self.header();
+        let taken = header.notes_taken.0.load(Ordering::Relaxed);
+        if header.notes_written.0.load(Ordering::Acquire) == taken {
+            return None;
+        }
+        let note = header.notes.0[(taken % NOTES as u64) as usize].load(Ordering::Relaxed);
+        header.notes_taken.0.store(taken + 1, Ordering::Release);
+        Some(note)
     }
 
     /// The segment's name under /dev/shm, for shared FIFOs (gone from there once opened).

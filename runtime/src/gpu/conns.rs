@@ -11,7 +11,10 @@
 //! proxy moves over the Net: the receiving end listens and announces the Net's handle, the
 //! sending end connects to it (in the proxy thread). Only the counter is GPU memory. A Net
 //! that reached GPU memory (NCCL_PTR_CUDA) could take the slots from GPU memory instead;
-//! the socket Net cannot, so the slots are host memory.
+//! the socket Net cannot, so the slots are host memory. A send that PXN routes through a
+//! rank of this host on the receiver's rail (`pxn::Rails::route`) writes instead into a
+//! FIFO in a shared-memory segment that rank made (`pxn::relay`), registered with this
+//! GPU; that rank's proxy sends it.
 //!
 //! Every rank sends all its announcements before it waits for any, so setup cannot
 //! deadlock; each wait is the bootstrap's (timed, aborted by failures).
@@ -25,12 +28,12 @@ use oxccl_bootstrap::Bootstrap;
 use oxccl_kernels::device::{conn, ll, DevConn};
 use oxccl_transports::fifo::{self, Geometry, Region};
 
-use super::driver::{Device, DeviceMemory, IpcMemory, MappedHost};
+use super::driver::{Device, DeviceMemory, HostRegistration, IpcMemory, MappedHost};
 use super::encode::End;
 use crate::error::{Error, Result};
 use crate::proxy::ll::LlSlots;
-use crate::proxy::{Direction, Driver, NetLinks};
-use crate::pxn::Rails;
+use crate::proxy::{Direction, Driver, NetConnection, NetLinks};
+use crate::pxn::{relay, Hop, Rails};
 
 /// Bootstrap tags of the announcements (per channel), apart from the host transports'.
 const FIFO_TAG: u64 = 1 << 61;
@@ -154,8 +157,9 @@ enum EndMemory {
     Peer { _remote: Remote, local: Local },
     /// Over the network: the FIFO this rank's proxy shares (freed when both let it go: the
     /// proxy's links are closed before a communicator's memory is freed), and this end's
-    /// counter.
-    Net { region: Arc<Region>, counter: DeviceMemory, bytes: usize },
+    /// counter. A relayed send's FIFO is another rank's segment, registered with this GPU
+    /// (field order: unregistered before this process unmaps it).
+    Net { _registration: Option<HostRegistration>, region: Arc<Region>, counter: DeviceMemory, bytes: usize },
 }
 
 impl EndMemory {
@@ -220,7 +224,12 @@ impl Connections {
             if !cx.same_host[link.peer] {
                 if let End::Recv(_) = end {
                     let (region, memory) = net_fifo(cx.geometry)?;
-                    let (handle, _) = cx.net.listen(link, link.peer, region.clone(), Driver::Device, cx.rails.receive_device(cx.boot.rank() as usize, link.channel), Some(memory.ll))?;
+                    // A relayed sender's connection comes from its relaying rank, whose end a
+                    // failure names.
+                    let (me, device) = (cx.boot.rank() as usize, cx.rails.receive_device(cx.boot.rank() as usize, link.channel));
+                    let sender = cx.rails.carrier(link.peer, me, link.channel, false);
+                    let (handle, _) = cx.net.listen(link, sender, region.clone(), Driver::Device, device, Some(memory.ll))?;
+                    cx.net.record(NetConnection { from: link.peer, to: me, channel: link.channel, proxy: sender, send: false, device, nic: cx.net.device_name(device) });
                     cx.boot.send(link.peer as u32, FIFO_TAG + link.channel as u64, &[&[KIND_NET][..], &handle].concat())?;
                     pending.push(Pending::Listening(region, memory));
                 } else {
@@ -258,13 +267,31 @@ impl Connections {
                     tracing::debug!(target: crate::log_target::P2P, "GPU {} {end:?} connected ({})", cx.device.ordinal, if matches!(remote, Remote::Direct(_)) { "same process" } else { "CUDA IPC" });
                     Opened { conn, memory: EndMemory::Peer { _remote: remote, local: memory } }
                 }
-                Pending::Listening(region, memory) => net_end(end, region, &memory, cx)?,
+                Pending::Listening(region, memory) => net_end(end, region, None, &memory, cx)?,
                 Pending::Connecting => {
                     let handle = cx.boot.recv(link.peer as u32, FIFO_TAG + link.channel as u64)?;
                     let handle = announced(&handle, KIND_NET, link.peer)?;
-                    let (region, memory) = net_fifo(cx.geometry)?;
-                    cx.net.connect(link, handle, region.clone(), Driver::Device, cx.rails.own_device(cx.boot.rank() as usize, link.peer, link.channel), Some(memory.ll), None)?;
-                    net_end(end, region, &memory, cx)?
+                    // GPU links carry collectives and send/recv alike: the collectives' rule.
+                    let me = cx.boot.rank() as usize;
+                    match cx.rails.route(me, link.peer, link.channel, false) {
+                        Hop::Direct { device } => {
+                            let (region, memory) = net_fifo(cx.geometry)?;
+                            cx.net.connect(link, handle, region.clone(), Driver::Device, device, Some(memory.ll), None)?;
+                            cx.net.record(NetConnection { from: me, to: link.peer, channel: link.channel, proxy: me, send: true, device, nic: cx.net.device_name(device) });
+                            net_end(end, region, None, &memory, cx)?
+                        }
+                        Hop::Relay { proxy, device } => {
+                            let region = relay::ask(cx.boot, proxy, link, handle, device, cx.geometry, ll::SLOT_BYTES, false)?;
+                            let (start, bytes) = region.segment_memory().ok_or_else(|| Error::Internal("a PXN relay FIFO that is not a shared segment".into()))?;
+                            // SAFETY: the segment stays mapped while `region` lives, which
+                            // the end holds past the registration (EndMemory's field order).
+                            let registration = unsafe { HostRegistration::new(start, bytes) }?;
+                            let memory = MappedFifo { device: registration.device, ll: LlSlots { base: region.tail_memory().0 as usize, slot_bytes: ll::SLOT_BYTES } };
+                            cx.net.relayed(link, region.clone(), proxy);
+                            cx.net.record(NetConnection { from: me, to: link.peer, channel: link.channel, proxy, send: true, device, nic: cx.rails.rail(proxy, device).unwrap_or("?").to_string() });
+                            net_end(end, region, Some(registration), &memory, cx)?
+                        }
+                    }
                 }
             };
             self.ends.insert(end, opened);
@@ -405,8 +432,9 @@ fn net_fifo(geometry: Geometry) -> Result<(Arc<Region>, MappedFifo)> {
     Ok((region, MappedFifo { device, ll }))
 }
 
-/// The open network end `end` over `region` (mapped at `memory`).
-fn net_end(end: End, region: Arc<Region>, memory: &MappedFifo, cx: &Setup) -> Result<Opened> {
+/// The open network end `end` over `region` (mapped at `memory`; through `registration`
+/// for a relayed send's segment).
+fn net_end(end: End, region: Arc<Region>, registration: Option<HostRegistration>, memory: &MappedFifo, cx: &Setup) -> Result<Opened> {
     // The message count, then (a sending end's) the last head its kernel read.
     let counter = DeviceMemory::zeroed(16)?;
     let base = memory.device;
@@ -426,7 +454,7 @@ fn net_end(end: End, region: Arc<Region>, memory: &MappedFifo, cx: &Setup) -> Re
         ll_slot_bytes: ll::SLOT_BYTES as u32,
     };
     tracing::debug!(target: crate::log_target::P2P, "GPU {} {end:?} connected (network, through the proxy)", cx.device.ordinal);
-    Ok(Opened { conn, memory: EndMemory::Net { region, counter, bytes: net_fifo_bytes(geometry) } })
+    Ok(Opened { conn, memory: EndMemory::Net { _registration: registration, region, counter, bytes: net_fifo_bytes(geometry) } })
 }
 
 /// Bytes of a network FIFO's mapped memory: the FIFO, then its LL slots.

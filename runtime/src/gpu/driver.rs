@@ -326,6 +326,43 @@ impl Drop for PinnedHost {
     }
 }
 
+/// Host memory allocated elsewhere (a shared-memory segment another process made),
+/// page-locked and mapped into the GPU's address space until dropped.
+pub(crate) struct HostRegistration {
+    ptr: *mut u8,
+    pub device: CUdeviceptr,
+}
+
+// SAFETY: a registration is an address and the driver's record of it; who touches the
+// memory when is its owner's protocol.
+unsafe impl Send for HostRegistration {}
+// SAFETY: as above.
+unsafe impl Sync for HostRegistration {}
+
+impl HostRegistration {
+    /// Registers `bytes` at `ptr` (page-aligned; the context is current).
+    ///
+    /// # Safety
+    /// The range stays mapped until the registration is dropped.
+    pub unsafe fn new(ptr: *mut u8, bytes: usize) -> Result<HostRegistration> {
+        let flags = sys::CU_MEMHOSTREGISTER_DEVICEMAP | sys::CU_MEMHOSTREGISTER_PORTABLE;
+        // SAFETY: the range is mapped (the caller's contract).
+        check(unsafe { sys::cuMemHostRegister_v2(ptr.cast(), bytes, flags) }, || format!("registering {bytes} bytes of shared host memory with the GPU"))?;
+        let mut registration = HostRegistration { ptr, device: 0 };
+        // SAFETY: writes the device address of registered mapped memory (unregistered with
+        // `registration` if this fails).
+        check(unsafe { sys::cuMemHostGetDevicePointer_v2(&mut registration.device, ptr.cast(), 0) }, || "mapping shared host memory into the GPU".into())?;
+        Ok(registration)
+    }
+}
+
+impl Drop for HostRegistration {
+    fn drop(&mut self) {
+        // SAFETY: unregisters what `new` registered, once.
+        unsafe { sys::cuMemHostUnregister(self.ptr.cast()) };
+    }
+}
+
 /// Copies `bytes` from device address `src` to host memory at `dst` on `stream`.
 ///
 /// # Safety

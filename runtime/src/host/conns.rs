@@ -137,7 +137,7 @@ pub(crate) fn ensure(lanes: &[Lane], conns: &mut Connections, boot: &Bootstrap, 
                 }
                 Hop::Relay { proxy, device } => {
                     // The relaying rank's proxy drains the FIFO: nothing here to wake.
-                    let region = relay::ask(boot, proxy, link, rest, device, transports.geometry, kind == KIND_NET_SHARED)?;
+                    let region = relay::ask(boot, proxy, link, rest, device, transports.geometry, 0, kind == KIND_NET_SHARED)?;
                     let nic = rails.rail(proxy, device).unwrap_or("?").to_string();
                     net.record(NetConnection { from: me, to: link.peer, channel: link.channel, proxy, send: true, device, nic });
                     Sender::new(region)

@@ -38,6 +38,17 @@ impl Fifo {
         Fifo { region, header: h, slots: s, geometry, ll: LlSlots { base: s + simple, slot_bytes: LL_SLOT } }
     }
 
+    /// The FIFO of a shared segment made with LL slots as its tail (a PXN relay's), as
+    /// this process maps it.
+    fn over(region: Arc<Region>) -> Fifo {
+        let (header, _) = region.segment_memory().expect("a shared segment");
+        let (slots, _) = region.slots_memory();
+        let (tail, tail_bytes) = region.tail_memory();
+        let geometry = region.geometry();
+        assert_eq!(tail_bytes, geometry.slots * LL_SLOT);
+        Fifo { header: header as usize, slots: slots as usize, geometry, ll: LlSlots { base: tail as usize, slot_bytes: LL_SLOT }, region }
+    }
+
     /// Word `w` (0 or 1) of line `l` of message `m`'s LL slot.
     fn ll_word(&self, m: u64, l: usize, w: usize) -> &AtomicU64 {
         // SAFETY: within the LL slots (l < LL_SLOT / 16), 8-aligned, living as long as `self`.
@@ -124,6 +135,25 @@ impl Fifo {
         }
     }
 
+    /// Plays a sending kernel's message `m` of a launch over LL (of [`ll_len`] bytes) or
+    /// Simple (of [`len`] bytes).
+    fn kernel_send_one(&self, m: u64, ll: bool) {
+        if ll {
+            self.kernel_send_ll(m, ll_len(m));
+        } else {
+            self.kernel_send(m..m + 1, len);
+        }
+    }
+
+    /// Plays a receiving kernel's message `m`, as [`Fifo::kernel_send_one`] sent it.
+    fn kernel_recv_one(&self, m: u64, ll: bool, check: impl Fn()) {
+        if ll {
+            self.kernel_recv_ll(m, ll_len(m), check);
+        } else {
+            self.kernel_recv(m..m + 1, len, check);
+        }
+    }
+
     /// Plays a receiving kernel for `messages`: waits for the tail, checks message `m`, advances the head;
     /// `check` is called while waiting (a link's failure ends the wait).
     fn kernel_recv(&self, messages: std::ops::Range<u64>, len: impl Fn(u64) -> usize, check: impl Fn()) {
@@ -150,6 +180,11 @@ fn byte(message: u64, i: usize) -> u8 {
 
 fn len(m: u64) -> usize {
     1 + (m as usize * 37) % 4096
+}
+
+/// Bytes of LL message `m`: 0 to 504.
+fn ll_len(m: u64) -> usize {
+    (m as usize * 41) % 505
 }
 
 const GEOMETRY: Geometry = Geometry { slots: 8, slot_bytes: 4096 };
@@ -209,18 +244,13 @@ fn kernel_driven_fifos_switch_between_ll_and_simple() {
             *first += count;
             Some(launch)
         }).collect();
-        let ll_len = |m: u64| (m as usize * 41) % 505;
         let (kernel, sender, launches) = (&*tx, &sender, &launches);
         std::thread::scope(|scope| {
             let send = scope.spawn(move || {
                 for &(first, count, ll) in launches {
                     sender.announce(link, Direction::Send, count, true, ll);
                     for m in first..first + count {
-                        if ll {
-                            kernel.kernel_send_ll(m, ll_len(m));
-                        } else {
-                            kernel.kernel_send(m..m + 1, len);
-                        }
+                        kernel.kernel_send_one(m, ll);
                     }
                 }
             });
@@ -231,11 +261,7 @@ fn kernel_driven_fifos_switch_between_ll_and_simple() {
             for &(first, count, ll) in launches {
                 receiver.announce(link, Direction::Recv, count, true, ll);
                 for m in first..first + count {
-                    if ll {
-                        rx.kernel_recv_ll(m, ll_len(m), check);
-                    } else {
-                        rx.kernel_recv(m..m + 1, len, check);
-                    }
+                    rx.kernel_recv_one(m, ll, check);
                 }
             }
             send.join().unwrap();
@@ -365,4 +391,98 @@ fn pingpong() {
     echo.join().unwrap();
     let rtt = start.elapsed() / n as u32;
     eprintln!("round trip {rtt:?}, one way {:?}", rtt / 2);
+}
+
+/// PXN for a GPU kernel's sends ([`a_kernels_sends_go_through_a_relaying_ranks_proxy`]),
+/// in a process of its own so that no other test's links keep the proxy threads awake
+/// (does nothing when run as an ordinary test). Three communicators' links: the origin's
+/// (no link of its own: its sends are relayed), the relaying rank's and the receiver's.
+#[test]
+fn relay_child() {
+    if std::env::var("OXCCL_TEST_RELAY_CHILD").is_err() {
+        return;
+    }
+    let net = Arc::new(SocketNet::with_max_recvs("127.0.0.1".parse().unwrap(), 1));
+    let new = |comm| NetLinks::new(net.clone(), comm, 2, Duration::from_secs(30)).unwrap();
+    let (origin, relaying, receiver) = (new(21), new(22), new(23));
+    let link = Link { peer: 0, channel: 5 };
+    let rx = Fifo::new(GEOMETRY);
+    let (handle, _) = receiver.listen(link, 1, rx.region.clone(), Driver::Device, 0, Some(rx.ll)).unwrap();
+    // The relaying rank's side of the request: a segment with LL slots after the FIFO's.
+    let (segment, opener) = Region::create_shared_with_tail(GEOMETRY, GEOMETRY.slots * LL_SLOT).unwrap();
+    segment.enable_doorbell();
+    let ll = LlSlots { base: segment.tail_memory().0 as usize, slot_bytes: LL_SLOT };
+    relaying.relay(7, link, &handle, segment, 0, false, Some(ll)).unwrap();
+    // The origin's: its kernel writes the segment as it maps it.
+    let tx = Fifo::over(Region::open_shared(&opener).unwrap());
+    origin.relayed(link, tx.region.clone(), 1);
+    let check = || {
+        for links in [&origin, &relaying, &receiver] {
+            links.check().unwrap();
+        }
+    };
+    // Launches of 1 to 12 messages, every third Simple (LL messages of 0 to 504 bytes);
+    // every fifth is a lone Simple message after an idle spell, timed from its
+    // announcement to its send's completion (before the receiver asks for it).
+    let (mut first, mut woken) = (0u64, Vec::new());
+    for i in 0..60u64 {
+        let (count, ll) = if i % 5 == 4 { (1, false) } else { (1 + (i * 5) % 12, i % 3 != 2) };
+        if i % 5 == 4 {
+            std::thread::sleep(Duration::from_millis(120));
+            let start = Instant::now();
+            origin.announce(link, Direction::Send, 1, true, false);
+            tx.kernel_send(first..first + 1, len);
+            while tx.region.in_flight() > 0 {
+                check();
+                assert!(start.elapsed() < Duration::from_secs(10), "the relay did not send message {first}");
+                std::thread::yield_now();
+            }
+            woken.push(start.elapsed());
+        } else {
+            origin.announce(link, Direction::Send, count, true, ll);
+        }
+        let kernel = &tx;
+        std::thread::scope(|scope| {
+            let send = scope.spawn(move || {
+                for m in (first..first + count).filter(|_| i % 5 != 4) {
+                    kernel.kernel_send_one(m, ll);
+                }
+            });
+            receiver.announce(link, Direction::Recv, count, true, ll);
+            for m in first..first + count {
+                rx.kernel_recv_one(m, ll, check);
+            }
+            send.join().unwrap();
+        });
+        first += count;
+    }
+    woken.sort();
+    let median = woken[woken.len() / 2];
+    println!("{first} messages relayed; after an idle spell, sent in {median:?} (median of {}; {:?} at most)", woken.len(), woken.last().unwrap());
+    // Asleep, the relaying thread wakes by itself every 100 ms: only the note's ring wakes
+    // it sooner.
+    assert!(median < Duration::from_millis(20), "the relaying proxy slept through the announcements: {woken:?}");
+    for links in [&origin, &relaying, &receiver] {
+        assert!(links.close(Duration::from_secs(5)));
+    }
+    assert_eq!((Arc::strong_count(&tx.region), Arc::strong_count(&rx.region)), (1, 1), "the proxy still holds a FIFO");
+}
+
+/// A GPU kernel's sends relayed by another rank of its host (PXN): the kernel writes a
+/// FIFO in the relaying rank's segment, LL slots and all, as it would its own; its host
+/// announces each launch in the FIFO's notes, which the relaying proxy takes (and which
+/// wake it when it sleeps); the receiver's kernel gets every message intact.
+#[test]
+fn a_kernels_sends_go_through_a_relaying_ranks_proxy() {
+    let output = oxccl_testkit::run(
+        {
+            let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+            command.args(["proxy::device_tests::relay_child", "--exact", "--nocapture", "--test-threads", "1"]).env("OXCCL_TEST_RELAY_CHILD", "1");
+            command
+        },
+        Duration::from_secs(120),
+    );
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success() && stdout.contains("messages relayed"), "{}\n{stdout}\n{stderr}", output.status);
+    eprintln!("{}", stdout.lines().find(|l| l.contains("relayed")).unwrap_or_default());
 }

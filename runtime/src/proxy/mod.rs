@@ -80,8 +80,12 @@ pub(crate) enum Driver {
     /// A GPU kernel, which cannot: the thread polls while the link has work announced.
     Device,
     /// Another process of the host (PXN: the proxy sends its data from this rank's NIC),
-    /// which can neither wake the thread nor announce: the thread looks at the FIFO on
-    /// each pass, and polls while sends are in flight.
+    /// which cannot wake the thread but through the FIFO's doorbell. A host executor
+    /// there announces nothing: the thread looks at the FIFO on each pass, and polls while
+    /// sends are in flight. A GPU kernel there (the FIFO has LL slots) has its host leave
+    /// each operation's announcement as a FIFO note ([`NetLinks::announce`] on that
+    /// process's side): the thread polls while announced messages are left, as for
+    /// [`Driver::Device`].
     Relay,
 }
 
@@ -126,6 +130,9 @@ pub(crate) struct NetLinks {
     receive_groups: Mutex<FxHashMap<(usize, usize, usize), ReceiveGroup>>,
     /// Shared send comms by the receiver's handle ([`SendChannel`]).
     send_channels: Mutex<FxHashMap<Vec<u8>, std::sync::Weak<SendChannel>>>,
+    /// This rank's GPU kernels' sends that a rank of its host relays (PXN): the FIFO, whose
+    /// notes carry their announcements, and the relaying rank.
+    relayed: Mutex<FxHashMap<Link, (Arc<Region>, usize)>>,
 }
 
 /// A shared receive comm as [`NetLinks`] finds it: its handle, its joining members (gone
@@ -210,6 +217,7 @@ impl NetLinks {
             shared,
             receive_groups: Mutex::default(),
             send_channels: Mutex::default(),
+            relayed: Mutex::default(),
         })
     }
 
@@ -282,10 +290,13 @@ impl NetLinks {
     /// The sending side of a PXN relay: rank `origin` of this host fills `region` (a
     /// shared-memory FIFO) with messages for `link`'s peer, which this rank's proxy sends
     /// from the Net's `device`, on the comm it shares with its other links to that peer's
-    /// channel when `shared`. Progressed without announcements ([`Driver::Relay`]); it
-    /// goes with this communicator.
-    pub fn relay(&self, origin: usize, link: Link, handle: &[u8], region: Arc<Region>, device: usize, shared: bool) -> Result<()> {
+    /// channel when `shared`. `ll`: the FIFO's LL slots when a GPU kernel of `origin` fills
+    /// it (its announcements then come as the FIFO's notes); [`Driver::Relay`]. It goes
+    /// with this communicator.
+    #[allow(clippy::too_many_arguments)]
+    pub fn relay(&self, origin: usize, link: Link, handle: &[u8], region: Arc<Region>, device: usize, shared: bool, ll: Option<LlSlots>) -> Result<()> {
         let mut edge = SendLink::new(link, self.net.clone(), self.context.clone(), device, handle, region, Driver::Relay, self.shared.clone(), Instant::now(), self.setup_timeout)?;
+        edge.ll = checked_ll(&edge.region, ll)?.map(LlLink::new);
         edge.origin = Some(origin);
         self.share(&mut edge, shared.then_some(origin));
         self.next_proxy().submit(Box::new(edge));
@@ -350,7 +361,29 @@ impl NetLinks {
             let at = self.shared.trace.is_some().then(Instant::now);
             mailbox.lock().push(Announcement { messages, independent, ll, at });
             proxy.wake();
+            return;
         }
+        let relayed = self.relayed.lock().get(&link).filter(|_| direction == Direction::Send).cloned();
+        if let Some((region, proxy)) = relayed.filter(|_| messages > 0) {
+            // A relay takes the notes on each pass: room is short only while its thread is
+            // held up. Waiting longer than a link may take to connect is a failure.
+            let deadline = Instant::now() + self.setup_timeout;
+            while !region.note(encode_note(messages, ll)) {
+                if Instant::now() >= deadline || self.shared.closed.is_raised() {
+                    let reason = format!("rank {proxy}'s PXN relay of this rank's sends to rank {} channel {} took no announcement for {:?}", link.peer, link.channel, self.setup_timeout);
+                    self.shared.failure.lock().get_or_insert((proxy, reason));
+                    return;
+                }
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Marks `link`'s sends as relayed by rank `proxy` of this host through `region` (a
+    /// GPU kernel's FIFO in a segment that rank made): [`NetLinks::announce`] leaves their
+    /// announcements there as notes.
+    pub fn relayed(&self, link: Link, region: Arc<Region>, proxy: usize) {
+        self.relayed.lock().insert(link, (region, proxy));
     }
 
     /// Whether `link` has a network end in `direction`.
@@ -364,6 +397,7 @@ impl NetLinks {
     /// freed by its other holder, never by a proxy thread that other communicators need.
     pub fn close(&self, limit: Duration) -> bool {
         self.shared.closed.raise();
+        self.relayed.lock().clear();
         for proxy in self.proxies.get().map_or(&[][..], |p| &p.threads[..]) {
             proxy.wake();
         }
@@ -544,6 +578,12 @@ impl Progress for SendLink {
                 self.waiting_since = Some(Instant::now());
             }
         }
+        // A GPU kernel's sends relayed from another process: its host's announcements.
+        while let Some(note) = self.ll.as_ref().and(self.origin).and_then(|_| self.region.take_note()) {
+            let (messages, ll) = decode_note(note);
+            self.core.announce(messages);
+            ll::announce(&mut self.ll, messages, ll)?;
+        }
         for (at, messages) in announced {
             self.trace_announced(at, messages);
         }
@@ -559,6 +599,8 @@ impl Progress for SendLink {
         match self.driver {
             Driver::Host => false,
             Driver::Device => self.core.active(),
+            // A kernel's relayed sends: its announced messages show only by looking.
+            Driver::Relay if self.ll.is_some() => self.core.active(),
             Driver::Relay => self.core.active() && !self.requests.is_empty(),
         }
     }
@@ -1133,6 +1175,16 @@ fn checked_ll(region: &Region, ll: Option<LlSlots>) -> Result<Option<LlSlots>> {
         return Err(Error::Internal(format!("LL slots at {:#x} of {} bytes do not follow the FIFO's slots ({:p}, {len} bytes)", slots.base, slots.slot_bytes, data)));
     }
     Ok(ll)
+}
+
+/// A FIFO note announcing `messages` more of a GPU kernel's messages, LL or Simple (from the
+/// kernel's host to the proxy of the rank relaying them: [`Region::note`]).
+fn encode_note(messages: u64, ll: bool) -> u64 {
+    messages << 1 | u64::from(ll)
+}
+
+fn decode_note(note: u64) -> (u64, bool) {
+    (note >> 1, note & 1 == 1)
 }
 
 /// The memory a link registers with its Net: the FIFO's slots, and its LL slots after them.

@@ -11,6 +11,11 @@
 //! destination gone) is that communicator's, naming the destination; the asking rank
 //! writes into the FIFO as into any shared-memory FIFO, whose reader is the relaying
 //! process (its exit ends the asking rank's waits).
+//!
+//! A GPU kernel's sends are relayed alike: the asking rank asks for LL slots after the
+//! FIFO's (the segment's tail), maps the segment into its GPU, and its kernel writes there
+//! as into a FIFO of its own process's pinned memory; its host leaves each operation's
+//! announcement in the FIFO's notes, which the relaying proxy reads.
 
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
@@ -23,6 +28,7 @@ use crate::algo::Link;
 use crate::base::Core;
 use crate::error::{Error, Result};
 use crate::log_target;
+use crate::proxy::ll::LlSlots;
 
 /// Bootstrap tags of requests (to the relaying rank) and replies (to the asking one), below
 /// the connection handles' (`1 << 62` and up).
@@ -31,19 +37,23 @@ const REPLY_TAG: u64 = (1 << 62) - 1;
 /// Tag of the notice that a rank has flushed its relayed sends (see [`part`]).
 const DONE_TAG: u64 = (1 << 62) - 3;
 /// First byte of a request: the format's version.
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
+/// Bytes of a request's fixed part, after the version: seven u64 words.
+const FIXED: usize = 56;
 /// How long the service waits for a request before it looks at its communicator again.
 const POLL: Duration = Duration::from_millis(50);
 
 /// What the asking rank sends: the link (its peer is the destination), the relaying rank's
-/// device to send from, the FIFO's geometry, the destination's listen handle and whether
-/// it is a shared comm's (the relay then sends on the comm of its other links to that
-/// destination's channel, `NetLinks::listen_shared`).
+/// device to send from, the FIFO's geometry, the bytes of each LL slot after the FIFO's
+/// slots (a GPU kernel's FIFO; 0 for a host executor's), the destination's listen handle
+/// and whether it is a shared comm's (the relay then sends on the comm of its other links
+/// to that destination's channel, `NetLinks::listen_shared`).
 #[derive(Debug, PartialEq, Eq)]
 struct Request {
     link: Link,
     device: usize,
     geometry: Geometry,
+    ll_slot_bytes: usize,
     handle: Vec<u8>,
     shared: bool,
 }
@@ -51,7 +61,7 @@ struct Request {
 impl Request {
     fn encode(&self) -> Vec<u8> {
         let mut bytes = vec![VERSION];
-        for value in [self.link.peer as u64, self.link.channel as u64, self.device as u64, self.geometry.slots as u64, self.geometry.slot_bytes as u64, u64::from(self.shared)] {
+        for value in [self.link.peer as u64, self.link.channel as u64, self.device as u64, self.geometry.slots as u64, self.geometry.slot_bytes as u64, u64::from(self.shared), self.ll_slot_bytes as u64] {
             bytes.extend_from_slice(&value.to_le_bytes());
         }
         bytes.extend_from_slice(&self.handle);
@@ -64,7 +74,7 @@ impl Request {
         if version != VERSION {
             return Err(malformed(&format!("version {version}, this rank reads {VERSION}")));
         }
-        if rest.len() < 48 {
+        if rest.len() < FIXED {
             return Err(malformed("shorter than its fixed part"));
         }
         let word = |i: usize| -> Result<usize> { usize::try_from(u64::from_le_bytes(rest[i * 8..i * 8 + 8].try_into().expect("8 bytes"))).map_err(|_| malformed("a field beyond usize")) };
@@ -77,16 +87,19 @@ impl Request {
                 1 => true,
                 other => return Err(malformed(&format!("sharing flag {other}"))),
             },
-            handle: rest[48..].to_vec(),
+            ll_slot_bytes: word(6)?,
+            handle: rest[FIXED..].to_vec(),
         })
     }
 }
 
 /// Asks rank `proxy` of this host to relay `link` (to its peer, whose listen `handle` this
-/// rank got) from its `device`; the FIFO to write the link's messages into. Bounded by the
-/// bootstrap's timeout; ends on abort or the proxy rank's failure.
-pub(crate) fn ask(boot: &Bootstrap, proxy: usize, link: Link, handle: &[u8], device: usize, geometry: Geometry, shared: bool) -> Result<Arc<Region>> {
-    let request = Request { link, device, geometry, handle: handle.to_vec(), shared };
+/// rank got) from its `device`; the FIFO to write the link's messages into, with LL slots
+/// of `ll_slot_bytes` each after its slots when that is not 0 (a GPU kernel's FIFO).
+/// Bounded by the bootstrap's timeout; ends on abort or the proxy rank's failure.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn ask(boot: &Bootstrap, proxy: usize, link: Link, handle: &[u8], device: usize, geometry: Geometry, ll_slot_bytes: usize, shared: bool) -> Result<Arc<Region>> {
+    let request = Request { link, device, geometry, ll_slot_bytes, handle: handle.to_vec(), shared };
     boot.send(proxy as u32, REQUEST_TAG, &request.encode())?;
     let reply = boot.recv(proxy as u32, REPLY_TAG)?;
     match reply.split_first() {
@@ -198,11 +211,14 @@ fn relay(core: &Core, origin: usize, bytes: &[u8]) -> Result<Vec<u8>> {
     if request.link.peer >= core.nranks {
         return Err(Error::invalid(format!("relay to rank {} of a communicator of {}", request.link.peer, core.nranks)));
     }
-    let (region, handle) = Region::create_shared(request.geometry.slots, request.geometry.slot_bytes).map_err(|e| Error::from_transport("making the PXN relay FIFO", e))?;
-    // The origin, in another process, rings it after each post while the relaying proxy
-    // thread sleeps (nothing else could wake that thread).
+    let tail = request.ll_slot_bytes.checked_mul(request.geometry.slots).ok_or_else(|| Error::invalid(format!("LL slots of {} bytes", request.ll_slot_bytes)))?;
+    let (region, handle) = Region::create_shared_with_tail(request.geometry, tail).map_err(|e| Error::from_transport("making the PXN relay FIFO", e))?;
+    // The origin, in another process, rings it after each post (a host executor) or note
+    // (a GPU kernel's host) while the relaying proxy thread sleeps: nothing else could wake
+    // that thread.
     region.enable_doorbell();
-    core.net.relay(origin, request.link, &request.handle, region, request.device, request.shared)?;
+    let ll = (request.ll_slot_bytes > 0).then(|| LlSlots { base: region.tail_memory().0 as usize, slot_bytes: request.ll_slot_bytes });
+    core.net.relay(origin, request.link, &request.handle, region, request.device, request.shared, ll)?;
     tracing::debug!(target: log_target::NET, "rank {}: relaying rank {origin}'s sends to rank {} channel {} from device {}", core.rank, request.link.peer, request.link.channel, request.device);
     Ok(handle)
 }
@@ -213,7 +229,7 @@ mod tests {
 
     #[test]
     fn requests_round_trip_and_bad_ones_are_named() {
-        let request = Request { link: Link { peer: 5, channel: 1 << 16 }, device: 1, geometry: Geometry { slots: 8, slot_bytes: 1 << 17 }, handle: vec![7; 30], shared: true };
+        let request = Request { link: Link { peer: 5, channel: 1 << 16 }, device: 1, geometry: Geometry { slots: 8, slot_bytes: 1 << 17 }, ll_slot_bytes: 4096, handle: vec![7; 30], shared: true };
         assert_eq!(Request::decode(&request.encode()).unwrap(), request);
         assert!(Request::decode(&[]).unwrap_err().to_string().contains("empty"));
         assert!(Request::decode(&[9, 0]).unwrap_err().to_string().contains("version 9"));

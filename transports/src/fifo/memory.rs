@@ -27,7 +27,7 @@ pub(super) enum Memory {
     /// loom's atomics (which are not plain bytes) work in it.
     Heap { header: NonNull<Header>, slots: NonNull<u8>, layout: Layout },
     #[cfg(not(loom))]
-    Segment { map: memmap2::MmapMut, name: String, unlink_on_drop: bool },
+    Segment { map: memmap2::MmapMut, name: String, unlink_on_drop: bool, tail_bytes: usize },
     /// Memory the caller lent (pinned host memory mapped into a GPU, say): freed when
     /// `owner` is dropped, after the region is.
     #[cfg(not(loom))]
@@ -47,7 +47,7 @@ impl Memory {
 
     /// A new segment, zero-filled, named after this process and a random number.
     #[cfg(not(loom))]
-    pub(super) fn create_segment(geometry: Geometry) -> Result<Memory> {
+    pub(super) fn create_segment(geometry: Geometry, tail_bytes: usize) -> Result<Memory> {
         let mut random = [0u8; 8];
         getrandom::fill(&mut random).map_err(|e| Error::io("choosing a segment name", std::io::Error::other(e.to_string())))?;
         let name = format!("{SHM_PREFIX}{}-{:016x}", std::process::id(), u64::from_le_bytes(random));
@@ -56,17 +56,17 @@ impl Memory {
         let file = OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(&path).map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
         // From here on, an early return must not leave the name behind.
         let unlink = UnlinkOnDrop(Some(path.clone()));
-        file.set_len(geometry.region_bytes() as u64).map_err(|e| Error::io(format!("sizing {}", path.display()), e))?;
+        file.set_len((geometry.region_bytes() + tail_bytes) as u64).map_err(|e| Error::io(format!("sizing {}", path.display()), e))?;
         // SAFETY: the file is ours (just created, 0600) and sized above; the mapping is owned
         // by the Memory and outlives every pointer into it (Region holds both).
         let map = unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(|e| Error::io(format!("mapping {}", path.display()), e))?;
         std::mem::forget(unlink); // Memory's Drop takes over.
-        Ok(Memory::Segment { map, name, unlink_on_drop: true })
+        Ok(Memory::Segment { map, name, unlink_on_drop: true, tail_bytes })
     }
 
     /// Maps an existing segment, checks its size, and removes its name.
     #[cfg(not(loom))]
-    pub(super) fn open_segment(name: &str, geometry: Geometry) -> Result<Memory> {
+    pub(super) fn open_segment(name: &str, geometry: Geometry, tail_bytes: usize) -> Result<Memory> {
         let path = PathBuf::from(SHM_DIR).join(name);
         let file = OpenOptions::new()
             .read(true)
@@ -75,8 +75,9 @@ impl Memory {
             .open(&path)
             .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
         let len = file.metadata().map_err(|e| Error::io(format!("stat of {}", path.display()), e))?.len();
-        if len != geometry.region_bytes() as u64 {
-            return Err(Error::Malformed { what: "shared-memory segment", reason: format!("{name} has {len} bytes, its geometry needs {}", geometry.region_bytes()) });
+        let expected = geometry.region_bytes() + tail_bytes;
+        if len != expected as u64 {
+            return Err(Error::Malformed { what: "shared-memory segment", reason: format!("{name} has {len} bytes, its geometry and tail need {expected}") });
         }
         // SAFETY: the mapping covers the whole file (size checked above; segments are never
         // truncated after creation) and is owned by the Memory, which outlives every pointer
@@ -86,7 +87,7 @@ impl Memory {
         if let Err(e) = std::fs::remove_file(&path) {
             tracing::warn!(target: "oxccl::transports", "could not remove {}: {e}", path.display());
         }
-        Ok(Memory::Segment { map, name: name.to_string(), unlink_on_drop: false })
+        Ok(Memory::Segment { map, name: name.to_string(), unlink_on_drop: false, tail_bytes })
     }
 
     /// Where the header and the slots start.
@@ -103,6 +104,15 @@ impl Memory {
             }
             #[cfg(not(loom))]
             Memory::Lent { header, slots, .. } => (header.cast(), *slots),
+        }
+    }
+
+    /// Bytes after the slots (a segment's caller-laid-out tail; none elsewhere).
+    pub(super) fn tail_bytes(&self) -> usize {
+        match self {
+            #[cfg(not(loom))]
+            Memory::Segment { tail_bytes, .. } => *tail_bytes,
+            _ => 0,
         }
     }
 
@@ -156,29 +166,30 @@ impl Drop for UnlinkOnDrop {
     }
 }
 
-/// Handle bytes: segment name, NUL, slots (u32 LE), slot bytes (u32 LE).
+/// Handle bytes: segment name, NUL, slots (u32 LE), slot bytes (u32 LE), bytes after the
+/// slots (u32 LE; `tail_bytes` fits, the caller checked).
 #[cfg(not(loom))]
-pub(super) fn encode_handle(name: &str, geometry: Geometry) -> Vec<u8> {
+pub(super) fn encode_handle(name: &str, geometry: Geometry, tail_bytes: usize) -> Vec<u8> {
     let mut handle = name.as_bytes().to_vec();
     handle.push(0);
     handle.extend_from_slice(&(geometry.slots as u32).to_le_bytes());
     handle.extend_from_slice(&(geometry.slot_bytes as u32).to_le_bytes());
+    handle.extend_from_slice(&(tail_bytes as u32).to_le_bytes());
     handle
 }
 
 /// The inverse of [`encode_handle`]; refuses names that are not ours or that leave /dev/shm.
 #[cfg(not(loom))]
-pub(super) fn decode_handle(handle: &[u8]) -> Result<(String, Geometry)> {
+pub(super) fn decode_handle(handle: &[u8]) -> Result<(String, Geometry, usize)> {
     let bad = |reason: &str| Error::Malformed { what: "shared-memory handle", reason: reason.into() };
     let nul = handle.iter().position(|&b| b == 0).ok_or_else(|| bad("no NUL after the name"))?;
     let name = std::str::from_utf8(&handle[..nul]).map_err(|_| bad("name is not UTF-8"))?;
     if parse_segment_name(name).is_none() {
         return Err(bad(&format!("{name:?} is not an oxccl segment name")));
     }
-    let rest: [u8; 8] = handle[nul + 1..].try_into().map_err(|_| bad("geometry is not 8 bytes"))?;
-    let slots = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-    let slot_bytes = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]) as usize;
-    Ok((name.to_string(), Geometry { slots, slot_bytes }))
+    let rest: [u8; 12] = handle[nul + 1..].try_into().map_err(|_| bad("geometry and tail are not 12 bytes"))?;
+    let word = |i: usize| u32::from_le_bytes([rest[i], rest[i + 1], rest[i + 2], rest[i + 3]]) as usize;
+    Ok((name.to_string(), Geometry { slots: word(0), slot_bytes: word(4) }, word(8)))
 }
 
 /// The pid in a name of the form `oxccl-<pid>-<16 hex digits>`, the only names we make.

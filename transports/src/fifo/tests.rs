@@ -290,3 +290,65 @@ fn a_post_wakes_the_reader_asleep_on_the_doorbell() {
     assert!(start.elapsed() < Duration::from_secs(10), "{:?}", start.elapsed());
     assert_eq!(bell.word().load(Ordering::SeqCst), 1, "one post while armed, one ring");
 }
+
+/// A segment made with tail bytes maps them at both ends (one memory: what one end writes
+/// there the other reads), the handle carries their size, and the whole mapping is what
+/// [`Region::segment_memory`] gives; other FIFOs have no tail and no segment memory.
+#[test]
+fn tail_bytes_after_the_slots_are_shared_with_the_opener() {
+    let geometry = Geometry { slots: 4, slot_bytes: 1000 };
+    let (region, handle) = Region::create_shared_with_tail(geometry, 3 * 4096).unwrap();
+    let opened = Region::open_shared(&handle).unwrap();
+    for end in [&region, &opened] {
+        let (tail, len) = end.tail_memory();
+        assert_eq!(len, 3 * 4096);
+        let (slots, slots_len) = end.slots_memory();
+        assert_eq!(tail as usize, slots as usize + slots_len, "the tail follows the slots");
+        let (start, whole) = end.segment_memory().unwrap();
+        assert_eq!((tail as usize + len - start as usize, whole), (geometry.region_bytes() + 3 * 4096, geometry.region_bytes() + 3 * 4096));
+    }
+    // SAFETY: both point at the last byte of the tail, within each end's mapping.
+    unsafe {
+        *region.tail_memory().0.add(3 * 4096 - 1) = 0xa5;
+        assert_eq!(*opened.tail_memory().0.add(3 * 4096 - 1), 0xa5);
+    }
+    let plain = Region::heap(2, 64).unwrap();
+    assert_eq!((plain.tail_memory().1, plain.segment_memory()), (0, None));
+    assert!(Region::create_shared_with_tail(geometry, usize::MAX).is_err(), "a tail beyond the handle's u32");
+}
+
+/// Notes go from sender to receiver in order, at most [`NOTES`] untaken (the next is
+/// refused, nothing lost); a note rings the doorbell of a receiver asleep on it.
+#[test]
+fn notes_arrive_in_order_and_wake_a_sleeping_receiver() {
+    let (region, handle) = Region::create_shared(2, 64).unwrap();
+    let sender_side = Region::open_shared(&handle).unwrap();
+    assert_eq!(region.take_note(), None);
+    for round in 0..3u64 {
+        for i in 0..NOTES as u64 {
+            assert!(sender_side.note(round << 32 | i), "note {i} of round {round}");
+        }
+        assert!(!sender_side.note(u64::MAX), "a note beyond the ring's room");
+        let taken: Vec<u64> = std::iter::from_fn(|| region.take_note()).collect();
+        assert_eq!(taken, (0..NOTES as u64).map(|i| round << 32 | i).collect::<Vec<_>>());
+    }
+    region.enable_doorbell();
+    let bell = region.doorbell().unwrap();
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(30));
+            assert!(sender_side.note(7));
+        });
+        let seen = bell.arm();
+        let note = loop {
+            if let Some(note) = region.take_note() {
+                break note;
+            }
+            crate::futex::wait(bell.word(), seen, Duration::from_secs(20), true);
+        };
+        bell.disarm();
+        assert_eq!(note, 7);
+    });
+    assert!(start.elapsed() < Duration::from_secs(10), "the note did not wake the receiver: {:?}", start.elapsed());
+}
