@@ -314,7 +314,7 @@ fn pxn_relays_kernel_sends_onto_the_receivers_rail() {
     let Some(g) = gpus() else { return };
     let interfaces = oxccl_runtime::bootstrap::iface::list().unwrap();
     let Some(other) = interfaces.iter().find(|i| i.up && !i.loopback && i.addr.is_ipv4()).map(|i| i.name.clone()) else {
-        eprintln!("skipped: no IPv4 interface beside loopback for a second rail");
+        eprintln!("skipped: no IPv4 interface beside loopback for a second rail (interfaces: {interfaces:?})");
         return;
     };
     warm_kernel_cache();
