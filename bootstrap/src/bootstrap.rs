@@ -466,6 +466,16 @@ impl Bootstrap {
         }
     }
 
+    /// [`Bootstrap::check`], waiting up to `limit` for a peer's failure to become known
+    /// (an abort ends the wait at once).
+    pub fn check_within(&self, phase: &str, limit: Duration) -> Result<()> {
+        self.check(phase)?;
+        match self.endpoint.failure_within(phase, self.watched(), &[&self.aborted], limit) {
+            Some(e) => self.to_comm_ranks(Err(e)),
+            None => self.check(phase),
+        }
+    }
+
     /// Members (ranks of this communicator) that left the job: their process closed its
     /// connections, with a goodbye or not. One that left normally finished everything it
     /// was going to send (a departing communicator waits for its messages to be taken), so

@@ -394,6 +394,23 @@ impl Endpoint {
         self.shared.inbox.lock().breaking(members).map(|f| f.to_error(phase))
     }
 
+    /// Waits up to `limit` until a failure that breaks `members` is known here (a recorded
+    /// failure wakes the wait), or an abort flag of `aborts` is raised; the failure, if any.
+    pub fn failure_within(&self, phase: &str, members: &[u32], aborts: &[&AbortFlag], limit: Duration) -> Option<Error> {
+        let s = &self.shared;
+        let deadline = Instant::now() + limit;
+        let mut inbox = s.inbox.lock();
+        loop {
+            if let Some(f) = inbox.breaking(members) {
+                return Some(f.to_error(phase));
+            }
+            if any_raised(aborts) || Instant::now() >= deadline {
+                return None;
+            }
+            s.arrived.wait_until(&mut inbox, deadline);
+        }
+    }
+
     /// Wakes every waiter so that it sees an abort flag.
     pub fn wake_all(&self) {
         let _guard = self.shared.inbox.lock();
@@ -826,6 +843,31 @@ mod tests {
         let (a, b) = pair();
         drop(b);
         assert_eq!(dead_within(&a, Duration::from_millis(300)), None, "a goodbye was taken for a death");
+    }
+
+    /// A wait for a failure ends when one is recorded (not at its limit), and without one
+    /// at its limit, or at once when an abort flag is raised.
+    #[test]
+    fn a_wait_for_a_failure_ends_when_one_is_recorded() {
+        let (a, _b) = pair();
+        let start = Instant::now();
+        assert!(a.failure_within("test", &[0, 1], &[], Duration::from_millis(100)).is_none());
+        assert!(start.elapsed() >= Duration::from_millis(100));
+        let aborted = AbortFlag::new();
+        aborted.raise();
+        let start = Instant::now();
+        assert!(a.failure_within("test", &[0, 1], &[&aborted], Duration::from_secs(30)).is_none());
+        assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+        let start = Instant::now();
+        let error = std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(50));
+                a.fail("rank 1 died".into(), vec![1]);
+            });
+            a.failure_within("test", &[0, 1], &[], Duration::from_secs(30))
+        });
+        assert!(matches!(error, Some(Error::PeerFailed { rank: 1, .. })), "{error:?}");
+        assert!(start.elapsed() < Duration::from_secs(5), "woken only at the limit: {:?}", start.elapsed());
     }
 
     /// A rank that hears of a failure and dies at once (its program exits on the error)

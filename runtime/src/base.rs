@@ -107,12 +107,8 @@ impl Core {
             // (it may have exited on another rank's death): give that a moment to be read,
             // so that the rank that failed first is the one named. Else tell the job, so
             // that every rank names the same failed rank.
-            let deadline = std::time::Instant::now() + CONTROL_PLANE_GRACE;
-            while std::time::Instant::now() < deadline && !self.abort.is_raised() {
-                if let Err(first) = self.boot.check("collective") {
-                    return Err(first.into());
-                }
-                std::thread::sleep(std::time::Duration::from_millis(1));
+            if let Err(first) = self.boot.check_within("collective", CONTROL_PLANE_GRACE) {
+                return Err(first.into());
             }
             if let Error::PeerFailed { rank, reason } = &e {
                 self.announce_failed(*rank, reason);

@@ -215,6 +215,7 @@ impl Connections {
             return Ok(());
         }
         cx.device.bind()?;
+        let me = cx.boot.rank() as usize;
         let fifo_bytes = HEADER + cx.geometry.slots * cx.geometry.slot_bytes;
         // Announce everything first: the memory a peer of this host opens, or the Net
         // handle a peer on another host connects to.
@@ -226,7 +227,7 @@ impl Connections {
                     let (region, memory) = net_fifo(cx.geometry)?;
                     // A relayed sender's connection comes from its relaying rank, whose end a
                     // failure names.
-                    let (me, device) = (cx.boot.rank() as usize, cx.rails.receive_device(cx.boot.rank() as usize, link.channel));
+                    let device = cx.rails.receive_device(me, link.channel);
                     let sender = cx.rails.carrier(link.peer, me, link.channel, false);
                     let (handle, _) = cx.net.listen(link, sender, region.clone(), Driver::Device, device, Some(memory.ll))?;
                     cx.net.record(NetConnection { from: link.peer, to: me, channel: link.channel, proxy: sender, send: false, device, nic: cx.net.device_name(device) });
@@ -272,7 +273,6 @@ impl Connections {
                     let handle = cx.boot.recv(link.peer as u32, FIFO_TAG + link.channel as u64)?;
                     let handle = announced(&handle, KIND_NET, link.peer)?;
                     // GPU links carry collectives and send/recv alike: the collectives' rule.
-                    let me = cx.boot.rank() as usize;
                     match cx.rails.route(me, link.peer, link.channel, false) {
                         Hop::Direct { device } => {
                             let (region, memory) = net_fifo(cx.geometry)?;

@@ -579,7 +579,7 @@ impl Progress for SendLink {
             }
         }
         // A GPU kernel's sends relayed from another process: its host's announcements.
-        while let Some(note) = self.ll.as_ref().and(self.origin).and_then(|_| self.region.take_note()) {
+        while let Some(note) = self.relays_a_kernel().then(|| self.region.take_note()).flatten() {
             let (messages, ll) = decode_note(note);
             self.core.announce(messages);
             ll::announce(&mut self.ll, messages, ll)?;
@@ -600,7 +600,7 @@ impl Progress for SendLink {
             Driver::Host => false,
             Driver::Device => self.core.active(),
             // A kernel's relayed sends: its announced messages show only by looking.
-            Driver::Relay if self.ll.is_some() => self.core.active(),
+            Driver::Relay if self.relays_a_kernel() => self.core.active(),
             Driver::Relay => self.core.active() && !self.requests.is_empty(),
         }
     }
@@ -640,6 +640,12 @@ impl Progress for SendLink {
 }
 
 impl SendLink {
+    /// Whether the link relays another process's GPU kernel's sends (a relay whose FIFO has
+    /// LL slots): their announcements come as the FIFO's notes.
+    fn relays_a_kernel(&self) -> bool {
+        self.driver == Driver::Relay && self.ll.is_some()
+    }
+
     /// Sends what the FIFO holds and tests what is in flight, until neither moves.
     fn progress_sends(&mut self, now: Instant) -> Result<bool, String> {
         let mut busy = false;

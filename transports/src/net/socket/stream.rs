@@ -342,7 +342,7 @@ impl RecvState {
 
     /// Queues a receive of one message per buffer; returns its request id and its count
     /// of unfinished parts.
-    pub(super) fn push(&mut self, buffers: Vec<(LentBuffer, u32)>) -> (u64, Arc<AtomicUsize>) {
+    pub(super) fn push(&mut self, mut buffers: Vec<(LentBuffer, u32)>) -> (u64, Arc<AtomicUsize>) {
         let id = self.next_id;
         self.next_id += 1;
         let mut sizes = vec![None; buffers.len()];
@@ -355,7 +355,6 @@ impl RecvState {
                 notices.extend_from_slice(&tag.to_le_bytes());
             }
         }
-        let mut buffers = buffers;
         // The newest early message may still be arriving (its body read in part): it is
         // handed over once whole (`read_control`). Counted afresh for every buffer: each
         // message taken moves it one place down.
