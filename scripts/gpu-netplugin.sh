@@ -9,7 +9,9 @@
 # For each socket setting (NETPLUGIN_SOCKET_SETTINGS, default "default 4x4": `default`
 # leaves NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD unset, `TxS` sets them to T and S,
 # for both nets, which both read them), each test (NETPLUGIN_TESTS), NETPLUGIN_ROUNDS rounds
-# (default 2; OXCCL_NETPLUGIN_MAX_RECVS, when set, goes to the plugin's ranks), each running NCCL over the plugin (NCCL_NET_PLUGIN=oxccl NCCL_NET=oxccl) and
+# (default 2; OXCCL_NETPLUGIN_MAX_RECVS, when set, goes to the plugin's ranks;
+# NETPLUGIN_ENV, "NAME=value ..." pairs, to both nets' ranks, e.g. NCCL_NET_SHARED_COMMS=0;
+# NETPLUGIN_MPIRUN_ARGS to mpirun, e.g. "--bind-to none"), each running NCCL over the plugin (NCCL_NET_PLUGIN=oxccl NCCL_NET=oxccl) and
 # over its socket transport (NCCL_NET_PLUGIN=none NCCL_NET=Socket), in alternating order,
 # `-c 1` (results checked). Unset, NCCL's socket transport uses no helper thread (the proxy
 # thread moves every byte; NCCL 2.28's net_socket.cc) and the plugin 1 thread x 1 socket.
@@ -77,9 +79,14 @@ run() {
   else
     export NCCL_NET_PLUGIN=none NCCL_NET=Socket
   fi
+  local pair
+  for pair in ${NETPLUGIN_ENV:-}; do
+    export "${pair?}"
+    streams+=(-x "${pair%%=*}")
+  done
   # Each rank its own host: NCCL_HOSTID from the rank, set in the rank's own shell.
   # shellcheck disable=SC2016  # expanded by that shell
-  LD_LIBRARY_PATH="$path" timeout "${NCCL_TESTS_TIMEOUT:-300}" mpirun --oversubscribe -np 2 \
+  LD_LIBRARY_PATH="$path" timeout "${NCCL_TESTS_TIMEOUT:-300}" mpirun --oversubscribe -np 2 ${NETPLUGIN_MPIRUN_ARGS:-} \
     -x LD_LIBRARY_PATH -x NCCL_NET_PLUGIN -x NCCL_NET -x NCCL_NVLS_ENABLE -x NCCL_SOCKET_IFNAME -x NCCL_DEBUG \
     -x NCCL_DEBUG_SUBSYS -x NCCL_TESTS_DEVICE -x CUDA_VISIBLE_DEVICES -x CUDA_MPS_PIPE_DIRECTORY "${streams[@]}" \
     --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \

@@ -138,7 +138,23 @@ pub unsafe fn finalize(context: Ptr) -> Outcome {
     }
     // SAFETY: a box of ours (the caller's promise), taken back once.
     let context = unsafe { Box::from_raw(context.cast::<Context>()) };
-    Ok(state()?.net.finalize(*context)?)
+    let net = &state()?.net;
+    net.finalize(*context)?;
+    // What the process's net did so far: whether messages waited for notices, or arrived
+    // before their receives and were copied twice.
+    let done = net.stats().snapshot();
+    tracing::info!(
+        target: "oxccl::net",
+        "so far in this process: {} messages sent, {} isend calls answered \"later\" for want of a notice; {} irecvs of {} buffers ({} grouped); {} messages ({} bytes) arrived before their receives",
+        done.isend_calls,
+        done.sends_held,
+        done.irecv_calls,
+        done.irecv_buffers,
+        done.irecv_grouped,
+        done.early_messages,
+        done.early_bytes
+    );
+    Ok(())
 }
 
 /// # Safety

@@ -130,6 +130,13 @@ pub struct Stats {
     pub helper_wakeups: AtomicU64,
     /// Bytes of data sockets moved by the comm's caller while its helper slept.
     pub bytes_moved_by_caller: AtomicU64,
+    /// `isend` calls answered "later" on a receiver-driven comm: no notice cleared the
+    /// message yet and it may not go ahead of one.
+    pub sends_held: AtomicU64,
+    /// Messages that arrived before a receive with a free buffer of their tag, kept by the
+    /// receiver (their bytes copied twice).
+    pub early_messages: AtomicU64,
+    pub early_bytes: AtomicU64,
 }
 
 /// A copy of [`Stats`] at one moment.
@@ -145,6 +152,9 @@ pub struct StatsSnapshot {
     pub helper_threads: u64,
     pub helper_wakeups: u64,
     pub bytes_moved_by_caller: u64,
+    pub sends_held: u64,
+    pub early_messages: u64,
+    pub early_bytes: u64,
 }
 
 impl Stats {
@@ -161,6 +171,9 @@ impl Stats {
             helper_threads: load(&self.helper_threads),
             helper_wakeups: load(&self.helper_wakeups),
             bytes_moved_by_caller: load(&self.bytes_moved_by_caller),
+            sends_held: load(&self.sends_held),
+            early_messages: load(&self.early_messages),
+            early_bytes: load(&self.early_bytes),
         }
     }
 }
@@ -373,7 +386,11 @@ impl Net for SocketNet {
         let mut send = lock(&state, "send comm")?;
         // A grouped receive takes max_recvs messages per request, so the sending side keeps
         // that many times more in flight (the multi-receive contract).
-        if send.queued() >= MAX_REQUESTS * self.max_recvs || !send.clear(tag, len)? {
+        if send.queued() >= MAX_REQUESTS * self.max_recvs {
+            return Ok(None);
+        }
+        if !send.clear(tag, len)? {
+            self.stats.sends_held.fetch_add(1, Ordering::Relaxed);
             return Ok(None);
         }
         // SAFETY: the caller's isend contract (valid and unchanged until done) is the one

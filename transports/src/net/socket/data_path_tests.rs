@@ -292,6 +292,9 @@ fn small_messages_go_ahead_of_their_notices_on_a_receiver_driven_comm() {
         for request in &mut sends {
             wait(&net, request);
         }
+        // Tags 1 and 2 were read while only tag 3's receive was posted: kept, and counted.
+        let kept = net.stats().snapshot();
+        assert_eq!((kept.early_messages, kept.early_bytes, kept.sends_held), (2, 5100, 0), "threads {threads}");
 
         // EAGER_MESSAGES ahead of their notices at most; one receive posted lets one more go.
         let count = EAGER_MESSAGES as usize + 1;
@@ -303,6 +306,7 @@ fn small_messages_go_ahead_of_their_notices_on_a_receiver_driven_comm() {
         }
         // SAFETY: a refused send keeps nothing.
         assert!(unsafe { net.isend(&mut send, small[count - 1].as_ptr(), small[count - 1].len(), 9, &sent) }.unwrap().is_none(), "threads {threads}: more than EAGER_MESSAGES ahead");
+        assert_eq!(net.stats().snapshot().sends_held, 1, "threads {threads}: the refused send not counted");
         let mut into: Vec<Vec<u8>> = vec![vec![0u8; 128]; count];
         let mut receives = Vec::new();
         // SAFETY: as above.

@@ -112,9 +112,26 @@ pub(super) struct RecvState {
     stats: Arc<Stats>,
     /// Receiver-driven: notices of posted receives not yet written (`None`: eager).
     notices: Option<Vec<u8>>,
-    /// Receiver-driven: messages (tag, bytes) that arrived ahead of a receive with a free
-    /// buffer of their tag, oldest first.
-    early: VecDeque<(u32, Vec<u8>)>,
+    /// Receiver-driven: messages that arrived ahead of a receive with a free buffer of
+    /// their tag, oldest first.
+    early: VecDeque<Early>,
+    /// Stages of early messages handed over, kept for the next ones (at most
+    /// [`EAGER_MESSAGES`]): a new one would be zeroed and faulted in at every use.
+    spare: Vec<Vec<u8>>,
+}
+
+/// A message kept by the receiver until a receive with a free buffer of its tag is posted.
+struct Early {
+    tag: u32,
+    /// Its bytes, at the start of a stage that may be longer (a reused one).
+    stage: Vec<u8>,
+    len: usize,
+}
+
+impl Early {
+    fn bytes(&self) -> &[u8] {
+        &self.stage[..self.len]
+    }
 }
 
 /// The receiver's staging buffer: a small message and its header arrive in one read.
@@ -333,6 +350,7 @@ impl RecvState {
             stats,
             notices: cleared.then(Vec::new),
             early: VecDeque::new(),
+            spare: Vec::new(),
         }
     }
 
@@ -361,9 +379,11 @@ impl RecvState {
         let arriving = usize::from(matches!(self.body, Some(Body { early: true, .. })));
         for (i, (buffer, tag)) in buffers.iter_mut().enumerate() {
             let whole = self.early.len() - arriving;
-            let Some(at) = self.early.iter().take(whole).position(|(t, _)| t == tag) else { continue };
-            let (_, bytes) = self.early.remove(at).expect("found");
-            match hand_over(&bytes, buffer, *tag) {
+            let Some(at) = self.early.iter().take(whole).position(|early| early.tag == *tag) else { continue };
+            let early = self.early.remove(at).expect("found");
+            let handed = hand_over(early.bytes(), buffer, *tag);
+            self.recycle(early);
+            match handed {
                 Ok(len) => {
                     sizes[i] = Some(len);
                     left.fetch_sub(1, Ordering::Release);
@@ -439,10 +459,12 @@ impl RecvState {
                 self.body = None;
                 self.header_read = 0;
                 // A receive for it may have been posted while it arrived.
-                let tag = self.early.back().expect("just read").0;
+                let tag = self.early.back().expect("just read").tag;
                 let Some((request, buffer, _)) = self.queue.iter().find_map(|r| free_buffer(r, tag)) else { continue };
-                let (_, bytes) = self.early.pop_back().expect("just read");
-                match hand_over(&bytes, &mut posted(&mut self.queue, request).buffers[buffer].0, tag) {
+                let early = self.early.pop_back().expect("just read");
+                let handed = hand_over(early.bytes(), &mut posted(&mut self.queue, request).buffers[buffer].0, tag);
+                self.recycle(early);
+                match handed {
                     Ok(len) => self.delivered(request, buffer, len),
                     Err(e) => {
                         self.failed = Some(e.to_string());
@@ -506,7 +528,13 @@ impl RecvState {
             // Receiver-driven, a message sent ahead of its notice waits here for its receive.
             let len = usize::try_from(len).unwrap_or(usize::MAX);
             if self.notices.is_some() && !in_pieces(&self.data, len) && len <= EAGER_BYTES && self.early.len() < EAGER_MESSAGES as usize {
-                self.early.push_back((tag, vec![0; len]));
+                let mut stage = self.spare.pop().unwrap_or_default();
+                if stage.len() < len {
+                    stage.resize(len, 0);
+                }
+                self.early.push_back(Early { tag, stage, len });
+                self.stats.early_messages.fetch_add(1, Ordering::Relaxed);
+                self.stats.early_bytes.fetch_add(len as u64, Ordering::Relaxed);
                 return Ok(Some(Body { request: 0, buffer: 0, early: true, len, read: 0 }));
             }
             let tags: Vec<u32> = self.queue.iter().take(searched).flat_map(|r| (0..r.buffers.len()).filter(|&i| r.sizes[i].is_none()).map(|i| r.buffers[i].1)).take(32).collect();
@@ -526,7 +554,7 @@ impl RecvState {
         while body.read < body.len {
             let left = body.len - body.read;
             let target = match body.early {
-                true => &mut self.early.back_mut().expect("the early message being read").1[..],
+                true => &mut self.early.back_mut().expect("the early message being read").stage[..],
                 false => posted(&mut self.queue, body.request).buffers[body.buffer].0.as_mut_slice(),
             };
             if self.staged.0 < self.staged.1 {
@@ -558,6 +586,13 @@ impl RecvState {
             }
         }
         Ok(Some(body))
+    }
+
+    /// Keeps a handed-over early message's stage for the next one.
+    fn recycle(&mut self, early: Early) {
+        if self.spare.len() < EAGER_MESSAGES as usize {
+            self.spare.push(early.stage);
+        }
     }
 
     /// Reads what has arrived into the empty stage; whether anything came.
