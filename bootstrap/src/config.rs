@@ -94,6 +94,10 @@ pub struct Config {
     /// OXCCL_GPU_DIRECT_BYTES: the most bytes a rank receives (from all peers together) in
     /// a collective the GPU backend sends in one hop over the LL protocol (0: never).
     pub gpu_direct_bytes: usize,
+    /// OXCCL_GPU_LL_BYTES: on one host, the largest message (count × datatype size) of a
+    /// collective the GPU executor runs (ring, direct exchange, recursive doubling) that
+    /// goes over the LL protocol between GPUs instead of Simple (0: never).
+    pub gpu_ll_bytes: usize,
     /// NCCL_P2P_LL_THRESHOLD: the largest GPU send/recv message that goes in one hop over
     /// the LL protocol (straight into the receiver's inbox) instead of the Simple FIFOs
     /// (0: never).
@@ -311,6 +315,12 @@ pub static KNOBS: &[Knob] = &[
         default: "1048576",
         doc: "a GPU all_reduce, all_gather, reduce_scatter, reduce or broadcast goes in one hop over the LL protocol instead of the ring when a rank receives at most this many bytes from all its peers together ((nranks - 1) x the per-rank message; 0: never; NCCL_PROTO without LL also turns it off)",
         set: |c, v| Ok(c.gpu_direct_bytes = parse_bytes(v, 0)?),
+    },
+    Knob {
+        name: "OXCCL_GPU_LL_BYTES",
+        default: "0",
+        doc: "on one host, a collective the GPU executor kernel runs (the ring, the direct exchange, recursive doubling) goes over the LL protocol between GPUs instead of Simple when its message (count x datatype size) is at most this many bytes (0: never; NCCL_PROTO=LL alone: always; NCCL_PROTO without LL: never)",
+        set: |c, v| Ok(c.gpu_ll_bytes = parse_bytes(v, 0)?),
     },
     Knob {
         name: "OXCCL_GPU_ACROSS_HOSTS",
@@ -602,6 +612,7 @@ impl Config {
             backend: Backend::Auto,
             gpu_slot_bytes: 256 << 10,
             gpu_direct_bytes: 1 << 20,
+            gpu_ll_bytes: 0,
             p2p_ll_bytes: 64 << 10,
             min_channels: 1,
             max_channels: 64,

@@ -24,6 +24,10 @@ typedef unsigned int u32;
 #ifndef OX_THREADS
 #define OX_THREADS 512
 #endif
+// Steps a lane of ox_run keeps in shared memory at once.
+#ifndef OX_WINDOW
+#define OX_WINDOW 32
+#endif
 #ifndef OX_UNROLL
 #define OX_UNROLL 4
 #endif
@@ -311,21 +315,45 @@ __device__ void ox_fail(const OxWatch& w, int why, int kernel, u32 lane, u32 ste
   status[0] = why;
 }
 
+// Whether connection c runs LL in a launch with DevArgs::ll bits `ll`.
+__device__ __forceinline__ bool ox_runs_ll(u32 ll, const OxConn& c) {
+  return (c.flags & OX_CONN_HOST) ? (ll & OX_LAUNCH_NET_LL) != 0 : (ll & OX_LAUNCH_PEER_LL) && (c.flags & OX_CONN_PEER_LL);
+}
+
 extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) {
   __shared__ const char* s_in;
   __shared__ char* s_out;
   __shared__ int s_stop;
   __shared__ bool s_fresh;
   __shared__ u32 s_flag_in, s_flag_out;
+  // The lane's steps and their connections, OX_WINDOW at a time, loaded by all threads at
+  // once (thread k step k and its two connections): a step then starts from shared memory,
+  // not from a chain of dependent loads (step, connection, counter) in global memory.
+  __shared__ OxStep w_steps[OX_WINDOW];
+  __shared__ OxConn w_recv[OX_WINDOW], w_send[OX_WINDOW];
   const u32 lane = blockIdx.x;
   const u32 first = a.bounds[lane], end = a.bounds[lane + 1];
   for (u32 i = first; i < end; ++i) {
-    const OxStep s = a.steps[i];
-    // Network connections run LL in an LL launch (DevArgs::ll): their own slots, no tail to
-    // wait for on receiving (each thread waits for its lines' flags), no fence on sending
-    // (the proxy sends once every line shows the flag).
-    const bool in_ll = a.ll && s.recv != OX_NO_CONN && (a.conns[s.recv].flags & OX_CONN_HOST);
-    const bool out_ll = a.ll && s.send != OX_NO_CONN && (a.conns[s.send].flags & OX_CONN_HOST);
+    const u32 k = (i - first) % OX_WINDOW;
+    if (k == 0) {
+      // Every thread is past the window before (thread 0 published the last step from it).
+      __syncthreads();
+      if (threadIdx.x < OX_WINDOW && i + threadIdx.x < end) {
+        const OxStep t = a.steps[i + threadIdx.x];
+        w_steps[threadIdx.x] = t;
+        if (t.recv != OX_NO_CONN) w_recv[threadIdx.x] = a.conns[t.recv];
+        if (t.send != OX_NO_CONN) w_send[threadIdx.x] = a.conns[t.send];
+      }
+      __syncthreads();
+    }
+    const OxStep s = w_steps[k];
+    const OxConn& in_conn = w_recv[k];
+    const OxConn& out_conn = w_send[k];
+    // Connections the launch runs LL on (DevArgs::ll: over the network, between GPUs): their
+    // own slots, no tail to wait for on receiving (each thread waits for its lines' flags),
+    // no fence on sending (the proxy sends, or the peer reads, once every line shows the flag).
+    const bool in_ll = s.recv != OX_NO_CONN && ox_runs_ll(a.ll, in_conn);
+    const bool out_ll = s.send != OX_NO_CONN && ox_runs_ll(a.ll, out_conn);
     if (threadIdx.x == 0) {
       int why = 0;
       u32 at = 0;
@@ -333,7 +361,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
       char* out = 0;
       bool fresh = false;
       if (s.recv != OX_NO_CONN) {
-        const OxConn& c = a.conns[s.recv];
+        const OxConn& c = in_conn;
         const u64 n = *c.counter;
         at = c.peer;
         if (in_ll) {
@@ -346,7 +374,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
         }
       }
       if (!why && s.send != OX_NO_CONN) {
-        const OxConn& c = a.conns[s.send];
+        const OxConn& c = out_conn;
         const u64 n = *c.counter;
         // Slot n % slots is free once the receiver consumed message n - slots. Over the
         // network the head is host memory (a round trip over PCIe per read): the last head
@@ -393,7 +421,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
     const bool fresh = s_fresh;
     int why = 0;
     if (in_ll || out_ll) {
-      why = ox_move_ll(dst, s_out, out_ll, s_in, in_ll, local, s.bytes, scale, a.scale, s_flag_in, s_flag_out, a.watch, in_ll ? a.conns[s.recv].peer : 0);
+      why = ox_move_ll(dst, s_out, out_ll, s_in, in_ll, local, s.bytes, scale, a.scale, s_flag_in, s_flag_out, a.watch, in_ll ? in_conn.peer : 0);
     } else {
       switch (s.kind) {
         case OX_SEND: ox_move(s_out, 0, 0, local, s.bytes, scale, a.scale, false); break;
@@ -409,7 +437,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
     }
     if (__syncthreads_or(why)) {
       // Some thread's LL wait gave up: it says why, and the lane stops.
-      if (why) ox_fail(a.watch, why, OX_KERNEL_RUN, lane, i - first, a.conns[s.recv].peer);
+      if (why) ox_fail(a.watch, why, OX_KERNEL_RUN, lane, i - first, in_conn.peer);
       return;
     }
     if (threadIdx.x == 0) {
@@ -417,7 +445,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
       // a FIFO in host memory, whose other end is the proxy, a release; LL connections
       // none (their lines carry their readiness, and a receive's head only frees a slot
       // whose lines were read).
-      const bool to_proxy = (s.recv == OX_NO_CONN || (a.conns[s.recv].flags & OX_CONN_HOST)) && (s.send == OX_NO_CONN || (a.conns[s.send].flags & OX_CONN_HOST));
+      const bool to_proxy = (s.recv == OX_NO_CONN || (in_conn.flags & OX_CONN_HOST)) && (s.send == OX_NO_CONN || (out_conn.flags & OX_CONN_HOST));
       const bool all_ll = (in_ll || out_ll) && (s.recv == OX_NO_CONN || in_ll) && (s.send == OX_NO_CONN || out_ll);
       if (all_ll) {
       } else if (to_proxy) {
@@ -426,13 +454,13 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
         __threadfence_system();
       }
       if (s.recv != OX_NO_CONN) {
-        const OxConn& c = a.conns[s.recv];
+        const OxConn& c = in_conn;
         const u64 n = *c.counter + 1;
         *c.counter = n;
         *c.head = n;
       }
       if (s.send != OX_NO_CONN) {
-        const OxConn& c = a.conns[s.send];
+        const OxConn& c = out_conn;
         const u64 n = *c.counter + 1;
         *c.counter = n;
         *c.tail = n;

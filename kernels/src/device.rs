@@ -127,8 +127,9 @@ pub struct DevConn {
     /// nobody reads sizes (the receiver knows them from its steps).
     pub sizes: u64,
     pub slot_bytes: u64,
-    /// Over the network: the LL slots ([`ll`]), `slots` of `ll_slot_bytes` from here (0
-    /// between GPUs of a host).
+    /// The LL slots ([`ll`]), `slots` of `ll_slot_bytes` from here: over the network in
+    /// the shared FIFO after the Simple slots; between GPUs of a host in the receiver's GPU
+    /// memory after its Simple slots ([`conn::PEER_LL`]).
     pub ll_slots: u64,
     pub slots: u32,
     pub peer: u32,
@@ -141,18 +142,32 @@ pub struct DevConn {
 pub mod conn {
     /// The FIFO is pinned host memory that the network proxy fills or drains.
     pub const HOST: u32 = 1;
+    /// Between GPUs of a host: the connection has LL slots, which a launch with
+    /// [`super::launch::PEER_LL`] uses.
+    pub const PEER_LL: u32 = 2;
 }
 
-/// The LL protocol over a network FIFO ([`conn::HOST`], a launch with [`DevArgs::ll`]).
+/// `DevArgs::ll` bits: which connections run the LL protocol in a launch.
+pub mod launch {
+    /// Those over the network ([`super::conn::HOST`]).
+    pub const NET_LL: u32 = 1;
+    /// Those between GPUs of a host that have LL slots ([`super::conn::PEER_LL`]).
+    pub const PEER_LL: u32 = 2;
+}
+
+/// The LL protocol over a FIFO (a launch with [`DevArgs::ll`]): over the network
+/// ([`conn::HOST`]) or between GPUs of a host ([`conn::PEER_LL`]).
 /// LL messages go through slots of their own ([`DevConn::ll_slots`], [`SLOT_BYTES`]
 /// each): slot `n % slots` for message `n`, as the Simple slot, so that one FIFO's head and
 /// tail count both, but never memory a Simple message wrote (whose bytes could look like
 /// a flag). A message's slot holds a header line — its byte count in the first data word, 0 in the
 /// second — then one line per 8 bytes of data, every line of [`LL_LINE_BYTES`] carrying
 /// the message's flag ([`ll::flag`]) beside each 4 data bytes, so that each 8-byte half is
-/// whole once its flag shows. The sending kernel needs no fence: its proxy sends the slot
-/// once the header and every line show the flag; the receiving kernel polls the lines the
-/// proxy received, with no tail to wait for first.
+/// whole once its flag shows. The sending kernel needs no fence: over the network its
+/// proxy sends the slot once the header and every line show the flag, between GPUs it
+/// writes the lines straight into the receiver's slot; the receiving kernel polls the
+/// lines, with no tail to wait for first. A receiver frees a slot (its head) only after it
+/// read every line of it.
 pub mod ll {
     use super::LL_LINE_BYTES;
 
@@ -211,8 +226,9 @@ pub struct DevArgs {
     /// by this (PreMulSum, float Avg), in the datatype's arithmetic.
     pub scale: f64,
     pub scaled: u32,
-    /// 1: connections over the network ([`conn::HOST`]) run the LL protocol in this launch
-    /// ([`ll`]); connections between GPUs of a host stay Simple.
+    /// [`launch`] bits: which connections run the LL protocol in this launch ([`ll`]):
+    /// those over the network ([`launch::NET_LL`]), those between GPUs of a host
+    /// ([`launch::PEER_LL`]); the others Simple.
     pub ll: u32,
 }
 
@@ -451,6 +467,9 @@ pub fn header() -> String {
     }
     let _ = writeln!(h, "#define OX_NO_CONN ({NO_CONN})");
     let _ = writeln!(h, "#define OX_CONN_HOST {}u", conn::HOST);
+    let _ = writeln!(h, "#define OX_CONN_PEER_LL {}u", conn::PEER_LL);
+    let _ = writeln!(h, "#define OX_LAUNCH_NET_LL {}u", launch::NET_LL);
+    let _ = writeln!(h, "#define OX_LAUNCH_PEER_LL {}u", launch::PEER_LL);
     let _ = writeln!(h, "#define OX_RECV_BUFFER 0x{RECV_BUFFER:x}ull");
     let _ = writeln!(h, "#define OX_ABORTED {}", status::ABORTED);
     let _ = writeln!(h, "#define OX_TIMED_OUT {}", status::TIMED_OUT);

@@ -466,7 +466,8 @@ fn five_ranks_shared_unevenly_across_two_gpus() {
 /// output bit for bit what the CPU computes running the same route
 /// (`check::gpu_reference`: the schedule the kernel ran, interpreted step by step with the
 /// host executor's arithmetic, or the direct kernel's rank-order fold). Then the small
-/// sizes with LL excluded, so that the ring runs every datatype and op.
+/// sizes with LL excluded, so that the ring runs every datatype and op, and the matrix on
+/// lanes of hundreds of steps.
 #[test]
 fn every_route_matches_the_cpu_bit_for_bit() {
     let Some(g) = gpus() else { return };
@@ -479,6 +480,42 @@ fn every_route_matches_the_cpu_bit_for_bit() {
         threads_with(n, g, random_cases, Inputs::Random, &config());
     }
     threads_with(3, g, simple_cases, Inputs::Random, &simple_config());
+    // Lanes of hundreds of steps (one channel, 16 KiB slots): the kernel keeps a window of
+    // a lane's steps in shared memory and loads the next as it goes.
+    let mut long = config();
+    long.set("NCCL_MAX_NCHANNELS", "1").unwrap();
+    long.set("OXCCL_GPU_SLOT_BYTES", "16K").unwrap();
+    threads_with(4, g, random_cases, Inputs::Random, &long);
+}
+
+/// Between the GPUs of a host over LL: with the direct kernel off and OXCCL_GPU_LL_BYTES
+/// past every size, the executor runs every call of the random-input matrix over its LL
+/// slots (the ring and the direct exchange on one and on many channels, a rank's lines
+/// written straight into its peer's slots), each output bit for bit what the CPU computes
+/// running the same schedule, on 2, 3 and 4 ranks (and one per GPU); then NCCL_PROTO=LL
+/// alone, which takes LL at every size (the exact matrix at 1 MiB per rank).
+#[test]
+fn the_executor_over_ll_between_gpus_matches_the_cpu_bit_for_bit() {
+    let Some(g) = gpus() else { return };
+    warm_kernel_cache();
+    let mut ll = config();
+    ll.set("OXCCL_GPU_DIRECT_BYTES", "0").unwrap();
+    ll.set("OXCCL_GPU_LL_BYTES", "1G").unwrap();
+    let mut ranks = vec![2, 3, 4];
+    if g > 4 {
+        ranks.push(g);
+    }
+    for n in ranks {
+        threads_with(n, g, random_cases, Inputs::Random, &ll);
+    }
+    let mut alone = config();
+    alone.set("NCCL_PROTO", "LL").unwrap();
+    threads_with(3, g, ll_alone_cases, Inputs::Exact, &alone);
+}
+
+/// Every collective but the exchanges (whose large blocks need Simple) at 1 MiB per rank.
+fn ll_alone_cases(n: usize) -> Vec<Case> {
+    check::large_cases(n, 1 << 20).into_iter().filter(|c| !matches!(c.collective, Collective::AllToAll | Collective::Gather | Collective::Scatter)).collect()
 }
 
 /// The random-input matrix: every collective × datatype × op at 0, 1, 7 and 4099 elements, in

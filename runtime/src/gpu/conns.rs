@@ -199,6 +199,8 @@ pub(crate) struct Setup<'a> {
     pub device: &'a Device,
     pub origin: Origin,
     pub geometry: Geometry,
+    /// Whether connections between GPUs get LL slots (calls may run LL on one host).
+    pub peer_ll: bool,
     /// Which ranks share this rank's host: the others are reached over `net`.
     pub same_host: &'a [bool],
     pub net: &'a NetLinks,
@@ -216,7 +218,11 @@ impl Connections {
         }
         cx.device.bind()?;
         let me = cx.boot.rank() as usize;
-        let fifo_bytes = HEADER + cx.geometry.slots * cx.geometry.slot_bytes;
+        // Between GPUs: the header (tail, counter), the Simple slots, then the LL slots if
+        // calls may run LL.
+        let simple_bytes = HEADER + cx.geometry.slots * cx.geometry.slot_bytes;
+        let ll_bytes = if cx.peer_ll { cx.geometry.slots * ll::SLOT_BYTES } else { 0 };
+        let fifo_bytes = simple_bytes + ll_bytes;
         // Announce everything first: the memory a peer of this host opens, or the Net
         // handle a peer on another host connects to.
         let mut pending = Vec::with_capacity(new.len());
@@ -261,9 +267,23 @@ impl Connections {
                     let remote = self.open(&record, link.peer, cx)?;
                     let (mine, theirs) = (memory.ptr, remote.ptr());
                     let (slot_bytes, slots, peer) = (cx.geometry.slot_bytes as u64, cx.geometry.slots as u32, link.peer as u32);
-                    let conn = match end {
-                        End::Recv(_) => DevConn { slots_base: mine + HEADER as u64, tail: mine, head: theirs, counter: mine + 8, slot_bytes, slots, peer, ..DevConn::default() },
-                        End::Send(_) => DevConn { slots_base: theirs + HEADER as u64, tail: theirs, head: mine, counter: mine + 8, slot_bytes, slots, peer, ..DevConn::default() },
+                    // The FIFO is the receiver's memory, the head the sender's.
+                    let (fifo, head) = match end {
+                        End::Recv(_) => (mine, theirs),
+                        End::Send(_) => (theirs, mine),
+                    };
+                    let conn = DevConn {
+                        slots_base: fifo + HEADER as u64,
+                        tail: fifo,
+                        head,
+                        counter: mine + 8,
+                        slot_bytes,
+                        ll_slots: if cx.peer_ll { fifo + simple_bytes as u64 } else { 0 },
+                        slots,
+                        peer,
+                        flags: if cx.peer_ll { conn::PEER_LL } else { 0 },
+                        ll_slot_bytes: if cx.peer_ll { ll::SLOT_BYTES as u32 } else { 0 },
+                        ..DevConn::default()
                     };
                     tracing::debug!(target: crate::log_target::P2P, "GPU {} {end:?} connected ({})", cx.device.ordinal, if matches!(remote, Remote::Direct(_)) { "same process" } else { "CUDA IPC" });
                     Opened { conn, memory: EndMemory::Peer { _remote: remote, local: memory } }

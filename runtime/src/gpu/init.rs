@@ -218,7 +218,10 @@ impl GpuBackend {
     /// What connecting needs: the bootstrap, the GPU, who this rank is, the FIFO shape.
     pub(super) fn setup(&self) -> Setup<'_> {
         let inner = &self.inner;
-        Setup { boot: &self.core.boot, device: &inner.device, origin: inner.origin, geometry: inner.geometry, same_host: &self.core.same_host, net: &self.core.net, rails: &self.core.rails }
+        // LL slots between GPUs only where a call can run LL there (route.rs): they add a
+        // quarter to each FIFO.
+        let peer_ll = self.core.config.gpu_ll_bytes > 0 || algo::Collective::ALL.iter().any(|&c| !inner.protocols.allows(c, Protocols::SIMPLE));
+        Setup { boot: &self.core.boot, device: &inner.device, origin: inner.origin, geometry: inner.geometry, peer_ll, same_host: &self.core.same_host, net: &self.core.net, rails: &self.core.rails }
     }
 }
 

@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
 use oxccl_kernels::cuda::{Specialization, DIRECT, DIVIDE, P2P, RUN, THREADS, WAIT_HOST};
-use oxccl_kernels::device::{DevArgs, DevDirect, DevWatch, LL_LINE_DATA};
+use oxccl_kernels::device::{launch as launch_bits, DevArgs, DevDirect, DevWatch, LL_LINE_DATA};
 
 use super::driver::{self, Device, DeviceMemory, Module};
 use super::{CUstream, Inner, Loaded, Plan, DONE_WORD, REACHED_WORD};
@@ -18,8 +18,9 @@ use crate::DataType;
 
 impl Inner {
     /// Launches the executor kernel of `plan` on `stream`: one block per lane, over the
-    /// buffers at `send` and `recv`, reads of the input scaled by `scale` if given, network
-    /// connections over LL if `ll` (the plan's steps then fit LL slots).
+    /// buffers at `send` and `recv`, reads of the input scaled by `scale` if given, over LL
+    /// if `ll` (the plan's steps then fit LL slots): the network connections of a
+    /// communicator across hosts, every connection on one host.
     ///
     /// # Safety
     /// As [`GpuBackend::enqueue`]: the buffers and stream are the caller's contract.
@@ -35,7 +36,13 @@ impl Inner {
             watch: self.watch(),
             scale: scale.unwrap_or(1.0),
             scaled: scale.is_some() as u32,
-            ll: ll as u32,
+            // LL runs on the network connections of a communicator across hosts (those between
+            // its GPUs of a host stay Simple), on all of them on one host.
+            ll: match (ll, self.departures.get().is_some()) {
+                (false, _) => 0,
+                (true, true) => launch_bits::NET_LL,
+                (true, false) => launch_bits::PEER_LL,
+            },
         };
         // SAFETY: the executor kernel takes one OxArgs; the plan's memory lives in the arena
         // until the launch has run, the buffers and stream are the caller's contract.

@@ -22,9 +22,9 @@ pub enum Route {
     /// blocks up to NCCL_P2P_LL_THRESHOLD), over LL: copies only.
     Exchange,
     /// The executor kernel running `algorithm`'s schedule for `shape` (`algo::plan`) on the
-    /// FIFOs, each rank's input scaled as it is read: Simple, or with `ll` LL on the
-    /// network connections (`oxccl_kernels::device::ll`; those between GPUs of a host stay
-    /// Simple).
+    /// FIFOs, each rank's input scaled as it is read: Simple, or with `ll` LL
+    /// (`oxccl_kernels::device::ll`): across hosts on the network connections (those
+    /// between GPUs of a host stay Simple), on one host between the GPUs.
     Schedule { shape: Shape, algorithm: Algorithm, ll: bool },
 }
 
@@ -47,7 +47,11 @@ impl GpuBackend {
             return Ok(Route::Exchange);
         }
         let across_hosts = inner.departures.get().is_some();
-        if (exchanges || !across_hosts) && !inner.protocols.allows(collective, Protocols::SIMPLE) {
+        let allows_simple = inner.protocols.allows(collective, Protocols::SIMPLE);
+        if !across_hosts && !exchanges && !allows_simple && !allows_ll {
+            return Err(Error::invalid(format!("NCCL_PROTO allows {} neither Simple nor LL, the protocols the GPU kernels run", collective.name())));
+        }
+        if exchanges && !allows_simple {
             return Err(Error::invalid(format!(
                 "NCCL_PROTO excludes Simple for {}, and {bytes} bytes from each of {} peers is more than LL's one-hop path carries (OXCCL_GPU_DIRECT_BYTES={})",
                 collective.name(),
@@ -66,9 +70,12 @@ impl GpuBackend {
             (choice.algorithm, choice.protocol == oxccl_tuning::Protocol::Ll)
         } else {
             // On one host the ring, unless NCCL_ALGO asks for the direct exchange alone
-            // (two hops for all_reduce, one for the others) or recursive doubling, over
-            // Simple; an error where it leaves none of them.
-            (inner.protocols.on_one_host(collective)?, false)
+            // (two hops for all_reduce, one for the others) or recursive doubling (an error
+            // where it leaves none of them); over LL up to OXCCL_GPU_LL_BYTES (or wherever
+            // NCCL_PROTO leaves LL alone), else Simple.
+            let limit = self.core.config.gpu_ll_bytes;
+            let ll = allows_ll && (!allows_simple || (limit > 0 && bytes <= limit));
+            (inner.protocols.on_one_host(collective)?, ll)
         };
         let channels = match algorithm {
             // Over the direct exchange's connections (channels 0 to direct_channels); two-shot
