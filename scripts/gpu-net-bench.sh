@@ -16,7 +16,8 @@
 # oxccl-simple: oxccl with NCCL_PROTO=Simple, no LL over the network; oxccl-algo-<name>:
 # oxccl with NCCL_ALGO=<name> (ring, direct); oxccl-proxy<N>: oxccl with
 # OXCCL_PROXY_THREADS=N; oxccl-env-<name>: oxccl with the variables that NET_ENV_<name>
-# sets, "K=V K=V"),
+# sets, "K=V K=V"; oxccl-lib-<dir>: the libnccl.so.2 in gpu-bin/<dir>, another build for an
+# A/B),
 # NET_MAX (default 128M), NET_ITERS (20), NET_TIMEOUT (per run, 150 s), NET_ARGS (more
 # nccl-tests arguments, e.g. "-C 1": the host's time to issue a call), NET_TRACE (1: oxccl's
 # runs write their proxy timelines, OXCCL_PROXY_TRACE, under traces/<table>/, summarized by
@@ -86,6 +87,7 @@ label() {
     oxccl-algo-*) echo "oxccl, NCCL_ALGO ${1#oxccl-algo-}" ;;
     oxccl-proxy*) echo "oxccl, ${1#oxccl-proxy} proxy thread(s)" ;;
     oxccl-env-*) local settings="NET_ENV_${1#oxccl-env-}"; echo "oxccl, ${!settings:-}" ;;
+    oxccl-lib-*) echo "oxccl, gpu-bin/${1#oxccl-lib-}" ;;
     nccl) echo "NCCL$version at its defaults" ;;
     nccl-best) echo "NCCL$version, ${NCCL_BEST_THREADS:-4} threads × ${NCCL_BEST_SOCKS:-4} sockets" ;;
     *) echo "$1" ;;
@@ -106,6 +108,7 @@ for n in ${NET_RANKS:-2 4}; do
         oxccl-simple) env+=(-x LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}" -x NCCL_PROTO=Simple) ;;
         oxccl-algo-*) env+=(-x LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}" -x NCCL_ALGO="${lib#oxccl-algo-}") ;;
         oxccl-proxy[0-9]*) env+=(-x LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}" -x OXCCL_PROXY_THREADS="${lib#oxccl-proxy}") ;;
+        oxccl-lib-*) env+=(-x LD_LIBRARY_PATH="$here/${lib#oxccl-lib-}:${LD_LIBRARY_PATH:-}") ;;
         oxccl-env-*)
           env+=(-x LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}")
           settings="NET_ENV_${lib#oxccl-env-}"
