@@ -36,7 +36,7 @@
 //! IEEE arithmetic, max and min order their zeros, oxccl-kernels' element.rs), so both
 //! hold the same bits but for the payload of a NaN made of two NaNs.
 
-use super::{chunks, split, split_channels, Collective, CHANNEL_GRANULE, Lane, Link, Role, Shape, Slice, Step};
+use super::{chunks, split_channels, Collective, CHANNEL_GRANULE, Lane, Link, Role, Shape, Slice, Step};
 
 pub(super) fn lanes(shape: &Shape, rank: usize) -> Vec<Lane> {
     if shape.collective == Collective::AllReduce {
@@ -142,7 +142,8 @@ fn two_shot_all_reduce(shape: &Shape, rank: usize) -> Vec<Lane> {
     if n == 2 {
         return vec![one_shot_all_reduce(shape, rank)];
     }
-    let blocks: Vec<(usize, usize)> = split(shape.count, n).collect();
+    // Blocks in whole granules, as the ring's segments (ring.rs).
+    let blocks: Vec<(usize, usize)> = split_channels(shape.count, n, CHANNEL_GRANULE).collect();
     // Block b's parts (offset, count, part): part c's chunks go to their owner on channel
     // 2c and come back reduced on channel 2c + 1.
     let parts = |b: usize| {

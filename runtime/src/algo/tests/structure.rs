@@ -363,3 +363,25 @@ fn ring_all_gather_copies_its_own_block_after_the_first_send() {
     assert_eq!(kinds(4, 64, 4), ["send", "copy", "recv-copy-send", "recv-copy-send", "recv"]);
     assert_eq!(kinds(100, 64, 2), ["send", "recv", "send", "recv", "copy"]);
 }
+
+/// The ring's and two-shot's all_reduce segments start on granules wherever the chunk is a
+/// whole number of them, whatever the number of ranks (a ring of 3 GPUs split its rounds
+/// element by element, so that two of its three segments took the kernels' byte-by-byte
+/// path), and every rank's slices are inside the buffer.
+#[test]
+fn all_reduce_segments_start_on_granules() {
+    for (algorithm, nranks) in [(Algorithm::Ring, 3), (Algorithm::Ring, 5), (Algorithm::Ring, 7), (Algorithm::Direct, 3), (Algorithm::Direct, 6)] {
+        for count in [16384, 65536 * 3 + 48, 1_000_003] {
+            for channels in [1, 16] {
+                let shape = Shape { collective: Collective::AllReduce, count, nranks, root: 0, chunk: 65536, channels, per_host: 1 };
+                let schedule = plan(shape, algorithm).unwrap();
+                for (rank, lane, i, step) in schedule.steps() {
+                    for slice in [step.reads(), step.writes()].into_iter().flatten() {
+                        assert_eq!(slice.offset % CHANNEL_GRANULE, 0, "{algorithm:?} {shape}: rank {rank} lane {lane} step {i} at element {}", slice.offset);
+                        assert!(slice.end() <= count, "{algorithm:?} {shape}: rank {rank} lane {lane} step {i} past the end");
+                    }
+                }
+            }
+        }
+    }
+}
