@@ -53,10 +53,9 @@ impl GpuBackend {
         }
         if exchanges && !allows_simple {
             return Err(Error::invalid(format!(
-                "NCCL_PROTO excludes Simple for {}, and {bytes} bytes from each of {} peers is more than LL's one-hop path carries (OXCCL_GPU_DIRECT_BYTES={})",
+                "NCCL_PROTO excludes Simple for {}, and its blocks of {bytes} bytes are more than LL's send/recv path carries (NCCL_P2P_LL_THRESHOLD={})",
                 collective.name(),
-                n - 1,
-                inner.direct.get().map_or(0, |d| d.limit)
+                inner.p2p_ll.get().map_or(0, |p| p.limit)
             )));
         }
         let (algorithm, ll) = if exchanges {
