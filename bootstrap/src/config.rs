@@ -79,6 +79,9 @@ pub struct Config {
     /// OXCCL_PROXY_TRACE: where each communicator writes its proxy timeline (a path the
     /// file names start with), or `None`.
     pub proxy_trace: Option<String>,
+    /// OXCCL_KERNEL_TRACE: where each GPU communicator writes its executor kernel's
+    /// timeline (a path prefix), if anywhere.
+    pub kernel_trace: Option<String>,
     /// NCCL_COMM_BLOCKING: calls wait for their own completion (init included). `false`
     /// asks for non-blocking communicators (ncclInProgress semantics, the fault-handling
     /// part of the runtime).
@@ -451,14 +454,13 @@ pub static KNOBS: &[Knob] = &[
         name: "OXCCL_PROXY_TRACE",
         default: "",
         doc: "path prefix of the proxy's timeline: each communicator creates <path>.pid<pid>.comm<n>.rank<r>.json (an error if it cannot) and writes it when destroyed: a Chrome trace of every network message's wait for data, send and receive, and the proxy threads' sleeps; empty: none",
-        set: |c, v| {
-            let v = v.trim();
-            if v.contains('\0') {
-                return Err("expected a path".into());
-            }
-            c.proxy_trace = (!v.is_empty()).then(|| v.to_string());
-            Ok(())
-        },
+        set: |c, v| Ok(c.proxy_trace = path_prefix(v)?),
+    },
+    Knob {
+        name: "OXCCL_KERNEL_TRACE",
+        default: "",
+        doc: "path prefix of the GPU executor kernel's timeline: each GPU communicator creates <path>.pid<pid>.gpu<n>.rank<r>.txt (an error if it cannot) and writes it when destroyed: for the last 64 executor launches, when each of the first 2 lanes started and ended and each of their first 64 steps started, finished waiting, moved its data and published it, with per-step medians; empty: none",
+        set: |c, v| Ok(c.kernel_trace = path_prefix(v)?),
     },
     Knob {
         name: "OXCCL_BOOTSTRAP",
@@ -629,6 +631,7 @@ impl Config {
             netplugin_max_recvs: 8,
             proxy_threads: 0,
             proxy_trace: None,
+            kernel_trace: None,
             blocking: true,
             heartbeat_timeout: Some(Duration::from_secs(30)),
             topo_file: None,
@@ -760,6 +763,15 @@ fn parse_millis(v: &str) -> std::result::Result<Duration, String> {
 }
 
 /// Bytes, with an optional K/M/G suffix (powers of two), at least `min`.
+/// A trace's path prefix: none when empty, an error when it cannot be a path.
+fn path_prefix(v: &str) -> std::result::Result<Option<String>, String> {
+    let v = v.trim();
+    if v.contains('\0') {
+        return Err("expected a path".into());
+    }
+    Ok((!v.is_empty()).then(|| v.to_string()))
+}
+
 fn parse_bytes(v: &str, min: usize) -> std::result::Result<usize, String> {
     let (digits, shift) = match v.char_indices().last() {
         Some((i, 'k' | 'K')) => (&v[..i], 10),

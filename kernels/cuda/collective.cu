@@ -333,8 +333,13 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
   __shared__ OxConn w_recv[OX_WINDOW], w_send[OX_WINDOW];
   const u32 lane = blockIdx.x;
   const u32 first = a.bounds[lane], end = a.bounds[lane + 1];
+  // The timeline (DevArgs::stamps): thread 0 of the first lanes stamps the lane's start and
+  // end and each of its first steps' four moments (oxccl_kernels::device::timeline).
+  unsigned long long* const stamps = (a.stamps && lane < OX_TRACE_LANES && threadIdx.x == 0) ? a.stamps + lane * OX_TRACE_LANE_WORDS : 0;
+  if (stamps) stamps[0] = ox_now();
   for (u32 i = first; i < end; ++i) {
     const u32 k = (i - first) % OX_WINDOW;
+    unsigned long long* const step_stamps = (stamps && i - first < OX_TRACE_STEPS) ? stamps + 2 + (i - first) * OX_TRACE_STAMPS : 0;
     if (k == 0) {
       // Every thread is past the window before (thread 0 published the last step from it).
       __syncthreads();
@@ -346,6 +351,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
       }
       __syncthreads();
     }
+    if (step_stamps) step_stamps[0] = ox_now();
     const OxStep s = w_steps[k];
     const OxConn& in_conn = w_recv[k];
     const OxConn& out_conn = w_send[k];
@@ -409,6 +415,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
       s_out = out;
       s_stop = why;
       s_fresh = fresh;
+      if (step_stamps) step_stamps[1] = ox_now();
     }
     __syncthreads();
     if (s_stop) return;
@@ -440,6 +447,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
       if (why) ox_fail(a.watch, why, OX_KERNEL_RUN, lane, i - first, in_conn.peer);
       return;
     }
+    if (step_stamps) step_stamps[2] = ox_now();
     if (threadIdx.x == 0) {
       // Publish the block's writes before the counters: peers' GPUs need the full fence;
       // a FIFO in host memory, whose other end is the proxy, a release; LL connections
@@ -465,8 +473,10 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
         *c.counter = n;
         *c.tail = n;
       }
+      if (step_stamps) step_stamps[3] = ox_now();
     }
   }
+  if (stamps) stamps[1] = ox_now();
 }
 
 // ---- The direct kernel: a small collective in one hop, over the LL protocol ----

@@ -230,6 +230,24 @@ pub struct DevArgs {
     /// those over the network ([`launch::NET_LL`]), those between GPUs of a host
     /// ([`launch::PEER_LL`]); the others Simple.
     pub ll: u32,
+    /// The launch's timeline record ([`timeline`]) in mapped host memory, or 0: none kept.
+    pub stamps: u64,
+}
+
+/// The executor kernel's timeline (`OXCCL_KERNEL_TRACE`): thread 0 of each of the first
+/// [`timeline::LANES`] lanes writes `%globaltimer` (ns) into the launch's record: the lane's
+/// start and end, then per step (the first [`timeline::STEPS`]) when it started, when its
+/// waits were over (the incoming slot full, the outgoing one free), when the data had
+/// moved (every thread past it) and when it was published (counters written). A lane's
+/// words: [start, end, then STAMPS per step]; the record holds LANES lanes.
+pub mod timeline {
+    pub const LANES: usize = 2;
+    pub const STEPS: usize = 64;
+    pub const STAMPS: usize = 4;
+    /// u64 words of one lane.
+    pub const LANE_WORDS: usize = 2 + STEPS * STAMPS;
+    /// u64 words of one launch's record.
+    pub const RECORD_WORDS: usize = LANES * LANE_WORDS;
 }
 
 /// Arguments of the direct kernel (C: `OxDirect`), passed by value: a small collective in
@@ -401,6 +419,7 @@ fn structs() -> Vec<(&'static str, usize, Vec<Field>)> {
                 "double" scale: f64,
                 "unsigned int" scaled: u32,
                 "unsigned int" ll: u32,
+                "unsigned long long*" stamps: u64,
             }),
         ),
         (
@@ -470,6 +489,10 @@ pub fn header() -> String {
     let _ = writeln!(h, "#define OX_CONN_PEER_LL {}u", conn::PEER_LL);
     let _ = writeln!(h, "#define OX_LAUNCH_NET_LL {}u", launch::NET_LL);
     let _ = writeln!(h, "#define OX_LAUNCH_PEER_LL {}u", launch::PEER_LL);
+    let _ = writeln!(h, "#define OX_TRACE_LANES {}u", timeline::LANES);
+    let _ = writeln!(h, "#define OX_TRACE_STEPS {}u", timeline::STEPS);
+    let _ = writeln!(h, "#define OX_TRACE_STAMPS {}u", timeline::STAMPS);
+    let _ = writeln!(h, "#define OX_TRACE_LANE_WORDS {}u", timeline::LANE_WORDS);
     let _ = writeln!(h, "#define OX_RECV_BUFFER 0x{RECV_BUFFER:x}ull");
     let _ = writeln!(h, "#define OX_ABORTED {}", status::ABORTED);
     let _ = writeln!(h, "#define OX_TIMED_OUT {}", status::TIMED_OUT);
@@ -517,7 +540,7 @@ mod tests {
         for (name, value) in kind::ALL {
             assert!(h.contains(&format!("#define {name} {value}u")), "{name}");
         }
-        for s in ["struct OxStep {", "struct OxConn {", "struct OxArgs {", "sizeof(OxStep) == 32", "sizeof(OxConn) == 72", "sizeof(OxArgs) == 88", "sizeof(OxWatch) == 32", "#define OX_PEER_LEFT 3", "struct OxDirect {", "sizeof(OxDirect) == 128", "#define OX_DIRECT_BROADCAST 4u", "struct OxP2p {", "sizeof(OxP2p) == 112", "sizeof(OxP2pLane) == 16", "sizeof(OxP2pMsg) == 24", "#define OX_LANE_COPY 2u"] {
+        for s in ["struct OxStep {", "struct OxConn {", "struct OxArgs {", "sizeof(OxStep) == 32", "sizeof(OxConn) == 72", "sizeof(OxArgs) == 96", "sizeof(OxWatch) == 32", "#define OX_PEER_LEFT 3", "struct OxDirect {", "sizeof(OxDirect) == 128", "#define OX_DIRECT_BROADCAST 4u", "struct OxP2p {", "sizeof(OxP2p) == 112", "sizeof(OxP2pLane) == 16", "sizeof(OxP2pMsg) == 24", "#define OX_LANE_COPY 2u"] {
             assert!(h.contains(s), "{s} missing from:\n{h}");
         }
     }

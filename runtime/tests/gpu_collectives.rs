@@ -513,6 +513,48 @@ fn the_executor_over_ll_between_gpus_matches_the_cpu_bit_for_bit() {
     threads_with(3, g, ll_alone_cases, Inputs::Exact, &alone);
 }
 
+/// OXCCL_KERNEL_TRACE: each rank writes its communicator's executor kernel timeline when
+/// the communicator goes: every launch of the ring's all_reduce with its lanes, every step
+/// of lane 0 stamped at its four moments in order, and the per-step medians.
+#[test]
+fn the_kernel_timeline_stamps_every_step_in_order() {
+    let Some(g) = gpus() else { return };
+    warm_kernel_cache();
+    let dir = std::env::temp_dir().join(format!("oxccl-kernel-trace-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut traced = config();
+    traced.set("OXCCL_KERNEL_TRACE", dir.join("kernel").to_str().unwrap()).unwrap();
+    threads_with(2, g, |n| check::large_cases(n, 4 << 20).into_iter().filter(|c| c.collective == Collective::AllReduce && c.dtype == DataType::Float32).collect(), Inputs::Exact, &traced);
+    settle();
+    let files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 2, "one timeline per rank: {files:?}");
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        assert!(text.starts_with("# oxccl kernel timeline, rank "), "{}: {text}", file.display());
+        assert!(text.contains("all_reduce 4194304 B") && text.contains("median ns per step"), "{}: {text}", file.display());
+        // Lane 0's steps: four stamps each, none missing, in order, each step after the last.
+        let mut last = 0u64;
+        let mut steps = 0;
+        let mut in_lane0 = false;
+        for line in text.lines() {
+            if line.starts_with("launch ") {
+                last = 0;
+            } else if let Some(rest) = line.strip_prefix("  lane ") {
+                in_lane0 = rest.starts_with("0:");
+            } else if let Some(rest) = line.strip_prefix("    step ").filter(|_| in_lane0) {
+                let stamps: Vec<u64> = rest.split_once(": ").unwrap().1.split(' ').map(|t| t.strip_prefix('+').unwrap_or_else(|| panic!("{}: a stamp missing in {line}", file.display())).parse().unwrap()).collect();
+                assert_eq!(stamps.len(), 4, "{line}");
+                assert!(stamps.windows(2).all(|w| w[0] <= w[1]) && stamps[0] >= last, "{}: out of order: {line}", file.display());
+                last = stamps[3];
+                steps += 1;
+            }
+        }
+        assert!(steps > 0, "{}: no step of lane 0\n{text}", file.display());
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Every collective but the exchanges (whose large blocks need Simple) at 1 MiB per rank.
 fn ll_alone_cases(n: usize) -> Vec<Case> {
     check::large_cases(n, 1 << 20).into_iter().filter(|c| !matches!(c.collective, Collective::AllToAll | Collective::Gather | Collective::Scatter)).collect()

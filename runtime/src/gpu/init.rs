@@ -79,6 +79,7 @@ impl GpuBackend {
             gone: std::sync::OnceLock::new(),
             departures: std::sync::OnceLock::new(),
             protocols,
+            timeline: config.kernel_trace.as_deref().map(|path| super::timeline::KernelTimeline::new(path, core.rank)).transpose()?,
             tuner,
             state: Mutex::new(State::default()),
             flags: {

@@ -20,13 +20,14 @@ impl Inner {
     /// Launches the executor kernel of `plan` on `stream`: one block per lane, over the
     /// buffers at `send` and `recv`, reads of the input scaled by `scale` if given, over LL
     /// if `ll` (the plan's steps then fit LL slots): the network connections of a
-    /// communicator across hosts, every connection on one host.
+    /// communicator across hosts, every connection on one host. `what` names the call in
+    /// the kernel timeline, where one is kept.
     ///
     /// # Safety
     /// As [`GpuBackend::enqueue`]: the buffers and stream are the caller's contract.
     #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn launch(&self, loaded: &Loaded, plan: &Plan, send: u64, recv: u64, scale: Option<f64>, ll: bool, stream: CUstream) -> Result<()> {
-        let &Plan::Steps { lanes, conns, bounds, steps, .. } = plan else { return Err(Error::Internal("the executor kernel launched with a point-to-point LL plan".into())) };
+    pub(super) unsafe fn launch(&self, loaded: &Loaded, plan: &Plan, send: u64, recv: u64, scale: Option<f64>, ll: bool, stream: CUstream, what: &dyn Fn() -> String) -> Result<()> {
+        let &Plan::Steps { lanes, conns, bounds, steps, ref lane_steps, .. } = plan else { return Err(Error::Internal("the executor kernel launched with a point-to-point LL plan".into())) };
         let mut args = DevArgs {
             steps,
             bounds,
@@ -43,6 +44,7 @@ impl Inner {
                 (true, true) => launch_bits::NET_LL,
                 (true, false) => launch_bits::PEER_LL,
             },
+            stamps: self.timeline.as_ref().map_or(0, |timeline| timeline.record(what(), lane_steps.clone())),
         };
         // SAFETY: the executor kernel takes one OxArgs; the plan's memory lives in the arena
         // until the launch has run, the buffers and stream are the caller's contract.

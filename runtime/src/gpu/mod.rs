@@ -35,6 +35,7 @@ mod p2p;
 mod route;
 mod staged;
 mod teardown;
+mod timeline;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -148,6 +149,8 @@ struct Inner {
     departures: std::sync::OnceLock<MappedHost>,
     /// What NCCL_PROTO allows, per collective (read once: launches only look it up).
     protocols: Protocols,
+    /// The executor kernel's timeline (OXCCL_KERNEL_TRACE), if kept.
+    timeline: Option<timeline::KernelTimeline>,
     /// NCCL_ALGO and the cost model, for the choice of algorithm across hosts.
     tuner: oxccl_tuning::Tuner,
     state: Mutex<State>,
@@ -319,7 +322,7 @@ enum Plan {
     /// For the executor kernel: the connection table, the lanes' bounds, then the steps;
     /// and how many messages each of its network ends carries per launch (announced to the
     /// proxy before each launch).
-    Steps { lanes: u32, conns: u64, bounds: u64, steps: u64, net: Vec<(algo::Link, Direction, u64)> },
+    Steps { lanes: u32, conns: u64, bounds: u64, steps: u64, net: Vec<(algo::Link, Direction, u64)>, lane_steps: Vec<u32> },
     /// For the point-to-point LL kernel: its lanes (`DevP2pLane`), then their messages.
     Messages { lanes: u32, at: u64, msgs: u64 },
 }
@@ -390,7 +393,7 @@ impl GpuBackend {
                 let plan = self.plan(PlanKey { collective, count, esize, root }, shape, algorithm)?;
                 self.announce(&plan, algorithm.sends_independently(collective, n), ll);
                 // SAFETY: as above; the plan was checked against buffers of these sizes.
-                unsafe { inner.launch(&loaded, &plan, send, recv, scale, ll, stream)? };
+                unsafe { inner.launch(&loaded, &plan, send, recv, scale, ll, stream, &|| format!("{} {} B", collective.name(), count * esize))? };
             }
             Route::Staged => return Err(Error::Internal("a call routed through host memory on a communicator with no staging".into())),
         }
@@ -567,6 +570,7 @@ impl GpuBackend {
         image.resize(conn_bytes + bounds_bytes, 0);
         image.extend_from_slice(bytemuck::cast_slice::<DevStep, u8>(&encoded.steps));
         let lanes = encoded.lanes() as u32;
+        let lane_steps: Vec<u32> = encoded.bounds.windows(2).map(|b| b[1] - b[0]).collect();
         let mut net: Vec<(algo::Link, Direction, u64)> = Vec::new();
         for step in encoded_lanes.iter().flatten() {
             let ends = step.receives().map(End::Recv).into_iter().chain(step.sends().map(End::Send));
@@ -577,7 +581,7 @@ impl GpuBackend {
                 }
             }
         }
-        inner.store(state, key, &image, |base| Plan::Steps { lanes, conns: base, bounds: base + conn_bytes as u64, steps: base + (conn_bytes + bounds_bytes) as u64, net })
+        inner.store(state, key, &image, |base| Plan::Steps { lanes, conns: base, bounds: base + conn_bytes as u64, steps: base + (conn_bytes + bounds_bytes) as u64, net, lane_steps })
     }
 
     /// Tells the proxy how many messages `plan`'s launch moves over each network end:

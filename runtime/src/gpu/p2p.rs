@@ -99,7 +99,7 @@ impl GpuBackend {
             // Sends and receives never wait for the other side's other messages.
             self.announce(&plan, true, false);
             // SAFETY: as above.
-            unsafe { inner.launch(&loaded, &plan, send_base, recv_base, None, false, stream)? };
+            unsafe { inner.launch(&loaded, &plan, send_base, recv_base, None, false, stream, &|| "send/recv group".to_string())? };
         }
         Ok(())
     }

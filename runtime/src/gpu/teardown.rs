@@ -31,6 +31,12 @@ impl Drop for GpuBackend {
                 Err(e) => tracing::warn!(target: crate::log_target::INIT, "rank {}: could not tell the peers' GPU kernels that it leaves: {e}", self.core.rank),
             }
         }
+        if finished {
+            // Every launch has ended: its stamps are all in.
+            if let Some(timeline) = &self.inner.timeline {
+                timeline.write();
+            }
+        }
         self.inner.stop.store(true, Ordering::Release);
         if let Some(w) = self.watcher.take() {
             let _ = w.join();

@@ -1,0 +1,206 @@
+//! The executor kernel's timeline (`OXCCL_KERNEL_TRACE`), for finding where a GPU call's
+//! time goes inside the kernel: each executor launch gets a record in mapped host memory
+//! (`DevArgs::stamps`) where thread 0 of its first lanes writes `%globaltimer` at the lane's
+//! start and end and at four moments of each of its first steps
+//! (`oxccl_kernels::device::timeline`). This module owns those records — the last
+//! [`LAUNCHES`] launches' in a ring, with what each launch was — and writes them as text
+//! when the communicator goes: `<path>.pid<pid>.gpu<n>.rank<r>.txt`, every launch's stamps
+//! in ns from its first, then per kind of launch the median of each step's wait, move and
+//! publish. A launch still running when its record is reused (more than [`LAUNCHES`] in
+//! flight) can leave a mix of two launches' stamps; stamps of moments never reached are 0
+//! and print as `-`.
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use oxccl_kernels::device::timeline::{LANES, LANE_WORDS, RECORD_WORDS, STAMPS, STEPS};
+use parking_lot::Mutex;
+
+use super::driver::MappedHost;
+use crate::error::{Error, Result};
+
+/// Launches whose records are kept (the ring's length).
+pub(super) const LAUNCHES: usize = 64;
+
+/// GPU communicators of this process so far, for the files' names.
+static COMMUNICATORS: AtomicU64 = AtomicU64::new(0);
+
+/// One communicator's kernel timeline on one rank.
+pub(super) struct KernelTimeline {
+    file: PathBuf,
+    rank: usize,
+    records: MappedHost,
+    launches: Mutex<Launches>,
+}
+
+#[derive(Default)]
+struct Launches {
+    /// Launches so far.
+    count: u64,
+    /// The last ones (at most LAUNCHES), oldest first.
+    kept: VecDeque<Launch>,
+}
+
+/// What one launch was.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Launch {
+    /// Its number among the communicator's executor launches.
+    pub seq: u64,
+    /// The call, e.g. "all_reduce 1048576 B".
+    pub what: String,
+    /// Steps of each lane (all lanes: the first ones are traced).
+    pub lane_steps: Vec<u32>,
+}
+
+impl KernelTimeline {
+    /// The timeline of a communicator of `rank`, written under `path` when dropped; an
+    /// error naming the file if it cannot be written.
+    pub fn new(path: &str, rank: usize) -> Result<KernelTimeline> {
+        let n = COMMUNICATORS.fetch_add(1, Ordering::Relaxed);
+        let file = PathBuf::from(format!("{path}.pid{}.gpu{n}.rank{rank}.txt", std::process::id()));
+        // Created now, so that a bad path is an error at init rather than at the end.
+        std::fs::write(&file, "").map_err(|e| Error::invalid(format!("OXCCL_KERNEL_TRACE={path}: cannot write {}: {e}", file.display())))?;
+        let records = MappedHost::zeroed(LAUNCHES * RECORD_WORDS * 2)?;
+        Ok(KernelTimeline { file, rank, records, launches: Mutex::default() })
+    }
+
+    /// The device address of the next launch's record (cleared), and that launch noted as
+    /// `what` with `lane_steps` steps per lane.
+    pub fn record(&self, what: String, lane_steps: Vec<u32>) -> u64 {
+        let mut launches = self.launches.lock();
+        let slot = (launches.count % LAUNCHES as u64) as usize;
+        // SAFETY: the record lies inside the mapped allocation; the launch that used it last
+        // has ended unless LAUNCHES launches are in flight (then its stamps mix: said above).
+        unsafe { std::ptr::write_bytes(self.words().add(slot * RECORD_WORDS), 0, RECORD_WORDS) };
+        if launches.kept.len() == LAUNCHES {
+            launches.kept.pop_front();
+        }
+        let seq = launches.count;
+        launches.kept.push_back(Launch { seq, what, lane_steps });
+        launches.count += 1;
+        self.records.device + (slot * RECORD_WORDS * 8) as u64
+    }
+
+    fn words(&self) -> *mut u64 {
+        self.records.host().cast::<u64>()
+    }
+
+    /// Writes the file (once every launch has ended).
+    pub fn write(&self) {
+        let launches = self.launches.lock();
+        let mut stamps = vec![0u64; LAUNCHES * RECORD_WORDS];
+        for (i, word) in stamps.iter_mut().enumerate() {
+            // SAFETY: inside the mapped allocation; the GPU wrote it with plain stores.
+            *word = unsafe { std::ptr::read_volatile(self.words().add(i)) };
+        }
+        let kept: Vec<Launch> = launches.kept.iter().cloned().collect();
+        let text = format(self.rank, launches.count, &kept, |launch| {
+            let slot = (launch.seq % LAUNCHES as u64) as usize;
+            &stamps[slot * RECORD_WORDS..(slot + 1) * RECORD_WORDS]
+        });
+        if let Err(e) = std::fs::write(&self.file, text) {
+            tracing::warn!(target: crate::log_target::INIT, "rank {}: could not write the kernel timeline {}: {e}", self.rank, self.file.display());
+        }
+    }
+}
+
+/// The file's text: `launches` (the last `kept` of `count`), each with its record.
+pub(super) fn format<'a>(rank: usize, count: u64, kept: &[Launch], record: impl Fn(&Launch) -> &'a [u64]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# oxccl kernel timeline, rank {rank}: the last {} of {count} executor launches; lanes 0-{} and their first {STEPS} steps; ns from the launch's first stamp (%globaltimer; '-': not reached)",
+        kept.len(),
+        LANES - 1
+    );
+    let _ = writeln!(out, "# per step: start, waits over (slots full / free), data moved, published");
+    // Per kind of launch and step index: lane 0's waits, moves and publishes (ns).
+    let mut phases: Vec<(String, Vec<[Vec<u64>; 3]>)> = Vec::new();
+    for launch in kept {
+        let words = record(launch);
+        let origin = (0..LANES).filter_map(|lane| Some(words[lane * LANE_WORDS]).filter(|&t| t > 0)).min().unwrap_or(0);
+        let at = |t: u64| if t == 0 { "-".to_string() } else { format!("+{}", t.saturating_sub(origin)) };
+        let _ = writeln!(out, "launch {} {}: {} lane(s), started at {origin} ns", launch.seq, launch.what, launch.lane_steps.len());
+        for (lane, &steps) in launch.lane_steps.iter().enumerate().take(LANES) {
+            let lane_words = &words[lane * LANE_WORDS..(lane + 1) * LANE_WORDS];
+            let _ = writeln!(out, "  lane {lane}: {steps} step(s), start {}, end {}", at(lane_words[0]), at(lane_words[1]));
+            for step in 0..(steps as usize).min(STEPS) {
+                let s = &lane_words[2 + step * STAMPS..2 + (step + 1) * STAMPS];
+                let _ = writeln!(out, "    step {step}: {} {} {} {}", at(s[0]), at(s[1]), at(s[2]), at(s[3]));
+                if lane == 0 && s.iter().all(|&t| t > 0) {
+                    let index = match phases.iter().position(|(what, _)| *what == launch.what) {
+                        Some(index) => index,
+                        None => {
+                            phases.push((launch.what.clone(), Vec::new()));
+                            phases.len() - 1
+                        }
+                    };
+                    let per_step = &mut phases[index].1;
+                    if per_step.len() <= step {
+                        per_step.resize_with(step + 1, Default::default);
+                    }
+                    for (phase, (from, to)) in [(s[0], s[1]), (s[1], s[2]), (s[2], s[3])].into_iter().enumerate() {
+                        per_step[step][phase].push(to.saturating_sub(from));
+                    }
+                }
+            }
+        }
+    }
+    for (what, per_step) in &mut phases {
+        let _ = writeln!(out, "# {what}, lane 0, median ns per step: wait, move, publish (launches)");
+        for (step, [wait, moved, publish]) in per_step.iter_mut().enumerate() {
+            let _ = writeln!(out, "#   step {step}: {} {} {} ({})", median(wait), median(moved), median(publish), wait.len());
+        }
+    }
+    out
+}
+
+fn median(values: &mut [u64]) -> u64 {
+    values.sort_unstable();
+    values.get(values.len() / 2).copied().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record as the kernel writes it: lane 0 with two steps, lane 1 with one (its
+    /// publish never reached), the second launch of the same kind a little slower.
+    fn record(base: u64, slow: u64) -> Vec<u64> {
+        let mut words = vec![0u64; RECORD_WORDS];
+        words[0] = base;
+        words[1] = base + 900 + slow;
+        words[2..6].copy_from_slice(&[base + 10, base + 110, base + 160, base + 170 + slow]);
+        words[6..10].copy_from_slice(&[base + 200, base + 500, base + 550, base + 560]);
+        words[LANE_WORDS] = base + 5;
+        words[LANE_WORDS + 2..LANE_WORDS + 6].copy_from_slice(&[base + 15, base + 115, base + 165, 0]);
+        words
+    }
+
+    #[test]
+    fn launches_print_from_their_first_stamp_and_medians_come_per_kind() {
+        let launches = vec![
+            Launch { seq: 7, what: "all_reduce 1048576 B".into(), lane_steps: vec![2, 1, 9] },
+            Launch { seq: 8, what: "all_reduce 1048576 B".into(), lane_steps: vec![2, 1, 9] },
+        ];
+        let records = [record(1_000_000, 0), record(2_000_000, 20)];
+        let text = format(3, 9, &launches, |launch| &records[(launch.seq - 7) as usize]);
+        assert!(text.starts_with("# oxccl kernel timeline, rank 3: the last 2 of 9 executor launches"), "{text}");
+        assert!(text.contains("launch 7 all_reduce 1048576 B: 3 lane(s), started at 1000000 ns\n  lane 0: 2 step(s), start +0, end +900\n    step 0: +10 +110 +160 +170\n    step 1: +200 +500 +550 +560\n  lane 1: 1 step(s), start +5, end -\n    step 0: +15 +115 +165 -\n"), "{text}");
+        // Lane 2 is past the traced lanes: not printed.
+        assert!(!text.contains("lane 2"), "{text}");
+        // Medians over the two launches (the upper of two): step 0's publish 10 and 30.
+        assert!(text.contains("# all_reduce 1048576 B, lane 0, median ns per step: wait, move, publish (launches)\n#   step 0: 100 50 30 (2)\n#   step 1: 300 50 10 (2)\n"), "{text}");
+    }
+
+    #[test]
+    fn steps_past_the_traced_ones_are_not_printed() {
+        let launch = Launch { seq: 0, what: "all_gather 64 B".into(), lane_steps: vec![STEPS as u32 + 5] };
+        let words = vec![0u64; RECORD_WORDS];
+        let text = format(0, 1, std::slice::from_ref(&launch), |_| &words);
+        assert!(text.contains(&format!("    step {}: - - - -\n", STEPS - 1)), "{text}");
+        assert!(!text.contains(&format!("step {STEPS}:")), "{text}");
+    }
+}
