@@ -19,6 +19,9 @@
 #                 setting (NETPLUGIN_SOCKET_SETTINGS, default "default 4x4": both nets with
 #                 NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD unset, then 4 and 4), with
 #                 the ratios per setting in summary.txt (NETPLUGIN_TESTS, NETPLUGIN_ROUNDS)
+#   timeline      oxccl-perf on every GPU there with the executor kernel's timeline kept
+#                 (OXCCL_KERNEL_TRACE): TIMELINE_COLLECTIVES (default all_reduce broadcast)
+#                 from TIMELINE_MIN to TIMELINE_MAX (512K, 2M), each rank's file under timeline/
 # NVLink multicast stays off; GPU clocks and modes are never touched.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -67,6 +70,14 @@ for stage in "$@"; do
       make -C "$nt" MPI=1 MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi CUDA_HOME="$CUDA_HOME" NCCL_HOME=/usr NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" BUILDDIR="$nt/build-mpi" -j 32 > "$res/netplugin-build.txt" 2>&1
       OUT=$res bash "$bin/gpu-netplugin.sh" "$nt/build-mpi" > /dev/null
       note "netplugin: exit $?"
+      ;;
+    timeline)
+      mkdir -p "$res/timeline"
+      gpus=$(nvidia-smi -L | wc -l)
+      for c in ${TIMELINE_COLLECTIVES:-all_reduce broadcast}; do
+        OXCCL_KERNEL_TRACE="$res/timeline/$c" timeout 120 "$bin/oxccl-perf" "$c" -b "${TIMELINE_MIN:-512K}" -e "${TIMELINE_MAX:-2M}" -f 2 -n 30 -w 5 -c 0 --gpus "$gpus" > "$res/timeline/$c-perf.txt" 2>&1
+        note "timeline $c on $gpus GPU(s): exit $?"
+      done
       ;;
     *) note "unknown stage $stage" ;;
   esac
