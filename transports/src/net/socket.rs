@@ -507,4 +507,6 @@ fn lock<'a, T>(mutex: &'a Mutex<T>, what: &str) -> Result<MutexGuard<'a, T>> {
 #[cfg(test)]
 mod data_path_tests;
 #[cfg(test)]
+mod measurements;
+#[cfg(test)]
 mod tests;
