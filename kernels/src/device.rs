@@ -485,23 +485,29 @@ pub fn header() -> String {
         let _ = writeln!(h, "#define {name} {value}u");
     }
     let _ = writeln!(h, "#define OX_NO_CONN ({NO_CONN})");
-    let _ = writeln!(h, "#define OX_CONN_HOST {}u", conn::HOST);
-    let _ = writeln!(h, "#define OX_CONN_PEER_LL {}u", conn::PEER_LL);
-    let _ = writeln!(h, "#define OX_LAUNCH_NET_LL {}u", launch::NET_LL);
-    let _ = writeln!(h, "#define OX_LAUNCH_PEER_LL {}u", launch::PEER_LL);
-    let _ = writeln!(h, "#define OX_TRACE_LANES {}u", timeline::LANES);
-    let _ = writeln!(h, "#define OX_TRACE_STEPS {}u", timeline::STEPS);
-    let _ = writeln!(h, "#define OX_TRACE_STAMPS {}u", timeline::STAMPS);
-    let _ = writeln!(h, "#define OX_TRACE_LANE_WORDS {}u", timeline::LANE_WORDS);
     let _ = writeln!(h, "#define OX_RECV_BUFFER 0x{RECV_BUFFER:x}ull");
-    let _ = writeln!(h, "#define OX_ABORTED {}", status::ABORTED);
-    let _ = writeln!(h, "#define OX_TIMED_OUT {}", status::TIMED_OUT);
-    let _ = writeln!(h, "#define OX_PEER_LEFT {}", status::PEER_LEFT);
-    let _ = writeln!(h, "#define OX_KERNEL_RUN {}", status::KERNEL_RUN);
-    let _ = writeln!(h, "#define OX_KERNEL_DIRECT {}", status::KERNEL_DIRECT);
-    let _ = writeln!(h, "#define OX_KERNEL_P2P_SEND {}", status::KERNEL_P2P_SEND);
-    let _ = writeln!(h, "#define OX_KERNEL_P2P_RECV {}", status::KERNEL_P2P_RECV);
-    let _ = writeln!(h, "#define OX_KERNEL_WAIT_HOST {}", status::KERNEL_WAIT_HOST);
+    // Name, value, C suffix: the bit masks and sizes unsigned, the status codes int.
+    let defines: [(&str, i64, &str); 16] = [
+        ("OX_CONN_HOST", conn::HOST.into(), "u"),
+        ("OX_CONN_PEER_LL", conn::PEER_LL.into(), "u"),
+        ("OX_LAUNCH_NET_LL", launch::NET_LL.into(), "u"),
+        ("OX_LAUNCH_PEER_LL", launch::PEER_LL.into(), "u"),
+        ("OX_TRACE_LANES", timeline::LANES as i64, "u"),
+        ("OX_TRACE_STEPS", timeline::STEPS as i64, "u"),
+        ("OX_TRACE_STAMPS", timeline::STAMPS as i64, "u"),
+        ("OX_TRACE_LANE_WORDS", timeline::LANE_WORDS as i64, "u"),
+        ("OX_ABORTED", status::ABORTED.into(), ""),
+        ("OX_TIMED_OUT", status::TIMED_OUT.into(), ""),
+        ("OX_PEER_LEFT", status::PEER_LEFT.into(), ""),
+        ("OX_KERNEL_RUN", status::KERNEL_RUN.into(), ""),
+        ("OX_KERNEL_DIRECT", status::KERNEL_DIRECT.into(), ""),
+        ("OX_KERNEL_P2P_SEND", status::KERNEL_P2P_SEND.into(), ""),
+        ("OX_KERNEL_P2P_RECV", status::KERNEL_P2P_RECV.into(), ""),
+        ("OX_KERNEL_WAIT_HOST", status::KERNEL_WAIT_HOST.into(), ""),
+    ];
+    for (name, value, suffix) in defines {
+        let _ = writeln!(h, "#define {name} {value}{suffix}");
+    }
     for (name, size, fields) in structs() {
         let _ = writeln!(h, "struct {name} {{");
         for f in &fields {

@@ -138,16 +138,21 @@ fn simple_cases(n: usize) -> Vec<Case> {
 }
 
 fn simple_config() -> Config {
+    config_with(&[("NCCL_PROTO", "simple")])
+}
+
+/// [`config`] with `settings` (name, value) set.
+fn config_with(settings: &[(&str, &str)]) -> Config {
     let mut c = config();
-    c.set("NCCL_PROTO", "simple").unwrap();
+    for (name, value) in settings {
+        c.set(name, value).unwrap();
+    }
     c
 }
 
 /// Across hosts, every call staged through host memory (OXCCL_GPU_ACROSS_HOSTS=staged).
 fn staged_config() -> Config {
-    let mut c = config();
-    c.set("OXCCL_GPU_ACROSS_HOSTS", "staged").unwrap();
-    c
+    config_with(&[("OXCCL_GPU_ACROSS_HOSTS", "staged")])
 }
 
 fn threads(n: usize, gpus: usize, which: fn(usize) -> Vec<Case>) {
@@ -270,8 +275,7 @@ fn ranks_on_separate_hosts_run_kernels_over_the_network() {
 fn the_tree_across_hosts_runs_on_the_network_kernels() {
     let Some(g) = gpus() else { return };
     warm_kernel_cache();
-    let mut config = config();
-    config.set("NCCL_ALGO", "allreduce:tree").unwrap();
+    let config = config_with(&[("NCCL_ALGO", "allreduce:tree")]);
     for (hosts, per_host) in [(&["a", "b", "c"][..], 1), (&["a", "a", "b", "b"][..], 2)] {
         let n = hosts.len();
         let devices: Vec<usize> = (0..n).map(|r| r % g).collect();
@@ -482,9 +486,7 @@ fn every_route_matches_the_cpu_bit_for_bit() {
     threads_with(3, g, simple_cases, Inputs::Random, &simple_config());
     // Lanes of hundreds of steps (one channel, 16 KiB slots): the kernel keeps a window of
     // a lane's steps in shared memory and loads the next as it goes.
-    let mut long = config();
-    long.set("NCCL_MAX_NCHANNELS", "1").unwrap();
-    long.set("OXCCL_GPU_SLOT_BYTES", "16K").unwrap();
+    let long = config_with(&[("NCCL_MAX_NCHANNELS", "1"), ("OXCCL_GPU_SLOT_BYTES", "16K")]);
     threads_with(4, g, random_cases, Inputs::Random, &long);
 }
 
@@ -498,9 +500,7 @@ fn every_route_matches_the_cpu_bit_for_bit() {
 fn the_executor_over_ll_between_gpus_matches_the_cpu_bit_for_bit() {
     let Some(g) = gpus() else { return };
     warm_kernel_cache();
-    let mut ll = config();
-    ll.set("OXCCL_GPU_DIRECT_BYTES", "0").unwrap();
-    ll.set("OXCCL_GPU_LL_BYTES", "1G").unwrap();
+    let ll = config_with(&[("OXCCL_GPU_DIRECT_BYTES", "0"), ("OXCCL_GPU_LL_BYTES", "1G")]);
     let mut ranks = vec![2, 3, 4];
     if g > 4 {
         ranks.push(g);
@@ -508,9 +508,7 @@ fn the_executor_over_ll_between_gpus_matches_the_cpu_bit_for_bit() {
     for n in ranks {
         threads_with(n, g, random_cases, Inputs::Random, &ll);
     }
-    let mut alone = config();
-    alone.set("NCCL_PROTO", "LL").unwrap();
-    threads_with(3, g, ll_alone_cases, Inputs::Exact, &alone);
+    threads_with(3, g, ll_alone_cases, Inputs::Exact, &config_with(&[("NCCL_PROTO", "LL")]));
 }
 
 /// OXCCL_KERNEL_TRACE: each rank writes its communicator's executor kernel timeline when
@@ -523,8 +521,7 @@ fn the_kernel_timeline_stamps_every_step_in_order() {
     let dir = std::env::temp_dir().join(format!("oxccl-kernel-trace-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let mut traced = config();
-    traced.set("OXCCL_KERNEL_TRACE", dir.join("kernel").to_str().unwrap()).unwrap();
+    let traced = config_with(&[("OXCCL_KERNEL_TRACE", dir.join("kernel").to_str().unwrap())]);
     threads_with(2, g, |n| check::large_cases(n, 4 << 20).into_iter().filter(|c| c.collective == Collective::AllReduce && c.dtype == DataType::Float32).collect(), Inputs::Exact, &traced);
     settle();
     let files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
@@ -882,8 +879,7 @@ fn groups_of_small_and_large_messages() {
     let Some(g) = gpus() else { return };
     let count: usize = std::env::var("OXCCL_TEST_P2P_GROUPS").ok().and_then(|v| v.parse().ok()).unwrap_or(60);
     let ranks: Vec<usize> = std::env::var("OXCCL_TEST_P2P_RANKS").unwrap_or_else(|_| "2 3 4".into()).split_whitespace().map(|v| v.parse().expect("OXCCL_TEST_P2P_RANKS: rank counts")).collect();
-    let mut config = config();
-    config.set("OXCCL_COLL_TIMEOUT_MS", "20000").unwrap();
+    let config = config_with(&[("OXCCL_COLL_TIMEOUT_MS", "20000")]);
     for n in ranks {
         let devices: Vec<usize> = (0..n).map(|r| r % g).collect();
         let comms = init_all(&devices, &config);

@@ -272,19 +272,11 @@ impl Connections {
                         End::Recv(_) => (mine, theirs),
                         End::Send(_) => (theirs, mine),
                     };
-                    let conn = DevConn {
-                        slots_base: fifo + HEADER as u64,
-                        tail: fifo,
-                        head,
-                        counter: mine + 8,
-                        slot_bytes,
-                        ll_slots: if cx.peer_ll { fifo + simple_bytes as u64 } else { 0 },
-                        slots,
-                        peer,
-                        flags: if cx.peer_ll { conn::PEER_LL } else { 0 },
-                        ll_slot_bytes: if cx.peer_ll { ll::SLOT_BYTES as u32 } else { 0 },
-                        ..DevConn::default()
+                    let (ll_slots, flags, ll_slot_bytes) = match cx.peer_ll {
+                        true => (fifo + simple_bytes as u64, conn::PEER_LL, ll::SLOT_BYTES as u32),
+                        false => (0, 0, 0),
                     };
+                    let conn = DevConn { slots_base: fifo + HEADER as u64, tail: fifo, head, counter: mine + 8, slot_bytes, ll_slots, slots, peer, flags, ll_slot_bytes, ..DevConn::default() };
                     tracing::debug!(target: crate::log_target::P2P, "GPU {} {end:?} connected ({})", cx.device.ordinal, if matches!(remote, Remote::Direct(_)) { "same process" } else { "CUDA IPC" });
                     Opened { conn, memory: EndMemory::Peer { _remote: remote, local: memory } }
                 }

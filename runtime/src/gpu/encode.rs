@@ -41,8 +41,9 @@ pub(crate) struct Encoded {
 }
 
 impl Encoded {
-    pub fn lanes(&self) -> usize {
-        self.bounds.len() - 1
+    /// Each lane's number of steps.
+    pub fn lane_steps(&self) -> Vec<u32> {
+        self.bounds.windows(2).map(|b| b[1] - b[0]).collect()
     }
 }
 
@@ -159,7 +160,7 @@ mod tests {
                 let lanes = plan_rank(shape, algorithm, rank).unwrap();
                 for esize in [1, 2, 4, 8] {
                     let encoded = encode(&lanes, esize, shape.chunk * esize).unwrap();
-                    assert_eq!(encoded.lanes(), lanes.len());
+                    assert_eq!(encoded.lane_steps().len(), lanes.len());
                     assert_eq!(decode(&encoded, esize), lanes, "{shape} rank {rank} esize {esize}");
                 }
             }

@@ -219,9 +219,9 @@ impl GpuBackend {
     /// What connecting needs: the bootstrap, the GPU, who this rank is, the FIFO shape.
     pub(super) fn setup(&self) -> Setup<'_> {
         let inner = &self.inner;
-        // LL slots between GPUs only where a call can run LL there (route.rs): they add a
-        // quarter to each FIFO.
-        let peer_ll = self.core.config.gpu_ll_bytes > 0 || algo::Collective::ALL.iter().any(|&c| !inner.protocols.allows(c, Protocols::SIMPLE));
+        // LL slots between GPUs only where a call can run LL there (route.rs, the same rule):
+        // they add a quarter to each FIFO.
+        let peer_ll = algo::Collective::ALL.iter().any(|&c| inner.protocols.ll_on_one_host(c, 0, self.core.config.gpu_ll_bytes));
         Setup { boot: &self.core.boot, device: &inner.device, origin: inner.origin, geometry: inner.geometry, peer_ll, same_host: &self.core.same_host, net: &self.core.net, rails: &self.core.rails }
     }
 }

@@ -202,6 +202,13 @@ impl Protocols {
         self.per_collective[Self::index(collective)] & protocol != 0
     }
 
+    /// Whether a call of `collective` with a message of `bytes` runs LL between the GPUs of
+    /// one host: where NCCL_PROTO leaves it LL alone, or up to OXCCL_GPU_LL_BYTES (`limit`;
+    /// 0: never) where it allows both. With `bytes` 0: whether any call of it can.
+    fn ll_on_one_host(&self, collective: Collective, bytes: usize, limit: usize) -> bool {
+        self.allows(collective, Self::LL) && (!self.allows(collective, Self::SIMPLE) || (limit > 0 && bytes <= limit))
+    }
+
     /// Whether NCCL_ALGO lets the direct kernel take `collective`'s small calls.
     fn allows_direct(&self, collective: Collective) -> bool {
         self.direct[Self::index(collective)]
@@ -320,9 +327,9 @@ impl CacheKey {
 /// A plan in GPU memory.
 enum Plan {
     /// For the executor kernel: the connection table, the lanes' bounds, then the steps;
-    /// and how many messages each of its network ends carries per launch (announced to the
-    /// proxy before each launch).
-    Steps { lanes: u32, conns: u64, bounds: u64, steps: u64, net: Vec<(algo::Link, Direction, u64)>, lane_steps: Vec<u32> },
+    /// how many messages each of its network ends carries per launch (announced to the
+    /// proxy before each launch); and each lane's steps (a lane a block).
+    Steps { conns: u64, bounds: u64, steps: u64, net: Vec<(algo::Link, Direction, u64)>, lane_steps: Vec<u32> },
     /// For the point-to-point LL kernel: its lanes (`DevP2pLane`), then their messages.
     Messages { lanes: u32, at: u64, msgs: u64 },
 }
@@ -569,8 +576,7 @@ impl GpuBackend {
         image.extend_from_slice(bytemuck::cast_slice::<u32, u8>(&encoded.bounds));
         image.resize(conn_bytes + bounds_bytes, 0);
         image.extend_from_slice(bytemuck::cast_slice::<DevStep, u8>(&encoded.steps));
-        let lanes = encoded.lanes() as u32;
-        let lane_steps: Vec<u32> = encoded.bounds.windows(2).map(|b| b[1] - b[0]).collect();
+        let lane_steps = encoded.lane_steps();
         let mut net: Vec<(algo::Link, Direction, u64)> = Vec::new();
         for step in encoded_lanes.iter().flatten() {
             let ends = step.receives().map(End::Recv).into_iter().chain(step.sends().map(End::Send));
@@ -581,7 +587,7 @@ impl GpuBackend {
                 }
             }
         }
-        inner.store(state, key, &image, |base| Plan::Steps { lanes, conns: base, bounds: base + conn_bytes as u64, steps: base + (conn_bytes + bounds_bytes) as u64, net, lane_steps })
+        inner.store(state, key, &image, |base| Plan::Steps { conns: base, bounds: base + conn_bytes as u64, steps: base + (conn_bytes + bounds_bytes) as u64, net, lane_steps })
     }
 
     /// Tells the proxy how many messages `plan`'s launch moves over each network end:

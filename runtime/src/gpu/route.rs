@@ -72,9 +72,7 @@ impl GpuBackend {
             // (two hops for all_reduce, one for the others) or recursive doubling (an error
             // where it leaves none of them); over LL up to OXCCL_GPU_LL_BYTES (or wherever
             // NCCL_PROTO leaves LL alone), else Simple.
-            let limit = self.core.config.gpu_ll_bytes;
-            let ll = allows_ll && (!allows_simple || (limit > 0 && bytes <= limit));
-            (inner.protocols.on_one_host(collective)?, ll)
+            (inner.protocols.on_one_host(collective)?, inner.protocols.ll_on_one_host(collective, bytes, self.core.config.gpu_ll_bytes))
         };
         let channels = match algorithm {
             // Over the direct exchange's connections (channels 0 to direct_channels); two-shot

@@ -50,7 +50,9 @@ pub(super) struct Launch {
     pub seq: u64,
     /// The call, e.g. "all_reduce 1048576 B".
     pub what: String,
-    /// Steps of each lane (all lanes: the first ones are traced).
+    /// Its lanes.
+    pub lanes: usize,
+    /// Steps of each traced lane (the first [`LANES`]).
     pub lane_steps: Vec<u32>,
 }
 
@@ -68,7 +70,7 @@ impl KernelTimeline {
 
     /// The device address of the next launch's record (cleared), and that launch noted as
     /// `what` with `lane_steps` steps per lane.
-    pub fn record(&self, what: String, lane_steps: Vec<u32>) -> u64 {
+    pub fn record(&self, what: String, lane_steps: &[u32]) -> u64 {
         let mut launches = self.launches.lock();
         let slot = (launches.count % LAUNCHES as u64) as usize;
         // SAFETY: the record lies inside the mapped allocation; the launch that used it last
@@ -78,7 +80,7 @@ impl KernelTimeline {
             launches.kept.pop_front();
         }
         let seq = launches.count;
-        launches.kept.push_back(Launch { seq, what, lane_steps });
+        launches.kept.push_back(Launch { seq, what, lanes: lane_steps.len(), lane_steps: lane_steps.iter().take(LANES).copied().collect() });
         launches.count += 1;
         self.records.device + (slot * RECORD_WORDS * 8) as u64
     }
@@ -122,8 +124,8 @@ pub(super) fn format<'a>(rank: usize, count: u64, kept: &[Launch], record: impl 
         let words = record(launch);
         let origin = (0..LANES).filter_map(|lane| Some(words[lane * LANE_WORDS]).filter(|&t| t > 0)).min().unwrap_or(0);
         let at = |t: u64| if t == 0 { "-".to_string() } else { format!("+{}", t.saturating_sub(origin)) };
-        let _ = writeln!(out, "launch {} {}: {} lane(s), started at {origin} ns", launch.seq, launch.what, launch.lane_steps.len());
-        for (lane, &steps) in launch.lane_steps.iter().enumerate().take(LANES) {
+        let _ = writeln!(out, "launch {} {}: {} lane(s), started at {origin} ns", launch.seq, launch.what, launch.lanes);
+        for (lane, &steps) in launch.lane_steps.iter().enumerate() {
             let lane_words = &words[lane * LANE_WORDS..(lane + 1) * LANE_WORDS];
             let _ = writeln!(out, "  lane {lane}: {steps} step(s), start {}, end {}", at(lane_words[0]), at(lane_words[1]));
             for step in 0..(steps as usize).min(STEPS) {
@@ -182,14 +184,14 @@ mod tests {
     #[test]
     fn launches_print_from_their_first_stamp_and_medians_come_per_kind() {
         let launches = vec![
-            Launch { seq: 7, what: "all_reduce 1048576 B".into(), lane_steps: vec![2, 1, 9] },
-            Launch { seq: 8, what: "all_reduce 1048576 B".into(), lane_steps: vec![2, 1, 9] },
+            Launch { seq: 7, what: "all_reduce 1048576 B".into(), lanes: 3, lane_steps: vec![2, 1] },
+            Launch { seq: 8, what: "all_reduce 1048576 B".into(), lanes: 3, lane_steps: vec![2, 1] },
         ];
         let records = [record(1_000_000, 0), record(2_000_000, 20)];
         let text = format(3, 9, &launches, |launch| &records[(launch.seq - 7) as usize]);
         assert!(text.starts_with("# oxccl kernel timeline, rank 3: the last 2 of 9 executor launches"), "{text}");
         assert!(text.contains("launch 7 all_reduce 1048576 B: 3 lane(s), started at 1000000 ns\n  lane 0: 2 step(s), start +0, end +900\n    step 0: +10 +110 +160 +170\n    step 1: +200 +500 +550 +560\n  lane 1: 1 step(s), start +5, end -\n    step 0: +15 +115 +165 -\n"), "{text}");
-        // Lane 2 is past the traced lanes: not printed.
+        // Lane 2 is past the traced lanes: counted, not printed.
         assert!(!text.contains("lane 2"), "{text}");
         // Medians over the two launches (the upper of two): step 0's publish 10 and 30.
         assert!(text.contains("# all_reduce 1048576 B, lane 0, median ns per step: wait, move, publish (launches)\n#   step 0: 100 50 30 (2)\n#   step 1: 300 50 10 (2)\n"), "{text}");
@@ -197,7 +199,7 @@ mod tests {
 
     #[test]
     fn steps_past_the_traced_ones_are_not_printed() {
-        let launch = Launch { seq: 0, what: "all_gather 64 B".into(), lane_steps: vec![STEPS as u32 + 5] };
+        let launch = Launch { seq: 0, what: "all_gather 64 B".into(), lanes: 1, lane_steps: vec![STEPS as u32 + 5] };
         let words = vec![0u64; RECORD_WORDS];
         let text = format(0, 1, std::slice::from_ref(&launch), |_| &words);
         assert!(text.contains(&format!("    step {}: - - - -\n", STEPS - 1)), "{text}");

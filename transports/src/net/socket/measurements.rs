@@ -132,7 +132,14 @@ fn exchange(net: Option<bool>, size: usize, count: usize, busy: bool) -> f64 {
             let (s01, r01) = pair_between(&nets[0], &nets[1]);
             let (s10, r10) = pair_between(&nets[1], &nets[0]);
             let [n0, n1] = nets;
-            [(0, n0, s01, r10), (1, n1, s10, r01)].into_iter().map(|(core, net, send, recv)| std::thread::spawn(move || net_rank(core, net, send, recv, size, count))).collect()
+            let finished = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            [(0, n0, s01, r10), (1, n1, s10, r01)]
+                .into_iter()
+                .map(|(core, net, send, recv)| {
+                    let finished = finished.clone();
+                    std::thread::spawn(move || net_rank(core, net, send, recv, size, count, &finished))
+                })
+                .collect()
         }
     };
     // The slower rank's time from its first message to its last.
@@ -185,7 +192,9 @@ fn tcp_rank(core: usize, mut out: TcpStream, mut inp: TcpStream, size: usize, co
 
 /// One rank of [`exchange`] over the Net: 4 sends and 4 receives in flight, the oldest of
 /// each tested every pass, yielding when neither finished nor started one; its time.
-fn net_rank(core: usize, net: Arc<SocketNet>, mut send: SendComm, mut recv: RecvComm, size: usize, count: usize) -> Duration {
+/// `finished` counts the ranks past their last message: a rank closes its comms only once
+/// both are (a close with the peer's notices unread resets the connection).
+fn net_rank(core: usize, net: Arc<SocketNet>, mut send: SendComm, mut recv: RecvComm, size: usize, count: usize, finished: &std::sync::atomic::AtomicUsize) -> Duration {
     pin_to(core);
     let (sent_mr, recv_mr) = (net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap(), net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap());
     let data = vec![5u8; size];
@@ -227,8 +236,11 @@ fn net_rank(core: usize, net: Arc<SocketNet>, mut send: SendComm, mut recv: Recv
         }
     }
     let elapsed = started.elapsed();
-    // Both ranks done before either closes (a close with unread notices resets).
-    std::thread::sleep(Duration::from_millis(50));
+    finished.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    while finished.load(std::sync::atomic::Ordering::Acquire) < 2 {
+        assert!(Instant::now() < until, "the other rank never finished");
+        std::thread::yield_now();
+    }
     net.close_send(send).unwrap();
     net.close_recv(recv).unwrap();
     elapsed
