@@ -11,7 +11,8 @@
 set -euo pipefail
 root="${1:-$(cd "$(dirname "$0")/.." && pwd)}"
 exec python3 - "$root" <<'EOF'
-import glob, os, re, sys
+import glob
+import os, re, subprocess, sys
 
 root = sys.argv[1]
 def read(path):
@@ -49,7 +50,12 @@ check_variables("docs/CONFIG.md")
 
 # Paths: markdown links (relative to the page) and paths under a top-level folder of the
 # repository (relative to the root), in README.md and every page under docs/.
-top = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)) and not d.startswith(".") and d not in ("target",))
+# Folders git ignores (target/, gpu-bin/, ...) exist only where something was built: a
+# page's name under one is checked as on a fresh checkout, where it is not a path at all.
+def ignored(d):
+    return subprocess.run(["git", "-C", root, "check-ignore", "-q", d], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+
+top = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)) and not d.startswith(".") and not ignored(d))
 top_files = sorted(f for f in os.listdir(root) if os.path.isfile(os.path.join(root, f)) and not f.startswith("."))
 bare = re.compile(r"(?<![\w./@:-])((?:" + "|".join(map(re.escape, top)) + r")/[\w./*+<>-]*)")
 link = re.compile(r"\]\(([^)\s]+)\)")

@@ -271,8 +271,10 @@ __device__ __forceinline__ u32 ox_ll_flag(u64 k) { return (u32)((k - 1) % 0xffff
 __device__ int ox_move_ll(char* dst, char* out, bool out_ll, const char* in, bool in_ll, const char* local, u32 bytes, bool scale, double s, u32 flag_in, u32 flag_out, const OxWatch& w, u32 peer_in) {
   const u64 lines = ((u64)bytes + 7) / 8;
   if (out && out_ll && threadIdx.x == 0) ox_ll_store(out, make_uint2(bytes, 0), flag_out);
-  // The header too: a message of no bytes has nothing else to wait for.
-  if (in && in_ll && threadIdx.x == 0) {
+  // The header only where there are no data lines (a message of no bytes has nothing
+  // else to wait for): each data line carries its own flag, and waiting for the header
+  // first put a whole read of the slot over PCIe (1-1.5 us) before the data's.
+  if (in && in_ll && threadIdx.x == 0 && lines == 0) {
     uint2 header;
     const int why = ox_ll_wait(in, flag_in, w, peer_in, &header);
     if (why) return why;
@@ -366,6 +368,10 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
       const char* in = 0;
       char* out = 0;
       bool fresh = false;
+      // Whether this thread read a counter its peer (or the proxy) wrote, which the
+      // block's accesses to the slot must follow (an acquire); LL lines carry their own
+      // readiness, and a step with no connection reads nothing of anyone's.
+      bool acquire = false;
       if (s.recv != OX_NO_CONN) {
         const OxConn& c = in_conn;
         const u64 n = *c.counter;
@@ -377,6 +383,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
           why = ox_wait_for(c.tail, n + 1, a.watch, c.peer);
           in = c.slots_base + (n % c.slots) * c.slot_bytes;
           fresh = (c.flags & OX_CONN_HOST) != 0;
+          acquire = true;
         }
       }
       if (!why && s.send != OX_NO_CONN) {
@@ -390,10 +397,12 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
           const u64 need = n + 1 - c.slots;
           if (!(c.flags & OX_CONN_HOST)) {
             why = ox_wait_for(c.head, need, a.watch, c.peer);
+            acquire = true;
           } else if (c.counter[1] < need) {
             u64 seen = 0;
             why = ox_spin([&] { seen = *c.head; return seen >= need; }, a.watch, c.peer);
             c.counter[1] = seen;
+            acquire = true;
           }
         }
         at = c.peer;
@@ -410,7 +419,9 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
       if (why) ox_fail(a.watch, why, OX_KERNEL_RUN, lane, i - first, at);
       // Over the network the proxy wrote the slot from the CPU: order this block's reads
       // after the tail at system scope (an acquire; no sequential consistency needed).
-      if (fresh) ox_fence_acq_rel_sys(); else __threadfence();
+      // Nothing to order where no counter was read (a fence there cost ~0.5 us a step,
+      // waiting for the last step's stores to host memory).
+      if (fresh) ox_fence_acq_rel_sys(); else if (acquire) __threadfence();
       s_in = in;
       s_out = out;
       s_stop = why;
@@ -453,9 +464,12 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
       // a FIFO in host memory, whose other end is the proxy, a release; LL connections
       // none (their lines carry their readiness, and a receive's head only frees a slot
       // whose lines were read).
+      // A step with no connection (a local copy) publishes nothing: a later step of the
+      // block reads its writes after __syncthreads, and the fence of the step that sends
+      // them covers them (fences are cumulative).
       const bool to_proxy = (s.recv == OX_NO_CONN || (in_conn.flags & OX_CONN_HOST)) && (s.send == OX_NO_CONN || (out_conn.flags & OX_CONN_HOST));
       const bool all_ll = (in_ll || out_ll) && (s.recv == OX_NO_CONN || in_ll) && (s.send == OX_NO_CONN || out_ll);
-      if (all_ll) {
+      if (all_ll || (s.recv == OX_NO_CONN && s.send == OX_NO_CONN)) {
       } else if (to_proxy) {
         ox_fence_acq_rel_sys();
       } else {

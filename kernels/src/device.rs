@@ -166,8 +166,8 @@ pub mod launch {
 /// whole once its flag shows. The sending kernel needs no fence: over the network its
 /// proxy sends the slot once the header and every line show the flag, between GPUs it
 /// writes the lines straight into the receiver's slot; the receiving kernel polls the
-/// lines, with no tail to wait for first. A receiver frees a slot (its head) only after it
-/// read every line of it.
+/// data lines, with no tail to wait for first (and the header only in a message of no
+/// bytes). A receiver frees a slot (its head) only after it read every data line of it.
 pub mod ll {
     use super::LL_LINE_BYTES;
 

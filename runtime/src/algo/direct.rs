@@ -29,9 +29,11 @@
 //! With two ranks, all_reduce goes in one hop instead ("one shot"): each rank sends its
 //! whole input to the other and folds the other's into its own, half the two-shot's
 //! latency for the same traffic (each rank reduces every element). One lane per rank, per
-//! chunk: copy the input chunk into the output (in place, nothing), send it from there,
-//! then receive the peer's chunk and fold it in — each input element read once, a chunk
-//! sent before it is overwritten, one FIFO slot enough. Both ranks compute x0 ⊕ x1, with
+//! chunk: send the input chunk, then receive the peer's chunk and fold it into the input's
+//! into the output — two steps, the send first (a copy of the input into the output first
+//! put a kernel's step before the message its peer waits for), each input element read
+//! twice (a kernel scaling as it reads scales both reads alike), a chunk sent before it is
+//! overwritten in place, one FIFO slot enough. Both ranks compute x0 ⊕ x1, with
 //! the operands in opposite order: the ops are commutative (sum and product exactly in
 //! IEEE arithmetic, max and min order their zeros, oxccl-kernels' element.rs), so both
 //! hold the same bits but for the payload of a NaN made of two NaNs.
@@ -189,8 +191,8 @@ fn one_shot_all_reduce(shape: &Shape, rank: usize) -> Lane {
     let peer = 1 - rank;
     let steps = chunks(0, shape.count, shape.chunk)
         .flat_map(|(o, c)| {
-            let own = Slice::recv(o, c);
-            [Step::Copy { src: Slice::send(o, c), dst: own }, Step::Send { to: link(peer), src: own }, Step::RecvReduceCopy { from: link(peer), local: own, dst: own }]
+            let input = Slice::send(o, c);
+            [Step::Send { to: link(peer), src: input }, Step::RecvReduceCopy { from: link(peer), local: input, dst: Slice::recv(o, c) }]
         })
         .collect();
     Lane { role: Role::Local, steps }

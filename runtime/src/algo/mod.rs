@@ -70,8 +70,10 @@
 //! collective's op, which the executor applies (the simulator takes any combine function).
 //! Avg and PreMulSum need no steps of their own: the executor scales each rank's input
 //! before the schedule runs (PreMulSum, float Avg) or divides the output after it finishes
-//! (integer Avg), which is what the host executor does. A kernel may instead scale as it
-//! reads: in every reducing schedule each element of `Send` is read exactly once (tested).
+//! (integer Avg), which is what the host executor does. A kernel may instead scale every
+//! read of `Send` (never one of `Recv`): every reducing schedule reads each element of
+//! `Send`, once but in two ranks' one-shot all_reduce, which sends it and folds it in
+//! (tested).
 //! Output chunks may hold partial results while the schedule runs (a tree node's partial
 //! sum), so postprocessing the output waits for the schedule to finish.
 //!

@@ -27,7 +27,7 @@ impl Inner {
     /// As [`GpuBackend::enqueue`]: the buffers and stream are the caller's contract.
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn launch(&self, loaded: &Loaded, plan: &Plan, send: u64, recv: u64, scale: Option<f64>, ll: bool, stream: CUstream, what: &dyn Fn() -> String) -> Result<()> {
-        let &Plan::Steps { conns, bounds, steps, ref lane_steps, .. } = plan else { return Err(Error::Internal("the executor kernel launched with a point-to-point LL plan".into())) };
+        let &Plan::Steps { conns, bounds, steps, ref lane_steps, ref labels, .. } = plan else { return Err(Error::Internal("the executor kernel launched with a point-to-point LL plan".into())) };
         let mut args = DevArgs {
             steps,
             bounds,
@@ -44,7 +44,7 @@ impl Inner {
                 (true, true) => launch_bits::NET_LL,
                 (true, false) => launch_bits::PEER_LL,
             },
-            stamps: self.timeline.as_ref().map_or(0, |timeline| timeline.record(what(), lane_steps)),
+            stamps: self.timeline.as_ref().map_or(0, |timeline| timeline.record(what(), lane_steps, labels)),
         };
         // SAFETY: the executor kernel takes one OxArgs; the plan's memory lives in the arena
         // until the launch has run, the buffers and stream are the caller's contract.

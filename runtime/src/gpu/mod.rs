@@ -329,7 +329,9 @@ enum Plan {
     /// For the executor kernel: the connection table, the lanes' bounds, then the steps;
     /// how many messages each of its network ends carries per launch (announced to the
     /// proxy before each launch); and each lane's steps (a lane a block).
-    Steps { conns: u64, bounds: u64, steps: u64, net: Vec<(algo::Link, Direction, u64)>, lane_steps: Vec<u32> },
+    /// `labels`: what the traced lanes' first steps do, for the kernel timeline (empty
+    /// where none is kept).
+    Steps { conns: u64, bounds: u64, steps: u64, net: Vec<(algo::Link, Direction, u64)>, lane_steps: Vec<u32>, labels: Vec<Vec<String>> },
     /// For the point-to-point LL kernel: its lanes (`DevP2pLane`), then their messages.
     Messages { lanes: u32, at: u64, msgs: u64 },
 }
@@ -587,7 +589,8 @@ impl GpuBackend {
                 }
             }
         }
-        inner.store(state, key, &image, |base| Plan::Steps { conns: base, bounds: base + conn_bytes as u64, steps: base + (conn_bytes + bounds_bytes) as u64, net, lane_steps })
+        let labels = if inner.timeline.is_some() { timeline::labels(encoded_lanes, |end| state.conns.is_net(end)) } else { Vec::new() };
+        inner.store(state, key, &image, |base| Plan::Steps { conns: base, bounds: base + conn_bytes as u64, steps: base + (conn_bytes + bounds_bytes) as u64, net, lane_steps, labels })
     }
 
     /// Tells the proxy how many messages `plan`'s launch moves over each network end:

@@ -5,7 +5,7 @@
 use oxccl_kernels::device::direct;
 
 use super::{GpuBackend, Protocols};
-use crate::algo::{Algorithm, Collective, Shape};
+use crate::algo::{Algorithm, Collective, Shape, CHANNEL_GRANULE};
 use crate::error::{Error, Result};
 use crate::DataType;
 
@@ -84,7 +84,10 @@ impl GpuBackend {
         let slot_data = if ll { oxccl_kernels::device::ll::slot_data(oxccl_kernels::device::ll::SLOT_BYTES) } else { inner.geometry.slot_bytes };
         // Where the ranks lie host by host, the tree spans the hosts with a chain inside
         // each (algo::tree::trees); on one host every rank is the host's.
-        let shape = Shape { collective, count, nranks: n, root, chunk: slot_data / dtype.size(), channels, per_host: self.core.rails.ranks_per_host_block() };
+        // A chunk of whole granules (an LL slot's 32760 bytes are not), so that the ring's
+        // segments start on 16-byte boundaries and the kernels copy them with vector loads.
+        let chunk = (slot_data / dtype.size() / CHANNEL_GRANULE * CHANNEL_GRANULE).max(1);
+        let shape = Shape { collective, count, nranks: n, root, chunk, channels, per_host: self.core.rails.ranks_per_host_block() };
         Ok(Route::Schedule { shape, algorithm, ll })
     }
 }

@@ -54,6 +54,47 @@ pub(super) struct Launch {
     pub lanes: usize,
     /// Steps of each traced lane (the first [`LANES`]).
     pub lane_steps: Vec<u32>,
+    /// What the traced lanes' first steps do ([`labels`]; none where not known).
+    pub labels: Vec<Vec<String>>,
+}
+
+/// What each of the first [`STEPS`] steps of the first [`LANES`] lanes does, e.g.
+/// `recv_reduce_send <1 >1 net`: the step's kind, the peer it receives from (`<`) and
+/// sends to (`>`), `net` where either end crosses the network (`is_net`).
+pub(super) fn labels(lanes: &[Vec<crate::algo::Step>], is_net: impl Fn(&super::encode::End) -> bool) -> Vec<Vec<String>> {
+    use super::encode::End;
+    use crate::algo::Step;
+    lanes
+        .iter()
+        .take(LANES)
+        .map(|lane| {
+            lane.iter()
+                .take(STEPS)
+                .map(|step| {
+                    let kind = match step {
+                        Step::Send { .. } => "send",
+                        Step::Recv { .. } => "recv",
+                        Step::RecvReduceSend { .. } => "recv_reduce_send",
+                        Step::RecvReduceCopy { .. } => "recv_reduce_copy",
+                        Step::RecvReduceCopySend { .. } => "recv_reduce_copy_send",
+                        Step::RecvCopySend { .. } => "recv_copy_send",
+                        Step::Copy { .. } => "copy",
+                    };
+                    let mut label = kind.to_string();
+                    let ends = step.receives().map(End::Recv).into_iter().chain(step.sends().map(End::Send));
+                    let mut net = false;
+                    for end in ends {
+                        let _ = write!(label, " {}{}", if matches!(end, End::Recv(_)) { '<' } else { '>' }, end.link().peer);
+                        net |= is_net(&end);
+                    }
+                    if net {
+                        label.push_str(" net");
+                    }
+                    label
+                })
+                .collect()
+        })
+        .collect()
 }
 
 impl KernelTimeline {
@@ -69,8 +110,8 @@ impl KernelTimeline {
     }
 
     /// The device address of the next launch's record (cleared), and that launch noted as
-    /// `what` with `lane_steps` steps per lane.
-    pub fn record(&self, what: String, lane_steps: &[u32]) -> u64 {
+    /// `what` with `lane_steps` steps per lane, its steps' `labels`.
+    pub fn record(&self, what: String, lane_steps: &[u32], labels: &[Vec<String>]) -> u64 {
         let mut launches = self.launches.lock();
         let slot = (launches.count % LAUNCHES as u64) as usize;
         // SAFETY: the record lies inside the mapped allocation; the launch that used it last
@@ -80,7 +121,7 @@ impl KernelTimeline {
             launches.kept.pop_front();
         }
         let seq = launches.count;
-        launches.kept.push_back(Launch { seq, what, lanes: lane_steps.len(), lane_steps: lane_steps.iter().take(LANES).copied().collect() });
+        launches.kept.push_back(Launch { seq, what, lanes: lane_steps.len(), lane_steps: lane_steps.iter().take(LANES).copied().collect(), labels: labels.to_vec() });
         launches.count += 1;
         self.records.device + (slot * RECORD_WORDS * 8) as u64
     }
@@ -118,8 +159,9 @@ pub(super) fn format<'a>(rank: usize, count: u64, kept: &[Launch], record: impl 
         LANES - 1
     );
     let _ = writeln!(out, "# per step: start, waits over (slots full / free), data moved, published");
-    // Per kind of launch and step index: lane 0's waits, moves and publishes (ns).
-    let mut phases: Vec<(String, Vec<[Vec<u64>; 3]>)> = Vec::new();
+    // Per kind of launch: lane 0's waits, moves and publishes (ns) by step, and the steps' labels.
+    type Phases<'l> = Vec<(String, Vec<[Vec<u64>; 3]>, &'l [String])>;
+    let mut phases: Phases = Vec::new();
     for launch in kept {
         let words = record(launch);
         let origin = (0..LANES).filter_map(|lane| Some(words[lane * LANE_WORDS]).filter(|&t| t > 0)).min().unwrap_or(0);
@@ -130,12 +172,13 @@ pub(super) fn format<'a>(rank: usize, count: u64, kept: &[Launch], record: impl 
             let _ = writeln!(out, "  lane {lane}: {steps} step(s), start {}, end {}", at(lane_words[0]), at(lane_words[1]));
             for step in 0..(steps as usize).min(STEPS) {
                 let s = &lane_words[2 + step * STAMPS..2 + (step + 1) * STAMPS];
-                let _ = writeln!(out, "    step {step}: {} {} {} {}", at(s[0]), at(s[1]), at(s[2]), at(s[3]));
+                let label = launch.labels.get(lane).and_then(|l| l.get(step)).map_or(String::new(), |l| format!(" ({l})"));
+                let _ = writeln!(out, "    step {step}{label}: {} {} {} {}", at(s[0]), at(s[1]), at(s[2]), at(s[3]));
                 if lane == 0 && s.iter().all(|&t| t > 0) {
-                    let index = match phases.iter().position(|(what, _)| *what == launch.what) {
+                    let index = match phases.iter().position(|(what, _, _)| *what == launch.what) {
                         Some(index) => index,
                         None => {
-                            phases.push((launch.what.clone(), Vec::new()));
+                            phases.push((launch.what.clone(), Vec::new(), launch.labels.first().map_or(&[][..], |l| &l[..])));
                             phases.len() - 1
                         }
                     };
@@ -150,10 +193,11 @@ pub(super) fn format<'a>(rank: usize, count: u64, kept: &[Launch], record: impl 
             }
         }
     }
-    for (what, per_step) in &mut phases {
+    for (what, per_step, labels) in &mut phases {
         let _ = writeln!(out, "# {what}, lane 0, median ns per step: wait, move, publish (launches)");
         for (step, [wait, moved, publish]) in per_step.iter_mut().enumerate() {
-            let _ = writeln!(out, "#   step {step}: {} {} {} ({})", median(wait), median(moved), median(publish), wait.len());
+            let label = labels.get(step).map_or(String::new(), |l| format!(" ({l})"));
+            let _ = writeln!(out, "#   step {step}{label}: {} {} {} ({})", median(wait), median(moved), median(publish), wait.len());
         }
     }
     out
@@ -184,25 +228,43 @@ mod tests {
     #[test]
     fn launches_print_from_their_first_stamp_and_medians_come_per_kind() {
         let launches = vec![
-            Launch { seq: 7, what: "all_reduce 1048576 B".into(), lanes: 3, lane_steps: vec![2, 1] },
-            Launch { seq: 8, what: "all_reduce 1048576 B".into(), lanes: 3, lane_steps: vec![2, 1] },
+            Launch { seq: 7, what: "all_reduce 1048576 B".into(), lanes: 3, lane_steps: vec![2, 1], labels: vec![vec!["send >1 net".into(), "recv <1 net".into()]] },
+            Launch { seq: 8, what: "all_reduce 1048576 B".into(), lanes: 3, lane_steps: vec![2, 1], labels: vec![vec!["send >1 net".into(), "recv <1 net".into()]] },
         ];
         let records = [record(1_000_000, 0), record(2_000_000, 20)];
         let text = format(3, 9, &launches, |launch| &records[(launch.seq - 7) as usize]);
         assert!(text.starts_with("# oxccl kernel timeline, rank 3: the last 2 of 9 executor launches"), "{text}");
-        assert!(text.contains("launch 7 all_reduce 1048576 B: 3 lane(s), started at 1000000 ns\n  lane 0: 2 step(s), start +0, end +900\n    step 0: +10 +110 +160 +170\n    step 1: +200 +500 +550 +560\n  lane 1: 1 step(s), start +5, end -\n    step 0: +15 +115 +165 -\n"), "{text}");
+        assert!(text.contains("launch 7 all_reduce 1048576 B: 3 lane(s), started at 1000000 ns\n  lane 0: 2 step(s), start +0, end +900\n    step 0 (send >1 net): +10 +110 +160 +170\n    step 1 (recv <1 net): +200 +500 +550 +560\n  lane 1: 1 step(s), start +5, end -\n    step 0: +15 +115 +165 -\n"), "{text}");
         // Lane 2 is past the traced lanes: counted, not printed.
         assert!(!text.contains("lane 2"), "{text}");
         // Medians over the two launches (the upper of two): step 0's publish 10 and 30.
-        assert!(text.contains("# all_reduce 1048576 B, lane 0, median ns per step: wait, move, publish (launches)\n#   step 0: 100 50 30 (2)\n#   step 1: 300 50 10 (2)\n"), "{text}");
+        assert!(text.contains("# all_reduce 1048576 B, lane 0, median ns per step: wait, move, publish (launches)\n#   step 0 (send >1 net): 100 50 30 (2)\n#   step 1 (recv <1 net): 300 50 10 (2)\n"), "{text}");
     }
 
     #[test]
     fn steps_past_the_traced_ones_are_not_printed() {
-        let launch = Launch { seq: 0, what: "all_gather 64 B".into(), lanes: 1, lane_steps: vec![STEPS as u32 + 5] };
+        let launch = Launch { seq: 0, what: "all_gather 64 B".into(), lanes: 1, lane_steps: vec![STEPS as u32 + 5], labels: Vec::new() };
         let words = vec![0u64; RECORD_WORDS];
         let text = format(0, 1, std::slice::from_ref(&launch), |_| &words);
         assert!(text.contains(&format!("    step {}: - - - -\n", STEPS - 1)), "{text}");
         assert!(!text.contains(&format!("step {STEPS}:")), "{text}");
+    }
+
+    /// Each step's label names its kind and peers, `net` where an end crosses the network;
+    /// only the traced lanes and steps get one.
+    #[test]
+    fn labels_name_each_steps_kind_peers_and_network() {
+        use crate::algo::{Buffer, Link, Slice, Step};
+        use super::super::encode::End;
+        let slice = Slice { buffer: Buffer::Recv, offset: 0, count: 4 };
+        let (from, to) = (Link { peer: 1, channel: 0 }, Link { peer: 2, channel: 0 });
+        let lane = vec![Step::Send { to, src: slice }, Step::RecvReduceSend { from, to, local: slice }, Step::Copy { src: slice, dst: slice }];
+        let lanes = vec![lane.clone(); LANES + 1];
+        // Only the receive end from rank 1 crosses the network.
+        let labels = labels(&lanes, |end| *end == End::Recv(from));
+        assert_eq!(labels.len(), LANES);
+        assert_eq!(labels[0], ["send >2", "recv_reduce_send <1 >2 net", "copy"]);
+        let long = vec![vec![Step::Copy { src: slice, dst: slice }; STEPS + 3]];
+        assert_eq!(super::labels(&long, |_| false)[0].len(), STEPS);
     }
 }

@@ -98,8 +98,9 @@ fn fifo_depth() {
     }
 }
 
-/// Kernels may fold PreMulSum's scaling into the read of the input: every reducing schedule
-/// reads each input element exactly once.
+/// Kernels may fold PreMulSum's scaling into the read of the input (every read of it, none
+/// of the output): every reducing schedule reads each input element, once, but for the
+/// two ranks' one-shot all_reduce, which sends its input and folds it in (twice).
 #[test]
 fn reducing_schedules_read_each_input_once() {
     for nranks in 1..=9 {
@@ -113,7 +114,8 @@ fn reducing_schedules_read_each_input_once() {
                         for s in lanes.iter().flat_map(|l| &l.steps).filter_map(Step::reads).filter(|s| s.buffer == Buffer::Send) {
                             reads[s.offset..s.end()].iter_mut().for_each(|n| *n += 1);
                         }
-                        assert!(reads.iter().all(|&n| n == 1), "{algorithm:?} {shape} rank {rank}: {reads:?}");
+                        let once = !(algorithm == Algorithm::Direct && collective == Collective::AllReduce && nranks == 2);
+                        assert!(reads.iter().all(|&n| n == if once { 1 } else { 2 }), "{algorithm:?} {shape} rank {rank}: {reads:?}");
                     }
                 }
             }

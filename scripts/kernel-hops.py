@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Where a small message's hop across posed hosts goes, from both sides' records of one run:
+the executor kernel's timeline (OXCCL_KERNEL_TRACE, runtime/src/gpu/timeline.rs) and the
+proxy's (OXCCL_PROXY_TRACE, runtime/src/proxy/trace.rs) of two ranks. For each launch
+whose traced lane 0 has one network send and one network receive (the steps' labels say
+which: `>p net`, `<p net`), message k of rank r to its peer p is followed from r's kernel
+publishing it (the send step's last stamp) through r's proxy seeing it (the end of its
+"wait for data"), the Net's send, p's proxy's receive ending, to p's kernel having it (the
+receive step's "moved" stamp); then p's kernel ending and its next launch starting.
+Kernel stamps are %globaltimer and proxy spans the host's clock: the two differ by an
+offset (about a millisecond was seen), so only "both notices" (the proxy's notice of the
+kernel's post plus the kernel's notice of the proxy's receive, one message) is an
+absolute duration; the single notices print with the offset in them. Assumes launch k's
+message is message k of its link (one message a link a launch, as small calls have).
+Usage: kernel-hops.py KERNEL_RANK0.txt KERNEL_RANK1.txt PROXY_RANK0.json PROXY_RANK1.json"""
+
+import json
+import re
+import statistics
+import sys
+
+
+def kernel_launches(path):
+    """{launch number: {"t0": ns, "end": ns, "send": (peer, stamps), "recv": (peer, stamps)}} for lane 0."""
+    launches, current, lane = {}, None, None
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"launch (\d+) .*: \d+ lane\(s\), started at (\d+) ns", line)
+            if m:
+                current = {"t0": int(m.group(2)), "steps": []}
+                launches[int(m.group(1))] = current
+                continue
+            m = re.match(r"  lane (\d+): \d+ step\(s\), start \S+, end \+?(\S+)", line)
+            if m and current is not None:
+                lane = int(m.group(1))
+                if lane == 0 and m.group(2) != "-":
+                    current["end"] = int(m.group(2))
+                continue
+            m = re.match(r"    step \d+ \((.*)\): (.*)", line)
+            if m and current is not None and lane == 0:
+                stamps = [None if s == "-" else int(s.lstrip("+")) for s in m.group(2).split()]
+                current["steps"].append((m.group(1), stamps))
+    for launch in launches.values():
+        for label, stamps in launch.pop("steps"):
+            if " net" not in label or None in stamps:
+                continue
+            for kind, peer in re.findall(r"([<>])(\d+)", label):
+                key = "send" if kind == ">" else "recv"
+                # More than one network step of a kind: not this script's case.
+                launch[key] = (int(peer), stamps) if key not in launch else None
+    return launches
+
+
+def proxy_spans(path):
+    """{(link name, span name): {message number: (begin ns, end ns)}}."""
+    with open(path) as f:
+        trace = json.load(f)
+    names = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    spans = {}
+    for e in trace["traceEvents"]:
+        if e["ph"] == "X" and "number" in e.get("args", {}):
+            spans.setdefault((names.get(e["tid"]), e["name"]), {})[e["args"]["number"]] = (e["ts"] * 1000, (e["ts"] + e["dur"]) * 1000)
+    return spans
+
+
+def summary(name, values):
+    if not values:
+        return f"{name:44s} none"
+    values = sorted(values)
+    pick = lambda q: values[min(len(values) - 1, int(q * len(values)))] / 1000
+    return f"{name:44s} {len(values):4d}  median {statistics.median(values) / 1000:8.2f}  p10 {pick(0.1):8.2f}  p90 {pick(0.9):8.2f}  min {values[0] / 1000:8.2f}"
+
+
+def main(argv):
+    if len(argv) != 4:
+        print(__doc__, file=sys.stderr)
+        return 2
+    kernels = [kernel_launches(argv[0]), kernel_launches(argv[1])]
+    proxies = [proxy_spans(argv[2]), proxy_spans(argv[3])]
+    hops = {k: [] for k in ("kernel start -> send published", "published -> proxy saw it (+offset)", "proxy saw it -> Net send done", "Net send done -> peer's receive done", "peer's receive done -> peer kernel has it (-offset)", "both notices (no offset)", "kernel end -> next launch start")}
+    for r in (0, 1):
+        p = 1 - r
+        waits = proxies[r].get((f"send to rank {p} channel 0", "wait for data"), {})
+        sends = proxies[r].get((f"send to rank {p} channel 0", "send"), {})
+        receives = proxies[p].get((f"receive from rank {r} channel 0", "receive"), {})
+        for k, launch in sorted(kernels[r].items()):
+            if launch.get("send") is None or launch["send"][0] != p:
+                continue
+            published = launch["t0"] + launch["send"][1][3]
+            hops["kernel start -> send published"].append(launch["send"][1][3])
+            if k + 1 in kernels[r] and "end" in launch:
+                hops["kernel end -> next launch start"].append(kernels[r][k + 1]["t0"] - launch["t0"] - launch["end"])
+            if k in waits:
+                hops["published -> proxy saw it (+offset)"].append(waits[k][1] - published)
+            if k in waits and k in sends:
+                hops["proxy saw it -> Net send done"].append(sends[k][1] - waits[k][1])
+            if k in sends and k in receives:
+                hops["Net send done -> peer's receive done"].append(receives[k][1] - sends[k][1])
+            peer = kernels[p].get(k)
+            if k in receives and peer and peer.get("recv") and peer["recv"][0] == r:
+                has_it = peer["t0"] + peer["recv"][1][2]
+                hops["peer's receive done -> peer kernel has it (-offset)"].append(has_it - receives[k][1])
+                if k in waits:
+                    hops["both notices (no offset)"].append(waits[k][1] - published + has_it - receives[k][1])
+    print(f"{'hop (us)':44s} {'n':>4s}")
+    for name, values in hops.items():
+        print(summary(name, values))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
