@@ -95,8 +95,9 @@ pub struct Config {
     /// OXCCL_GPU_SLOT_BYTES: bytes per slot of the GPU backend's FIFOs.
     pub gpu_slot_bytes: usize,
     /// OXCCL_GPU_DIRECT_BYTES: the most bytes a rank receives (from all peers together) in
-    /// a collective the GPU backend sends in one hop over the LL protocol (0: never).
-    pub gpu_direct_bytes: usize,
+    /// a collective the GPU backend sends in one hop over the LL protocol (0: never);
+    /// `None`: by the communicator's size ([`Config::gpu_direct_limit`]).
+    pub gpu_direct_bytes: Option<usize>,
     /// OXCCL_GPU_LL_BYTES: on one host, the largest message (count × datatype size) of a
     /// collective the GPU executor runs (ring, direct exchange, recursive doubling) that
     /// goes over the LL protocol between GPUs instead of Simple (0: never).
@@ -315,9 +316,9 @@ pub static KNOBS: &[Knob] = &[
     },
     Knob {
         name: "OXCCL_GPU_DIRECT_BYTES",
-        default: "1048576",
-        doc: "a GPU all_reduce, all_gather, reduce_scatter, reduce or broadcast goes in one hop over the LL protocol instead of the ring when a rank receives at most this many bytes from all its peers together ((nranks - 1) x the per-rank message; 0: never; NCCL_PROTO without LL also turns it off)",
-        set: |c, v| Ok(c.gpu_direct_bytes = parse_bytes(v, 0)?),
+        default: "",
+        doc: "a GPU all_reduce, all_gather, reduce_scatter, reduce or broadcast goes in one hop over the LL protocol instead of the ring when a rank receives at most this many bytes from all its peers together ((nranks - 1) x the per-rank message; 0: never; NCCL_PROTO without LL also turns it off); unset: 1 MiB on up to 3 ranks, 2 MiB on 4 or more (where the ring's 2(n-1) steps cost more: 4xH100, docs/PERFORMANCE.md)",
+        set: |c, v| Ok(c.gpu_direct_bytes = if v.is_empty() { None } else { Some(parse_bytes(v, 0)?) }),
     },
     Knob {
         name: "OXCCL_GPU_LL_BYTES",
@@ -564,6 +565,16 @@ impl Config {
     }
 
     /// Defaults only, ignoring the environment.
+    /// The direct LL kernel's limit (OXCCL_GPU_DIRECT_BYTES) for a communicator of
+    /// `nranks`: as set, else 1 MiB up to 3 ranks and 2 MiB from 4. On 4×H100 the direct
+    /// kernel took 24.6 µs where the ring took 46.4 for a 512 KiB all_reduce (each rank
+    /// receiving 1.5 MiB), and 25 against 34–44 for all_gather and reduce_scatter of 512 KiB
+    /// a rank; with 3 MiB to receive the ring was even or ahead
+    /// (docs/results/2026-11-27-h200x4, `3-aligned-h100x4/variants`).
+    pub fn gpu_direct_limit(&self, nranks: usize) -> usize {
+        self.gpu_direct_bytes.unwrap_or(if nranks >= 4 { 2 << 20 } else { 1 << 20 })
+    }
+
     pub fn defaults() -> Config {
         // Every default in KNOBS parses: the `defaults_parse` test checks it.
         Config::from_vars(&Env::new()).expect("KNOBS defaults parse")
@@ -613,7 +624,7 @@ impl Config {
             shm_disable: false,
             backend: Backend::Auto,
             gpu_slot_bytes: 256 << 10,
-            gpu_direct_bytes: 1 << 20,
+            gpu_direct_bytes: None,
             gpu_ll_bytes: 0,
             p2p_ll_bytes: 64 << 10,
             min_channels: 1,
@@ -801,6 +812,19 @@ mod tests {
         assert_eq!(c.buffsize, 1 << 20);
         assert_eq!(c.bootstrap_timeout, Duration::from_secs(60));
         assert_eq!(c.bootstrap, BootstrapMethod::Auto);
+    }
+
+    /// Unset, the direct kernel's limit follows the communicator's size; set, it is what
+    /// was set for every size (0 too).
+    #[test]
+    fn the_direct_limit_is_by_size_unless_set() {
+        let unset = Config::defaults();
+        assert_eq!([2, 3, 4, 8].map(|n| unset.gpu_direct_limit(n)), [1 << 20, 1 << 20, 2 << 20, 2 << 20]);
+        let set = Config::from_vars(&env(&[("OXCCL_GPU_DIRECT_BYTES", "4M")])).unwrap();
+        assert_eq!([2, 8].map(|n| set.gpu_direct_limit(n)), [4 << 20, 4 << 20]);
+        let off = Config::from_vars(&env(&[("OXCCL_GPU_DIRECT_BYTES", "0")])).unwrap();
+        assert_eq!(off.gpu_direct_limit(4), 0);
+        assert!(Config::from_vars(&env(&[("OXCCL_GPU_DIRECT_BYTES", "lots")])).unwrap_err().to_string().contains("OXCCL_GPU_DIRECT_BYTES"));
     }
 
     #[test]

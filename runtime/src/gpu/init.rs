@@ -128,7 +128,8 @@ impl GpuBackend {
         }
         let dev = GpuBackend { inner, watcher: Some(watcher), core, staged: None };
         dev.connect_all(across_hosts)?;
-        let (limit, n) = (dev.core.config.gpu_direct_bytes, dev.nranks());
+        let n = dev.nranks();
+        let limit = dev.core.config.gpu_direct_limit(n);
         if across_hosts {
             // No peer on another host reaches this GPU's memory: the flags are host memory
             // the watcher raises.
