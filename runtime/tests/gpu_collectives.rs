@@ -111,13 +111,14 @@ fn run_cases(comm: &Communicator, cases: &[Case], inputs: Inputs) -> Vec<String>
 
 /// The matrix: small sizes of everything (the direct LL path, by default, and the LL
 /// send/recv path for alltoall, gather and scatter), both sides of the direct path's limit
-/// (OXCCL_GPU_DIRECT_BYTES, 1 MiB from all peers together) and of the LL send/recv limit
+/// (OXCCL_GPU_DIRECT_BYTES unset: 1 MiB from all peers together up to 3 ranks, 2 MiB from
+/// 4) and of the LL send/recv limit
 /// (64 KiB blocks) in every datatype, then 8 MiB blocks of every collective (the ring: several channels, many
 /// slots each) and odd datatypes at that size.
 fn cases(n: usize) -> Vec<Case> {
     let mut cases = check::full_matrix(n, &check::SMALL_COUNTS);
     for dtype in DataType::ALL {
-        let at_limit = (1 << 20) / (n - 1) / dtype.size();
+        let at_limit = Config::defaults().gpu_direct_limit(n) / (n - 1) / dtype.size();
         let edge = check::full_matrix(n, &[at_limit, at_limit + 1]);
         cases.extend(edge.into_iter().filter(|c| c.dtype == dtype && matches!(c.op, ReduceOp::Sum | ReduceOp::PreMulSum(_))));
     }
@@ -566,7 +567,7 @@ fn ll_alone_cases(n: usize) -> Vec<Case> {
 fn random_cases(n: usize) -> Vec<Case> {
     let mut cases = check::full_matrix(n, &check::SMALL_COUNTS);
     for dtype in DataType::ALL {
-        let at_limit = (1 << 20) / (n - 1) / dtype.size();
+        let at_limit = Config::defaults().gpu_direct_limit(n) / (n - 1) / dtype.size();
         let edge = check::full_matrix(n, &[at_limit, at_limit + 1]);
         let op_kept = |op: ReduceOp| op == ReduceOp::Sum || (dtype.is_float() && matches!(op, ReduceOp::Avg | ReduceOp::PreMulSum(_)));
         cases.extend(edge.into_iter().filter(|c| c.dtype == dtype && c.collective == Collective::AllReduce && op_kept(c.op)));
