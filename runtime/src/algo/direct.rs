@@ -84,12 +84,12 @@ pub(super) fn lanes(shape: &Shape, rank: usize) -> Vec<Lane> {
         }
         Collective::Scatter => lanes.extend(receives(root, 0)),
         Collective::AllGather => {
-            lanes.extend(copy_then_send(&parts, peers().collect(), rank * count, chunk));
+            lanes.extend(send_then_copy(&parts, peers().collect(), rank * count, chunk));
             for p in peers() {
                 lanes.extend(receives(p, p * count));
             }
         }
-        Collective::Broadcast if rank == root => lanes.extend(copy_then_send(&parts, peers().collect(), 0, chunk)),
+        Collective::Broadcast if rank == root => lanes.extend(send_then_copy(&parts, peers().collect(), 0, chunk)),
         Collective::Broadcast => lanes.extend(receives(root, 0)),
         Collective::Reduce if rank == root => lanes.extend(folds(&parts, peers().collect(), 0, chunk)),
         Collective::Reduce => lanes.extend(sends(root, 0)),
@@ -104,17 +104,18 @@ pub(super) fn lanes(shape: &Shape, rank: usize) -> Vec<Lane> {
     lanes
 }
 
-/// A rank's lanes that put its own data in its output and send it from there: per channel
-/// part, one lane that copies each chunk from the input into the output at `output` + the
-/// chunk's offset, then sends it to every peer of `peers`. In place the copy is no copy,
-/// and the sends read what it would have written, in order.
-fn copy_then_send(parts: &[(usize, usize, usize)], peers: Vec<usize>, output: usize, chunk: usize) -> impl Iterator<Item = Lane> + '_ {
+/// A rank's lanes that send its own data to every peer and put it in its output: per
+/// channel part, one lane that sends each chunk of the input to every peer of `peers`, then
+/// copies it into the output at `output` + the chunk's offset (in place, no copy). The sends
+/// come first: a GPU kernel's copy step ahead of them held back the messages the peers wait
+/// for.
+fn send_then_copy(parts: &[(usize, usize, usize)], peers: Vec<usize>, output: usize, chunk: usize) -> impl Iterator<Item = Lane> + '_ {
     parts.iter().map(move |&(channel, o, c)| {
         let mut steps = Vec::new();
         for (o, c) in chunks(o, c, chunk) {
-            let own = Slice::recv(output + o, c);
-            steps.push(Step::Copy { src: Slice::send(o, c), dst: own });
-            steps.extend(peers.iter().map(|&p| Step::Send { to: Link { peer: p, channel }, src: own }));
+            let input = Slice::send(o, c);
+            steps.extend(peers.iter().map(|&p| Step::Send { to: Link { peer: p, channel }, src: input }));
+            steps.push(Step::Copy { src: input, dst: Slice::recv(output + o, c) });
         }
         Lane { role: Role::Local, steps }
     })
@@ -155,6 +156,7 @@ fn two_shot_all_reduce(shape: &Shape, rank: usize) -> Vec<Lane> {
     let rs = |peer: usize, part: usize| Link { peer, channel: 2 * part };
     let ag = |peer: usize, part: usize| Link { peer, channel: 2 * part + 1 };
     let peers = || (0..n).filter(move |&p| p != rank);
+    let first_peer = if rank == 0 { 1 } else { 0 };
     let mut lanes = Vec::new();
     for p in peers() {
         for (offset, count, part) in parts(p) {
@@ -175,11 +177,18 @@ fn two_shot_all_reduce(shape: &Shape, rank: usize) -> Vec<Lane> {
                 own.push(Step::Copy { src: Slice::send(o, c), dst: Slice::recv(o, c) });
                 continue;
             }
+            // The last fold sends the finished chunk to the first peer as it writes it: one
+            // dependent step fewer in this lane, which every chunk's round trip waits on.
+            let last = n - 2;
             for (i, p) in peers().enumerate() {
                 let local = if i == 0 { Slice::send(o, c) } else { Slice::recv(o, c) };
-                own.push(Step::RecvReduceCopy { from: rs(p, part), local, dst: Slice::recv(o, c) });
+                if i == last {
+                    own.push(Step::RecvReduceCopySend { from: rs(p, part), to: ag(first_peer, part), local, dst: Slice::recv(o, c) });
+                } else {
+                    own.push(Step::RecvReduceCopy { from: rs(p, part), local, dst: Slice::recv(o, c) });
+                }
             }
-            own.extend(peers().map(|p| Step::Send { to: ag(p, part), src: Slice::recv(o, c) }));
+            own.extend(peers().skip(1).map(|p| Step::Send { to: ag(p, part), src: Slice::recv(o, c) }));
         }
         lanes.push(Lane { role: Role::Local, steps: own });
     }
