@@ -156,6 +156,7 @@ fn two_shot_all_reduce(shape: &Shape, rank: usize) -> Vec<Lane> {
     let rs = |peer: usize, part: usize| Link { peer, channel: 2 * part };
     let ag = |peer: usize, part: usize| Link { peer, channel: 2 * part + 1 };
     let peers = || (0..n).filter(move |&p| p != rank);
+    // The first of peers(): the owner's last fold sends its finished chunk to it.
     let first_peer = if rank == 0 { 1 } else { 0 };
     let mut lanes = Vec::new();
     for p in peers() {
