@@ -10,7 +10,8 @@ receive step's "moved" stamp); then p's kernel ending and its next launch starti
 Kernel stamps are %globaltimer and proxy spans the host's clock: the two differ by an
 offset (about a millisecond was seen), so only "both notices" (the proxy's notice of the
 kernel's post plus the kernel's notice of the proxy's receive, one message) is an
-absolute duration; the single notices print with the offset in them. Assumes launch k's
+absolute duration; the single notices print with the offset in them. The proxy's times
+are microseconds since the epoch as doubles, so they are good to about 0.25 µs. Assumes launch k's
 message is message k of its link (one message a link a launch, as small calls have).
 Usage: kernel-hops.py KERNEL_RANK0.txt KERNEL_RANK1.txt PROXY_RANK0.json PROXY_RANK1.json"""
 

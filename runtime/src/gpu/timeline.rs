@@ -267,4 +267,78 @@ mod tests {
         let long = vec![vec![Step::Copy { src: slice, dst: slice }; STEPS + 3]];
         assert_eq!(super::labels(&long, |_| false)[0].len(), STEPS);
     }
+
+    /// scripts/kernel-hops.py over two ranks' kernel timelines (this module's format) and
+    /// proxy traces (`proxy::trace`'s) of one message each way a launch: the offset-free sum
+    /// of both notices, the Net's part and the kernel's start to its send come out as the
+    /// stamps and spans put them, whatever the two clocks' offset.
+    #[test]
+    fn kernel_hops_joins_timelines_with_proxy_traces() {
+        use crate::proxy::trace::Recorder;
+        use std::time::{Duration, Instant};
+        let dir = std::env::temp_dir().join(format!("oxccl-kernel-hops-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let launches = 4u64;
+        let base = 1_000_000_000u64;
+        let mut kernel_files = Vec::new();
+        for rank in 0..2usize {
+            let peer = 1 - rank;
+            let labels = vec![vec![format!("send >{peer} net"), format!("recv <{peer} net")]];
+            let kept: Vec<Launch> = (0..launches).map(|seq| Launch { seq, what: "all_gather 64 B".into(), lanes: 1, lane_steps: vec![2], labels: labels.clone() }).collect();
+            // Both ranks' launch k start together: the send published 400 ns in, the peer's
+            // data there 12.4 us in (12 us after the other's send), the end 12.5 us in.
+            let records: Vec<Vec<u64>> = (0..launches)
+                .map(|k| {
+                    let t0 = base + k * 100_000;
+                    let mut words = vec![0u64; RECORD_WORDS];
+                    words[0] = t0;
+                    words[1] = t0 + 12_500;
+                    words[2..6].copy_from_slice(&[t0 + 100, t0 + 200, t0 + 300, t0 + 400]);
+                    words[6..10].copy_from_slice(&[t0 + 500, t0 + 600, t0 + 12_400, t0 + 12_450]);
+                    words
+                })
+                .collect();
+            let text = format(rank, launches, &kept, |launch| &records[launch.seq as usize]);
+            let file = dir.join(format!("kernel.rank{rank}.txt"));
+            std::fs::write(&file, text).unwrap();
+            kernel_files.push(file);
+        }
+        // The proxies: each message seen 1 us after a moment T_k, sent by 2 us, received at
+        // the peer by 5 us: both notices = (seen - received) + (peer's data - published)
+        // = -4 + 12 = 8 us; the Net 3 us.
+        let t = Instant::now();
+        let mut trace_files = Vec::new();
+        for rank in 0..2usize {
+            let peer = 1 - rank;
+            let prefix = dir.join(format!("proxy{rank}"));
+            let recorder = Recorder::new(prefix.to_str().unwrap(), 0, rank).unwrap();
+            let send = recorder.track(format!("send to rank {peer} channel 0"));
+            let recv = recorder.track(format!("receive from rank {peer} channel 0"));
+            for k in 0..launches {
+                let at = |us: u64| t + Duration::from_micros(k * 100 + us);
+                recorder.span(send, "wait for data", at(0), at(1), k, 1, 64);
+                recorder.span(send, "send", at(1), at(2), k, 1, 64);
+                recorder.span(recv, "receive", at(0), at(5), k, 1, 64);
+            }
+            recorder.write().unwrap();
+            trace_files.push(dir.join(format!("proxy{rank}.pid{}.comm0.rank{rank}.json", std::process::id())));
+        }
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kernel-hops.py");
+        let output = std::process::Command::new("python3").arg(&script).args(&kernel_files).args(&trace_files).output().expect("python3 runs");
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{text}{}", String::from_utf8_lossy(&output.stderr));
+        let median = |hop: &str| -> f64 {
+            let line = text.lines().find(|l| l.starts_with(hop)).unwrap_or_else(|| panic!("no {hop:?} in {text}"));
+            let after = line.split("median").nth(1).expect("a median");
+            after.split_whitespace().next().unwrap().parse().unwrap()
+        };
+        // Proxy times are µs since the epoch as f64: about 0.25 µs apart at today's dates.
+        assert!((median("both notices") - 8.0).abs() < 0.3, "{text}");
+        assert!((median("Net send done") - 3.0).abs() < 0.3, "{text}");
+        assert!((median("kernel start -> send published") - 0.4).abs() < 0.01, "{text}");
+        assert!((median("kernel end -> next launch start") - 87.5).abs() < 0.01, "{text}");
+        // Every launch of both ranks counted (launch k's message is message k).
+        assert!(text.lines().any(|l| l.starts_with("both notices") && l.contains(&format!(" {} ", 2 * launches))), "{text}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
