@@ -460,7 +460,7 @@ pub static KNOBS: &[Knob] = &[
     Knob {
         name: "OXCCL_KERNEL_TRACE",
         default: "",
-        doc: "path prefix of the GPU executor kernel's timeline: each GPU communicator creates <path>.pid<pid>.gpu<n>.rank<r>.txt (an error if it cannot) and writes it when destroyed: for the last 64 executor launches, when each of the first 2 lanes started and ended and each of their first 64 steps started, finished waiting, moved its data and published it, with per-step medians; empty: none",
+        doc: "path prefix of the GPU executor kernel's timeline: each GPU communicator creates <path>.pid<pid>.gpu<n>.rank<r>.txt (an error if it cannot) and writes it when destroyed: for the last 64 executor launches, when each of the first 2 lanes started and ended and each of their first 64 steps started, finished waiting, moved its data and published it, each step labelled with its kind and peers, with per-step medians; empty: none",
         set: |c, v| Ok(c.kernel_trace = path_prefix(v)?),
     },
     Knob {
@@ -564,7 +564,6 @@ impl Config {
         Ok(config)
     }
 
-    /// Defaults only, ignoring the environment.
     /// The direct LL kernel's limit (OXCCL_GPU_DIRECT_BYTES) for a communicator of
     /// `nranks`: as set, else 1 MiB up to 3 ranks and 2 MiB from 4. On 4×H100 the direct
     /// kernel took 24.6 µs where the ring took 46.4 for a 512 KiB all_reduce (each rank
@@ -575,6 +574,7 @@ impl Config {
         self.gpu_direct_bytes.unwrap_or(if nranks >= 4 { 2 << 20 } else { 1 << 20 })
     }
 
+    /// Defaults only, ignoring the environment.
     pub fn defaults() -> Config {
         // Every default in KNOBS parses: the `defaults_parse` test checks it.
         Config::from_vars(&Env::new()).expect("KNOBS defaults parse")

@@ -156,8 +156,6 @@ fn two_shot_all_reduce(shape: &Shape, rank: usize) -> Vec<Lane> {
     let rs = |peer: usize, part: usize| Link { peer, channel: 2 * part };
     let ag = |peer: usize, part: usize| Link { peer, channel: 2 * part + 1 };
     let peers = || (0..n).filter(move |&p| p != rank);
-    // The first of peers(): the owner's last fold sends its finished chunk to it.
-    let first_peer = if rank == 0 { 1 } else { 0 };
     let mut lanes = Vec::new();
     for p in peers() {
         for (offset, count, part) in parts(p) {
@@ -171,25 +169,25 @@ fn two_shot_all_reduce(shape: &Shape, rank: usize) -> Vec<Lane> {
             });
         }
     }
+    let others: Vec<usize> = peers().collect();
     for (offset, count, part) in parts(rank) {
         let mut own = Vec::new();
         for (o, c) in chunks(offset, count, chunk) {
-            if n == 1 {
-                own.push(Step::Copy { src: Slice::send(o, c), dst: Slice::recv(o, c) });
+            let dst = Slice::recv(o, c);
+            let Some((&first, rest)) = others.split_first() else {
+                own.push(Step::Copy { src: Slice::send(o, c), dst });
                 continue;
-            }
+            };
             // The last fold sends the finished chunk to the first peer as it writes it: one
             // dependent step fewer in this lane, which every chunk's round trip waits on.
-            let last = n - 2;
-            for (i, p) in peers().enumerate() {
-                let local = if i == 0 { Slice::send(o, c) } else { Slice::recv(o, c) };
-                if i == last {
-                    own.push(Step::RecvReduceCopySend { from: rs(p, part), to: ag(first_peer, part), local, dst: Slice::recv(o, c) });
-                } else {
-                    own.push(Step::RecvReduceCopy { from: rs(p, part), local, dst: Slice::recv(o, c) });
-                }
+            for (i, &p) in others.iter().enumerate() {
+                let local = if i == 0 { Slice::send(o, c) } else { dst };
+                own.push(match i + 1 == others.len() {
+                    true => Step::RecvReduceCopySend { from: rs(p, part), to: ag(first, part), local, dst },
+                    false => Step::RecvReduceCopy { from: rs(p, part), local, dst },
+                });
             }
-            own.extend(peers().skip(1).map(|p| Step::Send { to: ag(p, part), src: Slice::recv(o, c) }));
+            own.extend(rest.iter().map(|&p| Step::Send { to: ag(p, part), src: dst }));
         }
         lanes.push(Lane { role: Role::Local, steps: own });
     }

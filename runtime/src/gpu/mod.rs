@@ -331,7 +331,7 @@ enum Plan {
     /// proxy before each launch); and each lane's steps (a lane a block).
     /// `labels`: what the traced lanes' first steps do, for the kernel timeline (empty
     /// where none is kept).
-    Steps { conns: u64, bounds: u64, steps: u64, net: Vec<(algo::Link, Direction, u64)>, lane_steps: Vec<u32>, labels: Vec<Vec<String>> },
+    Steps { conns: u64, bounds: u64, steps: u64, net: Vec<(algo::Link, Direction, u64)>, lane_steps: Vec<u32>, labels: timeline::Labels },
     /// For the point-to-point LL kernel: its lanes (`DevP2pLane`), then their messages.
     Messages { lanes: u32, at: u64, msgs: u64 },
 }
@@ -589,7 +589,7 @@ impl GpuBackend {
                 }
             }
         }
-        let labels = if inner.timeline.is_some() { timeline::labels(encoded_lanes, |end| state.conns.is_net(end)) } else { Vec::new() };
+        let labels = if inner.timeline.is_some() { timeline::labels(encoded_lanes, |end| state.conns.is_net(end)) } else { Arc::from(Vec::new()) };
         inner.store(state, key, &image, |base| Plan::Steps { conns: base, bounds: base + conn_bytes as u64, steps: base + (conn_bytes + bounds_bytes) as u64, net, lane_steps, labels })
     }
 

@@ -14,11 +14,14 @@ use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use oxccl_kernels::device::timeline::{LANES, LANE_WORDS, RECORD_WORDS, STAMPS, STEPS};
 use parking_lot::Mutex;
 
 use super::driver::MappedHost;
+use super::encode::End;
+use crate::algo::Step;
 use crate::error::{Error, Result};
 
 /// Launches whose records are kept (the ring's length).
@@ -55,46 +58,31 @@ pub(super) struct Launch {
     /// Steps of each traced lane (the first [`LANES`]).
     pub lane_steps: Vec<u32>,
     /// What the traced lanes' first steps do ([`labels`]; none where not known).
-    pub labels: Vec<Vec<String>>,
+    pub labels: Labels,
 }
+
+/// Per traced lane, its first steps' labels: made once per plan, shared by its launches.
+pub(super) type Labels = Arc<[Vec<String>]>;
 
 /// What each of the first [`STEPS`] steps of the first [`LANES`] lanes does, e.g.
 /// `recv_reduce_send <1 >1 net`: the step's kind, the peer it receives from (`<`) and
 /// sends to (`>`), `net` where either end crosses the network (`is_net`).
-pub(super) fn labels(lanes: &[Vec<crate::algo::Step>], is_net: impl Fn(&super::encode::End) -> bool) -> Vec<Vec<String>> {
-    use super::encode::End;
-    use crate::algo::Step;
-    lanes
-        .iter()
-        .take(LANES)
-        .map(|lane| {
-            lane.iter()
-                .take(STEPS)
-                .map(|step| {
-                    let kind = match step {
-                        Step::Send { .. } => "send",
-                        Step::Recv { .. } => "recv",
-                        Step::RecvReduceSend { .. } => "recv_reduce_send",
-                        Step::RecvReduceCopy { .. } => "recv_reduce_copy",
-                        Step::RecvReduceCopySend { .. } => "recv_reduce_copy_send",
-                        Step::RecvCopySend { .. } => "recv_copy_send",
-                        Step::Copy { .. } => "copy",
-                    };
-                    let mut label = kind.to_string();
-                    let ends = step.receives().map(End::Recv).into_iter().chain(step.sends().map(End::Send));
-                    let mut net = false;
-                    for end in ends {
-                        let _ = write!(label, " {}{}", if matches!(end, End::Recv(_)) { '<' } else { '>' }, end.link().peer);
-                        net |= is_net(&end);
-                    }
-                    if net {
-                        label.push_str(" net");
-                    }
-                    label
-                })
-                .collect()
-        })
-        .collect()
+pub(super) fn labels(lanes: &[Vec<Step>], is_net: impl Fn(&End) -> bool) -> Labels {
+    lanes.iter().take(LANES).map(|lane| lane.iter().take(STEPS).map(|step| label(step, &is_net)).collect()).collect()
+}
+
+/// One step's label (see [`labels`]).
+fn label(step: &Step, is_net: impl Fn(&End) -> bool) -> String {
+    let mut label = step.name().to_string();
+    let mut net = false;
+    for end in step.receives().map(End::Recv).into_iter().chain(step.sends().map(End::Send)) {
+        let _ = write!(label, " {}{}", if matches!(end, End::Recv(_)) { '<' } else { '>' }, end.link().peer);
+        net |= is_net(&end);
+    }
+    if net {
+        label.push_str(" net");
+    }
+    label
 }
 
 impl KernelTimeline {
@@ -111,7 +99,7 @@ impl KernelTimeline {
 
     /// The device address of the next launch's record (cleared), and that launch noted as
     /// `what` with `lane_steps` steps per lane, its steps' `labels`.
-    pub fn record(&self, what: String, lane_steps: &[u32], labels: &[Vec<String>]) -> u64 {
+    pub fn record(&self, what: String, lane_steps: &[u32], labels: &Labels) -> u64 {
         let mut launches = self.launches.lock();
         let slot = (launches.count % LAUNCHES as u64) as usize;
         // SAFETY: the record lies inside the mapped allocation; the launch that used it last
@@ -121,7 +109,7 @@ impl KernelTimeline {
             launches.kept.pop_front();
         }
         let seq = launches.count;
-        launches.kept.push_back(Launch { seq, what, lanes: lane_steps.len(), lane_steps: lane_steps.iter().take(LANES).copied().collect(), labels: labels.to_vec() });
+        launches.kept.push_back(Launch { seq, what, lanes: lane_steps.len(), lane_steps: lane_steps.iter().take(LANES).copied().collect(), labels: labels.clone() });
         launches.count += 1;
         self.records.device + (slot * RECORD_WORDS * 8) as u64
     }
@@ -228,8 +216,8 @@ mod tests {
     #[test]
     fn launches_print_from_their_first_stamp_and_medians_come_per_kind() {
         let launches = vec![
-            Launch { seq: 7, what: "all_reduce 1048576 B".into(), lanes: 3, lane_steps: vec![2, 1], labels: vec![vec!["send >1 net".into(), "recv <1 net".into()]] },
-            Launch { seq: 8, what: "all_reduce 1048576 B".into(), lanes: 3, lane_steps: vec![2, 1], labels: vec![vec!["send >1 net".into(), "recv <1 net".into()]] },
+            Launch { seq: 7, what: "all_reduce 1048576 B".into(), lanes: 3, lane_steps: vec![2, 1], labels: Arc::from(vec![vec!["send >1 net".into(), "recv <1 net".into()]]) },
+            Launch { seq: 8, what: "all_reduce 1048576 B".into(), lanes: 3, lane_steps: vec![2, 1], labels: Arc::from(vec![vec!["send >1 net".into(), "recv <1 net".into()]]) },
         ];
         let records = [record(1_000_000, 0), record(2_000_000, 20)];
         let text = format(3, 9, &launches, |launch| &records[(launch.seq - 7) as usize]);
@@ -243,7 +231,7 @@ mod tests {
 
     #[test]
     fn steps_past_the_traced_ones_are_not_printed() {
-        let launch = Launch { seq: 0, what: "all_gather 64 B".into(), lanes: 1, lane_steps: vec![STEPS as u32 + 5], labels: Vec::new() };
+        let launch = Launch { seq: 0, what: "all_gather 64 B".into(), lanes: 1, lane_steps: vec![STEPS as u32 + 5], labels: Arc::from(Vec::new()) };
         let words = vec![0u64; RECORD_WORDS];
         let text = format(0, 1, std::slice::from_ref(&launch), |_| &words);
         assert!(text.contains(&format!("    step {}: - - - -\n", STEPS - 1)), "{text}");
@@ -254,8 +242,7 @@ mod tests {
     /// only the traced lanes and steps get one.
     #[test]
     fn labels_name_each_steps_kind_peers_and_network() {
-        use crate::algo::{Buffer, Link, Slice, Step};
-        use super::super::encode::End;
+        use crate::algo::{Buffer, Link, Slice};
         let slice = Slice { buffer: Buffer::Recv, offset: 0, count: 4 };
         let (from, to) = (Link { peer: 1, channel: 0 }, Link { peer: 2, channel: 0 });
         let lane = vec![Step::Send { to, src: slice }, Step::RecvReduceSend { from, to, local: slice }, Step::Copy { src: slice, dst: slice }];
@@ -283,7 +270,7 @@ mod tests {
         let mut kernel_files = Vec::new();
         for rank in 0..2usize {
             let peer = 1 - rank;
-            let labels = vec![vec![format!("send >{peer} net"), format!("recv <{peer} net")]];
+            let labels: Labels = Arc::from(vec![vec![format!("send >{peer} net"), format!("recv <{peer} net")]]);
             let kept: Vec<Launch> = (0..launches).map(|seq| Launch { seq, what: "all_gather 64 B".into(), lanes: 1, lane_steps: vec![2], labels: labels.clone() }).collect();
             // Both ranks' launch k start together: the send published 400 ns in, the peer's
             // data there 12.4 us in (12 us after the other's send), the end 12.5 us in.
