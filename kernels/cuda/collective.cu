@@ -31,6 +31,10 @@ typedef unsigned int u32;
 #ifndef OX_UNROLL
 #define OX_UNROLL 4
 #endif
+// Lines a thread of an LL step reads ahead (ox_move_ll).
+#ifndef OX_LL_UNROLL
+#define OX_LL_UNROLL 4
+#endif
 
 __device__ __forceinline__ u64 ox_now() {
   u64 t;
@@ -71,6 +75,23 @@ __device__ __forceinline__ void ox_fence_acq_rel_sys() { asm volatile("fence.acq
 // Waits until *word >= target, which `peer` writes.
 __device__ int ox_wait_for(volatile u64* word, u64 target, const OxWatch& w, u32 peer) {
   return ox_spin([&] { return *word >= target; }, w, peer);
+}
+
+// A load that acquires at system scope: this thread's later accesses (and, through the
+// block's next barrier, its block's) follow the writes the counter's writer released
+// before it. Unlike a fence after a plain load, it waits for nothing of this thread's
+// own: a fence there also waited for the last step's tail store to reach the peer GPU
+// (~1 us a step on 4xH200).
+__device__ __forceinline__ u64 ox_load_acquire(const volatile u64* p) {
+  u64 v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Waits until *word >= target (a counter a peer GPU writes after its release), each
+// read an acquire.
+__device__ int ox_wait_acquire(const volatile u64* word, u64 target, const OxWatch& w, u32 peer) {
+  return ox_spin([&] { return ox_load_acquire(word) >= target; }, w, peer);
 }
 
 template <int S> struct OxBits;
@@ -180,16 +201,31 @@ __device__ void ox_move(char* d0, char* d1, const char* in, const char* local, u
         if (y) y[i + u * OX_THREADS] = v[u];
       }
     }
-    for (; i < packs; i += OX_THREADS) {
-      uint4 v;
-      if (a) v = ox_load_in(a + i, fresh);
-      if (b) {
-        uint4 w = __ldcg(b + i);
-        if (scale) w = ox_scale_vec(w, s);
-        v = a ? ox_combine_vec(v, w) : w;
+    // The rest (fewer than OX_UNROLL packs a thread) in one round as well, its loads all
+    // issued before any store: a 16 KiB message, 2 packs a thread, waited for one load
+    // latency, not two in turn.
+    if (i < packs) {
+      uint4 v[OX_UNROLL], w[OX_UNROLL];
+#pragma unroll
+      for (int u = 0; u < OX_UNROLL; ++u) {
+        const u32 j = i + u * OX_THREADS;
+        if (j < packs) {
+          if (a) v[u] = ox_load_in(a + j, fresh);
+          if (b) w[u] = __ldcg(b + j);
+        }
       }
-      x[i] = v;
-      if (y) y[i] = v;
+#pragma unroll
+      for (int u = 0; u < OX_UNROLL; ++u) {
+        const u32 j = i + u * OX_THREADS;
+        if (j < packs) {
+          if (b) {
+            if (scale) w[u] = ox_scale_vec(w[u], s);
+            v[u] = a ? ox_combine_vec(v[u], w[u]) : w[u];
+          }
+          x[j] = v[u];
+          if (y) y[j] = v[u];
+        }
+      }
     }
     done = packs * 16;
   }
@@ -279,25 +315,49 @@ __device__ int ox_move_ll(char* dst, char* out, bool out_ll, const char* in, boo
     const int why = ox_ll_wait(in, flag_in, w, peer_in, &header);
     if (why) return why;
   }
-  for (u64 l = threadIdx.x; l < lines; l += blockDim.x) {
-    uint2 v = make_uint2(0, 0);
-    if (in) {
-      if (in_ll) {
-        const int why = ox_ll_wait(in + (l + 1) * 16, flag_in, w, peer_in, &v);
-        if (why) return why;
-      } else {
-        v = ox_line_get(in, l, bytes, true);
+  // OX_LL_UNROLL lines a thread a round: every line's first read (the incoming LL line,
+  // the local operand) issued before any is waited for, so that a round costs about one
+  // load latency, not one per line; a line whose flag is not there yet is then polled
+  // alone.
+  const u64 stride = blockDim.x;
+  for (u64 base = threadIdx.x; base < lines; base += OX_LL_UNROLL * stride) {
+    uint4 raw[OX_LL_UNROLL];
+    uint2 mine[OX_LL_UNROLL];
+#pragma unroll
+    for (int u = 0; u < OX_LL_UNROLL; ++u) {
+      const u64 l = base + u * stride;
+      if (l < lines) {
+        if (in && in_ll) raw[u] = ox_ll_load(in + (l + 1) * 16);
+        if (local) mine[u] = ox_line_get(local, l, bytes, true);
       }
     }
-    if (local) {
-      uint2 x = ox_line_get(local, l, bytes, true);
-      if (scale) x = ox_scale_vec(x, s);
-      v = in ? ox_combine_vec(v, x) : x;
-    }
-    if (dst) ox_line_put(dst, l, bytes, v);
-    if (out) {
-      if (out_ll) ox_ll_store(out + (l + 1) * 16, v, flag_out);
-      else ox_line_put(out, l, bytes, v);
+#pragma unroll
+    for (int u = 0; u < OX_LL_UNROLL; ++u) {
+      const u64 l = base + u * stride;
+      if (l >= lines) break;
+      uint2 v = make_uint2(0, 0);
+      if (in) {
+        if (in_ll) {
+          if (raw[u].y == flag_in && raw[u].w == flag_in) {
+            v = make_uint2(raw[u].x, raw[u].z);
+          } else {
+            const int why = ox_ll_wait(in + (l + 1) * 16, flag_in, w, peer_in, &v);
+            if (why) return why;
+          }
+        } else {
+          v = ox_line_get(in, l, bytes, true);
+        }
+      }
+      if (local) {
+        uint2 x = mine[u];
+        if (scale) x = ox_scale_vec(x, s);
+        v = in ? ox_combine_vec(v, x) : x;
+      }
+      if (dst) ox_line_put(dst, l, bytes, v);
+      if (out) {
+        if (out_ll) ox_ll_store(out + (l + 1) * 16, v, flag_out);
+        else ox_line_put(out, l, bytes, v);
+      }
     }
   }
   return 0;
@@ -323,16 +383,22 @@ __device__ __forceinline__ bool ox_runs_ll(u32 ll, const OxConn& c) {
 }
 
 extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) {
-  __shared__ const char* s_in;
-  __shared__ char* s_out;
   __shared__ int s_stop;
-  __shared__ bool s_fresh;
-  __shared__ u32 s_flag_in, s_flag_out;
   // The lane's steps and their connections, OX_WINDOW at a time, loaded by all threads at
   // once (thread k step k and its two connections): a step then starts from shared memory,
   // not from a chain of dependent loads (step, connection, counter) in global memory.
   __shared__ OxStep w_steps[OX_WINDOW];
   __shared__ OxConn w_recv[OX_WINDOW], w_send[OX_WINDOW];
+  // What each step of the window reads and writes, worked out with the window: its
+  // message number on each connection (what *counter holds when the step starts), the
+  // slots those numbers give and their LL flags, and, for a send between GPUs, the
+  // receiver's head as read with the window. A connection end belongs to one lane (the
+  // encoder's rule), so this block is the only writer of its counters; a step then does
+  // no load and no arithmetic of its own before its wait (~0.5 us a step on 4xH200).
+  __shared__ u64 w_recv_n[OX_WINDOW], w_send_n[OX_WINDOW], w_head[OX_WINDOW];
+  __shared__ const char* w_in[OX_WINDOW];
+  __shared__ char* w_out[OX_WINDOW];
+  __shared__ u32 w_flag_in[OX_WINDOW], w_flag_out[OX_WINDOW];
   const u32 lane = blockIdx.x;
   const u32 first = a.bounds[lane], end = a.bounds[lane + 1];
   // The timeline (DevArgs::stamps): thread 0 of the first lanes stamps the lane's start and
@@ -345,11 +411,50 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
     if (k == 0) {
       // Every thread is past the window before (thread 0 published the last step from it).
       __syncthreads();
-      if (threadIdx.x < OX_WINDOW && i + threadIdx.x < end) {
-        const OxStep t = a.steps[i + threadIdx.x];
-        w_steps[threadIdx.x] = t;
-        if (t.recv != OX_NO_CONN) w_recv[threadIdx.x] = a.conns[t.recv];
-        if (t.send != OX_NO_CONN) w_send[threadIdx.x] = a.conns[t.send];
+      const u32 t_k = threadIdx.x;
+      const bool loads = t_k < OX_WINDOW && i + t_k < end;
+      u64 recv_n = 0, send_n = 0;
+      if (loads) {
+        const OxStep t = a.steps[i + t_k];
+        w_steps[t_k] = t;
+        if (t.recv != OX_NO_CONN) {
+          const OxConn c = a.conns[t.recv];
+          w_recv[t_k] = c;
+          recv_n = *c.counter;
+        }
+        if (t.send != OX_NO_CONN) {
+          const OxConn c = a.conns[t.send];
+          w_send[t_k] = c;
+          send_n = *c.counter;
+          w_head[t_k] = (c.flags & OX_CONN_HOST) ? 0 : ox_load_acquire(c.head);
+        }
+      }
+      __syncthreads();
+      if (loads) {
+        // Earlier steps of the window on the same end each add a message.
+        const OxStep t = w_steps[t_k];
+        for (u32 j = 0; j < t_k; ++j) {
+          recv_n += t.recv != OX_NO_CONN && w_steps[j].recv == t.recv;
+          send_n += t.send != OX_NO_CONN && w_steps[j].send == t.send;
+        }
+        w_recv_n[t_k] = recv_n;
+        w_send_n[t_k] = send_n;
+        w_in[t_k] = 0;
+        w_out[t_k] = 0;
+        // Message n goes through slot n % slots, over LL in that slot's LL lines, flagged
+        // for message n + 1.
+        if (t.recv != OX_NO_CONN) {
+          const OxConn& c = w_recv[t_k];
+          const u64 slot = recv_n % c.slots;
+          w_in[t_k] = ox_runs_ll(a.ll, c) ? c.ll_slots + slot * c.ll_slot_bytes : c.slots_base + slot * c.slot_bytes;
+          w_flag_in[t_k] = ox_ll_flag(recv_n + 1);
+        }
+        if (t.send != OX_NO_CONN) {
+          const OxConn& c = w_send[t_k];
+          const u64 slot = send_n % c.slots;
+          w_out[t_k] = ox_runs_ll(a.ll, c) ? c.ll_slots + slot * c.ll_slot_bytes : c.slots_base + slot * c.slot_bytes;
+          w_flag_out[t_k] = ox_ll_flag(send_n + 1);
+        }
       }
       __syncthreads();
     }
@@ -362,33 +467,26 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
     // no fence on sending (the proxy sends, or the peer reads, once every line shows the flag).
     const bool in_ll = s.recv != OX_NO_CONN && ox_runs_ll(a.ll, in_conn);
     const bool out_ll = s.send != OX_NO_CONN && ox_runs_ll(a.ll, out_conn);
+    // A Simple slot in host memory, which the proxy rewrote from the CPU.
+    const bool fresh = s.recv != OX_NO_CONN && !in_ll && (in_conn.flags & OX_CONN_HOST);
     if (threadIdx.x == 0) {
       int why = 0;
       u32 at = 0;
-      const char* in = 0;
-      char* out = 0;
-      bool fresh = false;
-      // Whether this thread read a counter its peer (or the proxy) wrote, which the
-      // block's accesses to the slot must follow (an acquire); LL lines carry their own
-      // readiness, and a step with no connection reads nothing of anyone's.
+      // Whether this thread read, with a plain load, a head the proxy wrote, which the
+      // block's writes to the slot must follow (an acquire); counters between GPUs are
+      // read with acquire loads, LL lines carry their own readiness, and a step with no
+      // connection reads nothing of anyone's.
       bool acquire = false;
       if (s.recv != OX_NO_CONN) {
         const OxConn& c = in_conn;
-        const u64 n = *c.counter;
+        const u64 n = w_recv_n[k];
         at = c.peer;
-        if (in_ll) {
-          in = c.ll_slots + (n % c.slots) * c.ll_slot_bytes;
-          s_flag_in = ox_ll_flag(n + 1);
-        } else {
-          why = ox_wait_for(c.tail, n + 1, a.watch, c.peer);
-          in = c.slots_base + (n % c.slots) * c.slot_bytes;
-          fresh = (c.flags & OX_CONN_HOST) != 0;
-          acquire = true;
-        }
+        if (fresh) why = ox_wait_for(c.tail, n + 1, a.watch, c.peer);
+        else if (!in_ll) why = ox_wait_acquire(c.tail, n + 1, a.watch, c.peer);
       }
       if (!why && s.send != OX_NO_CONN) {
         const OxConn& c = out_conn;
-        const u64 n = *c.counter;
+        const u64 n = w_send_n[k];
         // Slot n % slots is free once the receiver consumed message n - slots. Over the
         // network the head is host memory (a round trip over PCIe per read): the last head
         // seen is kept in device memory after the counter, and the head read again only
@@ -396,8 +494,8 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
         if (n + 1 > c.slots) {
           const u64 need = n + 1 - c.slots;
           if (!(c.flags & OX_CONN_HOST)) {
-            why = ox_wait_for(c.head, need, a.watch, c.peer);
-            acquire = true;
+            // The head read with the window (an acquire) is mostly far enough.
+            if (w_head[k] < need) why = ox_wait_acquire(c.head, need, a.watch, c.peer);
           } else if (c.counter[1] < need) {
             u64 seen = 0;
             why = ox_spin([&] { seen = *c.head; return seen >= need; }, a.watch, c.peer);
@@ -406,40 +504,33 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
           }
         }
         at = c.peer;
-        if (out_ll) {
-          out = c.ll_slots + (n % c.slots) * c.ll_slot_bytes;
-          s_flag_out = ox_ll_flag(n + 1);
-        } else {
-          out = c.slots_base + (n % c.slots) * c.slot_bytes;
-          // The proxy reads the size only once it sees the tail (published after the
-          // data, below): written now, it needs no fence of its own.
-          if (!why && c.sizes) c.sizes[n % c.slots] = s.bytes;
-        }
+        // The proxy reads the size only once it sees the tail (published after the data,
+        // below): written now, it needs no fence of its own.
+        if (!why && !out_ll && c.sizes) c.sizes[n % c.slots] = s.bytes;
       }
       if (why) ox_fail(a.watch, why, OX_KERNEL_RUN, lane, i - first, at);
       // Over the network the proxy wrote the slot from the CPU: order this block's reads
       // after the tail at system scope (an acquire; no sequential consistency needed).
+      // Between GPUs the counters were read with acquire loads, which need no fence.
       // Nothing to order where no counter was read (a fence there cost ~0.5 us a step,
       // waiting for the last step's stores to host memory).
       if (fresh) ox_fence_acq_rel_sys(); else if (acquire) __threadfence();
-      s_in = in;
-      s_out = out;
       s_stop = why;
-      s_fresh = fresh;
       if (step_stamps) step_stamps[1] = ox_now();
     }
     __syncthreads();
     if (s_stop) return;
+    const char* const s_in = w_in[k];
+    char* const s_out = w_out[k];
     const bool reads = s.kind == OX_SEND || s.kind == OX_RECV_REDUCE_SEND || s.kind == OX_RECV_REDUCE_COPY || s.kind == OX_RECV_REDUCE_COPY_SEND || s.kind == OX_COPY;
     const bool writes = s.kind != OX_SEND && s.kind != OX_RECV_REDUCE_SEND;
     const bool from_input = reads && !(s.src & OX_RECV_BUFFER);
     const char* local = !reads ? 0 : from_input ? a.send + s.src : a.recv + (s.src & ~OX_RECV_BUFFER);
     char* dst = writes ? a.recv + (s.dst & ~OX_RECV_BUFFER) : 0;
     const bool scale = a.scaled && from_input;
-    const bool fresh = s_fresh;
     int why = 0;
     if (in_ll || out_ll) {
-      why = ox_move_ll(dst, s_out, out_ll, s_in, in_ll, local, s.bytes, scale, a.scale, s_flag_in, s_flag_out, a.watch, in_ll ? in_conn.peer : 0);
+      why = ox_move_ll(dst, s_out, out_ll, s_in, in_ll, local, s.bytes, scale, a.scale, w_flag_in[k], w_flag_out[k], a.watch, in_ll ? in_conn.peer : 0);
     } else {
       switch (s.kind) {
         case OX_SEND: ox_move(s_out, 0, 0, local, s.bytes, scale, a.scale, false); break;
@@ -473,13 +564,13 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
       if (s.send != OX_NO_CONN && !all_ll) ox_fence_acq_rel_sys();
       if (s.recv != OX_NO_CONN) {
         const OxConn& c = in_conn;
-        const u64 n = *c.counter + 1;
+        const u64 n = w_recv_n[k] + 1;
         *c.counter = n;
         *c.head = n;
       }
       if (s.send != OX_NO_CONN) {
         const OxConn& c = out_conn;
-        const u64 n = *c.counter + 1;
+        const u64 n = w_send_n[k] + 1;
         *c.counter = n;
         *c.tail = n;
       }
