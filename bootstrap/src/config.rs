@@ -100,8 +100,9 @@ pub struct Config {
     pub gpu_direct_bytes: Option<usize>,
     /// OXCCL_GPU_LL_BYTES: on one host, the largest message (count × datatype size) of a
     /// collective the GPU executor runs (ring, direct exchange, recursive doubling) that
-    /// goes over the LL protocol between GPUs instead of Simple (0: never).
-    pub gpu_ll_bytes: usize,
+    /// goes over the LL protocol between GPUs instead of Simple (0: never); `None`: by
+    /// collective and communicator size ([`Config::gpu_ll_limit`]).
+    pub gpu_ll_bytes: Option<usize>,
     /// NCCL_P2P_LL_THRESHOLD: the largest GPU send/recv message that goes in one hop over
     /// the LL protocol (straight into the receiver's inbox) instead of the Simple FIFOs
     /// (0: never).
@@ -322,9 +323,9 @@ pub static KNOBS: &[Knob] = &[
     },
     Knob {
         name: "OXCCL_GPU_LL_BYTES",
-        default: "0",
-        doc: "on one host, a collective the GPU executor kernel runs (the ring, the direct exchange, recursive doubling) goes over the LL protocol between GPUs instead of Simple when its message (count x datatype size) is at most this many bytes (0: never; NCCL_PROTO=LL alone: always; NCCL_PROTO without LL: never)",
-        set: |c, v| Ok(c.gpu_ll_bytes = parse_bytes(v, 0)?),
+        default: "",
+        doc: "on one host, a collective the GPU executor kernel runs (the ring, the direct exchange, recursive doubling) goes over the LL protocol between GPUs instead of Simple when its message (count x datatype size) is at most this many bytes (0: never; NCCL_PROTO=LL alone: always; NCCL_PROTO without LL: never); unset: all_reduce on 4 or more ranks up to 2 MiB, nothing else (4xH200, docs/PERFORMANCE.md)",
+        set: |c, v| Ok(c.gpu_ll_bytes = if v.is_empty() { None } else { Some(parse_bytes(v, 0)?) }),
     },
     Knob {
         name: "OXCCL_GPU_ACROSS_HOSTS",
@@ -574,6 +575,17 @@ impl Config {
         self.gpu_direct_bytes.unwrap_or(if nranks >= 4 { 2 << 20 } else { 1 << 20 })
     }
 
+    /// The largest message of a collective that runs LL between the GPUs of one host
+    /// (OXCCL_GPU_LL_BYTES), for all_reduce or another collective on `nranks`: as set (for
+    /// every collective), else 2 MiB for all_reduce from 4 ranks and 0 otherwise. On
+    /// 4×H200 the ring's all_reduce over LL took 27.3 µs at 1 MiB and 31.8 at 2 MiB against
+    /// Simple's 31.4 and 35.6, and 50–52 against 43–45 at 4 MiB; all_gather,
+    /// reduce_scatter and broadcast gained nothing from 1 MiB and lost from 2–4 MiB
+    /// (docs/results/2026-11-27-h200x4-acquire).
+    pub fn gpu_ll_limit(&self, all_reduce: bool, nranks: usize) -> usize {
+        self.gpu_ll_bytes.unwrap_or(if all_reduce && nranks >= 4 { 2 << 20 } else { 0 })
+    }
+
     /// Defaults only, ignoring the environment.
     pub fn defaults() -> Config {
         // Every default in KNOBS parses: the `defaults_parse` test checks it.
@@ -625,7 +637,7 @@ impl Config {
             backend: Backend::Auto,
             gpu_slot_bytes: 256 << 10,
             gpu_direct_bytes: None,
-            gpu_ll_bytes: 0,
+            gpu_ll_bytes: None,
             p2p_ll_bytes: 64 << 10,
             min_channels: 1,
             max_channels: 64,
@@ -816,6 +828,19 @@ mod tests {
 
     /// Unset, the direct kernel's limit follows the communicator's size; set, it is what
     /// was set for every size (0 too).
+    /// Unset, LL between GPUs is all_reduce's from 4 ranks up to 2 MiB; set, it is what
+    /// was set for every collective and size (0 too).
+    #[test]
+    fn the_peer_ll_limit_is_all_reduce_from_four_ranks_unless_set() {
+        let unset = Config::defaults();
+        assert_eq!([2, 3, 4, 8].map(|n| unset.gpu_ll_limit(true, n)), [0, 0, 2 << 20, 2 << 20]);
+        assert_eq!(unset.gpu_ll_limit(false, 8), 0);
+        let set = Config::from_vars(&env(&[("OXCCL_GPU_LL_BYTES", "1M")])).unwrap();
+        assert_eq!([(true, 2), (false, 4)].map(|(r, n)| set.gpu_ll_limit(r, n)), [1 << 20, 1 << 20]);
+        let off = Config::from_vars(&env(&[("OXCCL_GPU_LL_BYTES", "0")])).unwrap();
+        assert_eq!(off.gpu_ll_limit(true, 4), 0);
+    }
+
     #[test]
     fn the_direct_limit_is_by_size_unless_set() {
         let unset = Config::defaults();

@@ -222,7 +222,8 @@ impl GpuBackend {
         let inner = &self.inner;
         // LL slots between GPUs only where a call can run LL there (route.rs, the same rule):
         // they add a quarter to each FIFO.
-        let peer_ll = algo::Collective::ALL.iter().any(|&c| inner.protocols.ll_on_one_host(c, 0, self.core.config.gpu_ll_bytes));
+        let n = self.nranks();
+        let peer_ll = algo::Collective::ALL.iter().any(|&c| inner.protocols.ll_on_one_host(c, 0, self.core.config.gpu_ll_limit(c == algo::Collective::AllReduce, n)));
         Setup { boot: &self.core.boot, device: &inner.device, origin: inner.origin, geometry: inner.geometry, peer_ll, same_host: &self.core.same_host, net: &self.core.net, rails: &self.core.rails }
     }
 }

@@ -72,7 +72,7 @@ impl GpuBackend {
             // (two hops for all_reduce, one for the others) or recursive doubling (an error
             // where it leaves none of them); over LL up to OXCCL_GPU_LL_BYTES (or wherever
             // NCCL_PROTO leaves LL alone), else Simple.
-            (inner.protocols.on_one_host(collective)?, inner.protocols.ll_on_one_host(collective, bytes, self.core.config.gpu_ll_bytes))
+            (inner.protocols.on_one_host(collective)?, inner.protocols.ll_on_one_host(collective, bytes, self.core.config.gpu_ll_limit(collective == Collective::AllReduce, n)))
         };
         let channels = match algorithm {
             // Over the direct exchange's connections (channels 0 to direct_channels); two-shot
@@ -81,7 +81,9 @@ impl GpuBackend {
             Algorithm::Direct | Algorithm::Doubling => inner.channels(bytes).min(inner.direct_channels(n)),
             _ => inner.channels(bytes),
         };
-        let slot_data = if ll { oxccl_kernels::device::ll::slot_data(oxccl_kernels::device::ll::SLOT_BYTES) } else { inner.geometry.slot_bytes };
+        // An LL message fills its own slot, and the encoder holds every message to a Simple
+        // slot as well (OXCCL_GPU_SLOT_BYTES may be the smaller).
+        let slot_data = if ll { oxccl_kernels::device::ll::slot_data(oxccl_kernels::device::ll::SLOT_BYTES).min(inner.geometry.slot_bytes) } else { inner.geometry.slot_bytes };
         // Where the ranks lie host by host, the tree spans the hosts with a chain inside
         // each (algo::tree::trees); on one host every rank is the host's.
         // A chunk of whole granules (an LL slot's 32760 bytes are not), so that the ring's
