@@ -275,7 +275,11 @@ fn parse_row(line: &str, layout: &Layout, origin: &str, line_number: usize) -> R
         Some(name) => {
             let time_us = number(fields[at], &format!("{name} time"), true).map_err(&bad)?;
             let busbw = number(fields[at + 1], &format!("{name} busbw"), false).map_err(&bad)?;
-            number(fields[at + 2], "ratio", false).map_err(&bad)?;
+            // A row of 0 bytes has no bandwidth to compare: oxccl-perf printed its ratio as
+            // NaN (0 / 0) until it compared times instead.
+            if !(bytes == 0 && fields[at + 2] == "NaN") {
+                number(fields[at + 2], "ratio", false).map_err(&bad)?;
+            }
             Some(Measurement { time_us, algbw: None, busbw, wrong: None })
         }
         None => None,
@@ -377,6 +381,19 @@ mod tests {
         assert_eq!(first.baseline, Some(Measurement { time_us: 30.42, algbw: None, busbw: 0.0, wrong: None }));
         assert_eq!(last.out_of_place.wrong, None, "`-`: not checked");
         assert_eq!(last.baseline.map(|b| b.busbw), Some(2.21));
+    }
+
+    /// A 0-byte row's ratio may read NaN (oxccl-perf divided two zero bandwidths there until
+    /// it compared times; docs/results/2026-11-27-h200x4-acquire keeps such tables); any
+    /// other row's may not.
+    #[test]
+    fn a_nan_ratio_passes_only_where_nothing_moved() {
+        let head = OXCCL_PERF.lines().take(9).collect::<Vec<_>>().join("\n");
+        let row = |size: u64| format!("{head}\n{size:>12}             0     float    none      -1     0.52    0.00    0.00      0      N/A     N/A     N/A    N/A     3.21   0.00   NaN\n");
+        let table = Table::parse(&row(0), "zero.txt").unwrap();
+        assert_eq!(table.rows[0].baseline.map(|b| b.time_us), Some(3.21));
+        let e = Table::parse(&row(8), "eight.txt").unwrap_err().to_string();
+        assert!(e.contains("ratio \"NaN\""), "{e}");
     }
 
     #[test]

@@ -115,8 +115,7 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
         let base = baseline
             .map(|t| {
                 let theirs = size as f64 / t / 1e9 * factor;
-                let ours = size as f64 / out_of_place / 1e9 * factor;
-                format!(" {:>8} {:>6.2} {:>5.2}", format_time(t), theirs, ours / theirs)
+                format!(" {:>8} {:>6.2} {:>5.2}", format_time(t), theirs, busbw_ratio(out_of_place, t))
             })
             .unwrap_or_default();
         let root = if plan.kind.rooted() { plan.args.root as i64 } else { -1 };

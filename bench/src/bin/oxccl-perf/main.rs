@@ -292,8 +292,7 @@ fn table(plan: &Plan, comm: &Communicator, mut mpi: Option<&mut dyn FnMut(usize)
             let baseline = mpi_seconds
                 .map(|t| {
                     let mpi_busbw = size as f64 / t / 1e9 * factor;
-                    let ours = size as f64 / out_of_place.seconds / 1e9 * factor;
-                    format!(" {:>8} {:>5.2} {:>4.2}", format_time(t), mpi_busbw, ours / mpi_busbw)
+                    format!(" {:>8} {:>5.2} {:>4.2}", format_time(t), mpi_busbw, busbw_ratio(out_of_place.seconds, t))
                 })
                 .unwrap_or_default();
             println!("{size:>12} {:>13} {:>9} {op:>7} {root:>7} {} {}{baseline}", count * if size > count * es { n } else { 1 }, plan.dtype.name(), cols(Some(out_of_place)), cols(in_place));
@@ -352,6 +351,13 @@ fn columns(size: usize, factor: f64, measured: Option<(f64, String)>) -> String 
         }
         None => format!("{:>8} {:>7} {:>7} {:>6}", "N/A", "N/A", "N/A", "N/A"),
     }
+}
+
+/// The ratio column: oxccl's busbw over the baseline's for a row timed at `ours` and
+/// `theirs` seconds, which is their times' inverse ratio (the same bytes and factor), and
+/// defined for a row of 0 bytes too, where both bandwidths are 0.
+fn busbw_ratio(ours: f64, theirs: f64) -> f64 {
+    theirs / ours
 }
 
 /// nccl-tests prints times in microseconds with 2 decimals, fewer when large.
