@@ -2,7 +2,7 @@
 //! [`GpuBackend::enqueue`] follows it, and the checks ask it what the CPU must compute to
 //! hold the same bits (`oxccl_testkit::check::gpu_reference`).
 
-use oxccl_kernels::device::direct;
+use oxccl_kernels::device::{direct, ll};
 
 use super::{GpuBackend, Protocols};
 use crate::algo::{Algorithm, Collective, Shape, CHANNEL_GRANULE};
@@ -81,17 +81,23 @@ impl GpuBackend {
             Algorithm::Direct | Algorithm::Doubling => inner.channels(bytes).min(inner.direct_channels(n)),
             _ => inner.channels(bytes),
         };
-        // An LL message fills its own slot, and the encoder holds every message to a Simple
-        // slot as well (OXCCL_GPU_SLOT_BYTES may be the smaller).
-        let slot_data = if ll { oxccl_kernels::device::ll::slot_data(oxccl_kernels::device::ll::SLOT_BYTES).min(inner.geometry.slot_bytes) } else { inner.geometry.slot_bytes };
+        let chunk = chunk_elements(ll, inner.geometry.slot_bytes, dtype.size());
         // Where the ranks lie host by host, the tree spans the hosts with a chain inside
         // each (algo::tree::trees); on one host every rank is the host's.
-        // A chunk of whole granules (an LL slot's 32760 bytes are not), so that the ring's
-        // segments start on 16-byte boundaries and the kernels copy them with vector loads.
-        let chunk = (slot_data / dtype.size() / CHANNEL_GRANULE * CHANNEL_GRANULE).max(1);
         let shape = Shape { collective, count, nranks: n, root, chunk, channels, per_host: self.core.rails.ranks_per_host_block() };
         Ok(Route::Schedule { shape, algorithm, ll })
     }
+}
+
+/// The elements of a schedule's chunk (its largest message) for Simple slots of
+/// `slot_bytes` and elements of `esize` bytes, over LL where `ll`. An LL message fills its
+/// own slot, and the encoder holds every message to a Simple slot as well
+/// (OXCCL_GPU_SLOT_BYTES may be the smaller). Whole granules (an LL slot's 32760 data bytes
+/// are not), so that the ring's segments start on 16-byte boundaries and the kernels copy
+/// them with vector loads.
+fn chunk_elements(ll: bool, slot_bytes: usize, esize: usize) -> usize {
+    let slot_data = if ll { ll::slot_data(ll::SLOT_BYTES).min(slot_bytes) } else { slot_bytes };
+    (slot_data / esize / CHANNEL_GRANULE * CHANNEL_GRANULE).max(1)
 }
 
 /// The direct kernel's mode for `collective`, if it has one.
@@ -103,5 +109,29 @@ pub(super) fn direct_mode(collective: Collective) -> Option<u32> {
         Collective::ReduceScatter => Some(direct::REDUCE_SCATTER),
         Collective::Broadcast => Some(direct::BROADCAST),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every chunk fits the Simple slot the encoder checks against and, over LL, the LL
+    /// slot, in whole granules. (A 16 KiB Simple slot with an LL chunk of 32752 bytes was an
+    /// internal error at a 4-rank all_reduce on 4×H200 until the chunk took the smaller.)
+    #[test]
+    fn a_chunk_fits_every_slot_it_goes_through() {
+        for ll in [false, true] {
+            for slot_bytes in [4096, 16 << 10, 32 << 10, 64 << 10, 256 << 10, 1 << 20] {
+                for esize in [1, 2, 4, 8] {
+                    let chunk = chunk_elements(ll, slot_bytes, esize);
+                    assert!(chunk * esize <= slot_bytes, "ll {ll}, slot {slot_bytes}, esize {esize}: {chunk} elements");
+                    assert!(!ll || chunk * esize <= ll::slot_data(ll::SLOT_BYTES), "ll slot, esize {esize}: {chunk} elements");
+                    assert_eq!(chunk % CHANNEL_GRANULE, 0, "ll {ll}, slot {slot_bytes}, esize {esize}");
+                }
+            }
+        }
+        assert_eq!(chunk_elements(true, 256 << 10, 1), 32752, "the LL slot's 32760 bytes, in granules");
+        assert_eq!(chunk_elements(false, 256 << 10, 4), 65536);
     }
 }
