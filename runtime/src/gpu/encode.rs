@@ -47,19 +47,26 @@ impl Encoded {
     }
 }
 
-/// Encodes `lanes` of a datatype of `esize` bytes; `slot_bytes` bounds every message.
+/// Encodes `lanes` of a datatype of `esize` bytes; `slot_bytes` bounds every message. Each
+/// connection end must belong to one lane: the kernel's block counts an end's messages
+/// itself (it reads the end's count once a window), so two blocks on one end would
+/// reuse a slot; a plan that breaks the rule is an internal error, never a launch.
 pub(crate) fn encode(lanes: &[Vec<Step>], esize: usize, slot_bytes: usize) -> Result<Encoded> {
     let mut out = Encoded { steps: Vec::new(), bounds: vec![0], ends: Vec::new() };
-    let index = |end: End, ends: &mut Vec<End>| -> i32 {
+    // The lane of each end in `out.ends`.
+    let mut owners: Vec<usize> = Vec::new();
+    let mut index = |end: End, lane: usize, ends: &mut Vec<End>| -> Result<i32> {
         match ends.iter().position(|e| *e == end) {
-            Some(i) => i as i32,
+            Some(i) if owners[i] == lane => Ok(i as i32),
+            Some(i) => Err(Error::Internal(format!("connection end {end:?} is used by lanes {} and {lane}: the GPU kernel needs each end in one lane", owners[i]))),
             None => {
                 ends.push(end);
-                (ends.len() - 1) as i32
+                owners.push(lane);
+                Ok((ends.len() - 1) as i32)
             }
         }
     };
-    for lane in lanes {
+    for (lane_index, lane) in lanes.iter().enumerate() {
         for step in lane {
             let bytes = step.count() * esize;
             let messages = step.receives().is_some() || step.sends().is_some();
@@ -69,8 +76,8 @@ pub(crate) fn encode(lanes: &[Vec<Step>], esize: usize, slot_bytes: usize) -> Re
             if bytes > u32::MAX as usize {
                 return Err(Error::invalid(format!("a local copy of {bytes} bytes: the GPU backend copies at most 4 GiB per rank in one step")));
             }
-            let recv = step.receives().map_or(NO_CONN, |l| index(End::Recv(l), &mut out.ends));
-            let send = step.sends().map_or(NO_CONN, |l| index(End::Send(l), &mut out.ends));
+            let recv = step.receives().map_or(Ok(NO_CONN), |l| index(End::Recv(l), lane_index, &mut out.ends))?;
+            let send = step.sends().map_or(Ok(NO_CONN), |l| index(End::Send(l), lane_index, &mut out.ends))?;
             out.steps.push(DevStep { kind: kind_of(step), recv, send, bytes: bytes as u32, src: step.reads().map_or(0, |s| slice(s, esize)), dst: step.writes().map_or(0, |s| slice(s, esize)) });
         }
         out.bounds.push(out.steps.len() as u32);
@@ -137,17 +144,22 @@ mod tests {
     use super::*;
     use crate::algo::{plan_rank, Algorithm, Collective, Shape};
 
+    /// Every algorithm the planner has for each collective (those it refuses left out), on
+    /// one host and, for the tree, with ranks 2 a host.
     fn shapes() -> Vec<(Shape, Algorithm)> {
         let mut all = Vec::new();
         for nranks in [1, 2, 3, 4, 8] {
             for collective in Collective::ALL {
-                let algorithm = if matches!(collective, Collective::AllToAll | Collective::Gather | Collective::Scatter) { Algorithm::Direct } else { Algorithm::Ring };
-                for (count, chunk, channels) in [(1, 16, 1), (1000, 64, 2), (4099, 256, 4), (0, 16, 1)] {
-                    all.push((Shape { collective, count, nranks, root: nranks - 1, chunk, channels, per_host: 1 }, algorithm));
+                for algorithm in [Algorithm::Ring, Algorithm::Direct, Algorithm::Doubling, Algorithm::Tree] {
+                    for per_host in [1, 2] {
+                        for (count, chunk, channels) in [(1, 16, 1), (1000, 64, 2), (4099, 256, 4), (0, 16, 1), (77, 8, 1)] {
+                            let shape = Shape { collective, count, nranks, root: nranks - 1, chunk, channels, per_host };
+                            if (0..nranks).all(|rank| plan_rank(shape, algorithm, rank).is_ok()) {
+                                all.push((shape, algorithm));
+                            }
+                        }
+                    }
                 }
-            }
-            for (count, chunk, channels) in [(1000, 64, 2), (77, 8, 1)] {
-                all.push((Shape { collective: Collective::AllReduce, count, nranks, root: 0, chunk, channels, per_host: 1 }, Algorithm::Tree));
             }
         }
         all
@@ -169,7 +181,11 @@ mod tests {
 
     #[test]
     fn each_connection_end_belongs_to_one_lane() {
-        for (shape, algorithm) in shapes() {
+        let shapes = shapes();
+        for algorithm in [Algorithm::Ring, Algorithm::Direct, Algorithm::Doubling, Algorithm::Tree] {
+            assert!(shapes.iter().any(|(s, a)| *a == algorithm && s.nranks > 2), "no plan of {algorithm:?}");
+        }
+        for (shape, algorithm) in shapes {
             for rank in 0..shape.nranks {
                 let encoded = encode(&plan_rank(shape, algorithm, rank).unwrap(), 4, shape.chunk * 4).unwrap();
                 let mut owner = vec![None; encoded.ends.len()];
@@ -184,6 +200,16 @@ mod tests {
                 assert!(owner.iter().all(Option::is_some), "an end no step uses");
             }
         }
+    }
+
+    /// Two lanes on one end would make two kernel blocks count its messages apart.
+    #[test]
+    fn two_lanes_on_one_end_are_refused() {
+        let link = Link { peer: 1, channel: 0 };
+        let send = |offset| Step::Send { to: link, src: Slice { buffer: Buffer::Send, offset, count: 4 } };
+        assert!(encode(&[vec![send(0), send(4)]], 4, 64).is_ok());
+        let e = encode(&[vec![send(0)], vec![send(4)]], 4, 64).unwrap_err().to_string();
+        assert!(e.contains("used by lanes 0 and 1"), "{e}");
     }
 
     #[test]
