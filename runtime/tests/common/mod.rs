@@ -2,7 +2,7 @@
 //! binary itself, re-run with its `child` test as the filter and the fault to play in the
 //! environment, the loop of all_reduces such a rank runs until a peer's fault reaches it,
 //! and a checked all_reduce. And what this process's proxy threads did (the tests of
-//! their sleep, net_grouping.rs and gpu_collectives.rs).
+//! their sleep, net_grouping.rs and gpu_collectives/).
 
 #![allow(dead_code)] // each test file uses its own part of this
 

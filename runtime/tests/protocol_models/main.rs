@@ -2,7 +2,7 @@
 //! ranks: the direct kernel's for collectives ([`direct`]) and the LL send/recv path's
 //! ([`p2p`]). They need no GPU and nothing of the runtime, only the protocols' rules (and
 //! oxccl-kernels' launch modes), so they run with every test suite; the GPU tests
-//! (gpu_collectives.rs) run the kernels themselves.
+//! (gpu_collectives/) run the kernels themselves.
 
 mod direct;
 mod p2p;

@@ -1,0 +1,140 @@
+//! Ranks as threads on the GPUs of this machine: the matrix, five ranks on two GPUs, every route bit for bit against the CPU, LL between GPUs, the kernel timeline and the largest messages.
+
+use super::*;
+
+#[test]
+fn ranks_as_threads() {
+    let Some(g) = gpus() else { return };
+    warm_kernel_cache();
+    threads(2, g, cases);
+    threads(4, g, cases);
+    if g > 2 {
+        threads(g, g, cases);
+    }
+    threads_with(2, g, simple_cases, Inputs::Exact, &simple_config());
+    threads_with(3, g, simple_cases, Inputs::Exact, &simple_config());
+}
+
+/// GPUs shared unevenly: five ranks on two GPUs (three on the first, two on the second),
+/// so that one call has ranks reaching each other through shared memory on one GPU and
+/// through peer-to-peer across the two, with the GPUs' ranks out of step.
+#[test]
+fn five_ranks_shared_unevenly_across_two_gpus() {
+    let Some(g) = gpus() else { return };
+    if g < 2 {
+        eprintln!("one GPU: nothing uneven to share");
+        return;
+    }
+    warm_kernel_cache();
+    threads(5, 2, cases);
+    threads_with(5, 2, simple_cases, Inputs::Exact, &simple_config());
+}
+
+/// Random inputs (every bit pattern of every datatype: NaN, infinities, subnormals, sums
+/// and products that round) through every route a call takes — the direct kernel, the LL
+/// exchanges, the ring and direct-exchange schedules on one and on many channels — each
+/// output bit for bit what the CPU computes running the same route
+/// (`check::gpu_reference`: the schedule the kernel ran, interpreted step by step with the
+/// host executor's arithmetic, or the direct kernel's rank-order fold). Then the small
+/// sizes with LL excluded, so that the ring runs every datatype and op, and the matrix on
+/// lanes of hundreds of steps.
+#[test]
+fn every_route_matches_the_cpu_bit_for_bit() {
+    let Some(g) = gpus() else { return };
+    warm_kernel_cache();
+    let mut ranks = vec![2, 4];
+    if g > 2 {
+        ranks.push(g);
+    }
+    for n in ranks {
+        threads_with(n, g, random_cases, Inputs::Random, &config());
+    }
+    threads_with(3, g, simple_cases, Inputs::Random, &simple_config());
+    // Lanes of hundreds of steps (one channel, 16 KiB slots): the kernel keeps a window of
+    // a lane's steps in shared memory and loads the next as it goes.
+    let long = config_with(&[("NCCL_MAX_NCHANNELS", "1"), ("OXCCL_GPU_SLOT_BYTES", "16K")]);
+    threads_with(4, g, random_cases, Inputs::Random, &long);
+}
+
+/// Between the GPUs of a host over LL: with the direct kernel off and OXCCL_GPU_LL_BYTES
+/// past every size, the executor runs every call of the random-input matrix over its LL
+/// slots (the ring and the direct exchange on one and on many channels, a rank's lines
+/// written straight into its peer's slots), each output bit for bit what the CPU computes
+/// running the same schedule, on 2, 3 and 4 ranks (and one per GPU); then NCCL_PROTO=LL
+/// alone, which takes LL at every size (the exact matrix at 1 MiB per rank).
+#[test]
+fn the_executor_over_ll_between_gpus_matches_the_cpu_bit_for_bit() {
+    let Some(g) = gpus() else { return };
+    warm_kernel_cache();
+    let ll = config_with(&[("OXCCL_GPU_DIRECT_BYTES", "0"), ("OXCCL_GPU_LL_BYTES", "1G")]);
+    let mut ranks = vec![2, 3, 4];
+    if g > 4 {
+        ranks.push(g);
+    }
+    for n in ranks {
+        threads_with(n, g, random_cases, Inputs::Random, &ll);
+    }
+    threads_with(3, g, ll_alone_cases, Inputs::Exact, &config_with(&[("NCCL_PROTO", "LL")]));
+}
+
+/// OXCCL_KERNEL_TRACE: each rank writes its communicator's executor kernel timeline when
+/// the communicator goes: every launch of the ring's all_reduce with its lanes, every step
+/// of lane 0 stamped at its four moments in order, and the per-step medians.
+#[test]
+fn the_kernel_timeline_stamps_every_step_in_order() {
+    let Some(g) = gpus() else { return };
+    warm_kernel_cache();
+    let dir = std::env::temp_dir().join(format!("oxccl-kernel-trace-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let traced = config_with(&[("OXCCL_KERNEL_TRACE", dir.join("kernel").to_str().unwrap())]);
+    threads_with(2, g, |n| check::large_cases(n, 4 << 20).into_iter().filter(|c| c.collective == Collective::AllReduce && c.dtype == DataType::Float32).collect(), Inputs::Exact, &traced);
+    settle();
+    let files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 2, "one timeline per rank: {files:?}");
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        assert!(text.starts_with("# oxccl kernel timeline, rank "), "{}: {text}", file.display());
+        // The cases' all_reduce: 4 MiB and 3 floats a rank.
+        assert!(text.contains("all_reduce 4194316 B") && text.contains("median ns per step"), "{}: {text}", file.display());
+        // Lane 0's steps: four stamps each, none missing, in order, each step after the last.
+        let mut last = 0u64;
+        let mut steps = 0;
+        let mut in_lane0 = false;
+        for line in text.lines() {
+            if line.starts_with("launch ") {
+                last = 0;
+            } else if let Some(rest) = line.strip_prefix("  lane ") {
+                in_lane0 = rest.starts_with("0:");
+            } else if let Some(rest) = line.strip_prefix("    step ").filter(|_| in_lane0) {
+                let stamps: Vec<u64> = rest.split_once(": ").unwrap().1.split(' ').map(|t| t.strip_prefix('+').unwrap_or_else(|| panic!("{}: a stamp missing in {line}", file.display())).parse().unwrap()).collect();
+                assert_eq!(stamps.len(), 4, "{line}");
+                assert!(stamps.windows(2).all(|w| w[0] <= w[1]) && stamps[0] >= last, "{}: out of order: {line}", file.display());
+                last = stamps[3];
+                steps += 1;
+            }
+        }
+        assert!(steps > 0, "{}: no step of lane 0\n{text}", file.display());
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Every collective but the exchanges (whose large blocks need Simple) at 1 MiB per rank.
+fn ll_alone_cases(n: usize) -> Vec<Case> {
+    check::large_cases(n, 1 << 20).into_iter().filter(|c| !matches!(c.collective, Collective::AllToAll | Collective::Gather | Collective::Scatter)).collect()
+}
+
+/// Every collective at 256 MiB + 3 elements per rank (in and out of place), and all_reduce
+/// at 1 GiB + 12 bytes: 2 ranks on 2 GPUs, checked like the matrix.
+fn large(n: usize) -> Vec<Case> {
+    let mut cases: Vec<Case> = check::large_cases(n, 256 << 20).into_iter().filter(|c| c.dtype == DataType::Float32).collect();
+    cases.push(Case { collective: Collective::AllReduce, dtype: DataType::Float32, op: ReduceOp::Sum, count: (1 << 28) + 3, root: 0, in_place: false });
+    cases
+}
+
+#[test]
+fn large_messages() {
+    let Some(g) = gpus() else { return };
+    warm_kernel_cache();
+    threads(2, g, large);
+}
