@@ -578,10 +578,10 @@ impl Config {
     /// The largest message of a collective that runs LL between the GPUs of one host
     /// (OXCCL_GPU_LL_BYTES), for all_reduce or another collective on `nranks`: as set (for
     /// every collective), else 2 MiB for all_reduce from 4 ranks and 0 otherwise. On
-    /// 4×H200 the ring's all_reduce over LL took 27.3 µs at 1 MiB and 31.8 at 2 MiB against
-    /// Simple's 31.4 and 35.6, and 50–52 against 43–45 at 4 MiB; all_gather,
-    /// reduce_scatter and broadcast gained nothing from 1 MiB and lost from 2–4 MiB
-    /// (docs/results/2026-11-27-h200x4-acquire).
+    /// 4×H200 the ring's all_reduce over LL took 25.7–28.6 µs at 1 MiB and 32.5–32.8 at
+    /// 2 MiB against Simple's 29.2–31.4 and 34.4–35.6, and 51–52 against 42–44 at 4 MiB;
+    /// all_gather, reduce_scatter and broadcast gained nothing from 1 MiB and lost from
+    /// 2–4 MiB (docs/results/2026-11-27-h200x4-acquire).
     pub fn gpu_ll_limit(&self, all_reduce: bool, nranks: usize) -> usize {
         self.gpu_ll_bytes.unwrap_or(if all_reduce && nranks >= 4 { 2 << 20 } else { 0 })
     }
@@ -826,8 +826,6 @@ mod tests {
         assert_eq!(c.bootstrap, BootstrapMethod::Auto);
     }
 
-    /// Unset, the direct kernel's limit follows the communicator's size; set, it is what
-    /// was set for every size (0 too).
     /// Unset, LL between GPUs is all_reduce's from 4 ranks up to 2 MiB; set, it is what
     /// was set for every collective and size (0 too).
     #[test]
@@ -841,6 +839,8 @@ mod tests {
         assert_eq!(off.gpu_ll_limit(true, 4), 0);
     }
 
+    /// Unset, the direct kernel's limit follows the communicator's size; set, it is what
+    /// was set for every size (0 too).
     #[test]
     fn the_direct_limit_is_by_size_unless_set() {
         let unset = Config::defaults();

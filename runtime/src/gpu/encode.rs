@@ -144,8 +144,8 @@ mod tests {
     use super::*;
     use crate::algo::{plan_rank, Algorithm, Collective, Shape};
 
-    /// Every algorithm the planner has for each collective (those it refuses left out), on
-    /// one host and, for the tree, with ranks 2 a host.
+    /// Every algorithm the planner has for each collective (those it refuses left out), with
+    /// ranks 1 and 2 a host.
     fn shapes() -> Vec<(Shape, Algorithm)> {
         let mut all = Vec::new();
         for nranks in [1, 2, 3, 4, 8] {

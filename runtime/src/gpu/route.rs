@@ -70,8 +70,9 @@ impl GpuBackend {
         } else {
             // On one host the ring, unless NCCL_ALGO asks for the direct exchange alone
             // (two hops for all_reduce, one for the others) or recursive doubling (an error
-            // where it leaves none of them); over LL up to OXCCL_GPU_LL_BYTES (or wherever
-            // NCCL_PROTO leaves LL alone), else Simple.
+            // where it leaves none of them); over LL up to OXCCL_GPU_LL_BYTES (unset: all_reduce
+            // from 4 ranks up to 2 MiB, Config::gpu_ll_limit) or wherever NCCL_PROTO leaves LL
+            // alone, else Simple.
             (inner.protocols.on_one_host(collective)?, inner.protocols.ll_on_one_host(collective, bytes, self.core.config.gpu_ll_limit(collective == Collective::AllReduce, n)))
         };
         let channels = match algorithm {
