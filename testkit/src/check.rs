@@ -102,13 +102,18 @@ pub fn large_cases(nranks: usize, bytes: usize) -> Vec<Case> {
 /// are reported, not panicked on, so that the other ranks keep in step). A collective that
 /// returns an error ends the run: the other ranks would wait for this one.
 pub fn run_cases(comm: &Communicator, cases: &[Case]) -> Vec<String> {
+    run_each(comm.rank(), cases, |_, case| run_case(comm, case))
+}
+
+/// As [`run_cases`], each case run by `run` (given its index, e.g. for a seed) on `rank`.
+pub fn run_each(rank: usize, cases: &[Case], mut run: impl FnMut(usize, &Case) -> Result<Option<Mismatch>>) -> Vec<String> {
     let mut failures = Vec::new();
-    for case in cases {
-        match run_case(comm, case) {
+    for (i, case) in cases.iter().enumerate() {
+        match run(i, case) {
             Ok(None) => {}
-            Ok(Some(mismatch)) => failures.push(format!("rank {}: {case}: {mismatch}", comm.rank())),
+            Ok(Some(mismatch)) => failures.push(format!("rank {rank}: {case}: {mismatch}")),
             Err(e) => {
-                failures.push(format!("rank {}: {case}: error: {e}", comm.rank()));
+                failures.push(format!("rank {rank}: {case}: error: {e}"));
                 break;
             }
         }

@@ -1,6 +1,6 @@
 //! Ranks posing as hosts of their own (NCCL_HOSTID): collectives staged through host memory and over the network kernels, NCCL's tree and PXN across hosts, send/recv groups, and waits across hosts that abort or see their peer leave.
 
-use super::faults::{stop_a_waiting_kernel, Hosts, Stop};
+use super::faults::{stop_a_waiting_kernel, stop_each_wait, Hosts, Stop};
 use super::p2p::{p2p_groups, run_p2p_groups};
 use super::*;
 
@@ -224,10 +224,6 @@ fn a_staged_operation_stops_on_abort_and_when_its_peer_leaves() {
 fn a_kernel_waiting_across_hosts_stops_on_abort_and_when_its_peer_leaves() {
     let Some(g) = gpus() else { return };
     for stop in [Stop::Abort, Stop::PeerLeaves] {
-        for receive in [false, true] {
-            for count in [1 << 20, 16] {
-                stop_a_waiting_kernel(g, count, receive, stop, Hosts::Network);
-            }
-        }
+        stop_each_wait(g, &[1 << 20, 16], stop, Hosts::Network);
     }
 }

@@ -9,11 +9,7 @@ fn abort_stops_a_kernel_waiting_on_a_silent_peer() {
     let Some(g) = gpus() else { return };
     // The ring (4 MiB) and the direct LL path (4 KiB); a receive over the Simple FIFOs
     // (4 MiB) and over LL (4 KiB).
-    for count in [1 << 20, 1 << 10] {
-        for receive in [false, true] {
-            stop_a_waiting_kernel(g, count, receive, Stop::Abort, Hosts::One);
-        }
-    }
+    stop_each_wait(g, &[1 << 20, 1 << 10], Stop::Abort, Hosts::One);
 }
 
 /// A kernel waiting for a peer that destroys its communicator instead (the ranks' calls
@@ -22,11 +18,7 @@ fn abort_stops_a_kernel_waiting_on_a_silent_peer() {
 #[test]
 fn a_peer_that_leaves_stops_the_kernel_waiting_for_it() {
     let Some(g) = gpus() else { return };
-    for count in [1 << 20, 1 << 10] {
-        for receive in [false, true] {
-            stop_a_waiting_kernel(g, count, receive, Stop::PeerLeaves, Hosts::One);
-        }
-    }
+    stop_each_wait(g, &[1 << 20, 1 << 10], Stop::PeerLeaves, Hosts::One);
     a_peer_that_leaves_stops_the_ring(g);
 }
 
@@ -88,6 +80,16 @@ pub(super) enum Hosts {
     Staged,
     /// Separate hosts, the kernel over the network.
     Network,
+}
+
+/// [`stop_a_waiting_kernel`] at each of `counts`, with rank 0 in an all_reduce and in a
+/// receive.
+pub(super) fn stop_each_wait(g: usize, counts: &[usize], stop: Stop, hosts: Hosts) {
+    for &count in counts {
+        for receive in [false, true] {
+            stop_a_waiting_kernel(g, count, receive, stop, hosts);
+        }
+    }
 }
 
 pub(super) fn stop_a_waiting_kernel(g: usize, count: usize, receive: bool, stop: Stop, hosts: Hosts) {

@@ -92,22 +92,10 @@ enum Inputs {
 fn run_cases(comm: &Communicator, cases: &[Case], inputs: Inputs) -> Vec<String> {
     let stream = comm.stream().unwrap();
     let buffers = Buffers::for_cases(comm, cases);
-    let mut failures = Vec::new();
-    for (i, case) in cases.iter().enumerate() {
-        let result = match inputs {
-            Inputs::Exact => check::run_case_on_gpu(comm, &stream, &buffers.send, &buffers.recv, case),
-            Inputs::Random => check::run_random_case_on_gpu(comm, &stream, &buffers.send, &buffers.recv, case, i as u64),
-        };
-        match result {
-            Ok(None) => {}
-            Ok(Some(m)) => failures.push(format!("rank {}: {case}: {m}", comm.rank())),
-            Err(e) => {
-                failures.push(format!("rank {}: {case}: error: {e}", comm.rank()));
-                break;
-            }
-        }
-    }
-    failures
+    check::run_each(comm.rank(), cases, |i, case| match inputs {
+        Inputs::Exact => check::run_case_on_gpu(comm, &stream, &buffers.send, &buffers.recv, case),
+        Inputs::Random => check::run_random_case_on_gpu(comm, &stream, &buffers.send, &buffers.recv, case, i as u64),
+    })
 }
 
 /// The matrix: small sizes of everything (the direct LL path, by default, and the LL
