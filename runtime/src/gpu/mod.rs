@@ -77,11 +77,25 @@ const MAX_OLD_ARENAS: usize = 4;
 /// Data per channel before another channel pays for itself: one block moves some tens of
 /// GB/s, so all but the smallest messages want several.
 const BYTES_PER_CHANNEL: usize = 64 << 10;
+/// The same over LL between the GPUs of a host, where a step costs its lines' round trips
+/// more than their bytes, up to [`LL_SPREAD_CHANNELS`]: 4×H200, all_reduce 1 MiB over LL in
+/// 32 lanes took 22.3–22.6 µs against 27.0–28.6 in 16 (more than 32 never measured).
+const LL_BYTES_PER_CHANNEL: usize = 32 << 10;
+const LL_SPREAD_CHANNELS: usize = 32;
 /// A send or receive on the Simple FIFOs moves each channel's part in one step, which
 /// nothing overlaps: up to [`P2P_SPREAD_CHANNELS`] channels of 16 KiB each do better than
 /// a few of 64 KiB (2×H200, sendrecv 128–256 KiB: 10.3–10.6 µs against 11.7–13.2).
 const P2P_BYTES_PER_CHANNEL: usize = 16 << 10;
 const P2P_SPREAD_CHANNELS: usize = 16;
+
+/// Channels for a message of `bytes`: one per [`BYTES_PER_CHANNEL`] within `min..=max`
+/// (NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS as agreed), and where `spread` is
+/// `(bytes_per_channel, cap)`, at least one per `bytes_per_channel` up to `cap` (never past
+/// `max`).
+fn channel_count(bytes: usize, min: usize, max: usize, spread: Option<(usize, usize)>) -> usize {
+    let base = bytes.div_ceil(BYTES_PER_CHANNEL).clamp(min, max);
+    spread.map_or(base, |(per, cap)| base.max(bytes.div_ceil(per).min(cap)).min(max))
+}
 
 /// Mapped host ints: [0] the abort flag; [4..9] the kernels' status (`status::WORDS`:
 /// code, lane, step, kernel, peer); [12] a 1, the source of the copies that raise this
@@ -757,14 +771,19 @@ impl Inner {
     }
 
     fn channels(&self, bytes: usize) -> usize {
-        bytes.div_ceil(BYTES_PER_CHANNEL).clamp(self.min_channels, self.max_channels)
+        channel_count(bytes, self.min_channels, self.max_channels, None)
     }
 
     /// Channels of one send or receive on the Simple FIFOs: never fewer than a collective
     /// of that size has, more for messages up to a few hundred KiB.
     fn p2p_channels(&self, bytes: usize) -> usize {
-        let spread = bytes.div_ceil(P2P_BYTES_PER_CHANNEL).min(P2P_SPREAD_CHANNELS);
-        self.channels(bytes).max(spread).min(self.max_channels)
+        channel_count(bytes, self.min_channels, self.max_channels, Some((P2P_BYTES_PER_CHANNEL, P2P_SPREAD_CHANNELS)))
+    }
+
+    /// Channels of a schedule over LL between the GPUs of one host: never fewer than
+    /// Simple's, more for messages up to 1 MiB.
+    fn ll_channels(&self, bytes: usize) -> usize {
+        channel_count(bytes, self.min_channels, self.max_channels, Some((LL_BYTES_PER_CHANNEL, LL_SPREAD_CHANNELS)))
     }
 
     /// Channels of the direct exchange with each peer: as many FIFOs in all as the ring's.
@@ -818,5 +837,21 @@ mod tests {
             assert!(e.contains("NCCL_ALGO leaves") && e.contains(c.name()), "{e}");
         }
         assert!(tree.on_one_host(Collective::AllReduce).unwrap_err().to_string().contains("doubling"));
+    }
+
+    /// LL schedules between the GPUs of a host take a channel per 32 KiB up to 32 (1 MiB
+    /// in 32 lanes, as measured), Simple's count where that is more, and never more than
+    /// the communicator agreed; sends and receives a channel per 16 KiB up to 16.
+    #[test]
+    fn channels_spread_small_messages_within_the_agreed_bounds() {
+        let ll = Some((LL_BYTES_PER_CHANNEL, LL_SPREAD_CHANNELS));
+        assert_eq!(channel_count(1 << 20, 1, 64, None), 16);
+        assert_eq!(channel_count(1 << 20, 1, 64, ll), 32);
+        assert_eq!(channel_count(512 << 10, 1, 64, ll), 16);
+        assert_eq!(channel_count(1, 1, 64, ll), 1);
+        assert_eq!(channel_count(4 << 20, 1, 64, ll), 64, "past 1 MiB Simple's count stands");
+        assert_eq!(channel_count(1 << 20, 1, 24, ll), 24, "never past NCCL_MAX_NCHANNELS");
+        assert_eq!(channel_count(64 << 10, 8, 64, ll), 8, "never under NCCL_MIN_NCHANNELS");
+        assert_eq!(channel_count(256 << 10, 1, 64, Some((P2P_BYTES_PER_CHANNEL, P2P_SPREAD_CHANNELS))), 16);
     }
 }

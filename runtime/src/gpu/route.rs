@@ -80,6 +80,9 @@ impl GpuBackend {
             // all_reduce takes two a part, one per phase.
             Algorithm::Direct if collective == Collective::AllReduce && n > 2 => inner.channels(bytes).min(inner.direct_channels(n) / 2).max(1),
             Algorithm::Direct | Algorithm::Doubling => inner.channels(bytes).min(inner.direct_channels(n)),
+            // An LL step between the GPUs of a host costs its lines' round trips more than
+            // their bytes: twice the lanes of Simple, half the data in each.
+            _ if ll && !across_hosts => inner.ll_channels(bytes),
             _ => inner.channels(bytes),
         };
         let chunk = chunk_elements(ll, inner.geometry.slot_bytes, dtype.size());
