@@ -1,0 +1,2 @@
+# Call 2 (nvidia-h200-x2, warm after call 1, same binaries).
+set -u; start=$SECONDS; GPU_SESSION_TAG=hosts GPU_TESTS=gpu_collectives GPU_TEST_TIMEOUT=330 GPU_TEST_FILTERS="across_hosts::" timeout 340 bash gpu-bin/gpu-session.sh tests | tail -2; echo "hosts $((SECONDS-start)) s"; GPU_SESSION_TAG=calls GPU_TESTS="gpu gpu_calls" GPU_TEST_TIMEOUT=150 timeout 160 bash gpu-bin/gpu-session.sh tests | tail -3; echo "total $((SECONDS-start)) s"
