@@ -7,7 +7,8 @@
 # the machine's cc, nccl.h and CUDA), each printing the library's TUNING line per call:
 #   nccl-plain, nccl-plugin   NCCL 2.28 without and with the plugin
 #   oxccl-plugin              oxccl's libnccl.so.2 with the plugin (GPU ranks on different
-#                             "hosts" run staged, so the host path's tuner chooses)
+#                             "hosts": the network kernels' tuner chooses, the plugin editing
+#                             its table)
 # and oxccl-topo's predictions for the same machine (NCCL's model, 2 ranks over 2 hosts),
 # without and with the plugin. Compared per (collective, bytes):
 #   nccl-plugin = oxccl-plugin   the plugin decides the same in both libraries

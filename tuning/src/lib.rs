@@ -5,7 +5,8 @@
 //! - [`Selection`]: `NCCL_ALGO` / `NCCL_PROTO` in NCCL's syntax.
 //! - The cost models: [`NcclModel`] (NCCL's, from the searched topology, for GPU paths) and
 //!   [`HostModel`] (the host executor's, measured), [`NetKernelModel`] (GPU kernels across
-//!   hosts over the network, measured).
+//!   hosts over the network, measured), [`OneHostModel`] (GPU kernels on one host, what a
+//!   tuner plugin sees there).
 //! - [`CostTable`]: predicted µs per algorithm × protocol, the table a choice is made from.
 //! - [`Tuner`]: the choice — model, settings, tuner plugin, cheapest runnable entry; pairs
 //!   that cannot run are errors, never silently replaced.
@@ -17,6 +18,7 @@ mod host;
 mod names;
 mod nccl;
 mod net_kernels;
+mod one_host;
 pub mod plugin;
 mod selection;
 mod setup;
@@ -29,6 +31,7 @@ pub use host::HostModel;
 pub use names::{Algorithm, Protocol};
 pub use nccl::{Constants, ModelInput, NcclModel};
 pub use net_kernels::NetKernelModel;
+pub use one_host::OneHostModel;
 pub use plugin::{InitInfo, NvlDomains, TunerPlugin};
 pub use selection::Selection;
 pub use setup::{gpu_setup, rank_locally, GpuSetup};

@@ -22,6 +22,8 @@ pub enum Model {
     Host(HostModel),
     /// GPU kernels across hosts over the network, measured.
     NetKernels(crate::net_kernels::NetKernelModel),
+    /// GPU kernels between the GPUs of one host, measured (what a tuner plugin sees there).
+    OneHost(crate::one_host::OneHostModel),
 }
 
 /// Which pairs the executor can run, per collective.
@@ -56,6 +58,9 @@ pub struct Choice {
     pub time_us: f32,
     /// Channels a plugin asked for (None: the executor decides).
     pub channels: Option<usize>,
+    /// Whether a plugin changed the table (where it did not, the choice is the model's, and
+    /// where the runtime has rules of its own, theirs; its channel count may still stand).
+    pub table_edited: bool,
     /// The table the choice was made from.
     pub table: CostTable,
 }
@@ -90,6 +95,7 @@ impl Tuner {
             Model::Nccl(m) => m.table(request.collective, request.bytes, request.pipe_ops, request.fp8),
             Model::Host(m) => m.table(request.collective, request.bytes),
             Model::NetKernels(m) => m.table(request.collective, request.bytes),
+            Model::OneHost(m) => m.table(request.collective, request.bytes),
         }
     }
 
@@ -108,9 +114,11 @@ impl Tuner {
             }
         }
         let mut channels = 0usize;
+        let before = table;
         if let (Some(plugin), true) = (&self.plugin, collective.is_tuned()) {
             plugin.get_coll_info(collective, request.bytes, request.pipe_ops, &mut table, request.registered, &mut channels)?;
         }
+        let table_edited = table != before;
         let Some((algorithm, protocol, time_us)) = table.best() else {
             return Err(self.nothing_left(collective, &runnable));
         };
@@ -121,7 +129,7 @@ impl Tuner {
                 reason: format!("chose {algorithm}/{protocol} for {} ({} bytes), which oxccl cannot run here (runnable: {})", collective.name(), request.bytes, list(&runnable)),
             });
         }
-        Ok(Choice { algorithm, protocol, time_us, channels: (channels > 0).then_some(channels), table })
+        Ok(Choice { algorithm, protocol, time_us, channels: (channels > 0).then_some(channels), table_edited, table })
     }
 
     fn nothing_left(&self, collective: Collective, runnable: &CostTable) -> Error {

@@ -9,7 +9,7 @@ use oxccl_topology::layout::ChannelBounds;
 use oxccl_topology::search::SearchSettings;
 use oxccl_topology::{PathSettings, System, Topology, XmlNode};
 use oxccl_tuning::plugin::{self, InitInfo, NvlDomains, TunerPlugin};
-use oxccl_tuning::{gpu_setup, Algorithm, Collective, Constants, CostTable, HostModel, Model, NcclModel, Protocol, Request, Selection, Tuner};
+use oxccl_tuning::{gpu_setup, Algorithm, Collective, Constants, CostTable, HostModel, Model, NcclModel, OneHostModel, Protocol, Request, Selection, Tuner};
 
 /// The plugin reads NCCL_TUNER_CONFIG_FILE in init: one test at a time touches the environment.
 static ENV: Mutex<()> = Mutex::new(());
@@ -125,6 +125,36 @@ fn the_host_path_takes_the_plugins_choice_where_it_can_run() {
     // NCCL_ALGO still rules over what the plugin sees: excluded entries are -1 to it.
     let forced = Tuner::new(Selection::parse(Some("allreduce:ring"), None).unwrap(), Model::Host(host), HostModel::runs, plugin::load(Some(rules_plugin(5, &[]).to_str().unwrap()), &info, &mut constants).unwrap());
     assert_eq!(forced.choose(&big).unwrap().algorithm, Algorithm::Ring);
+}
+
+/// GPU kernels on one host (OneHostModel): a rule that names the ring's other protocol
+/// changes the table, and the choice is the plugin's, on its channels; a rule for another
+/// collective, or one naming a pair the kernels cannot run there (its entry -1, which the
+/// plugin leaves), edits nothing, so the runtime's own rules stand (`table_edited` false),
+/// though the channels such a rule asks for are still asked.
+#[test]
+fn on_one_host_a_plugin_chooses_where_it_edits_the_table() {
+    let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    let rules = rules_file("one-host", "allreduce,0,1099511627776,ring,simple,4,-1\nbroadcast,0,1099511627776,tree,simple,2,-1\n");
+    // SAFETY: (test) the environment is guarded by ENV: no other thread reads or writes it meanwhile.
+    unsafe { std::env::set_var("NCCL_TUNER_CONFIG_FILE", &rules) };
+    let mut constants = Constants::default();
+    let info = InitInfo { nranks: 4, nnodes: 1, ..INFO };
+    let model = Model::OneHost(OneHostModel { nranks: 4 });
+    let plain = Tuner::new(Selection::default(), model.clone(), OneHostModel::runs, None);
+    let tuned = Tuner::new(Selection::default(), model, OneHostModel::runs, plugin::load(Some(rules_plugin(5, &[]).to_str().unwrap()), &info, &mut constants).unwrap());
+    let small = Request::new(Collective::AllReduce, 64 << 10);
+    let untouched = plain.choose(&small).unwrap();
+    assert!(!untouched.table_edited);
+    let chosen = tuned.choose(&small).unwrap();
+    assert!(chosen.table_edited);
+    assert_eq!((chosen.algorithm, chosen.protocol, chosen.channels), (Algorithm::Ring, Protocol::Simple, Some(4)));
+    for (c, why, channels) in [(Collective::Broadcast, "Tree cannot run on one host", Some(2)), (Collective::AllGather, "no rule", None)] {
+        let choice = tuned.choose(&Request::new(c, 64 << 10)).unwrap();
+        assert!(!choice.table_edited, "{c:?}: {why}");
+        assert_eq!(choice.table, plain.choose(&Request::new(c, 64 << 10)).unwrap().table, "{c:?}");
+        assert_eq!(choice.channels, channels, "{c:?}");
+    }
 }
 
 /// A Rust plugin that picks Tree/LL whatever the table says.

@@ -203,7 +203,7 @@ fn run(args: Args) -> Result<()> {
                     let channels = match (c.channels, &tuner.model) {
                         (Some(n), _) => n.to_string(),
                         (None, Model::Nccl(m)) => m.channels_and_threads(c.algorithm, c.protocol, size).0.to_string(),
-                        (None, Model::Host(_) | Model::NetKernels(_)) => "-".into(),
+                        (None, Model::Host(_) | Model::NetKernels(_) | Model::OneHost(_)) => "-".into(),
                     };
                     println!("{:>14} {size:>12}  {:>14} {:>8} {channels:>8} {:>12.1}", collective.nccl_name(), c.algorithm.nccl_name(), c.protocol.nccl_name(), c.time_us);
                 }

@@ -63,9 +63,17 @@ impl GpuBackend {
         let min_channels = config.min_channels.clamp(1, max_channels);
         let selection = oxccl_tuning::Selection::parse(config.algo.as_deref(), config.proto.as_deref()).map_err(|e| Error::invalid(e.to_string()))?;
         let protocols = Protocols::new(&selection);
-        // Across hosts the network kernels' model prices the choice (route.rs).
-        let model = oxccl_tuning::NetKernelModel { nranks: core.nranks, per_host: core.rails.ranks_per_host_block(), channels: max_channels };
-        let tuner = oxccl_tuning::Tuner::new(selection, oxccl_tuning::Model::NetKernels(model), oxccl_tuning::NetKernelModel::runs, None);
+        // Across hosts the network kernels' model prices the choice (route.rs); on one host
+        // it prices what a tuner plugin sees, and the plugin's edits choose. Staged calls
+        // choose on the host path, whose tuner loads the plugin for them.
+        let plugin = if across_hosts && !net_kernels { None } else { crate::host::load_tuner_plugin(&core)? };
+        let tuner = if across_hosts {
+            let model = oxccl_tuning::NetKernelModel { nranks: core.nranks, per_host: core.rails.ranks_per_host_block(), channels: max_channels };
+            oxccl_tuning::Tuner::new(selection, oxccl_tuning::Model::NetKernels(model), oxccl_tuning::NetKernelModel::runs, plugin)
+        } else {
+            let model = oxccl_tuning::OneHostModel { nranks: core.nranks };
+            oxccl_tuning::Tuner::new(selection, oxccl_tuning::Model::OneHost(model), oxccl_tuning::OneHostModel::runs, plugin)
+        };
         let inner = Arc::new(Inner {
             arch,
             toolchain,

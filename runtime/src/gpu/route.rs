@@ -38,6 +38,21 @@ impl GpuBackend {
         }
         let inner = &self.inner;
         let (n, bytes) = (self.nranks(), count * dtype.size());
+        let across_hosts = inner.departures.get().is_some();
+        let request = oxccl_tuning::Request::new(collective, collective.tuning_bytes(count, dtype.size(), n));
+        let mut asked = None;
+        if !across_hosts && inner.tuner.plugin_name().is_some() && collective.is_tuned() {
+            // On one host a tuner plugin that edits the table picks the schedule and its
+            // protocol (never the one-hop kernel, which no NCCL algorithm names); one that
+            // does not leaves the rules below, and the channels either asks for go to the
+            // schedule.
+            let choice = inner.tuner.choose(&request).map_err(|e| Error::invalid(e.to_string()))?;
+            if choice.table_edited {
+                let ll = choice.protocol == oxccl_tuning::Protocol::Ll;
+                return Ok(self.schedule(collective, count, dtype, root, choice.algorithm, ll, choice.channels));
+            }
+            asked = choice.channels;
+        }
         let allows_ll = inner.protocols.allows(collective, Protocols::LL);
         if allows_ll && inner.protocols.allows_direct(collective) && direct_mode(collective).is_some() && inner.direct.get().is_some_and(|d| d.carries(bytes, n)) {
             return Ok(Route::Direct);
@@ -46,7 +61,6 @@ impl GpuBackend {
         if allows_ll && exchanges && bytes <= inner.p2p_ll.get().map_or(0, |p| p.limit) {
             return Ok(Route::Exchange);
         }
-        let across_hosts = inner.departures.get().is_some();
         let allows_simple = inner.protocols.allows(collective, Protocols::SIMPLE);
         if !across_hosts && !exchanges && !allows_simple && !allows_ll {
             return Err(Error::invalid(format!("NCCL_PROTO allows {} neither Simple nor LL, the protocols the GPU kernels run", collective.name())));
@@ -58,38 +72,55 @@ impl GpuBackend {
                 inner.p2p_ll.get().map_or(0, |p| p.limit)
             )));
         }
-        let (algorithm, ll) = if exchanges {
-            (Algorithm::Direct, false)
+        let (algorithm, ll, asked) = if exchanges {
+            (Algorithm::Direct, false, None)
         } else if across_hosts {
             // Across hosts: the network kernels' model chooses among the ring, the direct
             // exchange, recursive doubling and the tree (what init connected), over Simple or
-            // LL; NCCL_ALGO and NCCL_PROTO may force any.
-            let request = oxccl_tuning::Request::new(collective, collective.tuning_bytes(count, dtype.size(), n));
+            // LL; NCCL_ALGO and NCCL_PROTO may force any, and a tuner plugin edit the table
+            // and ask for channels.
             let choice = inner.tuner.choose(&request).map_err(|e| Error::invalid(e.to_string()))?;
-            (choice.algorithm, choice.protocol == oxccl_tuning::Protocol::Ll)
+            (choice.algorithm, choice.protocol == oxccl_tuning::Protocol::Ll, choice.channels)
         } else {
             // On one host the ring, unless NCCL_ALGO asks for the direct exchange alone
             // (two hops for all_reduce, one for the others) or recursive doubling (an error
             // where it leaves none of them); over LL up to OXCCL_GPU_LL_BYTES (unset: all_reduce
             // from 4 ranks up to 2 MiB, Config::gpu_ll_limit) or wherever NCCL_PROTO leaves LL
             // alone, else Simple.
-            (inner.protocols.on_one_host(collective)?, inner.protocols.ll_on_one_host(collective, bytes, self.core.config.gpu_ll_limit(collective == Collective::AllReduce, n)))
+            (inner.protocols.on_one_host(collective)?, inner.protocols.ll_on_one_host(collective, bytes, self.core.config.gpu_ll_limit(collective == Collective::AllReduce, n)), asked)
         };
-        let channels = match algorithm {
-            // Over the direct exchange's connections (channels 0 to direct_channels); two-shot
-            // all_reduce takes two a part, one per phase.
-            Algorithm::Direct if collective == Collective::AllReduce && n > 2 => inner.channels(bytes).min(inner.direct_channels(n) / 2).max(1),
-            Algorithm::Direct | Algorithm::Doubling => inner.channels(bytes).min(inner.direct_channels(n)),
+        Ok(self.schedule(collective, count, dtype, root, algorithm, ll, asked))
+    }
+
+    /// The executor's route for `algorithm` (over LL where `ll`), on the channels a tuner
+    /// plugin `asked` for (within NCCL_MAX_NCHANNELS as agreed), else on the size's.
+    fn schedule(&self, collective: Collective, count: usize, dtype: DataType, root: usize, algorithm: Algorithm, ll: bool, asked: Option<usize>) -> Route {
+        let inner = &self.inner;
+        let (n, bytes) = (self.nranks(), count * dtype.size());
+        let across_hosts = inner.departures.get().is_some();
+        // Over the direct exchange's connections (channels 0 to direct_channels); two-shot
+        // all_reduce takes two a part, one per phase.
+        let most = match algorithm {
+            Algorithm::Direct if collective == Collective::AllReduce && n > 2 => (inner.direct_channels(n) / 2).max(1),
+            Algorithm::Direct | Algorithm::Doubling => inner.direct_channels(n),
+            _ => inner.max_channels,
+        };
+        let channels = match asked {
+            Some(asked) => asked.clamp(1, most),
             // An LL step between the GPUs of a host costs its lines' round trips more than
             // their bytes: twice the lanes of Simple, half the data in each.
-            _ if ll && !across_hosts => inner.ll_channels(bytes),
-            _ => inner.channels(bytes),
+            None if ll && !across_hosts && algorithm == Algorithm::Ring => inner.ll_channels(bytes),
+            None => inner.channels(bytes).min(most),
         };
         let chunk = chunk_elements(ll, inner.geometry.slot_bytes, dtype.size());
         // Where the ranks lie host by host, the tree spans the hosts with a chain inside
         // each (algo::tree::trees); on one host every rank is the host's.
         let shape = Shape { collective, count, nranks: n, root, chunk, channels, per_host: self.core.rails.ranks_per_host_block() };
-        Ok(Route::Schedule { shape, algorithm, ll })
+        if self.rank() == 0 {
+            // NCCL's line, so that a run's choices can be compared with NCCL's.
+            tracing::info!(target: crate::log_target::TUNING, "{}: {} Bytes -> Algo {} proto {} channel{{Lo..Hi}}={{0..{}}}", collective.nccl_name(), bytes, algorithm.nccl_name(), if ll { "LL" } else { "Simple" }, channels - 1);
+        }
+        Route::Schedule { shape, algorithm, ll }
     }
 }
 

@@ -422,15 +422,20 @@ impl Exec {
 }
 
 /// The host path's tuner: NCCL_ALGO/NCCL_PROTO, the host executor's measured model, and the
-/// tuner plugin NCCL_TUNER_PLUGIN names (its `init` sees the ranks and hosts: hosts counted
-/// as the ranks over those sharing this rank's host).
+/// tuner plugin NCCL_TUNER_PLUGIN names.
 fn host_tuner(core: &Core, transports: &Transports) -> Result<Tuner> {
     let config = &core.config;
     let selection = Selection::parse(config.algo.as_deref(), config.proto.as_deref()).map_err(|e| Error::invalid(e.to_string()))?;
     let model = HostModel { nranks: core.nranks, net: transports.any_net(), oversubscribed: transports.oversubscribed(), per_host: core.rails.ranks_per_host_block() };
+    Ok(Tuner::new(selection, Model::Host(model), HostModel::runs, load_tuner_plugin(core)?))
+}
+
+/// The tuner plugin NCCL_TUNER_PLUGIN names (unset: `libnccl-tuner.so` if there is one),
+/// its `init` run for this communicator: it sees the ranks and hosts, hosts counted as the
+/// ranks over those sharing this rank's host.
+pub(crate) fn load_tuner_plugin(core: &Core) -> Result<Option<Box<dyn oxccl_tuning::TunerPlugin>>> {
     let local = core.same_host.iter().filter(|&&s| s).count().max(1);
     let nnodes = core.nranks.div_ceil(local);
     let info = InitInfo { comm_id: 0, nranks: core.nranks, nnodes, nvl_domains: NvlDomains { count: nnodes as i32, min_ranks: local as i32, max_ranks: local as i32 } };
-    let plugin = plugin::load(config.tuner_plugin.as_deref(), &info, &mut Constants::default()).map_err(|e| Error::invalid(e.to_string()))?;
-    Ok(Tuner::new(selection, Model::Host(model), HostModel::runs, plugin))
+    plugin::load(core.config.tuner_plugin.as_deref(), &info, &mut Constants::default()).map_err(|e| Error::invalid(e.to_string()))
 }

@@ -1,4 +1,4 @@
-//! Ranks as threads on the GPUs of this machine: the matrix, five ranks on two GPUs, every route bit for bit against the CPU, LL between GPUs, the kernel timeline and the largest messages.
+//! Ranks as threads on the GPUs of this machine: the matrix, five ranks on two GPUs, every route bit for bit against the CPU, LL between GPUs, a tuner plugin's choices, the kernel timeline and the largest messages.
 
 use super::*;
 
@@ -54,6 +54,43 @@ fn every_route_matches_the_cpu_bit_for_bit() {
     // a lane's steps in shared memory and loads the next as it goes.
     let long = config_with(&[("NCCL_MAX_NCHANNELS", "1"), ("OXCCL_GPU_SLOT_BYTES", "16K")]);
     threads_with(4, g, random_cases, Inputs::Random, &long);
+}
+
+/// A tuner plugin (NCCL_TUNER_PLUGIN: the project's rules tuner, built here from
+/// tuning/tests/plugin/rules_tuner.c with cc, ABI v5 as NCCL 2.28 reads) chooses what the
+/// kernels run on one host: its rule for all_reduce (the ring over Simple on 2 channels)
+/// takes a 64 KiB all_reduce off the one-hop kernel the rules pick; its rule for broadcast
+/// names the tree, which the kernels do not run on one host, so the rules' route stands,
+/// on the rule's 3 channels where that route is a schedule. Then the matrix with the
+/// plugin loaded, every call checked.
+#[test]
+fn a_tuner_plugin_chooses_the_kernels_on_one_host() {
+    let Some(g) = gpus() else { return };
+    warm_kernel_cache();
+    let dir = std::env::temp_dir().join(format!("oxccl-gpu-tuner-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (source, plugin, rules) = (dir.join("rules_tuner.c"), dir.join("libnccl-tuner-rules.so"), dir.join("rules.conf"));
+    std::fs::write(&source, include_str!("../../../tuning/tests/plugin/rules_tuner.c")).unwrap();
+    let status = std::process::Command::new("cc").args(["-shared", "-fPIC", "-O2", "-DTUNER_ABI=5", "-o"]).arg(&plugin).arg(&source).status().expect("a C compiler (cc) builds the rules tuner");
+    assert!(status.success(), "cc failed on {}", source.display());
+    std::fs::write(&rules, "allreduce,0,1099511627776,ring,simple,2,-1\nbroadcast,0,1099511627776,tree,simple,3,-1\n").unwrap();
+    // SAFETY: (test) the GPU tests run one at a time (--test-threads 1), no other thread reads the environment meanwhile.
+    unsafe { std::env::set_var("NCCL_TUNER_CONFIG_FILE", &rules) };
+    let devices = [0, 1 % g];
+    let comms = init_all(&devices, &config_with(&[("NCCL_TUNER_PLUGIN", plugin.to_str().unwrap())]));
+    match comms[0].route(Collective::AllReduce, 16 << 10, DataType::Float32, 0).unwrap() {
+        Route::Schedule { shape, algorithm: Algorithm::Ring, ll: false } => assert_eq!(shape.channels, 2, "the rule's channels"),
+        other => panic!("all_reduce of 64 KiB under the rule ring/simple: {other:?}"),
+    }
+    assert_eq!(comms[0].route(Collective::Broadcast, 16, DataType::Float32, 0).unwrap(), Route::Direct, "broadcast's rule names the tree: the rules' one-hop kernel");
+    match comms[0].route(Collective::Broadcast, 4 << 20, DataType::Float32, 0).unwrap() {
+        Route::Schedule { shape, algorithm: Algorithm::Ring, .. } => assert_eq!(shape.channels, 3, "the rule's channels"),
+        other => panic!("broadcast of 16 MiB: {other:?}"),
+    }
+    run_matrix(comms, &devices, cases, Inputs::Exact, "threads, a tuner plugin");
+    // SAFETY: as above.
+    unsafe { std::env::remove_var("NCCL_TUNER_CONFIG_FILE") };
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Between the GPUs of a host over LL: with the direct kernel off and OXCCL_GPU_LL_BYTES
