@@ -14,6 +14,9 @@
 #   nccl-plugin = oxccl-plugin   the plugin decides the same in both libraries
 #   nccl-plain  = topo-plain     oxccl's NCCL model chooses as NCCL does here
 #   nccl-plugin = topo-plugin
+# With two GPUs or more, also one host (no NCCL_HOSTID: ranks on GPUs 0 and 1), rules that
+# name only the ring (what oxccl's kernels run there), NCCL and oxccl with the plugin:
+#   nccl-plugin-1h = oxccl-plugin-1h
 # Results under $OUT (or gpu-out/): the logs, the parsed choice tables, compare.txt.
 set -uo pipefail
 export LC_ALL=C
@@ -39,11 +42,11 @@ reducescatter,0,1099511627776,ring,simple,-1,2
 RULES
 plugin="$bin/lib/libnccl-tuner-rules.so"
 common=(NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 NCCL_NVLS_ENABLE=0 NCCL_TUNER_CONFIG_FILE="$rules" OXCCL_BACKEND=gpu)
-run() { # name, library path prefix, plugin setting
+run() { # name, library path prefix, plugin setting (ONE_HOST=1: no NCCL_HOSTID)
   local name=$1 libpath=$2 tuner=$3 id="$out/id-$1"
   rm -f "$id"
   for r in 0 1; do
-    env "${common[@]}" ${NCCL_TOPO_DUMP_FILE:+NCCL_TOPO_DUMP_FILE="$NCCL_TOPO_DUMP_FILE"} NCCL_TUNER_PLUGIN="$tuner" NCCL_HOSTID="host$r" LD_LIBRARY_PATH="$libpath$cuda/lib64:${LD_LIBRARY_PATH:-}" \
+    env "${common[@]}" ${NCCL_TOPO_DUMP_FILE:+NCCL_TOPO_DUMP_FILE="$NCCL_TOPO_DUMP_FILE"} NCCL_TUNER_PLUGIN="$tuner" $([[ ${ONE_HOST:-0} == 1 ]] || echo NCCL_HOSTID="host$r") LD_LIBRARY_PATH="$libpath$cuda/lib64:${LD_LIBRARY_PATH:-}" \
       timeout 300 "$prog" $r 2 "$id" "$lo" "$hi" > "$out/$name-rank$r.log" 2>&1 &
   done
   wait
@@ -83,4 +86,17 @@ compare() { # a, b: lines of a whose (collective, bytes) b also has
 compare nccl-plugin.choices oxccl-plugin.choices
 compare nccl-plain.choices topo-plain.all
 compare nccl-plugin.choices topo-plugin.all
+if (($(nvidia-smi -L | wc -l) >= 2)); then
+  cat > "$rules" <<'RULES'
+allreduce,0,65536,ring,ll,-1,2
+allreduce,65537,1099511627776,ring,simple,-1,2
+broadcast,0,1099511627776,ring,simple,-1,2
+reduce,0,1099511627776,ring,simple,-1,2
+allgather,0,1099511627776,ring,simple,-1,2
+reducescatter,0,1099511627776,ring,ll,-1,2
+RULES
+  ONE_HOST=1 run nccl-plugin-1h "" "$plugin"
+  ONE_HOST=1 run oxccl-plugin-1h "$bin/lib:" "$plugin"
+  compare nccl-plugin-1h.choices oxccl-plugin-1h.choices
+fi
 exit $status

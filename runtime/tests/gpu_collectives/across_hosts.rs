@@ -62,6 +62,26 @@ fn ranks_on_separate_hosts_run_kernels_over_the_network() {
     }
 }
 
+/// A tuner plugin across hosts (the project's rules tuner): the network kernels' tuner
+/// takes its edits and channel count — all_reduce on the ring over LL at every size, on 2
+/// channels; broadcast is left to the model. Then the matrix with the plugin loaded, 2
+/// ranks as hosts, every call checked.
+#[test]
+fn a_tuner_plugin_chooses_the_network_kernels() {
+    let Some(g) = gpus() else { return };
+    warm_kernel_cache();
+    let tuner = RulesTuner::new("allreduce,0,1099511627776,ring,ll,2,-1\n");
+    let devices = [0, 1 % g];
+    let comms = init_on_separate_hosts(&devices, &tuner.config());
+    for count in [2, 1 << 20] {
+        match comms[0].route(Collective::AllReduce, count, DataType::Float32, 0).unwrap() {
+            Route::Schedule { shape, algorithm: Algorithm::Ring, ll: true } => assert_eq!(shape.channels, 2, "{count} floats: the rule's channels"),
+            other => panic!("all_reduce of {count} floats under the rule ring/ll: {other:?}"),
+        }
+    }
+    run_matrix(comms, &devices, cases, Inputs::Exact, "threads, separate hosts, a tuner plugin");
+}
+
 /// NCCL's double binary tree across hosts on the network kernels, forced
 /// (NCCL_ALGO=allreduce:tree): three ranks a host each (the odd tree over all of them), and
 /// two hosts of two ranks (the trees span the hosts, a chain inside each, the chain's link

@@ -221,3 +221,39 @@ mod processes;
 mod faults;
 mod p2p;
 mod plans;
+
+/// The project's rules tuner plugin (tuning/tests/plugin/rules_tuner.c, ABI v5 as NCCL 2.28
+/// reads), built with cc into a directory of its own, with `rules` in the file
+/// NCCL_TUNER_CONFIG_FILE names while it lives (the GPU tests run one at a time).
+struct RulesTuner {
+    dir: std::path::PathBuf,
+    plugin: std::path::PathBuf,
+}
+
+impl RulesTuner {
+    fn new(rules: &str) -> RulesTuner {
+        let dir = std::env::temp_dir().join(format!("oxccl-gpu-tuner-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (source, plugin, file) = (dir.join("rules_tuner.c"), dir.join("libnccl-tuner-rules.so"), dir.join("rules.conf"));
+        std::fs::write(&source, include_str!("../../../tuning/tests/plugin/rules_tuner.c")).unwrap();
+        let status = std::process::Command::new("cc").args(["-shared", "-fPIC", "-O2", "-DTUNER_ABI=5", "-o"]).arg(&plugin).arg(&source).status().expect("a C compiler (cc) builds the rules tuner");
+        assert!(status.success(), "cc failed on {}", source.display());
+        std::fs::write(&file, rules).unwrap();
+        // SAFETY: (test) the GPU tests run one at a time (--test-threads 1): no other thread reads the environment meanwhile.
+        unsafe { std::env::set_var("NCCL_TUNER_CONFIG_FILE", &file) };
+        RulesTuner { dir, plugin }
+    }
+
+    /// The tests' config with NCCL_TUNER_PLUGIN naming this plugin.
+    fn config(&self) -> Config {
+        config_with(&[("NCCL_TUNER_PLUGIN", self.plugin.to_str().unwrap())])
+    }
+}
+
+impl Drop for RulesTuner {
+    fn drop(&mut self) {
+        // SAFETY: as in `new`.
+        unsafe { std::env::remove_var("NCCL_TUNER_CONFIG_FILE") };
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -67,17 +67,9 @@ fn every_route_matches_the_cpu_bit_for_bit() {
 fn a_tuner_plugin_chooses_the_kernels_on_one_host() {
     let Some(g) = gpus() else { return };
     warm_kernel_cache();
-    let dir = std::env::temp_dir().join(format!("oxccl-gpu-tuner-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (source, plugin, rules) = (dir.join("rules_tuner.c"), dir.join("libnccl-tuner-rules.so"), dir.join("rules.conf"));
-    std::fs::write(&source, include_str!("../../../tuning/tests/plugin/rules_tuner.c")).unwrap();
-    let status = std::process::Command::new("cc").args(["-shared", "-fPIC", "-O2", "-DTUNER_ABI=5", "-o"]).arg(&plugin).arg(&source).status().expect("a C compiler (cc) builds the rules tuner");
-    assert!(status.success(), "cc failed on {}", source.display());
-    std::fs::write(&rules, "allreduce,0,1099511627776,ring,simple,2,-1\nbroadcast,0,1099511627776,tree,simple,3,-1\n").unwrap();
-    // SAFETY: (test) the GPU tests run one at a time (--test-threads 1), no other thread reads the environment meanwhile.
-    unsafe { std::env::set_var("NCCL_TUNER_CONFIG_FILE", &rules) };
+    let tuner = RulesTuner::new("allreduce,0,1099511627776,ring,simple,2,-1\nbroadcast,0,1099511627776,tree,simple,3,-1\n");
     let devices = [0, 1 % g];
-    let comms = init_all(&devices, &config_with(&[("NCCL_TUNER_PLUGIN", plugin.to_str().unwrap())]));
+    let comms = init_all(&devices, &tuner.config());
     match comms[0].route(Collective::AllReduce, 16 << 10, DataType::Float32, 0).unwrap() {
         Route::Schedule { shape, algorithm: Algorithm::Ring, ll: false } => assert_eq!(shape.channels, 2, "the rule's channels"),
         other => panic!("all_reduce of 64 KiB under the rule ring/simple: {other:?}"),
@@ -88,9 +80,6 @@ fn a_tuner_plugin_chooses_the_kernels_on_one_host() {
         other => panic!("broadcast of 16 MiB: {other:?}"),
     }
     run_matrix(comms, &devices, cases, Inputs::Exact, "threads, a tuner plugin");
-    // SAFETY: as above.
-    unsafe { std::env::remove_var("NCCL_TUNER_CONFIG_FILE") };
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Between the GPUs of a host over LL: with the direct kernel off and OXCCL_GPU_LL_BYTES
