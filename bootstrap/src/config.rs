@@ -374,7 +374,7 @@ pub static KNOBS: &[Knob] = &[
     Knob {
         name: "NCCL_MAX_NCHANNELS",
         default: "64",
-        doc: "most channels (GPU thread blocks) a GPU collective uses (at most 64)",
+        doc: "most channels (GPU thread blocks) a GPU collective uses (64 by default, NCCL's most; higher values are taken up to the GPU's multiprocessors, each channel with FIFOs of its own)",
         set: |c, v| {
             c.max_channels = v.trim().parse().map_err(|_| "expected a number of channels".to_string())?;
             Ok(())

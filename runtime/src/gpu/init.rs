@@ -53,7 +53,10 @@ impl GpuBackend {
         }
         let across_hosts = core.same_host.iter().any(|&same| !same);
         let net_kernels = across_hosts && config.gpu_across_hosts == AcrossHosts::Kernels;
-        let mut mine = config.max_channels.clamp(1, 64).min((device.multiprocessors()? / sharing).max(1));
+        // NCCL_MAX_NCHANNELS past NCCL's 64 is taken up to the multiprocessors: more blocks
+        // issue more of the stores to the peers at the largest sizes (docs/PERFORMANCE.md,
+        // the NVLink ceiling), at the cost of FIFOs for every channel.
+        let mut mine = config.max_channels.max(1).min((device.multiprocessors()? / sharing).max(1));
         if net_kernels {
             // Each channel has network connections of its own: a few carry what the Net
             // can (docs/PERFORMANCE.md).
