@@ -1,5 +1,6 @@
-//! The cost model of GPU kernels between the GPUs of one host (NVLink or PCIe peer access),
-//! for the pairs a tuner plugin can ask for there: the ring over Simple or LL. The runtime
+//! The cost model of GPU kernels between the GPUs of one host (NVLink or PCIe peer access):
+//! the ring over Simple or LL (the rows a tuner plugin sees), and for NCCL_ALGO the direct
+//! exchange and recursive doubling (rows 8 and 9, which no plugin sees). The runtime
 //! routes calls on one host by its own rules (the one-hop kernel for small calls, LL up to
 //! its limits, docs/GPU.md); this model prices the table a tuner plugin sees and edits, and
 //! what the plugin then picks is what runs (the rules stand where it changes nothing).
