@@ -1,5 +1,5 @@
 //! oxccl-topo as users run it: the NICs nearest the CPUs a rank runs on, from a topology
-//! file, and a bad CPU list named.
+//! file, and a bad CPU list named; the routes of oxccl's GPU kernels (`--kernels`).
 
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -40,4 +40,33 @@ fn the_nic_nearest_a_ranks_cpus() {
     assert!(String::from_utf8_lossy(&spanning.stdout).contains("none nearer than another"));
     let bad = topo("x");
     assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("--cpus \"x\""));
+}
+
+/// `--kernels`: the GPU kernels' routes from the settings, here the defaults for 4 ranks
+/// on one host (the one-hop kernel for small all_reduces, the ring over LL on 32 lanes at
+/// 2 MiB) and with NCCL_ALGO=ring (no one-hop kernel); a rank count of two hosts gives
+/// the network kernels' choices (the tree for a large all_reduce).
+#[test]
+fn the_gpu_kernels_routes() {
+    let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("topo-kernels-{}.xml", std::process::id()));
+    std::fs::write(&file, TWO_SOCKETS).unwrap();
+    let run = |extra: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_oxccl-topo"));
+        cmd.arg("--topo-file").arg(&file).args(["--kernels", "--choices-only", "--nranks", "4", "-b", "8", "-e", "2M", "-f", "512"]).args(extra);
+        for name in ["NCCL_TOPO_FILE", "NCCL_ALGO", "NCCL_PROTO", "NCCL_TUNER_PLUGIN", "OXCCL_GPU_DIRECT_BYTES", "OXCCL_GPU_LL_BYTES", "NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS"] {
+            cmd.env_remove(name);
+        }
+        let out = oxccl_testkit::run(cmd, Duration::from_secs(60));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let rows: Vec<Vec<String>> = String::from_utf8_lossy(&out.stdout).lines().map(|l| l.split_whitespace().map(str::to_string).collect()).collect();
+        rows
+    };
+    let row = |rows: &[Vec<String>], collective: &str, bytes: &str| rows.iter().find(|r| r.first().map(String::as_str) == Some(collective) && r.get(1).map(String::as_str) == Some(bytes)).cloned().unwrap_or_else(|| panic!("no {collective} {bytes} row in {rows:?}"));
+    let defaults = run(&[]);
+    assert_eq!(row(&defaults, "AllReduce", "8")[2..], ["one", "hop", "LL", "-"]);
+    assert_eq!(row(&defaults, "AllReduce", "2097152")[2..], ["Ring", "LL", "32"]);
+    let ring = run(&["--algo", "ring"]);
+    assert_eq!(row(&ring, "AllReduce", "8")[2..], ["Ring", "LL", "1"]);
+    let hosts = run(&["--nnodes", "2"]);
+    assert_eq!(row(&hosts, "AllReduce", "2097152")[2], "Tree");
 }

@@ -5,13 +5,17 @@
 //! oxccl-topo --topo-file dgx.xml --nnodes 2   # a machine described in NCCL's XML, over 2 such hosts
 //! oxccl-topo --dump-xml here.xml --svg here.svg
 //! oxccl-topo --nranks 2 --nnodes 2 --tuner-plugin ./libnccl-tuner-rules.so -b 8 -e 64M
+//! oxccl-topo --kernels --nranks 4 -b 8 -e 64M   # what oxccl's GPU kernels run, per call
 //! ```
 //!
 //! Prints the machine as a tree, GPUs and NICs against each other like
 //! `nvidia-smi topo -m`, the NICs nearest the CPUs a rank runs on (`--cpus`), the ring and
 //! tree channels found, NCCL's latency/bandwidth table, and per collective and size the
 //! algorithm, protocol, channels and predicted time. With
-//! no GPU (or `--host`) the choices are the host executor's. NCCL_TOPO_FILE,
+//! no GPU (or `--host`) the choices are the host executor's; with `--kernels`, the routes
+//! oxccl's GPU kernels take (the one-hop kernel, the LL exchange, or a schedule's
+//! algorithm, protocol and channels: the runtime's rules and tuner, from the settings
+//! alone, `oxccl_runtime::gpu::KernelRoutes`). NCCL_TOPO_FILE,
 //! NCCL_TOPO_DUMP_FILE, NCCL_ALGO, NCCL_PROTO and NCCL_TUNER_PLUGIN are read as the
 //! library reads them; the options override them.
 
@@ -55,6 +59,11 @@ struct Args {
     /// The host executor's choices (the data in host memory) instead of NCCL's model.
     #[arg(long)]
     host: bool,
+    /// The routes oxccl's GPU kernels take (its rules and tuner, from the settings) instead
+    /// of NCCL's model; sizes are the user's count in bytes (per rank for all_gather and
+    /// reduce_scatter), as NCCL's TUNING lines print them.
+    #[arg(long, conflicts_with = "host")]
+    kernels: bool,
     /// NCCL_ALGO for the choices.
     #[arg(long)]
     algo: Option<String>,
@@ -168,6 +177,10 @@ fn run(args: Args) -> Result<()> {
     let info = InitInfo { comm_id: 0, nranks, nnodes: args.nnodes, nvl_domains: NvlDomains { count: args.nnodes as i32, min_ranks: (nranks / args.nnodes.max(1)) as i32, max_ranks: (nranks / args.nnodes.max(1)) as i32 } };
     let mut constants = Constants::default();
     let plugin = plugin::load(plugin_setting.as_deref(), &info, &mut constants)?;
+    let (lo, hi) = (bytes(&args.min_bytes)?, bytes(&args.max_bytes)?);
+    if args.kernels {
+        return print_kernel_routes(&args, nranks, plugin, lo, hi);
+    }
     let tuner = if args.host || gpus == 0 {
         // Ranks placed host by host, as launchers do by default.
         let per_host = if args.nnodes > 1 && nranks % args.nnodes == 0 { nranks / args.nnodes } else { 1 };
@@ -191,7 +204,6 @@ fn run(args: Args) -> Result<()> {
         println!("tuner plugin: {name}");
     }
     println!("{:>14} {:>12}  {:>14} {:>8} {:>8} {:>12}", "collective", "bytes", "algorithm", "protocol", "channels", "time (us)");
-    let (lo, hi) = (bytes(&args.min_bytes)?, bytes(&args.max_bytes)?);
     for collective in Collective::ALL {
         if !args.host && gpus > 0 && !collective.is_tuned() {
             continue;
@@ -219,4 +231,37 @@ fn run(args: Args) -> Result<()> {
 /// Direct and Doubling are not NCCL's).
 fn oxccl_tuning_runnable(_: Collective, algorithm: oxccl_tuning::Algorithm, _: oxccl_tuning::Protocol) -> bool {
     !matches!(algorithm, oxccl_tuning::Algorithm::Direct | oxccl_tuning::Algorithm::Doubling)
+}
+
+/// `--kernels`: per collective and size, the route oxccl's GPU kernels take for float
+/// data on `nranks` ranks over `args.nnodes` hosts (placed host by host), under the
+/// environment's settings and the options' NCCL_ALGO/NCCL_PROTO, with `plugin`.
+fn print_kernel_routes(args: &Args, nranks: usize, plugin: Option<Box<dyn oxccl_tuning::TunerPlugin>>, lo: usize, hi: usize) -> Result<()> {
+    use oxccl_runtime::gpu::{KernelRoutes, Route};
+    let mut config = oxccl_runtime::bootstrap::config::Config::from_env()?;
+    if let Some(algo) = &args.algo {
+        config.set("NCCL_ALGO", algo)?;
+    }
+    if let Some(proto) = &args.proto {
+        config.set("NCCL_PROTO", proto)?;
+    }
+    let per_host = if args.nnodes > 1 && nranks % args.nnodes == 0 { nranks / args.nnodes } else { 1 };
+    let routes = KernelRoutes::new(&config, nranks, per_host, args.nnodes > 1, plugin)?;
+    println!("# Routes of oxccl's GPU kernels ({nranks} ranks over {} host(s), float data)", args.nnodes);
+    println!("{:>14} {:>12}  {:>14} {:>8} {:>8}", "collective", "bytes", "route", "protocol", "channels");
+    for collective in Collective::ALL {
+        let mut size = lo.max(4);
+        while size <= hi {
+            let row = match routes.route(collective, size / 4, oxccl_runtime::DataType::Float32, 0) {
+                Ok(Route::Schedule { shape, algorithm, ll }) => format!("{:>14} {:>8} {:>8}", algorithm.nccl_name(), if ll { "LL" } else { "Simple" }, shape.channels),
+                Ok(Route::Direct) => format!("{:>14} {:>8} {:>8}", "one hop", "LL", "-"),
+                Ok(Route::Exchange) => format!("{:>14} {:>8} {:>8}", "exchange", "LL", "-"),
+                Ok(Route::Staged) => format!("{:>14} {:>8} {:>8}", "staged", "-", "-"),
+                Err(e) => e.to_string(),
+            };
+            println!("{:>14} {size:>12}  {row}", collective.nccl_name());
+            size = size.saturating_mul(args.factor.max(2));
+        }
+    }
+    Ok(())
 }

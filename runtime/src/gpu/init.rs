@@ -70,13 +70,7 @@ impl GpuBackend {
         // it prices what a tuner plugin sees, and the plugin's edits choose. Staged calls
         // choose on the host path, whose tuner loads the plugin for them.
         let plugin = if across_hosts && !net_kernels { None } else { crate::host::load_tuner_plugin(&core)? };
-        let tuner = if across_hosts {
-            let model = oxccl_tuning::NetKernelModel { nranks: core.nranks, per_host: core.rails.ranks_per_host_block(), channels: max_channels };
-            oxccl_tuning::Tuner::new(selection, oxccl_tuning::Model::NetKernels(model), oxccl_tuning::NetKernelModel::runs, plugin)
-        } else {
-            let model = oxccl_tuning::OneHostModel { nranks: core.nranks };
-            oxccl_tuning::Tuner::new(selection, oxccl_tuning::Model::OneHost(model), oxccl_tuning::OneHostModel::runs, plugin)
-        };
+        let tuner = super::route::kernel_tuner(selection, core.nranks, core.rails.ranks_per_host_block(), across_hosts, max_channels, plugin);
         let inner = Arc::new(Inner {
             arch,
             toolchain,

@@ -59,6 +59,11 @@ impl Inner {
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn launch_direct(&self, loaded: &Loaded, mode: u32, send: u64, recv: u64, bytes: usize, root: usize, rank: usize, nranks: usize, scale: Option<f64>, stream: CUstream) -> Result<()> {
         let d = self.direct.get().ok_or_else(|| Error::Internal("no direct inboxes".into()))?;
+        // A row holds OXCCL_GPU_DIRECT_BYTES / (nranks - 1), rounded up to lines: the route
+        // sends nothing larger (route.rs), and a row overrun would write a peer's next row.
+        if bytes.div_ceil(LL_LINE_DATA) > d.cap_lines as usize {
+            return Err(Error::Internal(format!("a one-hop call of {bytes} bytes a rank is more than an inbox row holds ({} lines)", d.cap_lines)));
+        }
         let (launch, epoch) = d.next_launch();
         let mut args = DevDirect {
             send,

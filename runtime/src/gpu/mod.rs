@@ -45,7 +45,7 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
 use oxccl_kernels::cuda::{Specialization, Toolchain};
-use oxccl_kernels::device::{status, DevConn, DevStep, DevWatch, LL_LINE_DATA};
+use oxccl_kernels::device::{status, DevConn, DevStep, DevWatch};
 
 use crate::algo::{self, Algorithm, Collective, Planned, Shape};
 use crate::call::PlanKey;
@@ -65,7 +65,7 @@ use driver::{Device, DeviceMemory, Event, Function, MappedHost, Module};
 use arena::Arena;
 use staged::Staged;
 pub use p2p::P2p;
-pub use route::Route;
+pub use route::{KernelRoutes, Route};
 pub use memory::{copy_from_device, copy_to_device, current_device, mem_alloc, mem_free, set_current_device, DeviceBuffer};
 pub use teardown::wait_for_teardowns;
 
@@ -95,6 +95,12 @@ const P2P_SPREAD_CHANNELS: usize = 16;
 fn channel_count(bytes: usize, min: usize, max: usize, spread: Option<(usize, usize)>) -> usize {
     let base = bytes.div_ceil(BYTES_PER_CHANNEL).clamp(min, max);
     spread.map_or(base, |(per, cap)| base.max(bytes.div_ceil(per).min(cap)).min(max))
+}
+
+/// Channels of the direct exchange with each of `nranks - 1` peers out of `max`: as many
+/// FIFOs in all as the ring's.
+fn direct_channels(max: usize, nranks: usize) -> usize {
+    (max / nranks.saturating_sub(1).max(1)).max(1)
 }
 
 /// Mapped host ints: [0] the abort flag; [4..9] the kernels' status (`status::WORDS`:
@@ -255,14 +261,6 @@ struct Direct {
 }
 
 impl Direct {
-    /// Whether a collective with `bytes` per rank goes direct among `nranks`.
-    fn carries(&self, bytes: usize, nranks: usize) -> bool {
-        let fits = bytes * (nranks - 1) <= self.limit;
-        // A row holds limit / (nranks - 1) bytes, rounded up to lines.
-        debug_assert!(!fits || bytes.div_ceil(LL_LINE_DATA) <= self.cap_lines as usize);
-        fits
-    }
-
     /// The next launch's number and flag: flags run 1..=u32::MAX and around, never 0
     /// (inboxes start zeroed), so a line of an earlier launch of the same half never
     /// carries this launch's flag (until 2^32 launches later).
@@ -770,25 +768,15 @@ impl Inner {
         self.flags.set(ABORT_WORD, 1);
     }
 
-    fn channels(&self, bytes: usize) -> usize {
-        channel_count(bytes, self.min_channels, self.max_channels, None)
-    }
-
     /// Channels of one send or receive on the Simple FIFOs: never fewer than a collective
     /// of that size has, more for messages up to a few hundred KiB.
     fn p2p_channels(&self, bytes: usize) -> usize {
         channel_count(bytes, self.min_channels, self.max_channels, Some((P2P_BYTES_PER_CHANNEL, P2P_SPREAD_CHANNELS)))
     }
 
-    /// Channels of a schedule over LL between the GPUs of one host: never fewer than
-    /// Simple's, more for messages up to 1 MiB.
-    fn ll_channels(&self, bytes: usize) -> usize {
-        channel_count(bytes, self.min_channels, self.max_channels, Some((LL_BYTES_PER_CHANNEL, LL_SPREAD_CHANNELS)))
-    }
-
     /// Channels of the direct exchange with each peer: as many FIFOs in all as the ring's.
     fn direct_channels(&self, nranks: usize) -> usize {
-        (self.max_channels / nranks.saturating_sub(1).max(1)).max(1)
+        direct_channels(self.max_channels, nranks)
     }
 
     /// Waits up to `limit` for every stream's last launch; past it, raises the abort flag

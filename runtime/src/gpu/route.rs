@@ -1,11 +1,13 @@
 //! Which path a collective call takes on a GPU communicator, decided in one place:
 //! [`GpuBackend::enqueue`] follows it, and the checks ask it what the CPU must compute to
-//! hold the same bits (`oxccl_testkit::check::gpu_reference`).
+//! hold the same bits (`oxccl_testkit::check::gpu_reference`). [`KernelRoutes`] works the
+//! same routes out from the settings alone, with no GPU (oxccl-topo, the route tests).
 
 use oxccl_kernels::device::{direct, ll};
 
-use super::{GpuBackend, Protocols};
+use super::{channel_count, direct_channels, GpuBackend, Protocols, LL_BYTES_PER_CHANNEL, LL_SPREAD_CHANNELS};
 use crate::algo::{Algorithm, Collective, Shape, CHANNEL_GRANULE};
+use crate::bootstrap::Config;
 use crate::error::{Error, Result};
 use crate::DataType;
 
@@ -37,31 +39,136 @@ impl GpuBackend {
             return Ok(Route::Staged);
         }
         let inner = &self.inner;
-        let (n, bytes) = (self.nranks(), count * dtype.size());
-        let across_hosts = inner.departures.get().is_some();
+        let rules = Rules {
+            nranks: self.nranks(),
+            rank: self.rank(),
+            across_hosts: inner.departures.get().is_some(),
+            per_host: self.core.rails.ranks_per_host_block(),
+            direct_limit: inner.direct.get().map_or(0, |d| d.limit),
+            p2p_ll_limit: inner.p2p_ll.get().map_or(0, |p| p.limit),
+            min_channels: inner.min_channels,
+            max_channels: inner.max_channels,
+            slot_bytes: inner.geometry.slot_bytes,
+            config: &self.core.config,
+            protocols: &inner.protocols,
+            tuner: &inner.tuner,
+        };
+        rules.decide(collective, count, dtype, root)
+    }
+}
+
+/// The routes a communicator's GPU kernels take, worked out from its settings alone, with
+/// no GPU: what `oxccl-topo --kernels` shows, and what the route tests check. It assumes
+/// what init agrees where a GPU is present: NCCL_MAX_NCHANNELS channels (init also holds
+/// them to the multiprocessors, and across hosts to OXCCL_GPU_NET_CHANNELS), the one-hop
+/// kernel and LL send/recv paths on one host, the kernels (not staging) across hosts.
+pub struct KernelRoutes {
+    nranks: usize,
+    across_hosts: bool,
+    per_host: usize,
+    max_channels: usize,
+    config: Config,
+    protocols: Protocols,
+    tuner: oxccl_tuning::Tuner,
+}
+
+impl KernelRoutes {
+    /// The routes of `nranks` ranks on GPUs (`per_host` a host where they lie host by host
+    /// in equal blocks, else 1; across hosts where `across_hosts`) under `config`, with the
+    /// tuner plugin `plugin` if any (init loads NCCL_TUNER_PLUGIN's).
+    pub fn new(config: &Config, nranks: usize, per_host: usize, across_hosts: bool, plugin: Option<Box<dyn oxccl_tuning::TunerPlugin>>) -> Result<KernelRoutes> {
+        let selection = oxccl_tuning::Selection::parse(config.algo.as_deref(), config.proto.as_deref()).map_err(|e| Error::invalid(e.to_string()))?;
+        let mut max_channels = config.max_channels.max(1);
+        if across_hosts {
+            max_channels = max_channels.min(config.gpu_net_channels);
+        }
+        let protocols = Protocols::new(&selection);
+        let tuner = kernel_tuner(selection, nranks, per_host, across_hosts, max_channels, plugin);
+        Ok(KernelRoutes { nranks, across_hosts, per_host, max_channels, config: config.clone(), protocols, tuner })
+    }
+
+    /// The route of a call (as [`GpuBackend::route`], rank 0's).
+    pub fn route(&self, collective: Collective, count: usize, dtype: DataType, root: usize) -> Result<Route> {
+        let (n, one_host) = (self.nranks, !self.across_hosts);
+        let rules = Rules {
+            nranks: n,
+            rank: usize::MAX,
+            across_hosts: self.across_hosts,
+            per_host: self.per_host,
+            direct_limit: if one_host && n > 1 { self.config.gpu_direct_limit(n) } else { 0 },
+            p2p_ll_limit: if one_host && n > 1 { self.config.p2p_ll_bytes } else { 0 },
+            min_channels: self.config.min_channels.clamp(1, self.max_channels),
+            max_channels: self.max_channels,
+            slot_bytes: self.config.gpu_slot_bytes.next_multiple_of(128),
+            config: &self.config,
+            protocols: &self.protocols,
+            tuner: &self.tuner,
+        };
+        rules.decide(collective, count, dtype, root)
+    }
+}
+
+/// The tuner of a GPU communicator: across hosts the network kernels' model, which
+/// chooses; on one host [`oxccl_tuning::OneHostModel`], which prices what a tuner plugin
+/// sees (the rules route where the plugin edits nothing).
+pub(super) fn kernel_tuner(selection: oxccl_tuning::Selection, nranks: usize, per_host: usize, across_hosts: bool, max_channels: usize, plugin: Option<Box<dyn oxccl_tuning::TunerPlugin>>) -> oxccl_tuning::Tuner {
+    if across_hosts {
+        let model = oxccl_tuning::NetKernelModel { nranks, per_host, channels: max_channels };
+        oxccl_tuning::Tuner::new(selection, oxccl_tuning::Model::NetKernels(model), oxccl_tuning::NetKernelModel::runs, plugin)
+    } else {
+        let model = oxccl_tuning::OneHostModel { nranks };
+        oxccl_tuning::Tuner::new(selection, oxccl_tuning::Model::OneHost(model), oxccl_tuning::OneHostModel::runs, plugin)
+    }
+}
+
+/// What a call's route depends on besides the call: the communicator's settings as its
+/// GPU backend agreed them at init.
+struct Rules<'a> {
+    nranks: usize,
+    /// This rank (rank 0 logs NCCL's TUNING line; usize::MAX: none logs).
+    rank: usize,
+    /// Some rank on another host (the kernels over the network).
+    across_hosts: bool,
+    per_host: usize,
+    /// The most a rank receives in a one-hop call (0: no one-hop kernel).
+    direct_limit: usize,
+    /// The largest block of the LL send/recv path (0: none).
+    p2p_ll_limit: usize,
+    min_channels: usize,
+    max_channels: usize,
+    slot_bytes: usize,
+    config: &'a Config,
+    protocols: &'a Protocols,
+    tuner: &'a oxccl_tuning::Tuner,
+}
+
+impl Rules<'_> {
+    fn decide(&self, collective: Collective, count: usize, dtype: DataType, root: usize) -> Result<Route> {
+        let (n, bytes, across_hosts) = (self.nranks, count * dtype.size(), self.across_hosts);
         let request = oxccl_tuning::Request::new(collective, collective.tuning_bytes(count, dtype.size(), n));
         let mut asked = None;
-        if !across_hosts && inner.tuner.plugin_name().is_some() && collective.is_tuned() {
+        if !across_hosts && self.tuner.plugin_name().is_some() && collective.is_tuned() {
             // On one host a tuner plugin that edits the table picks the schedule and its
             // protocol (never the one-hop kernel, which no NCCL algorithm names); one that
             // does not leaves the rules below, and the channels either asks for go to the
             // schedule.
-            let choice = inner.tuner.choose(&request).map_err(|e| Error::invalid(e.to_string()))?;
+            let choice = self.tuner.choose(&request).map_err(|e| Error::invalid(e.to_string()))?;
             if choice.table_edited {
                 let ll = choice.protocol == oxccl_tuning::Protocol::Ll;
                 return Ok(self.schedule(collective, count, dtype, root, choice.algorithm, ll, choice.channels));
             }
             asked = choice.channels;
         }
-        let allows_ll = inner.protocols.allows(collective, Protocols::LL);
-        if allows_ll && inner.protocols.allows_direct(collective) && direct_mode(collective).is_some() && inner.direct.get().is_some_and(|d| d.carries(bytes, n)) {
+        let protocols = self.protocols;
+        let allows_ll = protocols.allows(collective, Protocols::LL);
+        if allows_ll && protocols.allows_direct(collective) && direct_mode(collective).is_some() && n > 1 && bytes * (n - 1) <= self.direct_limit {
             return Ok(Route::Direct);
         }
         let exchanges = matches!(collective, Collective::AllToAll | Collective::Gather | Collective::Scatter);
-        if allows_ll && exchanges && bytes <= inner.p2p_ll.get().map_or(0, |p| p.limit) {
+        if allows_ll && exchanges && bytes <= self.p2p_ll_limit {
             return Ok(Route::Exchange);
         }
-        let allows_simple = inner.protocols.allows(collective, Protocols::SIMPLE);
+        let allows_simple = protocols.allows(collective, Protocols::SIMPLE);
         if !across_hosts && !exchanges && !allows_simple && !allows_ll {
             return Err(Error::invalid(format!("NCCL_PROTO allows {} neither Simple nor LL, the protocols the GPU kernels run", collective.name())));
         }
@@ -69,7 +176,7 @@ impl GpuBackend {
             return Err(Error::invalid(format!(
                 "NCCL_PROTO excludes Simple for {}, and its blocks of {bytes} bytes are more than LL's send/recv path carries (NCCL_P2P_LL_THRESHOLD={})",
                 collective.name(),
-                inner.p2p_ll.get().map_or(0, |p| p.limit)
+                self.p2p_ll_limit
             )));
         }
         let (algorithm, ll, asked) = if exchanges {
@@ -79,7 +186,7 @@ impl GpuBackend {
             // exchange, recursive doubling and the tree (what init connected), over Simple or
             // LL; NCCL_ALGO and NCCL_PROTO may force any, and a tuner plugin edit the table
             // and ask for channels.
-            let choice = inner.tuner.choose(&request).map_err(|e| Error::invalid(e.to_string()))?;
+            let choice = self.tuner.choose(&request).map_err(|e| Error::invalid(e.to_string()))?;
             (choice.algorithm, choice.protocol == oxccl_tuning::Protocol::Ll, choice.channels)
         } else {
             // On one host the ring, unless NCCL_ALGO asks for the direct exchange alone
@@ -87,36 +194,36 @@ impl GpuBackend {
             // where it leaves none of them); over LL up to OXCCL_GPU_LL_BYTES (unset: all_reduce
             // from 4 ranks up to 2 MiB, Config::gpu_ll_limit) or wherever NCCL_PROTO leaves LL
             // alone, else Simple.
-            (inner.protocols.on_one_host(collective)?, inner.protocols.ll_on_one_host(collective, bytes, self.core.config.gpu_ll_limit(collective == Collective::AllReduce, n)), asked)
+            (protocols.on_one_host(collective)?, protocols.ll_on_one_host(collective, bytes, self.config.gpu_ll_limit(collective == Collective::AllReduce, n)), asked)
         };
         Ok(self.schedule(collective, count, dtype, root, algorithm, ll, asked))
     }
 
     /// The executor's route for `algorithm` (over LL where `ll`), on the channels a tuner
     /// plugin `asked` for (within NCCL_MAX_NCHANNELS as agreed), else on the size's.
+    #[allow(clippy::too_many_arguments)]
     fn schedule(&self, collective: Collective, count: usize, dtype: DataType, root: usize, algorithm: Algorithm, ll: bool, asked: Option<usize>) -> Route {
-        let inner = &self.inner;
-        let (n, bytes) = (self.nranks(), count * dtype.size());
-        let across_hosts = inner.departures.get().is_some();
+        let (n, bytes) = (self.nranks, count * dtype.size());
+        let (min, max) = (self.min_channels, self.max_channels);
         // Over the direct exchange's connections (channels 0 to direct_channels); two-shot
         // all_reduce takes two a part, one per phase.
         let most = match algorithm {
-            Algorithm::Direct if collective == Collective::AllReduce && n > 2 => (inner.direct_channels(n) / 2).max(1),
-            Algorithm::Direct | Algorithm::Doubling => inner.direct_channels(n),
-            _ => inner.max_channels,
+            Algorithm::Direct if collective == Collective::AllReduce && n > 2 => (direct_channels(max, n) / 2).max(1),
+            Algorithm::Direct | Algorithm::Doubling => direct_channels(max, n),
+            _ => max,
         };
         let channels = match asked {
             Some(asked) => asked.clamp(1, most),
             // An LL step between the GPUs of a host costs its lines' round trips more than
             // their bytes: twice the lanes of Simple, half the data in each.
-            None if ll && !across_hosts && algorithm == Algorithm::Ring => inner.ll_channels(bytes),
-            None => inner.channels(bytes).min(most),
+            None if ll && !self.across_hosts && algorithm == Algorithm::Ring => channel_count(bytes, min, max, Some((LL_BYTES_PER_CHANNEL, LL_SPREAD_CHANNELS))),
+            None => channel_count(bytes, min, max, None).min(most),
         };
-        let chunk = chunk_elements(ll, inner.geometry.slot_bytes, dtype.size());
+        let chunk = chunk_elements(ll, self.slot_bytes, dtype.size());
         // Where the ranks lie host by host, the tree spans the hosts with a chain inside
         // each (algo::tree::trees); on one host every rank is the host's.
-        let shape = Shape { collective, count, nranks: n, root, chunk, channels, per_host: self.core.rails.ranks_per_host_block() };
-        if self.rank() == 0 {
+        let shape = Shape { collective, count, nranks: n, root, chunk, channels, per_host: self.per_host };
+        if self.rank == 0 {
             // NCCL's line, so that a run's choices can be compared with NCCL's.
             tracing::info!(target: crate::log_target::TUNING, "{}: {} Bytes -> Algo {} proto {} channel{{Lo..Hi}}={{0..{}}}", collective.nccl_name(), bytes, algorithm.nccl_name(), if ll { "LL" } else { "Simple" }, channels - 1);
         }
@@ -168,5 +275,107 @@ mod tests {
         }
         assert_eq!(chunk_elements(true, 256 << 10, 1), 32752, "the LL slot's 32760 bytes, in granules");
         assert_eq!(chunk_elements(false, 256 << 10, 4), 65536);
+    }
+
+    /// What a route is, in short: (one-hop, exchange, or the schedule's algorithm, LL, channels).
+    fn short(route: Route) -> (&'static str, Option<(Algorithm, bool, usize)>) {
+        match route {
+            Route::Staged => ("staged", None),
+            Route::Direct => ("one hop", None),
+            Route::Exchange => ("exchange", None),
+            Route::Schedule { shape, algorithm, ll } => ("schedule", Some((algorithm, ll, shape.channels))),
+        }
+    }
+
+    fn routes(settings: &[(&str, &str)], nranks: usize, across_hosts: bool, plugin: Option<Box<dyn oxccl_tuning::TunerPlugin>>) -> KernelRoutes {
+        let mut config = Config::defaults();
+        for (name, value) in settings {
+            config.set(name, value).unwrap();
+        }
+        KernelRoutes::new(&config, nranks, 1, across_hosts, plugin).unwrap()
+    }
+
+    fn float_route(r: &KernelRoutes, c: Collective, bytes: usize) -> (&'static str, Option<(Algorithm, bool, usize)>) {
+        short(r.route(c, bytes / 4, DataType::Float32, 0).unwrap())
+    }
+
+    /// The rules on one host, at the defaults: the one-hop kernel while a rank receives
+    /// at most OXCCL_GPU_DIRECT_BYTES (2 MiB from 4 ranks, 1 MiB below), the ring over LL
+    /// for all_reduce up to 2 MiB from 4 ranks (a lane per 32 KiB up to 32), else over
+    /// Simple (a lane per 64 KiB up to NCCL_MAX_NCHANNELS); small alltoall blocks as an LL
+    /// exchange; NCCL_ALGO=ring keeps the one-hop kernel off; NCCL_PROTO that leaves the
+    /// kernels nothing is an error naming it.
+    #[test]
+    fn one_host_routes_by_size_ranks_and_settings() {
+        let four = routes(&[], 4, false, None);
+        let ring = |ll, lanes| ("schedule", Some((Algorithm::Ring, ll, lanes)));
+        assert_eq!(float_route(&four, Collective::AllReduce, 8), ("one hop", None));
+        assert_eq!(float_route(&four, Collective::AllReduce, 512 << 10), ("one hop", None), "3 x 512 KiB received");
+        assert_eq!(float_route(&four, Collective::AllReduce, 1 << 20), ring(true, 32));
+        assert_eq!(float_route(&four, Collective::AllReduce, 2 << 20), ring(true, 32));
+        assert_eq!(float_route(&four, Collective::AllReduce, 4 << 20), ring(false, 64));
+        assert_eq!(float_route(&four, Collective::AllGather, 1 << 20), ring(false, 16), "LL by default for all_reduce alone");
+        assert_eq!(float_route(&four, Collective::AllToAll, 4096), ("exchange", None));
+        let two = routes(&[], 2, false, None);
+        assert_eq!(float_route(&two, Collective::AllReduce, 1 << 20), ("one hop", None));
+        assert_eq!(float_route(&two, Collective::AllReduce, 2 << 20), ring(false, 32), "no LL by default below 4 ranks");
+        let forced = routes(&[("NCCL_ALGO", "ring")], 4, false, None);
+        assert_eq!(float_route(&forced, Collective::AllReduce, 8), ring(true, 1), "the ring over LL, as all_reduce from 4 ranks to 2 MiB");
+        let e = routes(&[("NCCL_PROTO", "LL128")], 4, false, None).route(Collective::AllReduce, 1 << 20, DataType::Float32, 0).unwrap_err().to_string();
+        assert!(e.contains("NCCL_PROTO") && e.contains("neither Simple nor LL"), "{e}");
+        let capped = routes(&[("NCCL_MAX_NCHANNELS", "8")], 4, false, None);
+        assert_eq!(float_route(&capped, Collective::AllReduce, 1 << 20), ring(true, 8));
+    }
+
+    /// Across hosts the network kernels' model chooses (NCCL_ALGO forcing the tree here),
+    /// on at most OXCCL_GPU_NET_CHANNELS channels; no one-hop kernel, no LL exchange.
+    #[test]
+    fn across_hosts_the_model_chooses() {
+        let tree = routes(&[("NCCL_ALGO", "allreduce:tree")], 4, true, None);
+        match float_route(&tree, Collective::AllReduce, 64 << 20) {
+            ("schedule", Some((Algorithm::Tree, _, lanes))) => assert!(lanes <= 8, "{lanes} lanes"),
+            other => panic!("{other:?}"),
+        }
+        let plain = routes(&[], 2, true, None);
+        assert_eq!(float_route(&plain, Collective::AllReduce, 8).0, "schedule");
+        assert_eq!(float_route(&plain, Collective::AllToAll, 64).0, "schedule");
+    }
+
+    /// A tuner plugin that names the ring over Simple on 3 channels for all_reduce, and
+    /// only asks 5 channels of broadcast.
+    struct Rules3;
+
+    impl oxccl_tuning::TunerPlugin for Rules3 {
+        fn name(&self) -> &str {
+            "rules3"
+        }
+        fn get_coll_info(&self, collective: Collective, _: usize, _: usize, table: &mut oxccl_tuning::CostTable, _: bool, channels: &mut usize) -> oxccl_tuning::Result<()> {
+            match collective {
+                Collective::AllReduce => {
+                    table.nccl_rows_mut()[Algorithm::Ring as usize][oxccl_tuning::Protocol::Simple as usize] = 0.0;
+                    *channels = 3;
+                }
+                Collective::Broadcast => *channels = 5,
+                _ => {}
+            }
+            Ok(())
+        }
+    }
+
+    /// On one host a plugin that edits the table takes the call off the one-hop kernel to
+    /// its pair and channels; one that only asks channels leaves the rules, its channels
+    /// going to schedules; collectives NCCL does not tune never reach it. Across hosts its
+    /// choice and channels stand too.
+    #[test]
+    fn a_tuner_plugin_overrides_the_rules_where_it_edits_the_table() {
+        let four = routes(&[], 4, false, Some(Box::new(Rules3)));
+        assert_eq!(float_route(&four, Collective::AllReduce, 8), ("schedule", Some((Algorithm::Ring, false, 3))));
+        assert_eq!(float_route(&four, Collective::AllReduce, 1 << 20), ("schedule", Some((Algorithm::Ring, false, 3))));
+        assert_eq!(float_route(&four, Collective::Broadcast, 8), ("one hop", None));
+        assert_eq!(float_route(&four, Collective::Broadcast, 64 << 20), ("schedule", Some((Algorithm::Ring, false, 5))));
+        assert_eq!(float_route(&four, Collective::AllGather, 64 << 20), ("schedule", Some((Algorithm::Ring, false, 64))));
+        assert_eq!(float_route(&four, Collective::AllToAll, 4096), ("exchange", None));
+        let across = routes(&[], 4, true, Some(Box::new(Rules3)));
+        assert_eq!(float_route(&across, Collective::AllReduce, 64 << 20), ("schedule", Some((Algorithm::Ring, false, 3))));
     }
 }
