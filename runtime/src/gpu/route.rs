@@ -161,7 +161,7 @@ impl Rules<'_> {
         }
         let protocols = self.protocols;
         let allows_ll = protocols.allows(collective, Protocols::LL);
-        if allows_ll && protocols.allows_direct(collective) && direct_mode(collective).is_some() && n > 1 && bytes * (n - 1) <= self.direct_limit {
+        if allows_ll && protocols.allows_direct(collective) && direct_mode(collective).is_some() && self.direct_limit > 0 && n > 1 && bytes * (n - 1) <= self.direct_limit {
             return Ok(Route::Direct);
         }
         let exchanges = matches!(collective, Collective::AllToAll | Collective::Gather | Collective::Scatter);
@@ -323,6 +323,8 @@ mod tests {
         assert_eq!(float_route(&forced, Collective::AllReduce, 8), ring(true, 1), "the ring over LL, as all_reduce from 4 ranks to 2 MiB");
         let e = routes(&[("NCCL_PROTO", "LL128")], 4, false, None).route(Collective::AllReduce, 1 << 20, DataType::Float32, 0).unwrap_err().to_string();
         assert!(e.contains("NCCL_PROTO") && e.contains("neither Simple nor LL"), "{e}");
+        let no_hop = routes(&[("OXCCL_GPU_DIRECT_BYTES", "0")], 4, false, None);
+        assert_eq!(float_route(&no_hop, Collective::AllReduce, 0), ring(true, 1), "no one-hop kernel, not even for nothing");
         let capped = routes(&[("NCCL_MAX_NCHANNELS", "8")], 4, false, None);
         assert_eq!(float_route(&capped, Collective::AllReduce, 1 << 20), ring(true, 8));
     }
