@@ -98,6 +98,9 @@ pub struct Config {
     /// a collective the GPU backend sends in one hop over the LL protocol (0: never);
     /// `None`: by the communicator's size ([`Config::gpu_direct_limit`]).
     pub gpu_direct_bytes: Option<usize>,
+    /// OXCCL_GPU_DIRECT_LL128: the one-hop kernel writes 128-byte lines of 120 data bytes
+    /// (LL128) instead of 16-byte lines of 8 (LL).
+    pub gpu_direct_ll128: bool,
     /// OXCCL_GPU_LL_BYTES: on one host, the largest message (count × datatype size) of a
     /// collective the GPU executor runs (ring, direct exchange, recursive doubling) that
     /// goes over the LL protocol between GPUs instead of Simple (0: never); `None`: by
@@ -320,6 +323,12 @@ pub static KNOBS: &[Knob] = &[
         default: "",
         doc: "a GPU all_reduce, all_gather, reduce_scatter, reduce or broadcast goes in one hop over the LL protocol instead of the ring when a rank receives at most this many bytes from all its peers together ((nranks - 1) x the per-rank message; 0: never; NCCL_PROTO without LL also turns it off); unset: 1 MiB on up to 3 ranks, 2 MiB on 4 or more (where the ring's 2(n-1) steps cost more: 4xH100, docs/PERFORMANCE.md)",
         set: |c, v| Ok(c.gpu_direct_bytes = if v.is_empty() { None } else { Some(parse_bytes(v, 0)?) }),
+    },
+    Knob {
+        name: "OXCCL_GPU_DIRECT_LL128",
+        default: "0",
+        doc: "the one-hop GPU kernel (OXCCL_GPU_DIRECT_BYTES) writes its peers 128-byte lines of 120 data bytes and a flag, each line stored by 8 threads of a warp at once (NCCL's LL128 layout; NVLink delivers such a store whole), instead of 16-byte lines of 8 data bytes (LL): about half the bytes on the links (not yet measured: off by default)",
+        set: |c, v| Ok(c.gpu_direct_ll128 = parse_bool(v)?),
     },
     Knob {
         name: "OXCCL_GPU_LL_BYTES",
@@ -637,6 +646,7 @@ impl Config {
             backend: Backend::Auto,
             gpu_slot_bytes: 256 << 10,
             gpu_direct_bytes: None,
+            gpu_direct_ll128: false,
             gpu_ll_bytes: None,
             p2p_ll_bytes: 64 << 10,
             min_channels: 1,

@@ -591,6 +591,157 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
 // Reductions combine the n contributions in rank order on every rank, so all ranks get
 // bit-identical results.
 
+// ---- LL128 lines for the direct kernel (OXCCL_GPU_DIRECT_LL128) ----
+//
+// A line is 128 bytes: OX_LL128_WORDS data words of 8 bytes, then the flag word (the
+// launch's flag twice). Eight threads of a warp own a line, thread t its 16 bytes at t * 16:
+// words 2t and 2t + 1, the eighth word 14 and the flag. They store it in one instruction,
+// which NVLink delivers to the 128-byte line whole (NCCL's LL128 relies on the same), and
+// they load it in one, so the flag thread seeing the flag means the line is there; a warp
+// whose flag threads do not all see theirs loads its lines again. Loops run per warp (4
+// lines a warp a round), so that every thread of a warp takes part in every store, load
+// and vote.
+
+// The largest of the warp's `why`s, on every thread of it (the status codes are positive).
+__device__ __forceinline__ int ox_warp_why(int why) {
+  for (int o = 16; o > 0; o >>= 1) why = max(why, __shfl_xor_sync(0xffffffffu, why, o));
+  return why;
+}
+
+// Waits until the line part at p (this thread's 16 bytes) carries `flag` in its line's
+// flag word, which the thread with `flag_thread` holds; `active`: the thread's line is one
+// of the message's (an inactive thread loads a valid address all the same, so that the
+// warp's load stays one instruction, and its part is not checked). 0 and the part in
+// *out, or why not (as ox_spin, decided by lane 0 for the warp). Every thread of the
+// warp calls it.
+__device__ int ox_ll128_wait(const char* p, bool active, bool flag_thread, u32 flag, const OxWatch& w, u32 peer, uint4* out) {
+  const u32 all = 0xffffffffu;
+  __syncwarp();
+  uint4 v = ox_ll_load(p);
+  if (!__any_sync(all, active && flag_thread && (v.z != flag || v.w != flag))) {
+    *out = v;
+    return 0;
+  }
+  const u64 start = ox_now();
+  u64 gone_at = 0;
+  for (u32 spins = 1;; ++spins) {
+    __syncwarp();
+    v = ox_ll_load(p);
+    if (!__any_sync(all, active && flag_thread && (v.z != flag || v.w != flag))) break;
+    if (spins % 512 == 0) {
+      int why = 0;
+      if ((threadIdx.x & 31) == 0) {
+        const u64 now = ox_now();
+        if (*w.abort) why = OX_ABORTED;
+        else if (now - start > w.timeout_ns) why = OX_TIMED_OUT;
+        else {
+          if (!gone_at && w.gone[peer]) gone_at = now;
+          if (gone_at && now - gone_at > OX_GONE_GRACE_NS) why = OX_PEER_LEFT;
+        }
+      }
+      why = __shfl_sync(all, why, 0);
+      if (why) return why;
+    }
+  }
+  *out = v;
+  return 0;
+}
+
+// The direct kernel's sends and receives over LL128 lines (ox_direct's, line for line):
+// 0, or why a wait stopped, the peer in *at.
+__device__ int ox_direct_ll128(const OxDirect& a, u32* at) {
+  const u64 words = (a.bytes + 7) / 8;
+  const u64 lines = (words + OX_LL128_WORDS - 1) / OX_LL128_WORDS;
+  const u32 t = threadIdx.x & 7;
+  const bool flag_thread = t == 7;
+  // Lines 4w .. 4w + 3 for warp w of the grid, then a grid of warps on.
+  const u64 warp = ((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const u64 warps = ((u64)gridDim.x * blockDim.x) >> 5;
+  const u64 mine = (threadIdx.x & 31) >> 3;
+  const u32 flag = a.epoch;
+  const u64 half = (a.launch & 1) * a.nranks;
+  const bool blocks = a.mode == OX_DIRECT_REDUCE_SCATTER;
+  const bool only_root_sends = a.mode == OX_DIRECT_BROADCAST;
+  const bool only_root_receives = a.mode == OX_DIRECT_REDUCE;
+  const bool reduce = a.mode == OX_DIRECT_ALL_REDUCE || a.mode == OX_DIRECT_REDUCE || blocks;
+  const char* own = a.send + (blocks ? (u64)a.rank * a.bytes : 0);
+  volatile u64* acks = (volatile u64*)(a.inbox + a.ack_offset);
+  const u64 row = (u64)a.cap_lines * 16;
+  int why = 0;
+
+  if (!only_root_sends || a.rank == a.root) {
+    for (u32 d = 0; d < a.nranks && !why; ++d) {
+      if (d == a.rank || (only_root_receives && d != a.root)) continue;
+      *at = d;
+      const char* src = a.send + (blocks ? (u64)d * a.bytes : 0);
+      char* dst = a.peers[d] + (half + a.rank) * row;
+      // d's half is free once d finished the launch two before (the last to use it).
+      if (a.launch > 2 && warp * 4 < lines) why = ox_warp_why(ox_wait_for(acks + d, a.launch - 2, a.watch, d));
+      for (u64 base = warp * 4; base < lines && !why; base += warps * 4) {
+        const u64 l = base + mine;
+        const u64 w0 = l * OX_LL128_WORDS + 2 * t;
+        uint2 x = make_uint2(0, 0), y = make_uint2(flag, flag);
+        if (l < lines) {
+          x = ox_line_get(src, w0, a.bytes);
+          if (!flag_thread) y = ox_line_get(src, w0 + 1, a.bytes);
+          if (a.scaled) {
+            x = ox_scale_vec(x, a.scale);
+            if (!flag_thread) y = ox_scale_vec(y, a.scale);
+          }
+        }
+        __syncwarp();
+        if (l < lines) asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst + l * 128 + t * 16), "r"(x.x), "r"(x.y), "r"(y.x), "r"(y.y) : "memory");
+      }
+    }
+  }
+  if (why) return why;
+
+  const bool receives = !only_root_receives || a.rank == a.root;
+  for (u64 base = warp * 4; receives && base < lines; base += warps * 4) {
+    const u64 l = base + mine;
+    const bool active = l < lines;
+    const u64 w0 = l * OX_LL128_WORDS + 2 * t;
+    uint2 acc0 = make_uint2(0, 0), acc1 = make_uint2(0, 0);
+    for (u32 p = 0; p < a.nranks; ++p) {
+      if (only_root_sends && p != a.root) continue;
+      uint2 v0, v1 = make_uint2(0, 0);
+      if (p == a.rank) {
+        if (only_root_sends && a.send == a.recv) break;  // broadcast in place: nothing to do
+        v0 = active ? ox_line_get(own, w0, a.bytes) : make_uint2(0, 0);
+        if (active && !flag_thread) v1 = ox_line_get(own, w0 + 1, a.bytes);
+        if (a.scaled) {
+          v0 = ox_scale_vec(v0, a.scale);
+          v1 = ox_scale_vec(v1, a.scale);
+        }
+      } else {
+        uint4 v;
+        const char* line = a.inbox + (half + p) * row + (active ? l : 0) * 128 + t * 16;
+        why = ox_ll128_wait(line, active, flag_thread, flag, a.watch, p, &v);
+        if (why) {
+          *at = p;
+          return why;
+        }
+        v0 = make_uint2(v.x, v.y);
+        if (!flag_thread) v1 = make_uint2(v.z, v.w);
+      }
+      if (reduce) {
+        acc0 = p == 0 ? v0 : ox_combine_vec(acc0, v0);
+        acc1 = p == 0 ? v1 : ox_combine_vec(acc1, v1);
+      } else if (active) {
+        // Gather: block p goes to p; broadcast: the root's data to the output.
+        char* out = a.recv + (a.mode == OX_DIRECT_ALL_GATHER ? (u64)p * a.bytes : 0);
+        ox_line_put(out, w0, a.bytes, v0);
+        if (!flag_thread) ox_line_put(out, w0 + 1, a.bytes, v1);
+      }
+    }
+    if (reduce && active) {
+      ox_line_put(a.recv, w0, a.bytes, acc0);
+      if (!flag_thread) ox_line_put(a.recv, w0 + 1, a.bytes, acc1);
+    }
+  }
+  return 0;
+}
+
 extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirect a) {
   const u64 lines = (a.bytes + 7) / 8;
   const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -613,6 +764,11 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirec
   // (early, so the stores are long done when the kernel ends).
   for (u32 d = threadIdx.x; blockIdx.x == 0 && d < a.nranks; d += blockDim.x) {
     if (d != a.rank) *(volatile u64*)(a.peers[d] + a.ack_offset + (u64)a.rank * 8) = a.launch - 1;
+  }
+  if (a.ll128) {
+    why = ox_direct_ll128(a, &at);
+    if (why) ox_fail(a.watch, why, OX_KERNEL_DIRECT, blockIdx.x, at, at);
+    return;
   }
 
   if (!only_root_sends || a.rank == a.root) {

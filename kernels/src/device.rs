@@ -191,6 +191,25 @@ pub mod ll {
     }
 }
 
+/// LL128 lines (the one-hop kernel with OXCCL_GPU_DIRECT_LL128): 128 bytes, 15 data words
+/// of 8 bytes and a flag word (the launch's flag twice), written by 8 threads of a warp in
+/// one store instruction, 16 bytes each, the eighth holding the last data word and the
+/// flag. NVLink delivers such a store to a 128-byte line whole, so the flag's arrival
+/// means the line's; NCCL's LL128 relies on the same.
+pub mod ll128 {
+    /// Bytes of a line.
+    pub const LINE_BYTES: usize = 128;
+    /// Data bytes of a line.
+    pub const LINE_DATA: usize = 120;
+    /// Threads that write (and read) one line.
+    pub const LINE_THREADS: usize = 8;
+
+    /// Bytes of `bytes` data bytes as LL128 lines.
+    pub fn message_bytes(bytes: usize) -> usize {
+        bytes.div_ceil(LINE_DATA) * LINE_BYTES
+    }
+}
+
 /// What every wait of every kernel watches (C: `OxWatch`), part of each launch's
 /// arguments.
 #[repr(C)]
@@ -289,7 +308,8 @@ pub struct DevDirect {
     /// One of [`direct`].
     pub mode: u32,
     pub scaled: u32,
-    pub _pad: u32,
+    /// 1: the lines are LL128's (128 bytes: 15 data words and the flag word), else LL's.
+    pub ll128: u32,
 }
 
 /// Arguments of the point-to-point LL kernel (C: `OxP2p`), passed by value: a group's
@@ -442,7 +462,7 @@ fn structs() -> Vec<(&'static str, usize, Vec<Field>)> {
                 "unsigned int" root: u32,
                 "unsigned int" mode: u32,
                 "unsigned int" scaled: u32,
-                "unsigned int" _pad: u32,
+                "unsigned int" ll128: u32,
             }),
         ),
         (
@@ -487,7 +507,7 @@ pub fn header() -> String {
     let _ = writeln!(h, "#define OX_NO_CONN ({NO_CONN})");
     let _ = writeln!(h, "#define OX_RECV_BUFFER 0x{RECV_BUFFER:x}ull");
     // Name, value, C suffix: the bit masks and sizes unsigned, the status codes int.
-    let defines: [(&str, i64, &str); 16] = [
+    let defines: [(&str, i64, &str); 17] = [
         ("OX_CONN_HOST", conn::HOST.into(), "u"),
         ("OX_CONN_PEER_LL", conn::PEER_LL.into(), "u"),
         ("OX_LAUNCH_NET_LL", launch::NET_LL.into(), "u"),
@@ -504,6 +524,7 @@ pub fn header() -> String {
         ("OX_KERNEL_P2P_SEND", status::KERNEL_P2P_SEND.into(), ""),
         ("OX_KERNEL_P2P_RECV", status::KERNEL_P2P_RECV.into(), ""),
         ("OX_KERNEL_WAIT_HOST", status::KERNEL_WAIT_HOST.into(), ""),
+        ("OX_LL128_WORDS", (ll128::LINE_DATA / LL_LINE_DATA) as i64, "u"),
     ];
     for (name, value, suffix) in defines {
         let _ = writeln!(h, "#define {name} {value}{suffix}");

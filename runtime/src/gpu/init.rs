@@ -149,12 +149,12 @@ impl GpuBackend {
         let _ = dev.inner.gone.set(gone);
         if limit > 0 && n > 1 {
             // A row per sender holds the largest per-rank message; two halves of rows.
-            let cap_lines = (limit / (n - 1)).div_ceil(LL_LINE_DATA).max(1);
+            let cap_lines = direct_cap_lines(limit, n);
             let ack_offset = 2 * n * cap_lines * LL_LINE_BYTES;
             let inner = &dev.inner;
             // Rows, then one acknowledgement per rank.
             let (inbox, table) = inner.state.lock().conns.inboxes(Inbox::Direct, ack_offset + n * 8, &dev.setup())?;
-            let direct = Direct { limit, inbox, table, cap_lines: cap_lines as u32, ack_offset: ack_offset as u64, launches: AtomicU64::new(0) };
+            let direct = Direct { limit, inbox, table, cap_lines: cap_lines as u32, ack_offset: ack_offset as u64, launches: AtomicU64::new(0), ll128: dev.core.config.gpu_direct_ll128 };
             let _ = inner.direct.set(direct);
         }
         let limit = dev.core.config.p2p_ll_bytes;
@@ -301,6 +301,13 @@ fn warn_streams_may_share_queues(ordinal: i32, ranks: usize) {
     });
 }
 
+/// 16-byte lines of a one-hop inbox row: a rank's largest message (`limit` received from
+/// `nranks - 1` peers) as LL lines, rounded up to whole 128-byte LL128 lines (8 each), so
+/// that every row starts on a 128-byte line and holds the message over either protocol.
+fn direct_cap_lines(limit: usize, nranks: usize) -> usize {
+    (limit / (nranks - 1).max(1)).div_ceil(LL_LINE_DATA).max(1).next_multiple_of(8)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,5 +348,23 @@ mod tests {
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
         assert_eq!(agreed, [44, 44, 44]);
+    }
+
+    /// Every message a row is meant for fits it as LL lines and as LL128 lines, and rows
+    /// are whole 128-byte lines.
+    #[test]
+    fn a_one_hop_row_holds_its_largest_message_over_ll_and_ll128() {
+        use oxccl_kernels::device::{ll128, LL_LINE_BYTES};
+        for limit in [1, 7, 64, 1000, 4096, 1 << 20, 2 << 20, (2 << 20) + 5] {
+            for n in 2..=9 {
+                let cap = direct_cap_lines(limit, n);
+                assert_eq!(cap % 8, 0, "limit {limit}, {n} ranks");
+                let largest = limit / (n - 1);
+                for bytes in [1, largest / 2, largest].into_iter().filter(|&b| b > 0) {
+                    assert!(bytes.div_ceil(LL_LINE_DATA) * LL_LINE_BYTES <= cap * LL_LINE_BYTES, "LL: {bytes} B, limit {limit}, {n} ranks");
+                    assert!(ll128::message_bytes(bytes) <= cap * LL_LINE_BYTES, "LL128: {bytes} B, limit {limit}, {n} ranks");
+                }
+            }
+        }
     }
 }

@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
 use oxccl_kernels::cuda::{Specialization, DIRECT, DIVIDE, P2P, RUN, THREADS, WAIT_HOST};
-use oxccl_kernels::device::{launch as launch_bits, DevArgs, DevDirect, DevWatch, LL_LINE_DATA};
+use oxccl_kernels::device::{launch as launch_bits, ll128, DevArgs, DevDirect, DevWatch, LL_LINE_BYTES, LL_LINE_DATA};
 
 use super::driver::{self, Device, DeviceMemory, Module};
 use super::{CUstream, Inner, Loaded, Plan, DONE_WORD, REACHED_WORD};
@@ -61,8 +61,9 @@ impl Inner {
         let d = self.direct.get().ok_or_else(|| Error::Internal("no direct inboxes".into()))?;
         // A row holds OXCCL_GPU_DIRECT_BYTES / (nranks - 1), rounded up to lines: the route
         // sends nothing larger (route.rs), and a row overrun would write a peer's next row.
-        if bytes.div_ceil(LL_LINE_DATA) > d.cap_lines as usize {
-            return Err(Error::Internal(format!("a one-hop call of {bytes} bytes a rank is more than an inbox row holds ({} lines)", d.cap_lines)));
+        let row = if d.ll128 { ll128::message_bytes(bytes) } else { bytes.div_ceil(LL_LINE_DATA) * LL_LINE_BYTES };
+        if row > d.cap_lines as usize * LL_LINE_BYTES {
+            return Err(Error::Internal(format!("a one-hop call of {bytes} bytes a rank is more than an inbox row holds ({} bytes)", d.cap_lines as usize * LL_LINE_BYTES)));
         }
         let (launch, epoch) = d.next_launch();
         let mut args = DevDirect {
@@ -82,9 +83,11 @@ impl Inner {
             root: root as u32,
             mode,
             scaled: scale.is_some() as u32,
-            _pad: 0,
+            ll128: d.ll128 as u32,
         };
-        let blocks = bytes.div_ceil(LL_LINE_DATA).div_ceil(THREADS as usize).clamp(1, self.max_channels) as u32;
+        // A thread a line over LL; over LL128 eight a line of 15 words (ll128::LINE_DATA).
+        let threads = if d.ll128 { bytes.div_ceil(ll128::LINE_DATA) * ll128::LINE_THREADS } else { bytes.div_ceil(LL_LINE_DATA) };
+        let blocks = threads.div_ceil(THREADS as usize).clamp(1, self.max_channels) as u32;
         // SAFETY: the direct kernel takes one OxDirect; the inboxes live as long as the
         // communicator, the buffers and stream are the caller's contract.
         unsafe { loaded.direct.launch(blocks, THREADS, stream, &mut [(&mut args as *mut DevDirect).cast::<c_void>()]) }

@@ -253,11 +253,15 @@ struct Direct {
     inbox: u64,
     /// Every rank's inbox address, as this GPU reaches it (device memory).
     table: u64,
+    /// 16-byte lines a (half, sender) row holds: a multiple of 8, so that every row starts
+    /// on a 128-byte line and holds as many LL128 lines as its data needs.
     cap_lines: u32,
     ack_offset: u64,
     /// Launches so far (the same on every rank: all call the same collectives in the same
     /// order).
     launches: AtomicU64,
+    /// OXCCL_GPU_DIRECT_LL128: LL128 lines instead of LL's.
+    ll128: bool,
 }
 
 impl Direct {

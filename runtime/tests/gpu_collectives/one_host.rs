@@ -1,4 +1,4 @@
-//! Ranks as threads on the GPUs of this machine: the matrix, five ranks on two GPUs, every route bit for bit against the CPU, LL between GPUs, a tuner plugin's choices, the kernel timeline and the largest messages.
+//! Ranks as threads on the GPUs of this machine: the matrix, five ranks on two GPUs, every route bit for bit against the CPU, LL between GPUs, the one-hop kernel over LL128, a tuner plugin's choices, the kernel timeline and the largest messages.
 
 use super::*;
 
@@ -80,6 +80,26 @@ fn a_tuner_plugin_chooses_the_kernels_on_one_host() {
         other => panic!("broadcast of 16 MiB: {other:?}"),
     }
     run_matrix(comms, &devices, cases, Inputs::Exact, "threads, a tuner plugin");
+}
+
+/// The one-hop kernel over LL128 lines (OXCCL_GPU_DIRECT_LL128=1: 128-byte lines of 15
+/// data words and a flag, stored by 8 threads at once): the random-input matrix on 2, 3
+/// and 4 ranks (and one per GPU), every call bit for bit what the CPU computes (the
+/// one-hop calls fold in rank order, as over LL), then the exact matrix on 5 ranks sharing
+/// two GPUs.
+#[test]
+fn the_one_hop_kernel_over_ll128_matches_the_cpu_bit_for_bit() {
+    let Some(g) = gpus() else { return };
+    warm_kernel_cache();
+    let ll128 = config_with(&[("OXCCL_GPU_DIRECT_LL128", "1")]);
+    let mut ranks = vec![2, 3, 4];
+    if g > 4 {
+        ranks.push(g);
+    }
+    for n in ranks {
+        threads_with(n, g, random_cases, Inputs::Random, &ll128);
+    }
+    threads_with(5, g.min(2), cases, Inputs::Exact, &ll128);
 }
 
 /// Between the GPUs of a host over LL: with the direct kernel off and OXCCL_GPU_LL_BYTES
