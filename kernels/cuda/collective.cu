@@ -580,17 +580,6 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
   if (stamps) stamps[1] = ox_now();
 }
 
-// ---- The direct kernel: a small collective in one hop, over the LL protocol ----
-//
-// Every rank writes its data straight into the receivers' inboxes (OxDirect), 8 bytes of
-// data and the launch's flag twice in one 16-byte volatile store, so a line's data and its
-// readiness arrive together; receivers spin on their own inbox lines until the flags match,
-// then reduce or copy. No handshake, no barrier: one NVLink hop where a ring takes 2(n-1).
-// Each thread owns lines l = its index + k * grid: the same lines in both phases, so a
-// rank's own input line is read before its output line is written (in place is safe).
-// Reductions combine the n contributions in rank order on every rank, so all ranks get
-// bit-identical results.
-
 // ---- LL128 lines for the direct kernel (OXCCL_GPU_DIRECT_LL128) ----
 //
 // A line is 128 bytes: OX_LL128_WORDS data words of 8 bytes, then the flag word (the
@@ -741,6 +730,18 @@ __device__ int ox_direct_ll128(const OxDirect& a, u32* at) {
   }
   return 0;
 }
+
+// ---- The direct kernel: a small collective in one hop, over the LL protocol ----
+//
+// Every rank writes its data straight into the receivers' inboxes (OxDirect), 8 bytes of
+// data and the launch's flag twice in one 16-byte volatile store, so a line's data and its
+// readiness arrive together; receivers spin on their own inbox lines until the flags match,
+// then reduce or copy. No handshake, no barrier: one NVLink hop where a ring takes 2(n-1).
+// Each thread owns lines l = its index + k * grid: the same lines in both phases, so a
+// rank's own input line is read before its output line is written (in place is safe).
+// Reductions combine the n contributions in rank order on every rank, so all ranks get
+// bit-identical results. With OxDirect::ll128 the lines are LL128's (ox_direct_ll128,
+// above), each thread's words again the same in both phases.
 
 extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirect a) {
   const u64 lines = (a.bytes + 7) / 8;
