@@ -49,8 +49,10 @@ __device__ __forceinline__ u64 ox_now() {
 
 // Spins until ready() holds: 0, or OX_ABORTED (the abort flag raised), OX_TIMED_OUT, or
 // OX_PEER_LEFT (`peer` left the communicator and what was waited for never came). Every
-// wait of the kernels goes through here.
-template <typename Ready>
+// wait of the kernels goes through here. With Warp, every thread of a warp spins together
+// (ready() may vote across the warp): lane 0's reading of the flags and clock decides for
+// all, so that the warp leaves the loop as one.
+template <bool Warp = false, typename Ready>
 __device__ __forceinline__ int ox_spin(Ready ready, const OxWatch& w, u32 peer) {
   if (ready()) return 0;
   const u64 start = ox_now();
@@ -58,11 +60,19 @@ __device__ __forceinline__ int ox_spin(Ready ready, const OxWatch& w, u32 peer) 
   u32 spins = 0;
   while (!ready()) {
     if (++spins % 512 == 0) {
-      if (*w.abort) return OX_ABORTED;
-      const u64 now = ox_now();
-      if (now - start > w.timeout_ns) return OX_TIMED_OUT;
-      if (!gone_at && w.gone[peer]) gone_at = now;
-      if (gone_at && now - gone_at > OX_GONE_GRACE_NS) return ready() ? 0 : OX_PEER_LEFT;
+      int why = 0;
+      if (!Warp || (threadIdx.x & 31) == 0) {
+        const u64 now = ox_now();
+        if (*w.abort) why = OX_ABORTED;
+        else if (now - start > w.timeout_ns) why = OX_TIMED_OUT;
+        else {
+          if (!gone_at && w.gone[peer]) gone_at = now;
+          if (gone_at && now - gone_at > OX_GONE_GRACE_NS) why = OX_PEER_LEFT;
+        }
+      }
+      if (Warp) why = __shfl_sync(0xffffffffu, why, 0);
+      if (why == OX_PEER_LEFT) return ready() ? 0 : OX_PEER_LEFT;
+      if (why) return why;
     }
   }
   return 0;
@@ -580,6 +590,44 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
   if (stamps) stamps[1] = ox_now();
 }
 
+// What a direct launch's mode asks of this rank, for ox_direct and ox_direct_ll128 alike:
+// whom it sends to, whom it hears from, what it sends and where what it hears goes. It
+// copies the few arguments it needs (no reference to the kernel's parameters, whose
+// address would move them to local memory).
+struct OxDirectRoles {
+  const char* send;
+  char* recv;
+  u64 bytes;
+  u32 rank, root, mode;
+  bool blocks;              // reduce_scatter: block d of the input goes to d
+  bool only_root_sends;     // broadcast
+  bool only_root_receives;  // reduce
+  bool reduce;              // contributions are folded in rank order, not gathered
+  __device__ explicit OxDirectRoles(const OxDirect& a)
+      : send(a.send),
+        recv(a.recv),
+        bytes(a.bytes),
+        rank(a.rank),
+        root(a.root),
+        mode(a.mode),
+        blocks(a.mode == OX_DIRECT_REDUCE_SCATTER),
+        only_root_sends(a.mode == OX_DIRECT_BROADCAST),
+        only_root_receives(a.mode == OX_DIRECT_REDUCE),
+        reduce(a.mode == OX_DIRECT_ALL_REDUCE || a.mode == OX_DIRECT_REDUCE || a.mode == OX_DIRECT_REDUCE_SCATTER) {}
+  __device__ bool sends_to(u32 d) const { return d != rank && (!only_root_sends || rank == root) && (!only_root_receives || d == root); }
+  __device__ bool receives() const { return !only_root_receives || rank == root; }
+  __device__ bool hears(u32 p) const { return !only_root_sends || p == root; }
+  // What goes to d; src(rank) is this rank's own contribution.
+  __device__ const char* src(u32 d) const { return send + (blocks ? (u64)d * bytes : 0); }
+  // Where what p sent goes when gathered (block p) or broadcast.
+  __device__ char* out(u32 p) const { return recv + (mode == OX_DIRECT_ALL_GATHER ? (u64)p * bytes : 0); }
+};
+
+// This launch's half of every inbox (rows half + sender), and acks[p], the last launch
+// rank p is known to have finished.
+__device__ __forceinline__ u64 ox_direct_half(const OxDirect& a) { return (a.launch & 1) * a.nranks; }
+__device__ __forceinline__ volatile u64* ox_direct_acks(const OxDirect& a) { return (volatile u64*)(a.inbox + a.ack_offset); }
+
 // ---- LL128 lines for the direct kernel (OXCCL_GPU_DIRECT_LL128) ----
 //
 // A line is 128 bytes: OX_LL128_WORDS data words of 8 bytes, then the flag word (the
@@ -601,44 +649,21 @@ __device__ __forceinline__ int ox_warp_why(int why) {
 // flag word, which the thread with `flag_thread` holds; `active`: the thread's line is one
 // of the message's (an inactive thread loads a valid address all the same, so that the
 // warp's load stays one instruction, and its part is not checked). 0 and the part in
-// *out, or why not (as ox_spin, decided by lane 0 for the warp). Every thread of the
-// warp calls it.
+// *out, or why not (ox_spin for the warp). Every thread of the warp calls it.
 __device__ int ox_ll128_wait(const char* p, bool active, bool flag_thread, u32 flag, const OxWatch& w, u32 peer, uint4* out) {
-  const u32 all = 0xffffffffu;
-  __syncwarp();
-  uint4 v = ox_ll_load(p);
-  if (!__any_sync(all, active && flag_thread && (v.z != flag || v.w != flag))) {
-    *out = v;
-    return 0;
-  }
-  const u64 start = ox_now();
-  u64 gone_at = 0;
-  for (u32 spins = 1;; ++spins) {
+  uint4 v;
+  const int why = ox_spin<true>([&] {
     __syncwarp();
     v = ox_ll_load(p);
-    if (!__any_sync(all, active && flag_thread && (v.z != flag || v.w != flag))) break;
-    if (spins % 512 == 0) {
-      int why = 0;
-      if ((threadIdx.x & 31) == 0) {
-        const u64 now = ox_now();
-        if (*w.abort) why = OX_ABORTED;
-        else if (now - start > w.timeout_ns) why = OX_TIMED_OUT;
-        else {
-          if (!gone_at && w.gone[peer]) gone_at = now;
-          if (gone_at && now - gone_at > OX_GONE_GRACE_NS) why = OX_PEER_LEFT;
-        }
-      }
-      why = __shfl_sync(all, why, 0);
-      if (why) return why;
-    }
-  }
+    return !__any_sync(0xffffffffu, active && flag_thread && (v.z != flag || v.w != flag));
+  }, w, peer);
   *out = v;
-  return 0;
+  return why;
 }
 
 // The direct kernel's sends and receives over LL128 lines (ox_direct's, line for line):
 // 0, or why a wait stopped, the peer in *at.
-__device__ int ox_direct_ll128(const OxDirect& a, u32* at) {
+__device__ __forceinline__ int ox_direct_ll128(const OxDirect& a, u32* at) {
   const u64 words = (a.bytes + 7) / 8;
   const u64 lines = (words + OX_LL128_WORDS - 1) / OX_LL128_WORDS;
   const u32 t = threadIdx.x & 7;
@@ -648,54 +673,46 @@ __device__ int ox_direct_ll128(const OxDirect& a, u32* at) {
   const u64 warps = ((u64)gridDim.x * blockDim.x) >> 5;
   const u64 mine = (threadIdx.x & 31) >> 3;
   const u32 flag = a.epoch;
-  const u64 half = (a.launch & 1) * a.nranks;
-  const bool blocks = a.mode == OX_DIRECT_REDUCE_SCATTER;
-  const bool only_root_sends = a.mode == OX_DIRECT_BROADCAST;
-  const bool only_root_receives = a.mode == OX_DIRECT_REDUCE;
-  const bool reduce = a.mode == OX_DIRECT_ALL_REDUCE || a.mode == OX_DIRECT_REDUCE || blocks;
-  const char* own = a.send + (blocks ? (u64)a.rank * a.bytes : 0);
-  volatile u64* acks = (volatile u64*)(a.inbox + a.ack_offset);
+  const OxDirectRoles r(a);
   const u64 row = (u64)a.cap_lines * 16;
   int why = 0;
 
-  if (!only_root_sends || a.rank == a.root) {
-    for (u32 d = 0; d < a.nranks && !why; ++d) {
-      if (d == a.rank || (only_root_receives && d != a.root)) continue;
-      *at = d;
-      const char* src = a.send + (blocks ? (u64)d * a.bytes : 0);
-      char* dst = a.peers[d] + (half + a.rank) * row;
-      // d's half is free once d finished the launch two before (the last to use it).
-      if (a.launch > 2 && warp * 4 < lines) why = ox_warp_why(ox_wait_for(acks + d, a.launch - 2, a.watch, d));
-      for (u64 base = warp * 4; base < lines && !why; base += warps * 4) {
-        const u64 l = base + mine;
-        const u64 w0 = l * OX_LL128_WORDS + 2 * t;
-        uint2 x = make_uint2(0, 0), y = make_uint2(flag, flag);
-        if (l < lines) {
-          x = ox_line_get(src, w0, a.bytes);
-          if (!flag_thread) y = ox_line_get(src, w0 + 1, a.bytes);
-          if (a.scaled) {
-            x = ox_scale_vec(x, a.scale);
-            if (!flag_thread) y = ox_scale_vec(y, a.scale);
-          }
+  for (u32 d = 0; d < a.nranks && !why; ++d) {
+    if (!r.sends_to(d)) continue;
+    *at = d;
+    const char* src = r.src(d);
+    char* dst = a.peers[d] + (ox_direct_half(a) + a.rank) * row;
+    // d's half is free once d finished the launch two before (the last to use it).
+    if (a.launch > 2 && warp * 4 < lines) why = ox_warp_why(ox_wait_for(ox_direct_acks(a) + d, a.launch - 2, a.watch, d));
+    for (u64 base = warp * 4; base < lines && !why; base += warps * 4) {
+      const u64 l = base + mine;
+      const u64 w0 = l * OX_LL128_WORDS + 2 * t;
+      uint2 x = make_uint2(0, 0), y = make_uint2(flag, flag);
+      if (l < lines) {
+        x = ox_line_get(src, w0, a.bytes);
+        if (!flag_thread) y = ox_line_get(src, w0 + 1, a.bytes);
+        if (a.scaled) {
+          x = ox_scale_vec(x, a.scale);
+          if (!flag_thread) y = ox_scale_vec(y, a.scale);
         }
-        __syncwarp();
-        if (l < lines) asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst + l * 128 + t * 16), "r"(x.x), "r"(x.y), "r"(y.x), "r"(y.y) : "memory");
       }
+      __syncwarp();
+      if (l < lines) asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst + l * 128 + t * 16), "r"(x.x), "r"(x.y), "r"(y.x), "r"(y.y) : "memory");
     }
   }
   if (why) return why;
 
-  const bool receives = !only_root_receives || a.rank == a.root;
-  for (u64 base = warp * 4; receives && base < lines; base += warps * 4) {
+  const char* own = r.src(a.rank);
+  for (u64 base = warp * 4; r.receives() && base < lines; base += warps * 4) {
     const u64 l = base + mine;
     const bool active = l < lines;
     const u64 w0 = l * OX_LL128_WORDS + 2 * t;
     uint2 acc0 = make_uint2(0, 0), acc1 = make_uint2(0, 0);
     for (u32 p = 0; p < a.nranks; ++p) {
-      if (only_root_sends && p != a.root) continue;
+      if (!r.hears(p)) continue;
       uint2 v0, v1 = make_uint2(0, 0);
       if (p == a.rank) {
-        if (only_root_sends && a.send == a.recv) break;  // broadcast in place: nothing to do
+        if (r.only_root_sends && a.send == a.recv) break;  // broadcast in place: nothing to do
         v0 = active ? ox_line_get(own, w0, a.bytes) : make_uint2(0, 0);
         if (active && !flag_thread) v1 = ox_line_get(own, w0 + 1, a.bytes);
         if (a.scaled) {
@@ -704,7 +721,7 @@ __device__ int ox_direct_ll128(const OxDirect& a, u32* at) {
         }
       } else {
         uint4 v;
-        const char* line = a.inbox + (half + p) * row + (active ? l : 0) * 128 + t * 16;
+        const char* line = a.inbox + (ox_direct_half(a) + p) * row + (active ? l : 0) * 128 + t * 16;
         why = ox_ll128_wait(line, active, flag_thread, flag, a.watch, p, &v);
         if (why) {
           *at = p;
@@ -713,17 +730,15 @@ __device__ int ox_direct_ll128(const OxDirect& a, u32* at) {
         v0 = make_uint2(v.x, v.y);
         if (!flag_thread) v1 = make_uint2(v.z, v.w);
       }
-      if (reduce) {
+      if (r.reduce) {
         acc0 = p == 0 ? v0 : ox_combine_vec(acc0, v0);
         acc1 = p == 0 ? v1 : ox_combine_vec(acc1, v1);
       } else if (active) {
-        // Gather: block p goes to p; broadcast: the root's data to the output.
-        char* out = a.recv + (a.mode == OX_DIRECT_ALL_GATHER ? (u64)p * a.bytes : 0);
-        ox_line_put(out, w0, a.bytes, v0);
-        if (!flag_thread) ox_line_put(out, w0 + 1, a.bytes, v1);
+        ox_line_put(r.out(p), w0, a.bytes, v0);
+        if (!flag_thread) ox_line_put(r.out(p), w0 + 1, a.bytes, v1);
       }
     }
-    if (reduce && active) {
+    if (r.reduce && active) {
       ox_line_put(a.recv, w0, a.bytes, acc0);
       if (!flag_thread) ox_line_put(a.recv, w0 + 1, a.bytes, acc1);
     }
@@ -748,16 +763,8 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirec
   const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
   const u64 stride = (u64)gridDim.x * blockDim.x;
   const u32 flag = a.epoch;
-  // This launch's half of every inbox: row (half * nranks + sender).
-  const u64 half = (a.launch & 1) * a.nranks;
-  const bool blocks = a.mode == OX_DIRECT_REDUCE_SCATTER;
-  const bool only_root_sends = a.mode == OX_DIRECT_BROADCAST;
-  const bool only_root_receives = a.mode == OX_DIRECT_REDUCE;
-  const bool reduce = a.mode == OX_DIRECT_ALL_REDUCE || a.mode == OX_DIRECT_REDUCE || blocks;
-  // A rank's own contribution, read where it lies (block `rank` when scattering).
-  const char* own = a.send + (blocks ? (u64)a.rank * a.bytes : 0);
-  // acks[p]: the last launch rank p is known to have finished.
-  volatile u64* acks = (volatile u64*)(a.inbox + a.ack_offset);
+  const OxDirectRoles r(a);
+  const u64 half = ox_direct_half(a);
   int why = 0;
   u32 at = 0;
 
@@ -772,34 +779,34 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirec
     return;
   }
 
-  if (!only_root_sends || a.rank == a.root) {
-    for (u32 d = 0; d < a.nranks && !why; ++d) {
-      if (d == a.rank || (only_root_receives && d != a.root)) continue;
-      at = d;
-      const char* src = a.send + (blocks ? (u64)d * a.bytes : 0);
-      char* dst = a.peers[d] + (half + a.rank) * a.cap_lines * 16;
-      u64 l = first;
-      // The first line's load is issued before the acknowledgement is checked: both wait
-      // for memory at once.
-      uint2 v = l < lines ? ox_line_get(src, l, a.bytes) : make_uint2(0, 0);
-      // d's half is free once d finished the launch two before (the last to use it).
-      if (a.launch > 2 && l < lines) why = ox_wait_for(acks + d, a.launch - 2, a.watch, d);
-      for (; l < lines && !why; l += stride) {
-        if (l != first) v = ox_line_get(src, l, a.bytes);
-        if (a.scaled) v = ox_scale_vec(v, a.scale);
-        ox_ll_store(dst + l * 16, v, flag);
-      }
+  for (u32 d = 0; d < a.nranks && !why; ++d) {
+    if (!r.sends_to(d)) continue;
+    at = d;
+    const char* src = r.src(d);
+    char* dst = a.peers[d] + (half + a.rank) * a.cap_lines * 16;
+    u64 l = first;
+    // The first line's load is issued before the acknowledgement is checked: both wait
+    // for memory at once.
+    uint2 v = l < lines ? ox_line_get(src, l, a.bytes) : make_uint2(0, 0);
+    // d's half is free once d finished the launch two before (the last to use it).
+    if (a.launch > 2 && l < lines) why = ox_wait_for(ox_direct_acks(a) + d, a.launch - 2, a.watch, d);
+    for (; l < lines && !why; l += stride) {
+      if (l != first) v = ox_line_get(src, l, a.bytes);
+      if (a.scaled) v = ox_scale_vec(v, a.scale);
+      ox_ll_store(dst + l * 16, v, flag);
     }
   }
 
-  const bool receives = !why && (!only_root_receives || a.rank == a.root);
+  // A rank's own contribution, read where it lies (block `rank` when scattering).
+  const char* own = r.src(a.rank);
+  const bool receives = !why && r.receives();
   for (u64 l = first; receives && l < lines && !why; l += stride) {
     uint2 acc = make_uint2(0, 0);
     for (u32 p = 0; p < a.nranks; ++p) {
-      if (only_root_sends && p != a.root) continue;
+      if (!r.hears(p)) continue;
       uint2 v;
       if (p == a.rank) {
-        if (only_root_sends && a.send == a.recv) break;  // broadcast in place: nothing to do
+        if (r.only_root_sends && a.send == a.recv) break;  // broadcast in place: nothing to do
         v = ox_line_get(own, l, a.bytes);
         if (a.scaled) v = ox_scale_vec(v, a.scale);
       } else {
@@ -809,14 +816,13 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirec
           break;
         }
       }
-      if (reduce) {
+      if (r.reduce) {
         acc = p == 0 ? v : ox_combine_vec(acc, v);
       } else {
-        // Gather: block p goes to p; broadcast: the root's data to the output.
-        ox_line_put(a.recv + (a.mode == OX_DIRECT_ALL_GATHER ? (u64)p * a.bytes : 0), l, a.bytes, v);
+        ox_line_put(r.out(p), l, a.bytes, v);
       }
     }
-    if (reduce && !why) ox_line_put(a.recv, l, a.bytes, acc);
+    if (r.reduce && !why) ox_line_put(a.recv, l, a.bytes, acc);
   }
 
   if (why) ox_fail(a.watch, why, OX_KERNEL_DIRECT, blockIdx.x, at, at);
