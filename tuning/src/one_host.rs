@@ -33,14 +33,10 @@ const BANDWIDTH_LL: f64 = 125e9;
 impl OneHostModel {
     /// The pairs GPU kernels run on one host: the ring, the direct exchange and, for
     /// all_reduce, recursive doubling, over Simple or LL. Of these a plugin sees the ring's
-    /// (NCCL's rows); the others are rows 8 and 9 of the table, there for NCCL_ALGO.
+    /// (NCCL's rows); the others are rows 8 and 9 of the table, there for NCCL_ALGO. That is
+    /// what the network kernels run but the tree, which spans hosts.
     pub fn runs(collective: Collective, algorithm: Algorithm, protocol: Protocol) -> bool {
-        matches!(protocol, Protocol::Simple | Protocol::Ll)
-            && match algorithm {
-                Algorithm::Ring | Algorithm::Direct => true,
-                Algorithm::Doubling => collective == Collective::AllReduce,
-                _ => false,
-            }
+        algorithm != Algorithm::Tree && crate::net_kernels::NetKernelModel::runs(collective, algorithm, protocol)
     }
 
     /// Estimated seconds of `algorithm` over `protocol` for `collective` on NCCL's `bytes`

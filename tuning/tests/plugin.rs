@@ -105,25 +105,32 @@ fn v5_and_v6_edit_the_models_constants_and_are_finalized() {
     unsafe { std::env::remove_var("TUNER_TEST_LOG") };
 }
 
+/// The rules plugin (ABI v5) with `rules` in its file (`name`.conf), its `init` run for 4
+/// ranks on one host; the caller holds ENV (the plugin reads NCCL_TUNER_CONFIG_FILE there).
+fn rules_for_four_ranks(name: &str, rules: &str) -> Option<Box<dyn TunerPlugin>> {
+    let file = rules_file(name, rules);
+    // SAFETY: (test) the environment is guarded by ENV: no other thread reads or writes it meanwhile.
+    unsafe { std::env::set_var("NCCL_TUNER_CONFIG_FILE", &file) };
+    let info = InitInfo { nranks: 4, nnodes: 1, ..INFO };
+    let plugin = plugin::load(Some(rules_plugin(5, &[]).to_str().unwrap()), &info, &mut Constants::default()).unwrap();
+    assert!(plugin.is_some(), "the rules plugin loads");
+    plugin
+}
+
 #[test]
 fn the_host_path_takes_the_plugins_choice_where_it_can_run() {
     let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
-    let rules = rules_file("host", "allreduce,0,1099511627776,tree,simple,-1,-1\nbroadcast,0,1099511627776,tree,ll,-1,-1\n");
-    // SAFETY: (test) the environment is guarded by ENV: no other thread reads or writes it meanwhile.
-    unsafe { std::env::set_var("NCCL_TUNER_CONFIG_FILE", &rules) };
-    let mut constants = Constants::default();
-    let info = InitInfo { nranks: 4, nnodes: 1, ..INFO };
-    let plugin = plugin::load(Some(rules_plugin(5, &[]).to_str().unwrap()), &info, &mut constants).unwrap();
+    let rules = "allreduce,0,1099511627776,tree,simple,-1,-1\nbroadcast,0,1099511627776,tree,ll,-1,-1\n";
     let host = HostModel { nranks: 4, net: false, oversubscribed: false, per_host: 1 };
     let plain = Tuner::new(Selection::default(), Model::Host(host), HostModel::runs, None);
-    let tuned = Tuner::new(Selection::default(), Model::Host(host), HostModel::runs, plugin);
+    let tuned = Tuner::new(Selection::default(), Model::Host(host), HostModel::runs, rules_for_four_ranks("host", rules));
     let big = Request::new(Collective::AllReduce, 64 << 20);
     assert_eq!(plain.choose(&big).unwrap().algorithm, Algorithm::Ring);
     assert_eq!(tuned.choose(&big).unwrap().algorithm, Algorithm::Tree);
     // Tree/LL cannot run on the host: its entry is -1, the plugin leaves it, the model's Ring stays.
     assert_eq!(tuned.choose(&Request::new(Collective::Broadcast, 64)).unwrap().algorithm, Algorithm::Ring);
     // NCCL_ALGO still rules over what the plugin sees: excluded entries are -1 to it.
-    let forced = Tuner::new(Selection::parse(Some("allreduce:ring"), None).unwrap(), Model::Host(host), HostModel::runs, plugin::load(Some(rules_plugin(5, &[]).to_str().unwrap()), &info, &mut constants).unwrap());
+    let forced = Tuner::new(Selection::parse(Some("allreduce:ring"), None).unwrap(), Model::Host(host), HostModel::runs, rules_for_four_ranks("host", rules));
     assert_eq!(forced.choose(&big).unwrap().algorithm, Algorithm::Ring);
 }
 
@@ -135,14 +142,9 @@ fn the_host_path_takes_the_plugins_choice_where_it_can_run() {
 #[test]
 fn on_one_host_a_plugin_chooses_where_it_edits_the_table() {
     let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
-    let rules = rules_file("one-host", "allreduce,0,1099511627776,ring,simple,4,-1\nbroadcast,0,1099511627776,tree,simple,2,-1\n");
-    // SAFETY: (test) the environment is guarded by ENV: no other thread reads or writes it meanwhile.
-    unsafe { std::env::set_var("NCCL_TUNER_CONFIG_FILE", &rules) };
-    let mut constants = Constants::default();
-    let info = InitInfo { nranks: 4, nnodes: 1, ..INFO };
     let model = Model::OneHost(OneHostModel { nranks: 4 });
     let plain = Tuner::new(Selection::default(), model.clone(), OneHostModel::runs, None);
-    let tuned = Tuner::new(Selection::default(), model, OneHostModel::runs, plugin::load(Some(rules_plugin(5, &[]).to_str().unwrap()), &info, &mut constants).unwrap());
+    let tuned = Tuner::new(Selection::default(), model, OneHostModel::runs, rules_for_four_ranks("one-host", "allreduce,0,1099511627776,ring,simple,4,-1\nbroadcast,0,1099511627776,tree,simple,2,-1\n"));
     let small = Request::new(Collective::AllReduce, 64 << 10);
     let untouched = plain.choose(&small).unwrap();
     assert!(!untouched.table_edited);

@@ -42,7 +42,7 @@ impl GpuBackend {
         let arch = oxccl_kernels::cuda::arch_name(major, minor).map_err(|e| Error::from_kernels(format!("compute capability {major}.{minor}"), e))?;
         let toolchain = Toolchain::find().map_err(|e| Error::from_kernels("finding NVRTC and the CUDA headers", e))?;
         let config = &core.config;
-        let slot_bytes = config.gpu_slot_bytes.next_multiple_of(128);
+        let slot_bytes = super::slot_bytes(config);
         // Ranks sharing this GPU run their kernels side by side, and a kernel whose blocks
         // wait for a peer's kernel needs all of both resident: each rank gets at most its
         // share of the multiprocessors, one 512-thread block each (4 ranks on one H200
@@ -53,15 +53,7 @@ impl GpuBackend {
         }
         let across_hosts = core.same_host.iter().any(|&same| !same);
         let net_kernels = across_hosts && config.gpu_across_hosts == AcrossHosts::Kernels;
-        // NCCL_MAX_NCHANNELS past NCCL's 64 is taken up to the multiprocessors: more blocks
-        // issue more of the stores to the peers at the largest sizes (docs/PERFORMANCE.md,
-        // the NVLink ceiling), at the cost of FIFOs for every channel.
-        let mut mine = config.max_channels.max(1).min((device.multiprocessors()? / sharing).max(1));
-        if net_kernels {
-            // Each channel has network connections of its own: a few carry what the Net
-            // can (docs/PERFORMANCE.md).
-            mine = mine.min(config.gpu_net_channels);
-        }
+        let mine = super::most_channels(config, net_kernels, device.multiprocessors()? / sharing);
         let max_channels = agree_on_max_channels(&core, mine)?;
         let min_channels = config.min_channels.clamp(1, max_channels);
         let selection = oxccl_tuning::Selection::parse(config.algo.as_deref(), config.proto.as_deref()).map_err(|e| Error::invalid(e.to_string()))?;

@@ -97,6 +97,22 @@ fn channel_count(bytes: usize, min: usize, max: usize, spread: Option<(usize, us
     spread.map_or(base, |(per, cap)| base.max(bytes.div_ceil(per).min(cap)).min(max))
 }
 
+/// The most channels this rank offers the others (init agrees on the least offered):
+/// NCCL_MAX_NCHANNELS, past NCCL's 64 too, up to the `multiprocessors` this rank gets (a
+/// block each; more blocks issue more of the stores to the peers at the largest sizes,
+/// docs/PERFORMANCE.md, the NVLink ceiling, at the cost of FIFOs for every channel); with
+/// the network kernels at most OXCCL_GPU_NET_CHANNELS, each channel having network
+/// connections of its own, of which a few carry what the Net can.
+fn most_channels(config: &crate::bootstrap::Config, net_kernels: bool, multiprocessors: usize) -> usize {
+    let most = config.max_channels.max(1).min(multiprocessors.max(1));
+    if net_kernels { most.min(config.gpu_net_channels) } else { most }
+}
+
+/// Bytes of a FIFO slot: OXCCL_GPU_SLOT_BYTES in whole 128-byte lines.
+fn slot_bytes(config: &crate::bootstrap::Config) -> usize {
+    config.gpu_slot_bytes.next_multiple_of(128)
+}
+
 /// Channels of the direct exchange with each of `nranks - 1` peers out of `max`: as many
 /// FIFOs in all as the ring's.
 fn direct_channels(max: usize, nranks: usize) -> usize {

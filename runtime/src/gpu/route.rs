@@ -5,7 +5,7 @@
 
 use oxccl_kernels::device::{direct, ll};
 
-use super::{channel_count, direct_channels, GpuBackend, Protocols, LL_BYTES_PER_CHANNEL, LL_SPREAD_CHANNELS};
+use super::{channel_count, direct_channels, most_channels, slot_bytes, GpuBackend, Protocols, LL_BYTES_PER_CHANNEL, LL_SPREAD_CHANNELS};
 use crate::algo::{Algorithm, Collective, Shape, CHANNEL_GRANULE};
 use crate::bootstrap::Config;
 use crate::error::{Error, Result};
@@ -78,10 +78,7 @@ impl KernelRoutes {
     /// tuner plugin `plugin` if any (init loads NCCL_TUNER_PLUGIN's).
     pub fn new(config: &Config, nranks: usize, per_host: usize, across_hosts: bool, plugin: Option<Box<dyn oxccl_tuning::TunerPlugin>>) -> Result<KernelRoutes> {
         let selection = oxccl_tuning::Selection::parse(config.algo.as_deref(), config.proto.as_deref()).map_err(|e| Error::invalid(e.to_string()))?;
-        let mut max_channels = config.max_channels.max(1);
-        if across_hosts {
-            max_channels = max_channels.min(config.gpu_net_channels);
-        }
+        let max_channels = most_channels(config, across_hosts, usize::MAX);
         let protocols = Protocols::new(&selection);
         let tuner = kernel_tuner(selection, nranks, per_host, across_hosts, max_channels, plugin);
         Ok(KernelRoutes { nranks, across_hosts, per_host, max_channels, config: config.clone(), protocols, tuner })
@@ -99,7 +96,7 @@ impl KernelRoutes {
             p2p_ll_limit: if one_host && n > 1 { self.config.p2p_ll_bytes } else { 0 },
             min_channels: self.config.min_channels.clamp(1, self.max_channels),
             max_channels: self.max_channels,
-            slot_bytes: self.config.gpu_slot_bytes.next_multiple_of(128),
+            slot_bytes: slot_bytes(&self.config),
             config: &self.config,
             protocols: &self.protocols,
             tuner: &self.tuner,

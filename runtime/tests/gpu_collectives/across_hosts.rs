@@ -74,10 +74,7 @@ fn a_tuner_plugin_chooses_the_network_kernels() {
     let devices = [0, 1 % g];
     let comms = init_on_separate_hosts(&devices, &tuner.config());
     for count in [2, 1 << 20] {
-        match comms[0].route(Collective::AllReduce, count, DataType::Float32, 0).unwrap() {
-            Route::Schedule { shape, algorithm: Algorithm::Ring, ll: true } => assert_eq!(shape.channels, 2, "{count} floats: the rule's channels"),
-            other => panic!("all_reduce of {count} floats under the rule ring/ll: {other:?}"),
-        }
+        assert_eq!(schedule_of(&comms[0], Collective::AllReduce, count), (Algorithm::Ring, true, 2), "all_reduce of {count} floats under the rule ring/ll on 2 channels");
     }
     run_matrix(comms, &devices, cases, Inputs::Exact, "threads, separate hosts, a tuner plugin");
 }

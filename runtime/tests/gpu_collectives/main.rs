@@ -222,6 +222,15 @@ mod faults;
 mod p2p;
 mod plans;
 
+/// The route `comm` takes for a float `collective` of `count` elements, as a schedule's
+/// (algorithm, over LL, channels); a test failure where it is not a schedule.
+fn schedule_of(comm: &Communicator, collective: Collective, count: usize) -> (Algorithm, bool, usize) {
+    match comm.route(collective, count, DataType::Float32, 0).unwrap() {
+        Route::Schedule { shape, algorithm, ll } => (algorithm, ll, shape.channels),
+        other => panic!("{collective:?} of {count} floats: {other:?}, not a schedule"),
+    }
+}
+
 /// The project's rules tuner plugin (tuning/tests/plugin/rules_tuner.c, ABI v5 as NCCL 2.28
 /// reads), built with cc into a directory of its own, with `rules` in the file
 /// NCCL_TUNER_CONFIG_FILE names while it lives (the GPU tests run one at a time).

@@ -70,15 +70,10 @@ fn a_tuner_plugin_chooses_the_kernels_on_one_host() {
     let tuner = RulesTuner::new("allreduce,0,1099511627776,ring,simple,2,-1\nbroadcast,0,1099511627776,tree,simple,3,-1\n");
     let devices = [0, 1 % g];
     let comms = init_all(&devices, &tuner.config());
-    match comms[0].route(Collective::AllReduce, 16 << 10, DataType::Float32, 0).unwrap() {
-        Route::Schedule { shape, algorithm: Algorithm::Ring, ll: false } => assert_eq!(shape.channels, 2, "the rule's channels"),
-        other => panic!("all_reduce of 64 KiB under the rule ring/simple: {other:?}"),
-    }
+    assert_eq!(schedule_of(&comms[0], Collective::AllReduce, 16 << 10), (Algorithm::Ring, false, 2), "64 KiB all_reduce under the rule ring/simple on 2 channels");
     assert_eq!(comms[0].route(Collective::Broadcast, 16, DataType::Float32, 0).unwrap(), Route::Direct, "broadcast's rule names the tree: the rules' one-hop kernel");
-    match comms[0].route(Collective::Broadcast, 4 << 20, DataType::Float32, 0).unwrap() {
-        Route::Schedule { shape, algorithm: Algorithm::Ring, .. } => assert_eq!(shape.channels, 3, "the rule's channels"),
-        other => panic!("broadcast of 16 MiB: {other:?}"),
-    }
+    let (algorithm, _, channels) = schedule_of(&comms[0], Collective::Broadcast, 4 << 20);
+    assert_eq!((algorithm, channels), (Algorithm::Ring, 3), "16 MiB broadcast: the rules' ring on the rule's channels");
     run_matrix(comms, &devices, cases, Inputs::Exact, "threads, a tuner plugin");
 }
 
