@@ -98,9 +98,15 @@ pub struct Config {
     /// a collective the GPU backend sends in one hop over the LL protocol (0: never);
     /// `None`: by the communicator's size ([`Config::gpu_direct_limit`]).
     pub gpu_direct_bytes: Option<usize>,
-    /// OXCCL_GPU_DIRECT_LL128: the one-hop kernel writes 128-byte lines of 120 data bytes
-    /// (LL128) instead of 16-byte lines of 8 (LL).
-    pub gpu_direct_ll128: bool,
+    /// OXCCL_GPU_DIRECT_LL128_BYTES: a one-hop call in which a rank receives at least this
+    /// many bytes (all peers together) writes 128-byte lines of 120 data bytes (LL128)
+    /// instead of 16-byte lines of 8 (LL); 0: every one-hop call.
+    pub gpu_direct_ll128_bytes: usize,
+    /// OXCCL_GPU_TWO_SHOT_BYTES: on one host, the largest all_reduce (bytes a rank
+    /// contributes) past the one-hop kernel's limit that goes as that kernel twice:
+    /// reduce_scatter, then all_gather of the reduced blocks (0: never); `None`: by the
+    /// communicator's size ([`Config::gpu_two_shot_limit`]).
+    pub gpu_two_shot_bytes: Option<usize>,
     /// OXCCL_GPU_LL_BYTES: on one host, the largest message (count × datatype size) of a
     /// collective the GPU executor runs (ring, direct exchange, recursive doubling) that
     /// goes over the LL protocol between GPUs instead of Simple (0: never); `None`: by
@@ -325,10 +331,16 @@ pub static KNOBS: &[Knob] = &[
         set: |c, v| Ok(c.gpu_direct_bytes = if v.is_empty() { None } else { Some(parse_bytes(v, 0)?) }),
     },
     Knob {
-        name: "OXCCL_GPU_DIRECT_LL128",
-        default: "0",
-        doc: "the one-hop GPU kernel (OXCCL_GPU_DIRECT_BYTES) writes its peers 128-byte lines of 120 data bytes and a flag, each line stored by 8 threads of a warp at once (NCCL's LL128 layout; NVLink delivers such a store whole), instead of 16-byte lines of 8 data bytes (LL): about half the bytes on the links (not yet measured: off by default)",
-        set: |c, v| Ok(c.gpu_direct_ll128 = parse_bool(v)?),
+        name: "OXCCL_GPU_DIRECT_LL128_BYTES",
+        default: "524288",
+        doc: "a one-hop GPU call (OXCCL_GPU_DIRECT_BYTES) in which a rank receives at least this many bytes from all its peers together writes them 128-byte lines of 120 data bytes and a flag, each line stored by 8 threads of a warp at once (NCCL's LL128 layout; NVLink delivers such a store whole), instead of 16-byte lines of 8 data bytes (LL): about half the bytes on the links, a little slower for less (4xH100: all_reduce at 512 KiB 14.2-16.6 us against LL's 21.8-23.8, all_gather and reduce_scatter at 1 MiB mostly 8-9 us against 11-14; docs/PERFORMANCE.md); 0: every one-hop call; more than OXCCL_GPU_DIRECT_BYTES: none",
+        set: |c, v| Ok(c.gpu_direct_ll128_bytes = parse_bytes(v, 0)?),
+    },
+    Knob {
+        name: "OXCCL_GPU_TWO_SHOT_BYTES",
+        default: "",
+        doc: "on one host, a GPU all_reduce of at most this many bytes (count x datatype size) that is too large for the one-hop kernel (OXCCL_GPU_DIRECT_BYTES) runs as that kernel twice: reduce_scatter in one hop, then all_gather of the reduced blocks in one hop (each rank receiving (nranks - 1) / nranks of the message twice) instead of the ring, when the count divides by the ranks and each block fits an inbox row (0: never); unset: 2 MiB on 4 or more ranks, never below (4xH200: 1 MiB 15.7-17.5 us against the ring's 22.1-22.7, 2 MiB 30.0-31.1 against 30.9-32.6; on 2 ranks slower than the ring at 2 MiB; docs/PERFORMANCE.md)",
+        set: |c, v| Ok(c.gpu_two_shot_bytes = if v.is_empty() { None } else { Some(parse_bytes(v, 0)?) }),
     },
     Knob {
         name: "OXCCL_GPU_LL_BYTES",
@@ -584,6 +596,15 @@ impl Config {
         self.gpu_direct_bytes.unwrap_or(if nranks >= 4 { 2 << 20 } else { 1 << 20 })
     }
 
+    /// The largest all_reduce that goes as the one-hop kernel twice
+    /// (OXCCL_GPU_TWO_SHOT_BYTES) on `nranks`: as set, else 2 MiB from 4 ranks and 0 below.
+    /// On 4×H200 it took 15.7–17.5 µs at 1 MiB and 30.0–31.1 at 2 MiB against the LL
+    /// ring's 22.1–22.7 and 30.9–32.6; on 2×H200, 21–23 against 18–21 at 2 MiB
+    /// (docs/results/2026-11-28-ll128-two-shot).
+    pub fn gpu_two_shot_limit(&self, nranks: usize) -> usize {
+        self.gpu_two_shot_bytes.unwrap_or(if nranks >= 4 { 2 << 20 } else { 0 })
+    }
+
     /// The largest message of a collective that runs LL between the GPUs of one host
     /// (OXCCL_GPU_LL_BYTES), for all_reduce or another collective on `nranks`: as set (for
     /// every collective), else 2 MiB for all_reduce from 4 ranks and 0 otherwise. On
@@ -646,7 +667,8 @@ impl Config {
             backend: Backend::Auto,
             gpu_slot_bytes: 256 << 10,
             gpu_direct_bytes: None,
-            gpu_direct_ll128: false,
+            gpu_direct_ll128_bytes: 512 << 10,
+            gpu_two_shot_bytes: None,
             gpu_ll_bytes: None,
             p2p_ll_bytes: 64 << 10,
             min_channels: 1,
@@ -860,6 +882,10 @@ mod tests {
         let off = Config::from_vars(&env(&[("OXCCL_GPU_DIRECT_BYTES", "0")])).unwrap();
         assert_eq!(off.gpu_direct_limit(4), 0);
         assert!(Config::from_vars(&env(&[("OXCCL_GPU_DIRECT_BYTES", "lots")])).unwrap_err().to_string().contains("OXCCL_GPU_DIRECT_BYTES"));
+        assert_eq!([2, 3, 4, 8].map(|n| unset.gpu_two_shot_limit(n)), [0, 0, 2 << 20, 2 << 20]);
+        let two_shot = Config::from_vars(&env(&[("OXCCL_GPU_TWO_SHOT_BYTES", "2M"), ("OXCCL_GPU_DIRECT_LL128_BYTES", "0")])).unwrap();
+        assert_eq!((two_shot.gpu_two_shot_limit(2), two_shot.gpu_direct_ll128_bytes), (2 << 20, 0));
+        assert_eq!(unset.gpu_direct_ll128_bytes, 512 << 10);
     }
 
     #[test]

@@ -623,12 +623,15 @@ struct OxDirectRoles {
   __device__ char* out(u32 p) const { return recv + (mode == OX_DIRECT_ALL_GATHER ? (u64)p * bytes : 0); }
 };
 
-// This launch's half of every inbox (rows half + sender), and acks[p], the last launch
-// rank p is known to have finished.
-__device__ __forceinline__ u64 ox_direct_half(const OxDirect& a) { return (a.launch & 1) * a.nranks; }
+// This launch's row for `sender` in the inbox at `inbox` (this rank's or a peer's): its
+// protocol's rows, this launch's half of them (rows half + sender).
+__device__ __forceinline__ char* ox_direct_row(const OxDirect& a, const char* inbox, u32 sender) {
+  return (char*)inbox + a.rows_offset + ((a.launch & 1) * a.nranks + sender) * (u64)a.cap_lines * 16;
+}
+// acks[p], the last launch rank p is known to have finished.
 __device__ __forceinline__ volatile u64* ox_direct_acks(const OxDirect& a) { return (volatile u64*)(a.inbox + a.ack_offset); }
 
-// ---- LL128 lines for the direct kernel (OXCCL_GPU_DIRECT_LL128) ----
+// ---- LL128 lines for the direct kernel (calls of OXCCL_GPU_DIRECT_LL128_BYTES or more) ----
 //
 // A line is 128 bytes: OX_LL128_WORDS data words of 8 bytes, then the flag word (the
 // launch's flag twice). Eight threads of a warp own a line, thread t its 16 bytes at t * 16:
@@ -674,15 +677,15 @@ __device__ __forceinline__ int ox_direct_ll128(const OxDirect& a, u32* at) {
   const u64 mine = (threadIdx.x & 31) >> 3;
   const u32 flag = a.epoch;
   const OxDirectRoles r(a);
-  const u64 row = (u64)a.cap_lines * 16;
   int why = 0;
 
   for (u32 d = 0; d < a.nranks && !why; ++d) {
     if (!r.sends_to(d)) continue;
     *at = d;
     const char* src = r.src(d);
-    char* dst = a.peers[d] + (ox_direct_half(a) + a.rank) * row;
-    // d's half is free once d finished the launch two before (the last to use it).
+    char* dst = ox_direct_row(a, a.peers[d], a.rank);
+    // d's half is free once d finished the launch two before (the last that can have
+    // used it, over either protocol).
     if (a.launch > 2 && warp * 4 < lines) why = ox_warp_why(ox_wait_for(ox_direct_acks(a) + d, a.launch - 2, a.watch, d));
     for (u64 base = warp * 4; base < lines && !why; base += warps * 4) {
       const u64 l = base + mine;
@@ -721,7 +724,7 @@ __device__ __forceinline__ int ox_direct_ll128(const OxDirect& a, u32* at) {
         }
       } else {
         uint4 v;
-        const char* line = a.inbox + (ox_direct_half(a) + p) * row + (active ? l : 0) * 128 + t * 16;
+        const char* line = ox_direct_row(a, a.inbox, p) + (active ? l : 0) * 128 + t * 16;
         why = ox_ll128_wait(line, active, flag_thread, flag, a.watch, p, &v);
         if (why) {
           *at = p;
@@ -756,7 +759,8 @@ __device__ __forceinline__ int ox_direct_ll128(const OxDirect& a, u32* at) {
 // rank's own input line is read before its output line is written (in place is safe).
 // Reductions combine the n contributions in rank order on every rank, so all ranks get
 // bit-identical results. With OxDirect::ll128 the lines are LL128's (ox_direct_ll128,
-// above), each thread's words again the same in both phases.
+// above), each thread's words again the same in both phases, in rows of their own (an LL
+// line holds its flag where an LL128 line holds data).
 
 extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirect a) {
   const u64 lines = (a.bytes + 7) / 8;
@@ -764,7 +768,6 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirec
   const u64 stride = (u64)gridDim.x * blockDim.x;
   const u32 flag = a.epoch;
   const OxDirectRoles r(a);
-  const u64 half = ox_direct_half(a);
   int why = 0;
   u32 at = 0;
 
@@ -783,12 +786,13 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirec
     if (!r.sends_to(d)) continue;
     at = d;
     const char* src = r.src(d);
-    char* dst = a.peers[d] + (half + a.rank) * a.cap_lines * 16;
+    char* dst = ox_direct_row(a, a.peers[d], a.rank);
     u64 l = first;
     // The first line's load is issued before the acknowledgement is checked: both wait
     // for memory at once.
     uint2 v = l < lines ? ox_line_get(src, l, a.bytes) : make_uint2(0, 0);
-    // d's half is free once d finished the launch two before (the last to use it).
+    // d's half is free once d finished the launch two before (the last that can have
+    // used it, over either protocol).
     if (a.launch > 2 && l < lines) why = ox_wait_for(ox_direct_acks(a) + d, a.launch - 2, a.watch, d);
     for (; l < lines && !why; l += stride) {
       if (l != first) v = ox_line_get(src, l, a.bytes);
@@ -810,7 +814,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirec
         v = ox_line_get(own, l, a.bytes);
         if (a.scaled) v = ox_scale_vec(v, a.scale);
       } else {
-        why = ox_ll_wait(a.inbox + ((half + p) * a.cap_lines + l) * 16, flag, a.watch, p, &v);
+        why = ox_ll_wait(ox_direct_row(a, a.inbox, p) + l * 16, flag, a.watch, p, &v);
         if (why) {
           at = p;
           break;

@@ -270,8 +270,9 @@ pub mod timeline {
 }
 
 /// Arguments of the direct kernel (C: `OxDirect`), passed by value: a small collective in
-/// one hop over the LL protocol. Every rank owns an inbox in its GPU memory: 2 halves ×
-/// `nranks` senders × `cap_lines` lines of [`LL_LINE_BYTES`], then at `ack_offset` one u64
+/// one hop over the LL protocol, or LL128 (`ll128`). Every rank owns an inbox in its GPU
+/// memory: per protocol 2 halves × `nranks` senders × a row of 16-byte lines (`cap_lines`
+/// of them for this launch's protocol, from `rows_offset`), then at `ack_offset` one u64
 /// per rank. A sender writes its data into the receiver's inbox with the flag `epoch` in
 /// every line, so data and its readiness travel in one store, and the receiver waits for
 /// the flags line by line. Launch `launch` uses half `launch & 1`. A launch starting on a
@@ -295,9 +296,12 @@ pub struct DevDirect {
     pub bytes: u64,
     /// This communicator's direct launches so far, this one included (1 for the first).
     pub launch: u64,
+    /// Where, in every inbox, the rows of this launch's protocol start (LL128 rows apart
+    /// from LL's).
+    pub rows_offset: u64,
     /// Where, in every inbox, the acknowledgements (u64 per rank) lie.
     pub ack_offset: u64,
-    /// Lines per (half, sender) in every inbox.
+    /// 16-byte lines per (half, sender) row of this launch's protocol in every inbox.
     pub cap_lines: u32,
     /// The launch's flag in every line: never 0 (inboxes start zeroed), and different from
     /// the flags of the launches before it that used the same half.
@@ -454,6 +458,7 @@ fn structs() -> Vec<(&'static str, usize, Vec<Field>)> {
                 "double" scale: f64,
                 "unsigned long long" bytes: u64,
                 "unsigned long long" launch: u64,
+                "unsigned long long" rows_offset: u64,
                 "unsigned long long" ack_offset: u64,
                 "unsigned int" cap_lines: u32,
                 "unsigned int" epoch: u32,

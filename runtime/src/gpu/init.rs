@@ -16,7 +16,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use oxccl_kernels::cuda::Toolchain;
-use oxccl_kernels::device::{LL_LINE_BYTES, LL_LINE_DATA};
+use oxccl_kernels::device::{ll128, LL_LINE_BYTES, LL_LINE_DATA};
 
 use oxccl_transports::fifo::Geometry;
 
@@ -140,13 +140,26 @@ impl GpuBackend {
         let (gone, _) = dev.inner.state.lock().conns.inboxes(Inbox::Gone, n * 4, &dev.setup())?;
         let _ = dev.inner.gone.set(gone);
         if limit > 0 && n > 1 {
-            // A row per sender holds the largest per-rank message; two halves of rows.
+            // A row per sender holds the largest per-rank message; two halves of rows, as LL
+            // lines and, where some call goes over LL128, again as LL128 lines.
             let cap_lines = direct_cap_lines(limit, n);
-            let ack_offset = 2 * n * cap_lines * LL_LINE_BYTES;
+            let ll128_bytes = dev.core.config.gpu_direct_ll128_bytes;
+            let ll128_lines = if ll128_bytes <= limit { ll128::message_bytes(limit / (n - 1)).max(ll128::LINE_BYTES) / LL_LINE_BYTES } else { 0 };
+            let ll128_offset = 2 * n * cap_lines * LL_LINE_BYTES;
+            let ack_offset = ll128_offset + 2 * n * ll128_lines * LL_LINE_BYTES;
             let inner = &dev.inner;
             // Rows, then one acknowledgement per rank.
             let (inbox, table) = inner.state.lock().conns.inboxes(Inbox::Direct, ack_offset + n * 8, &dev.setup())?;
-            let direct = Direct { limit, inbox, table, cap_lines: cap_lines as u32, ack_offset: ack_offset as u64, launches: AtomicU64::new(0), ll128: dev.core.config.gpu_direct_ll128 };
+            let direct = Direct {
+                limit,
+                inbox,
+                table,
+                cap_lines: cap_lines as u32,
+                ll128_offset: ll128_offset as u64,
+                ll128_lines: ll128_lines as u32,
+                ack_offset: ack_offset as u64,
+                launches: AtomicU64::new(0),
+            };
             let _ = inner.direct.set(direct);
         }
         let limit = dev.core.config.p2p_ll_bytes;
@@ -293,9 +306,9 @@ fn warn_streams_may_share_queues(ordinal: i32, ranks: usize) {
     });
 }
 
-/// 16-byte lines of a one-hop inbox row: a rank's largest message (`limit` received from
-/// `nranks - 1` peers) as LL lines, rounded up to whole 128-byte LL128 lines (8 each), so
-/// that every row starts on a 128-byte line and holds the message over either protocol.
+/// 16-byte lines of a one-hop inbox row of LL lines: a rank's largest message (`limit`
+/// received from `nranks - 1` peers), rounded up to whole 128-byte lines (8 each), so that
+/// the LL128 rows after them start on one.
 fn direct_cap_lines(limit: usize, nranks: usize) -> usize {
     (limit / (nranks - 1).max(1)).div_ceil(LL_LINE_DATA).max(1).next_multiple_of(8)
 }
@@ -342,11 +355,11 @@ mod tests {
         assert_eq!(agreed, [44, 44, 44]);
     }
 
-    /// Every message a row is meant for fits it as LL lines and as LL128 lines, and rows
-    /// are whole 128-byte lines.
+    /// Every message a row is meant for fits it as LL lines, and LL rows are whole 128-byte
+    /// lines (the LL128 rows, sized by ll128::message_bytes, follow them).
     #[test]
-    fn a_one_hop_row_holds_its_largest_message_over_ll_and_ll128() {
-        use oxccl_kernels::device::{ll128, LL_LINE_BYTES};
+    fn a_one_hop_row_holds_its_largest_message() {
+        use oxccl_kernels::device::LL_LINE_BYTES;
         for limit in [1, 7, 64, 1000, 4096, 1 << 20, 2 << 20, (2 << 20) + 5] {
             for n in 2..=9 {
                 let cap = direct_cap_lines(limit, n);
@@ -354,7 +367,6 @@ mod tests {
                 let largest = limit / (n - 1);
                 for bytes in [1, largest / 2, largest].into_iter().filter(|&b| b > 0) {
                     assert!(bytes.div_ceil(LL_LINE_DATA) * LL_LINE_BYTES <= cap * LL_LINE_BYTES, "LL: {bytes} B, limit {limit}, {n} ranks");
-                    assert!(ll128::message_bytes(bytes) <= cap * LL_LINE_BYTES, "LL128: {bytes} B, limit {limit}, {n} ranks");
                 }
             }
         }

@@ -51,19 +51,24 @@ impl Inner {
         unsafe { loaded.run.launch(lane_steps.len() as u32, THREADS, stream, &mut [(&mut args as *mut DevArgs).cast::<c_void>()]) }
     }
 
-    /// Launches the direct kernel: `bytes` per rank, one thread per LL line (up to
-    /// NCCL_MAX_NCHANNELS blocks, then several lines per thread).
+    /// Launches the direct kernel: `bytes` per rank, one thread per LL line, or eight per
+    /// LL128 line where `ll128` (up to NCCL_MAX_NCHANNELS blocks, then several lines per
+    /// thread).
     ///
     /// # Safety
     /// As [`GpuBackend::enqueue`].
     #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn launch_direct(&self, loaded: &Loaded, mode: u32, send: u64, recv: u64, bytes: usize, root: usize, rank: usize, nranks: usize, scale: Option<f64>, stream: CUstream) -> Result<()> {
+    pub(super) unsafe fn launch_direct(&self, loaded: &Loaded, mode: u32, send: u64, recv: u64, bytes: usize, root: usize, rank: usize, nranks: usize, scale: Option<f64>, ll128: bool, stream: CUstream) -> Result<()> {
         let d = self.direct.get().ok_or_else(|| Error::Internal("no direct inboxes".into()))?;
+        if ll128 && d.ll128_lines == 0 {
+            return Err(Error::Internal("a one-hop call over LL128 on a communicator with no LL128 rows".into()));
+        }
+        let (rows_offset, cap_lines) = if ll128 { (d.ll128_offset, d.ll128_lines) } else { (0, d.cap_lines) };
         // A row holds OXCCL_GPU_DIRECT_BYTES / (nranks - 1), rounded up to lines: the route
         // sends nothing larger (route.rs), and a row overrun would write a peer's next row.
-        let row = if d.ll128 { ll128::message_bytes(bytes) } else { bytes.div_ceil(LL_LINE_DATA) * LL_LINE_BYTES };
-        if row > d.cap_lines as usize * LL_LINE_BYTES {
-            return Err(Error::Internal(format!("a one-hop call of {bytes} bytes a rank is more than an inbox row holds ({} bytes)", d.cap_lines as usize * LL_LINE_BYTES)));
+        let row = if ll128 { ll128::message_bytes(bytes) } else { bytes.div_ceil(LL_LINE_DATA) * LL_LINE_BYTES };
+        if row > cap_lines as usize * LL_LINE_BYTES {
+            return Err(Error::Internal(format!("a one-hop call of {bytes} bytes a rank is more than an inbox row holds ({} bytes)", cap_lines as usize * LL_LINE_BYTES)));
         }
         let (launch, epoch) = d.next_launch();
         let mut args = DevDirect {
@@ -75,18 +80,19 @@ impl Inner {
             scale: scale.unwrap_or(1.0),
             bytes: bytes as u64,
             launch,
+            rows_offset,
             ack_offset: d.ack_offset,
-            cap_lines: d.cap_lines,
+            cap_lines,
             epoch,
             rank: rank as u32,
             nranks: nranks as u32,
             root: root as u32,
             mode,
             scaled: scale.is_some() as u32,
-            ll128: d.ll128 as u32,
+            ll128: ll128 as u32,
         };
         // A thread a line over LL; over LL128 eight a line of 15 words (ll128::LINE_DATA).
-        let threads = if d.ll128 { bytes.div_ceil(ll128::LINE_DATA) * ll128::LINE_THREADS } else { bytes.div_ceil(LL_LINE_DATA) };
+        let threads = if ll128 { bytes.div_ceil(ll128::LINE_DATA) * ll128::LINE_THREADS } else { bytes.div_ceil(LL_LINE_DATA) };
         let blocks = threads.div_ceil(THREADS as usize).clamp(1, self.max_channels) as u32;
         // SAFETY: the direct kernel takes one OxDirect; the inboxes live as long as the
         // communicator, the buffers and stream are the caller's contract.

@@ -45,7 +45,7 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
 use oxccl_kernels::cuda::{Specialization, Toolchain};
-use oxccl_kernels::device::{status, DevConn, DevStep, DevWatch};
+use oxccl_kernels::device::{direct, status, DevConn, DevStep, DevWatch};
 
 use crate::algo::{self, Algorithm, Collective, Planned, Shape};
 use crate::call::PlanKey;
@@ -269,15 +269,20 @@ struct Direct {
     inbox: u64,
     /// Every rank's inbox address, as this GPU reaches it (device memory).
     table: u64,
-    /// 16-byte lines a (half, sender) row holds: a multiple of 8, so that every row starts
-    /// on a 128-byte line and holds as many LL128 lines as its data needs.
+    /// 16-byte lines a (half, sender) row of LL lines holds: a multiple of 8, so that the
+    /// LL128 rows after them start on a 128-byte line.
     cap_lines: u32,
+    /// Where the LL128 rows start in every inbox (after the LL rows), and the 16-byte
+    /// lines each holds (0: no call goes over LL128: OXCCL_GPU_DIRECT_LL128_BYTES is more
+    /// than `limit`). Apart from the LL rows: a line of LL
+    /// carries its flag where LL128 carries data, so an LL launch reading a half an LL128
+    /// launch wrote before could take data for its flag.
+    ll128_offset: u64,
+    ll128_lines: u32,
     ack_offset: u64,
     /// Launches so far (the same on every rank: all call the same collectives in the same
     /// order).
     launches: AtomicU64,
-    /// OXCCL_GPU_DIRECT_LL128: LL128 lines instead of LL's.
-    ll128: bool,
 }
 
 impl Direct {
@@ -423,10 +428,22 @@ impl GpuBackend {
         // In place, alltoall reads every block it overwrites: it runs from a copy.
         let send = if collective == Collective::AllToAll && send == recv { inner.scratch_copy(send, send_bytes, stream)? } else { send };
         match route {
-            Route::Direct => {
+            Route::Direct { ll128 } => {
                 let mode = route::direct_mode(collective).ok_or_else(|| Error::Internal(format!("{} routed to the direct kernel", collective.name())))?;
                 // SAFETY: the caller's buffers and stream (this function's contract).
-                unsafe { inner.launch_direct(&loaded, mode, send, recv, count * esize, root, rank, n, scale, stream)? };
+                unsafe { inner.launch_direct(&loaded, mode, send, recv, count * esize, root, rank, n, scale, ll128, stream)? };
+            }
+            Route::TwoShot { ll128 } => {
+                // Block `rank` of the sum lands where the all_gather then reads it (in place
+                // too: each line of the input block is read before its sum is written).
+                let block = count / n * esize;
+                let own = recv + (rank * block) as u64;
+                // SAFETY: as above; the route holds count to a multiple of the ranks, so the
+                // blocks tile both buffers.
+                unsafe {
+                    inner.launch_direct(&loaded, direct::REDUCE_SCATTER, send, own, block, root, rank, n, scale, ll128, stream)?;
+                    inner.launch_direct(&loaded, direct::ALL_GATHER, own, recv, block, root, rank, n, None, ll128, stream)?;
+                }
             }
             // SAFETY: as above; the exchange's transfers are within the buffers.
             Route::Exchange => unsafe { self.launch_group(&p2p::exchange_ops(collective, send, recv, count * esize, root, rank, n), stream)? },

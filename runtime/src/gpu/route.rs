@@ -16,10 +16,15 @@ use crate::DataType;
 pub enum Route {
     /// Through host memory and the host data path: some ranks are on other hosts.
     Staged,
-    /// The direct kernel, one hop over LL (all_reduce, reduce, reduce_scatter, all_gather,
-    /// broadcast of small messages). Reductions fold the ranks' contributions, each scaled
-    /// by its rank's factor, in rank order: `((x0 op x1) op x2) ...` on every rank.
-    Direct,
+    /// The direct kernel, one hop over LL lines, or LL128's where `ll128` (all_reduce,
+    /// reduce, reduce_scatter, all_gather, broadcast of small messages). Reductions fold the
+    /// ranks' contributions, each scaled by its rank's factor, in rank order:
+    /// `((x0 op x1) op x2) ...` on every rank.
+    Direct { ll128: bool },
+    /// all_reduce as the direct kernel twice: reduce_scatter in one hop (block r of the
+    /// result folded on rank r, in rank order as [`Route::Direct`]), then all_gather of the
+    /// blocks in one hop; over LL128 lines where `ll128`.
+    TwoShot { ll128: bool },
     /// The group of sends and receives the collective is (alltoall, gather and scatter of
     /// blocks up to NCCL_P2P_LL_THRESHOLD), over LL: copies only.
     Exchange,
@@ -45,6 +50,8 @@ impl GpuBackend {
             across_hosts: inner.departures.get().is_some(),
             per_host: self.core.rails.ranks_per_host_block(),
             direct_limit: inner.direct.get().map_or(0, |d| d.limit),
+            two_shot_limit: self.core.config.gpu_two_shot_limit(self.nranks()),
+            ll128_bytes: self.core.config.gpu_direct_ll128_bytes,
             p2p_ll_limit: inner.p2p_ll.get().map_or(0, |p| p.limit),
             min_channels: inner.min_channels,
             max_channels: inner.max_channels,
@@ -93,6 +100,8 @@ impl KernelRoutes {
             across_hosts: self.across_hosts,
             per_host: self.per_host,
             direct_limit: if one_host && n > 1 { self.config.gpu_direct_limit(n) } else { 0 },
+            two_shot_limit: self.config.gpu_two_shot_limit(n),
+            ll128_bytes: self.config.gpu_direct_ll128_bytes,
             p2p_ll_limit: if one_host && n > 1 { self.config.p2p_ll_bytes } else { 0 },
             min_channels: self.config.min_channels.clamp(1, self.max_channels),
             max_channels: self.max_channels,
@@ -129,6 +138,10 @@ struct Rules<'a> {
     per_host: usize,
     /// The most a rank receives in a one-hop call (0: no one-hop kernel).
     direct_limit: usize,
+    /// The largest all_reduce that goes as the one-hop kernel twice.
+    two_shot_limit: usize,
+    /// One-hop calls in which a rank receives this many bytes or more go over LL128.
+    ll128_bytes: usize,
     /// The largest block of the LL send/recv path (0: none).
     p2p_ll_limit: usize,
     min_channels: usize,
@@ -158,8 +171,14 @@ impl Rules<'_> {
         }
         let protocols = self.protocols;
         let allows_ll = protocols.allows(collective, Protocols::LL);
-        if allows_ll && protocols.allows_direct(collective) && direct_mode(collective).is_some() && self.direct_limit > 0 && n > 1 && bytes * (n - 1) <= self.direct_limit {
-            return Ok(Route::Direct);
+        let one_hop = allows_ll && protocols.allows_direct(collective) && direct_mode(collective).is_some() && self.direct_limit > 0 && n > 1;
+        if one_hop && bytes * (n - 1) <= self.direct_limit {
+            return Ok(Route::Direct { ll128: bytes * (n - 1) >= self.ll128_bytes });
+        }
+        // Twice, for an all_reduce that fits neither once nor the rows in equal blocks.
+        let block = bytes / n.max(1);
+        if one_hop && collective == Collective::AllReduce && bytes <= self.two_shot_limit && count % n == 0 && block * (n - 1) <= self.direct_limit {
+            return Ok(Route::TwoShot { ll128: block * (n - 1) >= self.ll128_bytes });
         }
         let exchanges = matches!(collective, Collective::AllToAll | Collective::Gather | Collective::Scatter);
         if allows_ll && exchanges && bytes <= self.p2p_ll_limit {
@@ -278,7 +297,8 @@ mod tests {
     fn short(route: Route) -> (&'static str, Option<(Algorithm, bool, usize)>) {
         match route {
             Route::Staged => ("staged", None),
-            Route::Direct => ("one hop", None),
+            Route::Direct { ll128 } => (if ll128 { "one hop, LL128" } else { "one hop" }, None),
+            Route::TwoShot { ll128 } => (if ll128 { "two shots, LL128" } else { "two shots" }, None),
             Route::Exchange => ("exchange", None),
             Route::Schedule { shape, algorithm, ll } => ("schedule", Some((algorithm, ll, shape.channels))),
         }
@@ -297,7 +317,9 @@ mod tests {
     }
 
     /// The rules on one host, at the defaults: the one-hop kernel while a rank receives
-    /// at most OXCCL_GPU_DIRECT_BYTES (2 MiB from 4 ranks, 1 MiB below), the ring over LL
+    /// at most OXCCL_GPU_DIRECT_BYTES (2 MiB from 4 ranks, 1 MiB below), over LL128 from
+    /// 512 KiB received; from 4 ranks all_reduce up to 2 MiB as the one-hop kernel twice
+    /// where the ranks divide the count; the ring over LL
     /// for all_reduce up to 2 MiB from 4 ranks (a lane per 32 KiB up to 32), else over
     /// Simple (a lane per 64 KiB up to NCCL_MAX_NCHANNELS); small alltoall blocks as an LL
     /// exchange; NCCL_ALGO=ring keeps the one-hop kernel off; NCCL_PROTO that leaves the
@@ -307,14 +329,17 @@ mod tests {
         let four = routes(&[], 4, false, None);
         let ring = |ll, lanes| ("schedule", Some((Algorithm::Ring, ll, lanes)));
         assert_eq!(float_route(&four, Collective::AllReduce, 8), ("one hop", None));
-        assert_eq!(float_route(&four, Collective::AllReduce, 512 << 10), ("one hop", None), "3 x 512 KiB received");
-        assert_eq!(float_route(&four, Collective::AllReduce, 1 << 20), ring(true, 32));
-        assert_eq!(float_route(&four, Collective::AllReduce, 2 << 20), ring(true, 32));
+        assert_eq!(float_route(&four, Collective::AllReduce, 128 << 10), ("one hop", None), "3 x 128 KiB received: LL");
+        assert_eq!(float_route(&four, Collective::AllReduce, 512 << 10), ("one hop, LL128", None), "3 x 512 KiB received");
+        assert_eq!(float_route(&four, Collective::AllReduce, 1 << 20), ("two shots, LL128", None), "3 x 256 KiB received twice");
+        assert_eq!(float_route(&four, Collective::AllReduce, (1 << 20) + 4), ring(true, 32), "blocks of a count 4 does not divide");
+        assert_eq!(float_route(&four, Collective::AllReduce, 2 << 20), ("two shots, LL128", None));
+        assert_eq!(float_route(&four, Collective::AllReduce, (2 << 20) + 16), ring(false, 33), "past OXCCL_GPU_TWO_SHOT_BYTES and the LL ring's 2 MiB");
         assert_eq!(float_route(&four, Collective::AllReduce, 4 << 20), ring(false, 64));
         assert_eq!(float_route(&four, Collective::AllGather, 1 << 20), ring(false, 16), "LL by default for all_reduce alone");
         assert_eq!(float_route(&four, Collective::AllToAll, 4096), ("exchange", None));
         let two = routes(&[], 2, false, None);
-        assert_eq!(float_route(&two, Collective::AllReduce, 1 << 20), ("one hop", None));
+        assert_eq!(float_route(&two, Collective::AllReduce, 1 << 20), ("one hop, LL128", None));
         assert_eq!(float_route(&two, Collective::AllReduce, 2 << 20), ring(false, 32), "no LL by default below 4 ranks");
         let forced = routes(&[("NCCL_ALGO", "ring")], 4, false, None);
         assert_eq!(float_route(&forced, Collective::AllReduce, 8), ring(true, 1), "the ring over LL, as all_reduce from 4 ranks to 2 MiB");
@@ -322,8 +347,12 @@ mod tests {
         assert!(e.contains("NCCL_PROTO") && e.contains("neither Simple nor LL"), "{e}");
         let no_hop = routes(&[("OXCCL_GPU_DIRECT_BYTES", "0")], 4, false, None);
         assert_eq!(float_route(&no_hop, Collective::AllReduce, 0), ring(true, 1), "no one-hop kernel, not even for nothing");
-        let capped = routes(&[("NCCL_MAX_NCHANNELS", "8")], 4, false, None);
+        let capped = routes(&[("NCCL_MAX_NCHANNELS", "8"), ("OXCCL_GPU_TWO_SHOT_BYTES", "0")], 4, false, None);
         assert_eq!(float_route(&capped, Collective::AllReduce, 1 << 20), ring(true, 8));
+        let ll_only = routes(&[("OXCCL_GPU_DIRECT_LL128_BYTES", "1G")], 4, false, None);
+        assert_eq!(float_route(&ll_only, Collective::AllReduce, 512 << 10), ("one hop", None));
+        assert_eq!(float_route(&ll_only, Collective::AllReduce, 2 << 20), ("two shots", None), "512 KiB blocks: 1.5 MiB received twice");
+        assert_eq!(float_route(&ll_only, Collective::AllGather, 2 << 20), ring(false, 32), "all_reduce alone goes twice");
     }
 
     /// Across hosts the network kernels' model chooses (NCCL_ALGO forcing the tree here),

@@ -71,22 +71,22 @@ fn a_tuner_plugin_chooses_the_kernels_on_one_host() {
     let devices = [0, 1 % g];
     let comms = init_all(&devices, &tuner.config());
     assert_eq!(schedule_of(&comms[0], Collective::AllReduce, 16 << 10), (Algorithm::Ring, false, 2), "64 KiB all_reduce under the rule ring/simple on 2 channels");
-    assert_eq!(comms[0].route(Collective::Broadcast, 16, DataType::Float32, 0).unwrap(), Route::Direct, "broadcast's rule names the tree: the rules' one-hop kernel");
+    assert_eq!(comms[0].route(Collective::Broadcast, 16, DataType::Float32, 0).unwrap(), Route::Direct { ll128: false }, "broadcast's rule names the tree: the rules' one-hop kernel");
     let (algorithm, _, channels) = schedule_of(&comms[0], Collective::Broadcast, 4 << 20);
     assert_eq!((algorithm, channels), (Algorithm::Ring, 3), "16 MiB broadcast: the rules' ring on the rule's channels");
     run_matrix(comms, &devices, cases, Inputs::Exact, "threads, a tuner plugin");
 }
 
-/// The one-hop kernel over LL128 lines (OXCCL_GPU_DIRECT_LL128=1: 128-byte lines of 15
-/// data words and a flag, stored by 8 threads at once): the random-input matrix on 2, 3
-/// and 4 ranks (and one per GPU), every call bit for bit what the CPU computes (the
+/// The one-hop kernel over LL128 lines for every call (OXCCL_GPU_DIRECT_LL128_BYTES=0:
+/// 128-byte lines of 15 data words and a flag, stored by 8 threads at once): the
+/// random-input matrix on 2, 3 and 4 ranks (and one per GPU), every call bit for bit what the CPU computes (the
 /// one-hop calls fold in rank order, as over LL), then the exact matrix on 5 ranks sharing
 /// two GPUs.
 #[test]
 fn the_one_hop_kernel_over_ll128_matches_the_cpu_bit_for_bit() {
     let Some(g) = gpus() else { return };
     warm_kernel_cache();
-    let ll128 = config_with(&[("OXCCL_GPU_DIRECT_LL128", "1")]);
+    let ll128 = config_with(&[("OXCCL_GPU_DIRECT_LL128_BYTES", "0")]);
     let mut ranks = vec![2, 3, 4];
     if g > 4 {
         ranks.push(g);
@@ -95,6 +95,47 @@ fn the_one_hop_kernel_over_ll128_matches_the_cpu_bit_for_bit() {
         threads_with(n, g, random_cases, Inputs::Random, &ll128);
     }
     threads_with(5, g.min(2), cases, Inputs::Exact, &ll128);
+}
+
+/// all_reduce as the one-hop kernel twice (reduce_scatter, then all_gather of the reduced
+/// blocks; OXCCL_GPU_TWO_SHOT_BYTES=2M, so below 4 ranks too): the smallest and the largest
+/// count past one hop that the ranks divide and whose blocks fit an inbox row, in every
+/// datatype and op, in and out of place, random inputs, each bit for bit what the CPU
+/// computes (each block folded in rank order), on 2, 3 and 4 ranks, over LL128 (the
+/// default from 512 KiB received in a shot) and over LL (OXCCL_GPU_DIRECT_LL128_BYTES past
+/// every call). The routes, worked out from the same settings, are the two shots.
+#[test]
+fn the_two_shot_all_reduce_matches_the_cpu_bit_for_bit() {
+    let Some(g) = gpus() else { return };
+    warm_kernel_cache();
+    for (ll128_bytes, ll128) in [("512K", true), ("1G", false)] {
+        let settings = config_with(&[("OXCCL_GPU_TWO_SHOT_BYTES", "2M"), ("OXCCL_GPU_DIRECT_LL128_BYTES", ll128_bytes)]);
+        for n in [2, 3, 4] {
+            let routes = gpu::KernelRoutes::new(&settings, n, 1, false, None).unwrap();
+            let shots: Vec<bool> = two_shot_cases(n)
+                .iter()
+                .map(|case| match routes.route(case.collective, case.count, case.dtype, 0).unwrap() {
+                    Route::TwoShot { ll128 } => ll128,
+                    other => panic!("{case}: {other:?}"),
+                })
+                .collect();
+            assert_eq!(shots.contains(&true), ll128, "{n} ranks, OXCCL_GPU_DIRECT_LL128_BYTES={ll128_bytes}: LL128 {shots:?}");
+            threads_with(n, g, two_shot_cases, Inputs::Random, &settings);
+        }
+    }
+}
+
+/// all_reduce cases of [`the_two_shot_all_reduce_matches_the_cpu_bit_for_bit`]: per
+/// datatype, the smallest count past one hop that `n` divides, and the largest whose
+/// blocks fit an inbox row, up to 2 MiB.
+fn two_shot_cases(n: usize) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for dtype in DataType::ALL {
+        let row = Config::defaults().gpu_direct_limit(n) / (n - 1) / dtype.size();
+        let (first, last) = ((row + 1).next_multiple_of(n), (n * row).min((2 << 20) / dtype.size()) / n * n);
+        cases.extend(check::full_matrix(n, &[first, last]).into_iter().filter(|c| c.collective == Collective::AllReduce && c.dtype == dtype));
+    }
+    cases
 }
 
 /// Between the GPUs of a host over LL: with the direct kernel off and OXCCL_GPU_LL_BYTES

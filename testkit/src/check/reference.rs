@@ -69,10 +69,12 @@ pub fn gpu_reference(route: &Route, case: &Case, inputs: &[Vec<u8>]) -> Result<V
     };
     let mut outputs = match *route {
         Route::Schedule { shape, algorithm, .. } => simulated(shape, algorithm, case, &prepared)?,
-        Route::Direct if reduces => folded_in_rank_order(case, &prepared)?,
-        Route::Direct | Route::Exchange if !reduces => (0..n).map(|r| copied(case, inputs, r)).collect(),
+        // Twice (reduce_scatter, all_gather) folds each block once, in rank order too.
+        Route::Direct { .. } | Route::TwoShot { .. } if reduces => folded_in_rank_order(case, &prepared)?,
+        Route::Direct { .. } | Route::Exchange if !reduces => (0..n).map(|r| copied(case, inputs, r)).collect(),
         Route::Staged => return Err(Error::InvalidArgument { what: format!("{case}: staged through host memory, it runs on the host data path: no GPU route to check") }),
-        Route::Direct | Route::Exchange => return Err(Error::Internal(format!("{case}: a reducing collective routed to {route:?}"))),
+        Route::TwoShot { .. } => return Err(Error::Internal(format!("{case}: only all_reduce goes twice, not to {route:?}"))),
+        Route::Direct { .. } | Route::Exchange => return Err(Error::Internal(format!("{case}: a reducing collective routed to {route:?}"))),
     };
     for (output, plan) in outputs.iter_mut().zip(&plans) {
         plan.finalize(output)?;
@@ -197,7 +199,7 @@ mod tests {
         let exchanges = matches!(case.collective, Collective::AllToAll | Collective::Gather | Collective::Scatter);
         let algorithm = if exchanges { Algorithm::Direct } else { Algorithm::Ring };
         let mut routes: Vec<Route> = [1, 3].map(|channels| Route::Schedule { shape: Shape { collective: case.collective, count: case.count, nranks: n, root: case.root, chunk: 64, channels, per_host: 1 }, algorithm, ll: false }).into();
-        routes.push(if exchanges { Route::Exchange } else { Route::Direct });
+        routes.push(if exchanges { Route::Exchange } else { Route::Direct { ll128: false } });
         routes
     }
 
@@ -229,9 +231,9 @@ mod tests {
             let case = Case { collective: Collective::AllReduce, dtype, op: ReduceOp::Sum, count: 4099, root: 0, in_place: false };
             let inputs: Vec<Vec<u8>> = (0..n).map(|r| random_input(&case, r, n, 7)).collect();
             let ring = |channels| Route::Schedule { shape: Shape { collective: case.collective, count: case.count, nranks: n, root: 0, chunk: 1024, channels, per_host: 1 }, algorithm: Algorithm::Ring, ll: false };
-            let outputs: Vec<Vec<u8>> = [Route::Direct, ring(1), ring(2)].iter().map(|route| gpu_reference(route, &case, &inputs).unwrap().swap_remove(0)).collect();
+            let outputs: Vec<Vec<u8>> = [Route::Direct { ll128: false }, ring(1), ring(2)].iter().map(|route| gpu_reference(route, &case, &inputs).unwrap().swap_remove(0)).collect();
             for (a, b) in [(0, 1), (0, 2), (1, 2)] {
-                assert!(same_bits(&case, &Route::Direct, &outputs[a], &outputs[b]).is_some(), "{dtype:?}: routes {a} and {b} agree on every element");
+                assert!(same_bits(&case, &Route::Direct { ll128: false }, &outputs[a], &outputs[b]).is_some(), "{dtype:?}: routes {a} and {b} agree on every element");
             }
             // Every rank of one route holds the same bits (no NaN payload aside: the CPU keeps them).
             let ring = gpu_reference(&ring(2), &case, &inputs).unwrap();
@@ -258,10 +260,10 @@ mod tests {
         let payload = f32::from_bits(0x7fc0_0001).to_ne_bytes().to_vec();
         let reduce = Case { collective: Collective::AllReduce, dtype: DataType::Float32, op: ReduceOp::Sum, count: 1, root: 0, in_place: false };
         let copy = Case { collective: Collective::Broadcast, ..reduce };
-        assert!(same_bits(&reduce, &Route::Direct, &quiet, &payload).is_none());
-        assert!(same_bits(&copy, &Route::Direct, &quiet, &payload).is_some(), "a copy must keep a NaN's payload");
-        assert!(same_bits(&reduce, &Route::Direct, &1f32.to_ne_bytes(), &1.0000001f32.to_ne_bytes()).is_some());
-        let m = same_bits(&reduce, &Route::Direct, &[quiet.clone(), quiet].concat(), &[payload, 2f32.to_ne_bytes().to_vec()].concat()).unwrap();
+        assert!(same_bits(&reduce, &Route::Direct { ll128: false }, &quiet, &payload).is_none());
+        assert!(same_bits(&copy, &Route::Direct { ll128: false }, &quiet, &payload).is_some(), "a copy must keep a NaN's payload");
+        assert!(same_bits(&reduce, &Route::Direct { ll128: false }, &1f32.to_ne_bytes(), &1.0000001f32.to_ne_bytes()).is_some());
+        let m = same_bits(&reduce, &Route::Direct { ll128: false }, &[quiet.clone(), quiet].concat(), &[payload, 2f32.to_ne_bytes().to_vec()].concat()).unwrap();
         assert_eq!(m.wrong, 1);
         assert!(m.first.starts_with("element 1:"), "{}", m.first);
     }
