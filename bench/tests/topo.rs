@@ -43,8 +43,8 @@ fn the_nic_nearest_a_ranks_cpus() {
 }
 
 /// `--kernels`: the GPU kernels' routes from the settings, here the defaults for 4 ranks
-/// on one host (the one-hop kernel for small all_reduces, the ring over LL on 32 lanes at
-/// 2 MiB) and with NCCL_ALGO=ring (no one-hop kernel); a rank count of two hosts gives
+/// on one host (the one-hop kernel for small all_reduces, two shots over LL128 at 2 MiB)
+/// and with NCCL_ALGO=ring (no one-hop kernel); a rank count of two hosts gives
 /// the network kernels' choices (the tree for a large all_reduce).
 #[test]
 fn the_gpu_kernels_routes() {
@@ -53,7 +53,7 @@ fn the_gpu_kernels_routes() {
     let run = |extra: &[&str]| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_oxccl-topo"));
         cmd.arg("--topo-file").arg(&file).args(["--kernels", "--choices-only", "--nranks", "4", "-b", "8", "-e", "2M", "-f", "512"]).args(extra);
-        for name in ["NCCL_TOPO_FILE", "NCCL_ALGO", "NCCL_PROTO", "NCCL_TUNER_PLUGIN", "OXCCL_GPU_DIRECT_BYTES", "OXCCL_GPU_LL_BYTES", "NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS"] {
+        for name in ["NCCL_TOPO_FILE", "NCCL_ALGO", "NCCL_PROTO", "NCCL_TUNER_PLUGIN", "OXCCL_GPU_DIRECT_BYTES", "OXCCL_GPU_DIRECT_LL128_BYTES", "OXCCL_GPU_TWO_SHOT_BYTES", "OXCCL_GPU_LL_BYTES", "NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS"] {
             cmd.env_remove(name);
         }
         let out = oxccl_testkit::run(cmd, Duration::from_secs(60));
@@ -64,7 +64,7 @@ fn the_gpu_kernels_routes() {
     let row = |rows: &[Vec<String>], collective: &str, bytes: &str| rows.iter().find(|r| r.first().map(String::as_str) == Some(collective) && r.get(1).map(String::as_str) == Some(bytes)).cloned().unwrap_or_else(|| panic!("no {collective} {bytes} row in {rows:?}"));
     let defaults = run(&[]);
     assert_eq!(row(&defaults, "AllReduce", "8")[2..], ["one", "hop", "LL", "-"]);
-    assert_eq!(row(&defaults, "AllReduce", "2097152")[2..], ["Ring", "LL", "32"]);
+    assert_eq!(row(&defaults, "AllReduce", "2097152")[2..], ["two", "shots", "LL128", "-"]);
     let ring = run(&["--algo", "ring"]);
     assert_eq!(row(&ring, "AllReduce", "8")[2..], ["Ring", "LL", "1"]);
     let hosts = run(&["--nnodes", "2"]);
