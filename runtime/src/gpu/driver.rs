@@ -123,6 +123,38 @@ impl Device {
         Ok((major, minor))
     }
 
+    /// The PCI bus id (`0000:00:06.0`, lower case): what names this GPU to processes that
+    /// number the GPUs otherwise.
+    pub fn pci_bus_id(&self) -> Result<String> {
+        let mut bus = [0 as std::ffi::c_char; 32];
+        // SAFETY: the driver writes at most `len` bytes, NUL-terminated.
+        check(unsafe { sys::cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as i32, self.device) }, || format!("asking GPU {}'s PCI bus id", self.ordinal))?;
+        // SAFETY: NUL-terminated within the buffer (the call succeeded).
+        Ok(unsafe { std::ffi::CStr::from_ptr(bus.as_ptr()) }.to_string_lossy().to_ascii_lowercase())
+    }
+
+    /// Whether a warp's 128-byte store from this GPU reaches the GPU at PCI bus id `bus_id`
+    /// whole (LL128's premise): the same GPU, or a peer over NVLink, told by native peer
+    /// atomics (PCIe peers have none; the topology crate infers NVLinks the same way). False
+    /// for a GPU this process does not see.
+    pub fn stores_lines_whole_to(&self, bus_id: &str) -> Result<bool> {
+        let Ok(bus) = CString::new(bus_id) else { return Ok(false) };
+        let mut peer = 0;
+        // SAFETY: writes one device handle; fails for a GPU this process does not see.
+        if unsafe { sys::cuDeviceGetByPCIBusId(&mut peer, bus.as_ptr()) } != CUresult::CUDA_SUCCESS {
+            return Ok(false);
+        }
+        if peer == self.device {
+            return Ok(true);
+        }
+        let p2p = |attribute| {
+            let mut value = 0;
+            // SAFETY: writes one int for two valid device handles.
+            check(unsafe { sys::cuDeviceGetP2PAttribute(&mut value, attribute, self.device, peer) }, || format!("asking GPU {}'s link to {bus_id}", self.ordinal)).map(|()| value != 0)
+        };
+        Ok(p2p(sys::CUdevice_P2PAttribute::CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED)? && p2p(sys::CUdevice_P2PAttribute::CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED)?)
+    }
+
     /// Streaming multiprocessors.
     pub fn multiprocessors(&self) -> Result<usize> {
         let mut count = 0;

@@ -143,7 +143,7 @@ impl GpuBackend {
             // A row per sender holds the largest per-rank message; two halves of rows, as LL
             // lines and, where some call goes over LL128, again as LL128 lines.
             let cap_lines = direct_cap_lines(limit, n);
-            let ll128_bytes = dev.core.config.gpu_direct_ll128_bytes;
+            let ll128_bytes = if lines_arrive_whole(&dev.core, &dev.inner.device, major)? { dev.core.config.gpu_direct_ll128_bytes } else { usize::MAX };
             let ll128_lines = if ll128_bytes <= limit { ll128::message_bytes(limit / (n - 1)).max(ll128::LINE_BYTES) / LL_LINE_BYTES } else { 0 };
             let ll128_offset = 2 * n * cap_lines * LL_LINE_BYTES;
             let ack_offset = ll128_offset + 2 * n * ll128_lines * LL_LINE_BYTES;
@@ -157,6 +157,7 @@ impl GpuBackend {
                 cap_lines: cap_lines as u32,
                 ll128_offset: ll128_offset as u64,
                 ll128_lines: ll128_lines as u32,
+                ll128_bytes,
                 ack_offset: ack_offset as u64,
                 launches: AtomicU64::new(0),
             };
@@ -272,6 +273,31 @@ fn ranks_on_this_gpu(core: &Core, ordinal: u32) -> Result<(usize, usize)> {
     let on_gpu = ranks.iter().zip(&core.same_host).filter(|(r, &host)| host && r[..4] == mine[..4]).count();
     let in_process = ranks.iter().filter(|r| **r == mine.as_slice()).count();
     Ok((on_gpu.max(1), in_process.max(1)))
+}
+
+/// Whether every rank's GPU stores a warp's 128-byte line whole into every other rank's,
+/// as LL128 lines need (collective: every rank on one host calls it at init): each rank
+/// checks its GPU, Volta or newer, against every rank's by PCI bus id (the same GPU, or
+/// NVLink: [`Device::stores_lines_whole_to`]), and all must say yes, so that every rank
+/// routes alike. NCCL likewise runs LL128 only over NVLink.
+fn lines_arrive_whole(core: &Core, device: &Device, major: i32) -> Result<bool> {
+    const ID: usize = 32;
+    let bus = device.pci_bus_id()?;
+    let mut mine = [0u8; ID];
+    let len = bus.len().min(ID);
+    mine[..len].copy_from_slice(&bus.as_bytes()[..len]);
+    let all = core.boot.allgather(&mine)?;
+    let mut whole = major >= 7;
+    for id in all.chunks_exact(ID) {
+        let id = String::from_utf8_lossy(id);
+        whole = whole && device.stores_lines_whole_to(id.trim_end_matches('\0'))?;
+    }
+    let votes = core.boot.allgather(&[whole as u8])?;
+    let all_whole = votes.iter().all(|&v| v == 1);
+    if !all_whole && core.rank == 0 {
+        tracing::info!(target: crate::log_target::INIT, "one-hop calls stay on LL lines: not every pair of the communicator's GPUs is NVLink-connected (or sm70+), which LL128 lines need");
+    }
+    Ok(all_whole)
 }
 
 /// The most channels every rank allows (collective: every rank calls it at init). A

@@ -208,11 +208,15 @@ struct Protocols {
 impl Protocols {
     const SIMPLE: u8 = 1;
     const LL: u8 = 2;
+    /// LL128 lines in the one-hop kernel.
+    const LL128: u8 = 4;
 
     fn new(selection: &oxccl_tuning::Selection) -> Protocols {
         use oxccl_tuning::Protocol;
         let per_collective = Collective::ALL.map(|c| {
-            (if selection.allows_protocol(c, Protocol::Simple) { Self::SIMPLE } else { 0 }) | (if selection.allows_protocol(c, Protocol::Ll) { Self::LL } else { 0 })
+            (if selection.allows_protocol(c, Protocol::Simple) { Self::SIMPLE } else { 0 })
+                | (if selection.allows_protocol(c, Protocol::Ll) { Self::LL } else { 0 })
+                | (if selection.allows_protocol(c, Protocol::Ll128) { Self::LL128 } else { 0 })
         });
         let direct = Collective::ALL.map(|c| selection.allows_algorithm(c, Algorithm::Direct));
         let one_host = Collective::ALL.map(|c| {
@@ -279,6 +283,10 @@ struct Direct {
     /// launch wrote before could take data for its flag.
     ll128_offset: u64,
     ll128_lines: u32,
+    /// Calls in which a rank receives this many bytes or more go over LL128 lines:
+    /// OXCCL_GPU_DIRECT_LL128_BYTES where every rank's GPU stores whole lines into every
+    /// other's (init agrees it), else usize::MAX.
+    ll128_bytes: usize,
     ack_offset: u64,
     /// Launches so far (the same on every rank: all call the same collectives in the same
     /// order).

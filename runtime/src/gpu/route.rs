@@ -51,7 +51,7 @@ impl GpuBackend {
             per_host: self.core.rails.ranks_per_host_block(),
             direct_limit: inner.direct.get().map_or(0, |d| d.limit),
             two_shot_limit: self.core.config.gpu_two_shot_limit(self.nranks()),
-            ll128_bytes: self.core.config.gpu_direct_ll128_bytes,
+            ll128_bytes: inner.direct.get().map_or(usize::MAX, |d| d.ll128_bytes),
             p2p_ll_limit: inner.p2p_ll.get().map_or(0, |p| p.limit),
             min_channels: inner.min_channels,
             max_channels: inner.max_channels,
@@ -68,7 +68,9 @@ impl GpuBackend {
 /// no GPU: what `oxccl-topo --kernels` shows, and what the route tests check. It assumes
 /// what init agrees where a GPU is present: NCCL_MAX_NCHANNELS channels (init also holds
 /// them to the multiprocessors, and across hosts to OXCCL_GPU_NET_CHANNELS), the one-hop
-/// kernel and LL send/recv paths on one host, the kernels (not staging) across hosts.
+/// kernel and LL send/recv paths on one host, LL128 lines from OXCCL_GPU_DIRECT_LL128_BYTES
+/// (init also needs every pair of GPUs NVLink-connected), the kernels (not staging) across
+/// hosts.
 pub struct KernelRoutes {
     nranks: usize,
     across_hosts: bool,
@@ -140,7 +142,8 @@ struct Rules<'a> {
     direct_limit: usize,
     /// The largest all_reduce that goes as the one-hop kernel twice.
     two_shot_limit: usize,
-    /// One-hop calls in which a rank receives this many bytes or more go over LL128.
+    /// One-hop calls in which a rank receives this many bytes or more go over LL128, where
+    /// NCCL_PROTO allows it.
     ll128_bytes: usize,
     /// The largest block of the LL send/recv path (0: none).
     p2p_ll_limit: usize,
@@ -172,13 +175,14 @@ impl Rules<'_> {
         let protocols = self.protocols;
         let allows_ll = protocols.allows(collective, Protocols::LL);
         let one_hop = allows_ll && protocols.allows_direct(collective) && direct_mode(collective).is_some() && self.direct_limit > 0 && n > 1;
+        let allows_ll128 = protocols.allows(collective, Protocols::LL128);
         if one_hop && bytes * (n - 1) <= self.direct_limit {
-            return Ok(Route::Direct { ll128: bytes * (n - 1) >= self.ll128_bytes });
+            return Ok(Route::Direct { ll128: allows_ll128 && bytes * (n - 1) >= self.ll128_bytes });
         }
         // Twice, for an all_reduce that fits neither once nor the rows in equal blocks.
         let block = bytes / n.max(1);
         if one_hop && collective == Collective::AllReduce && bytes <= self.two_shot_limit && count % n == 0 && block * (n - 1) <= self.direct_limit {
-            return Ok(Route::TwoShot { ll128: block * (n - 1) >= self.ll128_bytes });
+            return Ok(Route::TwoShot { ll128: allows_ll128 && block * (n - 1) >= self.ll128_bytes });
         }
         let exchanges = matches!(collective, Collective::AllToAll | Collective::Gather | Collective::Scatter);
         if allows_ll && exchanges && bytes <= self.p2p_ll_limit {
@@ -347,6 +351,8 @@ mod tests {
         assert!(e.contains("NCCL_PROTO") && e.contains("neither Simple nor LL"), "{e}");
         let no_hop = routes(&[("OXCCL_GPU_DIRECT_BYTES", "0")], 4, false, None);
         assert_eq!(float_route(&no_hop, Collective::AllReduce, 0), ring(true, 1), "no one-hop kernel, not even for nothing");
+        let no_ll128 = routes(&[("NCCL_PROTO", "^LL128")], 4, false, None);
+        assert_eq!(float_route(&no_ll128, Collective::AllReduce, 512 << 10), ("one hop", None), "NCCL_PROTO=^LL128: LL lines");
         let capped = routes(&[("NCCL_MAX_NCHANNELS", "8"), ("OXCCL_GPU_TWO_SHOT_BYTES", "0")], 4, false, None);
         assert_eq!(float_route(&capped, Collective::AllReduce, 1 << 20), ring(true, 8));
         let ll_only = routes(&[("OXCCL_GPU_DIRECT_LL128_BYTES", "1G")], 4, false, None);
