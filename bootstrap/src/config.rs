@@ -339,7 +339,7 @@ pub static KNOBS: &[Knob] = &[
     Knob {
         name: "OXCCL_GPU_TWO_SHOT_BYTES",
         default: "",
-        doc: "on one host, a GPU all_reduce of at most this many bytes (count x datatype size) that is too large for the one-hop kernel (OXCCL_GPU_DIRECT_BYTES) runs as that kernel twice: reduce_scatter in one hop, then all_gather of the reduced blocks in one hop (each rank receiving (nranks - 1) / nranks of the message twice) instead of the ring, when the count divides by the ranks and each block fits an inbox row (0: never); unset: 2 MiB on 4 or more ranks, never below (4xH200: 1 MiB 15.7-17.5 us against the ring's 22.1-22.7, 2 MiB 30.0-31.1 against 30.9-32.6; on 2 ranks slower than the ring at 2 MiB; docs/PERFORMANCE.md)",
+        doc: "on one host, a GPU all_reduce of at most this many bytes (count x datatype size) that is too large for the one-hop kernel (OXCCL_GPU_DIRECT_BYTES) runs in two one-hop shots in one launch, over LL128 lines: reduce_scatter, each folded line sent on at once to every other rank (each rank receiving (nranks - 1) / nranks of the message twice), instead of the ring, when the count divides by the ranks and a shot carries OXCCL_GPU_DIRECT_LL128_BYTES (0: never; the one-hop inboxes grow to hold a block of this / nranks); unset: 4 MiB on 4 or more ranks, never below (4xH200: 1 MiB 11.9-12.3 us, 2 MiB 23.1-23.8, 4 MiB 38.7 against the ring's 21.5-24.6, 31.8-32.4, 42.1-43.9; docs/PERFORMANCE.md)",
         set: |c, v| Ok(c.gpu_two_shot_bytes = if v.is_empty() { None } else { Some(parse_bytes(v, 0)?) }),
     },
     Knob {
@@ -596,13 +596,14 @@ impl Config {
         self.gpu_direct_bytes.unwrap_or(if nranks >= 4 { 2 << 20 } else { 1 << 20 })
     }
 
-    /// The largest all_reduce that goes as the one-hop kernel twice
-    /// (OXCCL_GPU_TWO_SHOT_BYTES) on `nranks`: as set, else 2 MiB from 4 ranks and 0 below.
-    /// On 4×H200 it took 15.7–17.5 µs at 1 MiB and 30.0–31.1 at 2 MiB against the LL
-    /// ring's 22.1–22.7 and 30.9–32.6; on 2×H200, 21–23 against 18–21 at 2 MiB
+    /// The largest all_reduce that goes in two one-hop shots (OXCCL_GPU_TWO_SHOT_BYTES) on
+    /// `nranks`: as set, else 4 MiB from 4 ranks and 0 below. On 4×H200, in one launch, it
+    /// took 11.9–12.3 µs at 1 MiB, 23.1–23.8 at 2 MiB and 38.7 at 4 MiB against the ring's
+    /// 21.5–24.6, 31.8–32.4 and 42.1–43.9 (NCCL 19.8, 28.5, 44.1); on 2×H200, as two
+    /// launches, 21–23 against the ring's 18–21 at 2 MiB
     /// (docs/results/2026-11-28-ll128-two-shot).
     pub fn gpu_two_shot_limit(&self, nranks: usize) -> usize {
-        self.gpu_two_shot_bytes.unwrap_or(if nranks >= 4 { 2 << 20 } else { 0 })
+        self.gpu_two_shot_bytes.unwrap_or(if nranks >= 4 { 4 << 20 } else { 0 })
     }
 
     /// The largest message of a collective that runs LL between the GPUs of one host
@@ -882,7 +883,7 @@ mod tests {
         let off = Config::from_vars(&env(&[("OXCCL_GPU_DIRECT_BYTES", "0")])).unwrap();
         assert_eq!(off.gpu_direct_limit(4), 0);
         assert!(Config::from_vars(&env(&[("OXCCL_GPU_DIRECT_BYTES", "lots")])).unwrap_err().to_string().contains("OXCCL_GPU_DIRECT_BYTES"));
-        assert_eq!([2, 3, 4, 8].map(|n| unset.gpu_two_shot_limit(n)), [0, 0, 2 << 20, 2 << 20]);
+        assert_eq!([2, 3, 4, 8].map(|n| unset.gpu_two_shot_limit(n)), [0, 0, 4 << 20, 4 << 20]);
         let two_shot = Config::from_vars(&env(&[("OXCCL_GPU_TWO_SHOT_BYTES", "2M"), ("OXCCL_GPU_DIRECT_LL128_BYTES", "0")])).unwrap();
         assert_eq!((two_shot.gpu_two_shot_limit(2), two_shot.gpu_direct_ll128_bytes), (2 << 20, 0));
         assert_eq!(unset.gpu_direct_ll128_bytes, 512 << 10);

@@ -599,7 +599,7 @@ struct OxDirectRoles {
   char* recv;
   u64 bytes;
   u32 rank, root, mode;
-  bool blocks;              // reduce_scatter: block d of the input goes to d
+  bool blocks;              // reduce_scatter, two shots: block d of the input goes to d
   bool only_root_sends;     // broadcast
   bool only_root_receives;  // reduce
   bool reduce;              // contributions are folded in rank order, not gathered
@@ -610,23 +610,28 @@ struct OxDirectRoles {
         rank(a.rank),
         root(a.root),
         mode(a.mode),
-        blocks(a.mode == OX_DIRECT_REDUCE_SCATTER),
+        blocks(a.mode == OX_DIRECT_REDUCE_SCATTER || a.mode == OX_DIRECT_TWO_SHOT),
         only_root_sends(a.mode == OX_DIRECT_BROADCAST),
         only_root_receives(a.mode == OX_DIRECT_REDUCE),
-        reduce(a.mode == OX_DIRECT_ALL_REDUCE || a.mode == OX_DIRECT_REDUCE || a.mode == OX_DIRECT_REDUCE_SCATTER) {}
+        reduce(a.mode == OX_DIRECT_ALL_REDUCE || a.mode == OX_DIRECT_REDUCE || a.mode == OX_DIRECT_REDUCE_SCATTER || a.mode == OX_DIRECT_TWO_SHOT) {}
   __device__ bool sends_to(u32 d) const { return d != rank && (!only_root_sends || rank == root) && (!only_root_receives || d == root); }
   __device__ bool receives() const { return !only_root_receives || rank == root; }
   __device__ bool hears(u32 p) const { return !only_root_sends || p == root; }
   // What goes to d; src(rank) is this rank's own contribution.
   __device__ const char* src(u32 d) const { return send + (blocks ? (u64)d * bytes : 0); }
-  // Where what p sent goes when gathered (block p) or broadcast.
-  __device__ char* out(u32 p) const { return recv + (mode == OX_DIRECT_ALL_GATHER ? (u64)p * bytes : 0); }
+  // Where what p sent goes when gathered (block p; block p as p folded it in two shots) or
+  // broadcast; out(rank) is where a reduction's own fold goes.
+  __device__ char* out(u32 p) const { return recv + (mode == OX_DIRECT_ALL_GATHER || mode == OX_DIRECT_TWO_SHOT ? (u64)p * bytes : 0); }
 };
 
 // This launch's row for `sender` in the inbox at `inbox` (this rank's or a peer's): its
 // protocol's rows, this launch's half of them (rows half + sender).
 __device__ __forceinline__ char* ox_direct_row(const OxDirect& a, const char* inbox, u32 sender) {
   return (char*)inbox + a.rows_offset + ((a.launch & 1) * a.nranks + sender) * (u64)a.cap_lines * 16;
+}
+// The second shot's row for `sender` (OX_DIRECT_TWO_SHOT), as ox_direct_row's.
+__device__ __forceinline__ char* ox_direct_second_row(const OxDirect& a, const char* inbox, u32 sender) {
+  return (char*)inbox + a.second_offset + ((a.launch & 1) * a.nranks + sender) * (u64)a.cap_lines * 16;
 }
 // acks[p], the last launch rank p is known to have finished.
 __device__ __forceinline__ volatile u64* ox_direct_acks(const OxDirect& a) { return (volatile u64*)(a.inbox + a.ack_offset); }
@@ -664,8 +669,16 @@ __device__ int ox_ll128_wait(const char* p, bool active, bool flag_thread, u32 f
   return why;
 }
 
+// Stores this thread's 16 bytes of an LL128 line at p: words x and y (y the flag word on
+// the line's flag thread). The warp's eight threads of a line store it in one instruction.
+__device__ __forceinline__ void ox_ll128_put(char* p, uint2 x, uint2 y) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(x.x), "r"(x.y), "r"(y.x), "r"(y.y) : "memory");
+}
+
 // The direct kernel's sends and receives over LL128 lines (ox_direct's, line for line):
-// 0, or why a wait stopped, the peer in *at.
+// 0, or why a wait stopped, the peer in *at. In two shots (OX_DIRECT_TWO_SHOT) the first
+// shot is reduce_scatter's; each warp then sends the lines it folded on to every other
+// rank, and takes the others' folded blocks in place from the second shot's rows.
 __device__ __forceinline__ int ox_direct_ll128(const OxDirect& a, u32* at) {
   const u64 words = (a.bytes + 7) / 8;
   const u64 lines = (words + OX_LL128_WORDS - 1) / OX_LL128_WORDS;
@@ -677,6 +690,7 @@ __device__ __forceinline__ int ox_direct_ll128(const OxDirect& a, u32* at) {
   const u64 mine = (threadIdx.x & 31) >> 3;
   const u32 flag = a.epoch;
   const OxDirectRoles r(a);
+  const bool two_shot = a.mode == OX_DIRECT_TWO_SHOT;
   int why = 0;
 
   for (u32 d = 0; d < a.nranks && !why; ++d) {
@@ -700,7 +714,7 @@ __device__ __forceinline__ int ox_direct_ll128(const OxDirect& a, u32* at) {
         }
       }
       __syncwarp();
-      if (l < lines) asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst + l * 128 + t * 16), "r"(x.x), "r"(x.y), "r"(y.x), "r"(y.y) : "memory");
+      if (l < lines) ox_ll128_put(dst + l * 128 + t * 16, x, y);
     }
   }
   if (why) return why;
@@ -742,8 +756,38 @@ __device__ __forceinline__ int ox_direct_ll128(const OxDirect& a, u32* at) {
       }
     }
     if (r.reduce && active) {
-      ox_line_put(a.recv, w0, a.bytes, acc0);
-      if (!flag_thread) ox_line_put(a.recv, w0 + 1, a.bytes, acc1);
+      ox_line_put(r.out(a.rank), w0, a.bytes, acc0);
+      if (!flag_thread) ox_line_put(r.out(a.rank), w0 + 1, a.bytes, acc1);
+    }
+    // Two shots: the folded line goes on to every other rank at once (this warp waited for
+    // each one's acknowledgement before its first shot, for the same lines).
+    if (two_shot) {
+      const uint2 y = flag_thread ? make_uint2(flag, flag) : acc1;
+      __syncwarp();
+      for (u32 d = 0; d < a.nranks && active; ++d) {
+        if (d != a.rank) ox_ll128_put(ox_direct_second_row(a, a.peers[d], a.rank) + l * 128 + t * 16, acc0, y);
+      }
+    }
+  }
+  if (!two_shot) return 0;
+
+  // The second shot: block p as p folded it, for every other rank p.
+  for (u64 base = warp * 4; base < lines; base += warps * 4) {
+    const u64 l = base + mine;
+    const bool active = l < lines;
+    const u64 w0 = l * OX_LL128_WORDS + 2 * t;
+    for (u32 p = 0; p < a.nranks; ++p) {
+      if (p == a.rank) continue;
+      uint4 v;
+      why = ox_ll128_wait(ox_direct_second_row(a, a.inbox, p) + (active ? l : 0) * 128 + t * 16, active, flag_thread, flag, a.watch, p, &v);
+      if (why) {
+        *at = p;
+        return why;
+      }
+      if (active) {
+        ox_line_put(r.out(p), w0, a.bytes, make_uint2(v.x, v.y));
+        if (!flag_thread) ox_line_put(r.out(p), w0 + 1, a.bytes, make_uint2(v.z, v.w));
+      }
     }
   }
   return 0;
@@ -776,6 +820,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirec
   for (u32 d = threadIdx.x; blockIdx.x == 0 && d < a.nranks; d += blockDim.x) {
     if (d != a.rank) *(volatile u64*)(a.peers[d] + a.ack_offset + (u64)a.rank * 8) = a.launch - 1;
   }
+  // Over LL128 lines; two shots (OX_DIRECT_TWO_SHOT) only ever come that way.
   if (a.ll128) {
     why = ox_direct_ll128(a, &at);
     if (why) ox_fail(a.watch, why, OX_KERNEL_DIRECT, blockIdx.x, at, at);

@@ -74,8 +74,20 @@ pub mod direct {
     pub const REDUCE_SCATTER: u32 = 3;
     /// The root sends its input to every other rank.
     pub const BROADCAST: u32 = 4;
+    /// all_reduce in two shots in one launch (over LL128 lines only): every rank sends its
+    /// input's block d to rank d, folds its own block and sends each folded line on to every
+    /// other rank (into the rows at `DevDirect::second_offset`), and places block p, as p
+    /// folded it, at p.
+    pub const TWO_SHOT: u32 = 5;
     /// Every mode with its C name.
-    pub const ALL: [(&str, u32); 5] = [("OX_DIRECT_ALL_REDUCE", ALL_REDUCE), ("OX_DIRECT_REDUCE", REDUCE), ("OX_DIRECT_ALL_GATHER", ALL_GATHER), ("OX_DIRECT_REDUCE_SCATTER", REDUCE_SCATTER), ("OX_DIRECT_BROADCAST", BROADCAST)];
+    pub const ALL: [(&str, u32); 6] = [
+        ("OX_DIRECT_ALL_REDUCE", ALL_REDUCE),
+        ("OX_DIRECT_REDUCE", REDUCE),
+        ("OX_DIRECT_ALL_GATHER", ALL_GATHER),
+        ("OX_DIRECT_REDUCE_SCATTER", REDUCE_SCATTER),
+        ("OX_DIRECT_BROADCAST", BROADCAST),
+        ("OX_DIRECT_TWO_SHOT", TWO_SHOT),
+    ];
 }
 
 /// Bytes of one LL line: 8 bytes of data and two 4-byte flags, stored in one 16-byte store.
@@ -272,8 +284,9 @@ pub mod timeline {
 /// Arguments of the direct kernel (C: `OxDirect`), passed by value: a small collective in
 /// one hop over the LL protocol, or LL128 (`ll128`). Every rank owns an inbox in its GPU
 /// memory: per protocol 2 halves × `nranks` senders × a row of 16-byte lines (`cap_lines`
-/// of them for this launch's protocol, from `rows_offset`), then at `ack_offset` one u64
-/// per rank. A sender writes its data into the receiver's inbox with the flag `epoch` in
+/// of them for this launch's protocol, from `rows_offset`; as many LL128 rows again from
+/// `second_offset` for the second of [`direct::TWO_SHOT`]'s shots), then at `ack_offset`
+/// one u64 per rank. A sender writes its data into the receiver's inbox with the flag `epoch` in
 /// every line, so data and its readiness travel in one store, and the receiver waits for
 /// the flags line by line. Launch `launch` uses half `launch & 1`. A launch starting on a
 /// rank means the one before ended there: it first writes `launch - 1` into slot `rank` of
@@ -299,6 +312,9 @@ pub struct DevDirect {
     /// Where, in every inbox, the rows of this launch's protocol start (LL128 rows apart
     /// from LL's).
     pub rows_offset: u64,
+    /// Where, in every inbox, the second shot's LL128 rows start ([`direct::TWO_SHOT`];
+    /// rows as long as the first's).
+    pub second_offset: u64,
     /// Where, in every inbox, the acknowledgements (u64 per rank) lie.
     pub ack_offset: u64,
     /// 16-byte lines per (half, sender) row of this launch's protocol in every inbox.
@@ -459,6 +475,7 @@ fn structs() -> Vec<(&'static str, usize, Vec<Field>)> {
                 "unsigned long long" bytes: u64,
                 "unsigned long long" launch: u64,
                 "unsigned long long" rows_offset: u64,
+                "unsigned long long" second_offset: u64,
                 "unsigned long long" ack_offset: u64,
                 "unsigned int" cap_lines: u32,
                 "unsigned int" epoch: u32,
@@ -572,7 +589,7 @@ mod tests {
         for (name, value) in kind::ALL {
             assert!(h.contains(&format!("#define {name} {value}u")), "{name}");
         }
-        for s in ["struct OxStep {", "struct OxConn {", "struct OxArgs {", "sizeof(OxStep) == 32", "sizeof(OxConn) == 72", "sizeof(OxArgs) == 96", "sizeof(OxWatch) == 32", "#define OX_PEER_LEFT 3", "struct OxDirect {", "sizeof(OxDirect) == 136", "#define OX_DIRECT_BROADCAST 4u", "struct OxP2p {", "sizeof(OxP2p) == 112", "sizeof(OxP2pLane) == 16", "sizeof(OxP2pMsg) == 24", "#define OX_LANE_COPY 2u"] {
+        for s in ["struct OxStep {", "struct OxConn {", "struct OxArgs {", "sizeof(OxStep) == 32", "sizeof(OxConn) == 72", "sizeof(OxArgs) == 96", "sizeof(OxWatch) == 32", "#define OX_PEER_LEFT 3", "struct OxDirect {", "sizeof(OxDirect) == 144", "#define OX_DIRECT_BROADCAST 4u", "struct OxP2p {", "sizeof(OxP2p) == 112", "sizeof(OxP2pLane) == 16", "sizeof(OxP2pMsg) == 24", "#define OX_LANE_COPY 2u"] {
             assert!(h.contains(s), "{s} missing from:\n{h}");
         }
     }

@@ -255,7 +255,7 @@ fn print_kernel_routes(args: &Args, nranks: usize, plugin: Option<Box<dyn oxccl_
             let row = match routes.route(collective, size / 4, oxccl_runtime::DataType::Float32, 0) {
                 Ok(Route::Schedule { shape, algorithm, ll }) => format!("{:>14} {:>8} {:>8}", algorithm.nccl_name(), if ll { "LL" } else { "Simple" }, shape.channels),
                 Ok(Route::Direct { ll128 }) => format!("{:>14} {:>8} {:>8}", "one hop", if ll128 { "LL128" } else { "LL" }, "-"),
-                Ok(Route::TwoShot { ll128 }) => format!("{:>14} {:>8} {:>8}", "two shots", if ll128 { "LL128" } else { "LL" }, "-"),
+                Ok(Route::TwoShot) => format!("{:>14} {:>8} {:>8}", "two shots", "LL128", "-"),
                 Ok(Route::Exchange) => format!("{:>14} {:>8} {:>8}", "exchange", "LL", "-"),
                 Ok(Route::Staged) => format!("{:>14} {:>8} {:>8}", "staged", "-", "-"),
                 Err(e) => e.to_string(),

@@ -141,12 +141,20 @@ impl GpuBackend {
         let _ = dev.inner.gone.set(gone);
         if limit > 0 && n > 1 {
             // A row per sender holds the largest per-rank message; two halves of rows, as LL
-            // lines and, where some call goes over LL128, again as LL128 lines.
+            // lines and, where some call goes over LL128, again as LL128 lines, long enough for
+            // a two-shot all_reduce's blocks too (OXCCL_GPU_TWO_SHOT_BYTES / nranks).
             let cap_lines = direct_cap_lines(limit, n);
             let ll128_bytes = if lines_arrive_whole(&dev.core, &dev.inner.device, major)? { dev.core.config.gpu_direct_ll128_bytes } else { usize::MAX };
-            let ll128_lines = if ll128_bytes <= limit { ll128::message_bytes(limit / (n - 1)).max(ll128::LINE_BYTES) / LL_LINE_BYTES } else { 0 };
+            let two_shot = dev.core.config.gpu_two_shot_limit(n);
+            let received = limit.max(two_shot / n * (n - 1));
+            let ll128_row = (limit / (n - 1)).max(two_shot / n);
+            let ll128_lines = if ll128_bytes <= received { ll128::message_bytes(ll128_row).max(ll128::LINE_BYTES) / LL_LINE_BYTES } else { 0 };
             let ll128_offset = 2 * n * cap_lines * LL_LINE_BYTES;
-            let ack_offset = ll128_offset + 2 * n * ll128_lines * LL_LINE_BYTES;
+            let ll128_rows = 2 * n * ll128_lines * LL_LINE_BYTES;
+            // As many again for the second shot, where all_reduce goes in two (LL128 only).
+            let second = ll128_lines > 0 && two_shot > 0;
+            let second_offset = if second { ll128_offset + ll128_rows } else { 0 };
+            let ack_offset = ll128_offset + ll128_rows * (1 + second as usize);
             let inner = &dev.inner;
             // Rows, then one acknowledgement per rank.
             let (inbox, table) = inner.state.lock().conns.inboxes(Inbox::Direct, ack_offset + n * 8, &dev.setup())?;
@@ -158,6 +166,7 @@ impl GpuBackend {
                 ll128_offset: ll128_offset as u64,
                 ll128_lines: ll128_lines as u32,
                 ll128_bytes,
+                second_offset: second_offset as u64,
                 ack_offset: ack_offset as u64,
                 launches: AtomicU64::new(0),
             };

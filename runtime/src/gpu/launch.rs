@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
 use oxccl_kernels::cuda::{Specialization, DIRECT, DIVIDE, P2P, RUN, THREADS, WAIT_HOST};
-use oxccl_kernels::device::{launch as launch_bits, ll128, DevArgs, DevDirect, DevWatch, LL_LINE_BYTES, LL_LINE_DATA};
+use oxccl_kernels::device::{direct, launch as launch_bits, ll128, DevArgs, DevDirect, DevWatch, LL_LINE_BYTES, LL_LINE_DATA};
 
 use super::driver::{self, Device, DeviceMemory, Module};
 use super::{CUstream, Inner, Loaded, Plan, DONE_WORD, REACHED_WORD};
@@ -63,6 +63,10 @@ impl Inner {
         if ll128 && d.ll128_lines == 0 {
             return Err(Error::Internal("a one-hop call over LL128 on a communicator with no LL128 rows".into()));
         }
+        // Two shots run over LL128 lines alone, in rows of their own.
+        if mode == direct::TWO_SHOT && (!ll128 || d.second_offset == 0) {
+            return Err(Error::Internal("an all_reduce in two shots without LL128 lines or the rows for its second shot".into()));
+        }
         let (rows_offset, cap_lines) = if ll128 { (d.ll128_offset, d.ll128_lines) } else { (0, d.cap_lines) };
         // A row holds OXCCL_GPU_DIRECT_BYTES / (nranks - 1), rounded up to lines: the route
         // sends nothing larger (route.rs), and a row overrun would write a peer's next row.
@@ -81,6 +85,7 @@ impl Inner {
             bytes: bytes as u64,
             launch,
             rows_offset,
+            second_offset: d.second_offset,
             ack_offset: d.ack_offset,
             cap_lines,
             epoch,

@@ -287,6 +287,9 @@ struct Direct {
     /// OXCCL_GPU_DIRECT_LL128_BYTES where every rank's GPU stores whole lines into every
     /// other's (init agrees it), else usize::MAX.
     ll128_bytes: usize,
+    /// Where the second shot's LL128 rows start (`direct::TWO_SHOT`; as many and as long
+    /// as the LL128 rows), 0 where no call goes in two shots.
+    second_offset: u64,
     ack_offset: u64,
     /// Launches so far (the same on every rank: all call the same collectives in the same
     /// order).
@@ -441,18 +444,9 @@ impl GpuBackend {
                 // SAFETY: the caller's buffers and stream (this function's contract).
                 unsafe { inner.launch_direct(&loaded, mode, send, recv, count * esize, root, rank, n, scale, ll128, stream)? };
             }
-            Route::TwoShot { ll128 } => {
-                // Block `rank` of the sum lands where the all_gather then reads it (in place
-                // too: each line of the input block is read before its sum is written).
-                let block = count / n * esize;
-                let own = recv + (rank * block) as u64;
-                // SAFETY: as above; the route holds count to a multiple of the ranks, so the
-                // blocks tile both buffers.
-                unsafe {
-                    inner.launch_direct(&loaded, direct::REDUCE_SCATTER, send, own, block, root, rank, n, scale, ll128, stream)?;
-                    inner.launch_direct(&loaded, direct::ALL_GATHER, own, recv, block, root, rank, n, None, ll128, stream)?;
-                }
-            }
+            // SAFETY: as above; the route holds count to a multiple of the ranks, so the blocks
+            // tile both buffers.
+            Route::TwoShot => unsafe { inner.launch_direct(&loaded, direct::TWO_SHOT, send, recv, count / n * esize, root, rank, n, scale, true, stream)? },
             // SAFETY: as above; the exchange's transfers are within the buffers.
             Route::Exchange => unsafe { self.launch_group(&p2p::exchange_ops(collective, send, recv, count * esize, root, rank, n), stream)? },
             Route::Schedule { shape, algorithm, ll } => {

@@ -21,10 +21,10 @@ pub enum Route {
     /// ranks' contributions, each scaled by its rank's factor, in rank order:
     /// `((x0 op x1) op x2) ...` on every rank.
     Direct { ll128: bool },
-    /// all_reduce as the direct kernel twice: reduce_scatter in one hop (block r of the
-    /// result folded on rank r, in rank order as [`Route::Direct`]), then all_gather of the
-    /// blocks in one hop; over LL128 lines where `ll128`.
-    TwoShot { ll128: bool },
+    /// all_reduce as two one-hop shots in one launch of the direct kernel, over LL128 lines:
+    /// reduce_scatter (block r of the result folded on rank r, in rank order as
+    /// [`Route::Direct`]), each folded line sent on at once to every other rank.
+    TwoShot,
     /// The group of sends and receives the collective is (alltoall, gather and scatter of
     /// blocks up to NCCL_P2P_LL_THRESHOLD), over LL: copies only.
     Exchange,
@@ -50,7 +50,7 @@ impl GpuBackend {
             across_hosts: inner.departures.get().is_some(),
             per_host: self.core.rails.ranks_per_host_block(),
             direct_limit: inner.direct.get().map_or(0, |d| d.limit),
-            two_shot_limit: self.core.config.gpu_two_shot_limit(self.nranks()),
+            two_shot_limit: inner.direct.get().filter(|d| d.second_offset > 0).map_or(0, |_| self.core.config.gpu_two_shot_limit(self.nranks())),
             ll128_bytes: inner.direct.get().map_or(usize::MAX, |d| d.ll128_bytes),
             p2p_ll_limit: inner.p2p_ll.get().map_or(0, |p| p.limit),
             min_channels: inner.min_channels,
@@ -140,7 +140,7 @@ struct Rules<'a> {
     per_host: usize,
     /// The most a rank receives in a one-hop call (0: no one-hop kernel).
     direct_limit: usize,
-    /// The largest all_reduce that goes as the one-hop kernel twice.
+    /// The largest all_reduce that goes in two shots (0: the inboxes have no rows for them).
     two_shot_limit: usize,
     /// One-hop calls in which a rank receives this many bytes or more go over LL128, where
     /// NCCL_PROTO allows it.
@@ -179,10 +179,11 @@ impl Rules<'_> {
         if one_hop && bytes * (n - 1) <= self.direct_limit {
             return Ok(Route::Direct { ll128: allows_ll128 && bytes * (n - 1) >= self.ll128_bytes });
         }
-        // Twice, for an all_reduce that fits neither once nor the rows in equal blocks.
-        let block = bytes / n.max(1);
-        if one_hop && collective == Collective::AllReduce && bytes <= self.two_shot_limit && count % n == 0 && block * (n - 1) <= self.direct_limit {
-            return Ok(Route::TwoShot { ll128: allows_ll128 && block * (n - 1) >= self.ll128_bytes });
+        // Two shots, for an all_reduce too large for one, in equal blocks large enough for
+        // LL128 lines (the LL128 rows hold OXCCL_GPU_TWO_SHOT_BYTES / nranks).
+        let received = bytes / n.max(1) * (n - 1);
+        if one_hop && allows_ll128 && collective == Collective::AllReduce && bytes <= self.two_shot_limit && count % n == 0 && received >= self.ll128_bytes {
+            return Ok(Route::TwoShot);
         }
         let exchanges = matches!(collective, Collective::AllToAll | Collective::Gather | Collective::Scatter);
         if allows_ll && exchanges && bytes <= self.p2p_ll_limit {
@@ -302,7 +303,7 @@ mod tests {
         match route {
             Route::Staged => ("staged", None),
             Route::Direct { ll128 } => (if ll128 { "one hop, LL128" } else { "one hop" }, None),
-            Route::TwoShot { ll128 } => (if ll128 { "two shots, LL128" } else { "two shots" }, None),
+            Route::TwoShot => ("two shots", None),
             Route::Exchange => ("exchange", None),
             Route::Schedule { shape, algorithm, ll } => ("schedule", Some((algorithm, ll, shape.channels))),
         }
@@ -322,8 +323,8 @@ mod tests {
 
     /// The rules on one host, at the defaults: the one-hop kernel while a rank receives
     /// at most OXCCL_GPU_DIRECT_BYTES (2 MiB from 4 ranks, 1 MiB below), over LL128 from
-    /// 512 KiB received; from 4 ranks all_reduce up to 2 MiB as the one-hop kernel twice
-    /// where the ranks divide the count; the ring over LL
+    /// 512 KiB received; from 4 ranks all_reduce up to 4 MiB in two one-hop shots where the
+    /// ranks divide the count; the ring over LL
     /// for all_reduce up to 2 MiB from 4 ranks (a lane per 32 KiB up to 32), else over
     /// Simple (a lane per 64 KiB up to NCCL_MAX_NCHANNELS); small alltoall blocks as an LL
     /// exchange; NCCL_ALGO=ring keeps the one-hop kernel off; NCCL_PROTO that leaves the
@@ -335,11 +336,12 @@ mod tests {
         assert_eq!(float_route(&four, Collective::AllReduce, 8), ("one hop", None));
         assert_eq!(float_route(&four, Collective::AllReduce, 128 << 10), ("one hop", None), "3 x 128 KiB received: LL");
         assert_eq!(float_route(&four, Collective::AllReduce, 512 << 10), ("one hop, LL128", None), "3 x 512 KiB received");
-        assert_eq!(float_route(&four, Collective::AllReduce, 1 << 20), ("two shots, LL128", None), "3 x 256 KiB received twice");
+        assert_eq!(float_route(&four, Collective::AllReduce, 1 << 20), ("two shots", None), "3 x 256 KiB received twice");
         assert_eq!(float_route(&four, Collective::AllReduce, (1 << 20) + 4), ring(true, 32), "blocks of a count 4 does not divide");
-        assert_eq!(float_route(&four, Collective::AllReduce, 2 << 20), ("two shots, LL128", None));
-        assert_eq!(float_route(&four, Collective::AllReduce, (2 << 20) + 16), ring(false, 33), "past OXCCL_GPU_TWO_SHOT_BYTES and the LL ring's 2 MiB");
-        assert_eq!(float_route(&four, Collective::AllReduce, 4 << 20), ring(false, 64));
+        assert_eq!(float_route(&four, Collective::AllReduce, 2 << 20), ("two shots", None));
+        assert_eq!(float_route(&four, Collective::AllReduce, (2 << 20) + 4), ring(false, 33), "blocks of a count 4 does not divide, past the LL ring's 2 MiB");
+        assert_eq!(float_route(&four, Collective::AllReduce, 4 << 20), ("two shots", None));
+        assert_eq!(float_route(&four, Collective::AllReduce, (4 << 20) + 16), ring(false, 64), "past OXCCL_GPU_TWO_SHOT_BYTES");
         assert_eq!(float_route(&four, Collective::AllGather, 1 << 20), ring(false, 16), "LL by default for all_reduce alone");
         assert_eq!(float_route(&four, Collective::AllToAll, 4096), ("exchange", None));
         let two = routes(&[], 2, false, None);
@@ -357,7 +359,7 @@ mod tests {
         assert_eq!(float_route(&capped, Collective::AllReduce, 1 << 20), ring(true, 8));
         let ll_only = routes(&[("OXCCL_GPU_DIRECT_LL128_BYTES", "1G")], 4, false, None);
         assert_eq!(float_route(&ll_only, Collective::AllReduce, 512 << 10), ("one hop", None));
-        assert_eq!(float_route(&ll_only, Collective::AllReduce, 2 << 20), ("two shots", None), "512 KiB blocks: 1.5 MiB received twice");
+        assert_eq!(float_route(&ll_only, Collective::AllReduce, 2 << 20), ring(true, 32), "two shots run LL128 lines alone");
         assert_eq!(float_route(&ll_only, Collective::AllGather, 2 << 20), ring(false, 32), "all_reduce alone goes twice");
     }
 

@@ -70,10 +70,10 @@ pub fn gpu_reference(route: &Route, case: &Case, inputs: &[Vec<u8>]) -> Result<V
     let mut outputs = match *route {
         Route::Schedule { shape, algorithm, .. } => simulated(shape, algorithm, case, &prepared)?,
         // Twice (reduce_scatter, all_gather) folds each block once, in rank order too.
-        Route::Direct { .. } | Route::TwoShot { .. } if reduces => folded_in_rank_order(case, &prepared)?,
+        Route::Direct { .. } | Route::TwoShot if reduces => folded_in_rank_order(case, &prepared)?,
         Route::Direct { .. } | Route::Exchange if !reduces => (0..n).map(|r| copied(case, inputs, r)).collect(),
         Route::Staged => return Err(Error::InvalidArgument { what: format!("{case}: staged through host memory, it runs on the host data path: no GPU route to check") }),
-        Route::TwoShot { .. } => return Err(Error::Internal(format!("{case}: only all_reduce goes twice, not to {route:?}"))),
+        Route::TwoShot => return Err(Error::Internal(format!("{case}: only all_reduce goes twice, not to {route:?}"))),
         Route::Direct { .. } | Route::Exchange => return Err(Error::Internal(format!("{case}: a reducing collective routed to {route:?}"))),
     };
     for (output, plan) in outputs.iter_mut().zip(&plans) {
