@@ -136,23 +136,25 @@ impl Device {
     /// Whether a warp's 128-byte store from this GPU reaches the GPU at PCI bus id `bus_id`
     /// whole (LL128's premise): the same GPU, or a peer over NVLink, told by native peer
     /// atomics (PCIe peers have none; the topology crate infers NVLinks the same way). False
-    /// for a GPU this process does not see.
-    pub fn stores_lines_whole_to(&self, bus_id: &str) -> Result<bool> {
-        let Ok(bus) = CString::new(bus_id) else { return Ok(false) };
+    /// for a GPU this process does not see, and where the driver cannot say.
+    pub fn stores_lines_whole_to(&self, bus_id: &str) -> bool {
+        let Ok(bus) = CString::new(bus_id) else { return false };
         let mut peer = 0;
         // SAFETY: writes one device handle; fails for a GPU this process does not see.
         if unsafe { sys::cuDeviceGetByPCIBusId(&mut peer, bus.as_ptr()) } != CUresult::CUDA_SUCCESS {
-            return Ok(false);
+            return false;
         }
         if peer == self.device {
-            return Ok(true);
+            return true;
         }
+        // An attribute the driver cannot say counts as absent: LL lines then, never an error.
         let p2p = |attribute| {
             let mut value = 0;
             // SAFETY: writes one int for two valid device handles.
-            check(unsafe { sys::cuDeviceGetP2PAttribute(&mut value, attribute, self.device, peer) }, || format!("asking GPU {}'s link to {bus_id}", self.ordinal)).map(|()| value != 0)
+            let status = unsafe { sys::cuDeviceGetP2PAttribute(&mut value, attribute, self.device, peer) };
+            status == CUresult::CUDA_SUCCESS && value != 0
         };
-        Ok(p2p(sys::CUdevice_P2PAttribute::CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED)? && p2p(sys::CUdevice_P2PAttribute::CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED)?)
+        p2p(sys::CUdevice_P2PAttribute::CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED) && p2p(sys::CUdevice_P2PAttribute::CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED)
     }
 
     /// Streaming multiprocessors.

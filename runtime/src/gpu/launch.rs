@@ -68,8 +68,9 @@ impl Inner {
             return Err(Error::Internal("an all_reduce in two shots without LL128 lines or the rows for its second shot".into()));
         }
         let (rows_offset, cap_lines) = if ll128 { (d.ll128_offset, d.ll128_lines) } else { (0, d.cap_lines) };
-        // A row holds OXCCL_GPU_DIRECT_BYTES / (nranks - 1), rounded up to lines: the route
-        // sends nothing larger (route.rs), and a row overrun would write a peer's next row.
+        // A row holds OXCCL_GPU_DIRECT_BYTES / (nranks - 1) (over LL128 also a two-shot block,
+        // OXCCL_GPU_TWO_SHOT_BYTES / nranks), rounded up to lines: the route sends nothing
+        // larger (route.rs), and a row overrun would write a peer's next row.
         let row = if ll128 { ll128::message_bytes(bytes) } else { bytes.div_ceil(LL_LINE_DATA) * LL_LINE_BYTES };
         if row > cap_lines as usize * LL_LINE_BYTES {
             return Err(Error::Internal(format!("a one-hop call of {bytes} bytes a rank is more than an inbox row holds ({} bytes)", cap_lines as usize * LL_LINE_BYTES)));

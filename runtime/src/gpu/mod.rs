@@ -277,10 +277,10 @@ struct Direct {
     /// LL128 rows after them start on a 128-byte line.
     cap_lines: u32,
     /// Where the LL128 rows start in every inbox (after the LL rows), and the 16-byte
-    /// lines each holds (0: no call goes over LL128: OXCCL_GPU_DIRECT_LL128_BYTES is more
-    /// than `limit`). Apart from the LL rows: a line of LL
-    /// carries its flag where LL128 carries data, so an LL launch reading a half an LL128
-    /// launch wrote before could take data for its flag.
+    /// lines each holds: the largest one-hop message or two-shot block (0: no call goes
+    /// over LL128). Apart from the LL rows: a line of LL carries its flag where LL128
+    /// carries data, so an LL launch reading a half an LL128 launch wrote before could take
+    /// data for its flag.
     ll128_offset: u64,
     ll128_lines: u32,
     /// Calls in which a rank receives this many bytes or more go over LL128 lines:
