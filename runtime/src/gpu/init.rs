@@ -140,34 +140,20 @@ impl GpuBackend {
         let (gone, _) = dev.inner.state.lock().conns.inboxes(Inbox::Gone, n * 4, &dev.setup())?;
         let _ = dev.inner.gone.set(gone);
         if limit > 0 && n > 1 {
-            // A row per sender holds the largest per-rank message; two halves of rows, as LL
-            // lines and, where some call goes over LL128, again as LL128 lines, long enough for
-            // a two-shot all_reduce's blocks too (OXCCL_GPU_TWO_SHOT_BYTES / nranks).
-            let cap_lines = direct_cap_lines(limit, n);
             let ll128_bytes = if lines_arrive_whole(&dev.core, &dev.inner.device, major)? { dev.core.config.gpu_direct_ll128_bytes } else { usize::MAX };
-            let two_shot = dev.core.config.gpu_two_shot_limit(n);
-            let received = limit.max(two_shot / n * (n - 1));
-            let ll128_row = (limit / (n - 1)).max(two_shot / n);
-            let ll128_lines = if ll128_bytes <= received { ll128::message_bytes(ll128_row).max(ll128::LINE_BYTES) / LL_LINE_BYTES } else { 0 };
-            let ll128_offset = 2 * n * cap_lines * LL_LINE_BYTES;
-            let ll128_rows = 2 * n * ll128_lines * LL_LINE_BYTES;
-            // As many again for the second shot, where all_reduce goes in two (LL128 only).
-            let second = ll128_lines > 0 && two_shot > 0;
-            let second_offset = if second { ll128_offset + ll128_rows } else { 0 };
-            let ack_offset = ll128_offset + ll128_rows * (1 + second as usize);
+            let layout = DirectLayout::new(limit, n, dev.core.config.gpu_two_shot_limit(n), ll128_bytes);
             let inner = &dev.inner;
-            // Rows, then one acknowledgement per rank.
-            let (inbox, table) = inner.state.lock().conns.inboxes(Inbox::Direct, ack_offset + n * 8, &dev.setup())?;
+            let (inbox, table) = inner.state.lock().conns.inboxes(Inbox::Direct, layout.bytes(n), &dev.setup())?;
             let direct = Direct {
                 limit,
                 inbox,
                 table,
-                cap_lines: cap_lines as u32,
-                ll128_offset: ll128_offset as u64,
-                ll128_lines: ll128_lines as u32,
+                cap_lines: layout.cap_lines as u32,
+                ll128_offset: layout.ll128_offset as u64,
+                ll128_lines: layout.ll128_lines as u32,
                 ll128_bytes,
-                second_offset: second_offset as u64,
-                ack_offset: ack_offset as u64,
+                second_offset: layout.second_offset as u64,
+                ack_offset: layout.ack_offset as u64,
                 launches: AtomicU64::new(0),
             };
             let _ = inner.direct.set(direct);
@@ -341,11 +327,49 @@ fn warn_streams_may_share_queues(ordinal: i32, ranks: usize) {
     });
 }
 
-/// 16-byte lines of a one-hop inbox row of LL lines: a rank's largest message (`limit`
-/// received from `nranks - 1` peers), rounded up to whole 128-byte lines (8 each), so that
-/// the LL128 rows after them start on one.
-fn direct_cap_lines(limit: usize, nranks: usize) -> usize {
-    (limit / (nranks - 1).max(1)).div_ceil(LL_LINE_DATA).max(1).next_multiple_of(8)
+/// Where things lie in a one-hop inbox (bytes from its start; rows of 16-byte lines): two
+/// halves × `nranks` senders × a row of LL lines holding a rank's largest one-hop message;
+/// where some call goes over LL128, as many rows of LL128 lines holding that message and a
+/// two-shot all_reduce's block, and where all_reduce goes in two shots as many again for
+/// the second shot; then an acknowledgement (u64) per rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct DirectLayout {
+    /// Lines of an LL row: whole 128-byte lines (8 each), so that the LL128 rows start on one.
+    cap_lines: usize,
+    ll128_offset: usize,
+    /// Lines of an LL128 row (0: no LL128 rows).
+    ll128_lines: usize,
+    /// Where the second shot's rows start (0: none).
+    second_offset: usize,
+    ack_offset: usize,
+}
+
+impl DirectLayout {
+    /// The inbox of `nranks` ranks whose one-hop calls receive at most `limit`, whose
+    /// all_reduce goes in two shots up to `two_shot` bytes (0: never), over LL128 lines
+    /// from `ll128_bytes` received (usize::MAX: never).
+    fn new(limit: usize, nranks: usize, two_shot: usize, ll128_bytes: usize) -> DirectLayout {
+        let n = nranks.max(2);
+        let cap_lines = (limit / (n - 1)).div_ceil(LL_LINE_DATA).max(1).next_multiple_of(8);
+        let received = limit.max(two_shot / n * (n - 1));
+        let ll128_row = (limit / (n - 1)).max(two_shot / n);
+        let ll128_lines = if ll128_bytes <= received { ll128::message_bytes(ll128_row).max(ll128::LINE_BYTES) / LL_LINE_BYTES } else { 0 };
+        let ll128_offset = 2 * n * cap_lines * LL_LINE_BYTES;
+        let ll128_rows = 2 * n * ll128_lines * LL_LINE_BYTES;
+        let second = ll128_lines > 0 && two_shot > 0;
+        DirectLayout {
+            cap_lines,
+            ll128_offset,
+            ll128_lines,
+            second_offset: if second { ll128_offset + ll128_rows } else { 0 },
+            ack_offset: ll128_offset + ll128_rows * (1 + second as usize),
+        }
+    }
+
+    /// Bytes of the inbox.
+    fn bytes(&self, nranks: usize) -> usize {
+        self.ack_offset + nranks * 8
+    }
 }
 
 #[cfg(test)]
@@ -390,18 +414,38 @@ mod tests {
         assert_eq!(agreed, [44, 44, 44]);
     }
 
-    /// Every message a row is meant for fits it as LL lines, and LL rows are whole 128-byte
-    /// lines (the LL128 rows, sized by ll128::message_bytes, follow them).
+    /// Every message a one-hop row is meant for fits it: the largest one-hop message as LL
+    /// lines and, where LL128 rows are made, as LL128 lines, as is the largest two-shot
+    /// block; the rows start on 128-byte lines, one region after the other, the
+    /// acknowledgements after them all; LL128 rows are made exactly when some call can
+    /// receive OXCCL_GPU_DIRECT_LL128_BYTES, and the second shot's exactly where all_reduce
+    /// goes in two shots over them.
     #[test]
-    fn a_one_hop_row_holds_its_largest_message() {
-        use oxccl_kernels::device::LL_LINE_BYTES;
+    fn a_one_hop_inbox_holds_every_message_it_is_meant_for() {
         for limit in [1, 7, 64, 1000, 4096, 1 << 20, 2 << 20, (2 << 20) + 5] {
             for n in 2..=9 {
-                let cap = direct_cap_lines(limit, n);
-                assert_eq!(cap % 8, 0, "limit {limit}, {n} ranks");
-                let largest = limit / (n - 1);
-                for bytes in [1, largest / 2, largest].into_iter().filter(|&b| b > 0) {
-                    assert!(bytes.div_ceil(LL_LINE_DATA) * LL_LINE_BYTES <= cap * LL_LINE_BYTES, "LL: {bytes} B, limit {limit}, {n} ranks");
+                for two_shot in [0, 1 << 20, 4 << 20] {
+                    for ll128_bytes in [0, 512 << 10, usize::MAX] {
+                        let at = format!("limit {limit}, {n} ranks, two shots to {two_shot}, LL128 from {ll128_bytes}");
+                        let l = DirectLayout::new(limit, n, two_shot, ll128_bytes);
+                        let (row, ll128_row) = (l.cap_lines * LL_LINE_BYTES, l.ll128_lines * LL_LINE_BYTES);
+                        let largest = limit / (n - 1);
+                        assert!(largest.div_ceil(LL_LINE_DATA) * LL_LINE_BYTES <= row, "{at}: LL");
+                        let received = limit.max(two_shot / n * (n - 1));
+                        assert_eq!(l.ll128_lines > 0, ll128_bytes <= received, "{at}: LL128 rows");
+                        if l.ll128_lines > 0 {
+                            assert!(ll128::message_bytes(largest) <= ll128_row && ll128::message_bytes(two_shot / n) <= ll128_row, "{at}: LL128");
+                        }
+                        assert_eq!(l.second_offset > 0, l.ll128_lines > 0 && two_shot > 0, "{at}: second shot");
+                        assert_eq!(l.ll128_offset, 2 * n * row, "{at}");
+                        for offset in [l.ll128_offset, l.second_offset, row, ll128_row] {
+                            assert_eq!(offset % ll128::LINE_BYTES, 0, "{at}: {l:?}");
+                        }
+                        let end = if l.second_offset > 0 { l.second_offset + 2 * n * ll128_row } else { l.ll128_offset + 2 * n * ll128_row };
+                        assert!(l.second_offset == 0 || l.second_offset == l.ll128_offset + 2 * n * ll128_row, "{at}: {l:?}");
+                        assert_eq!(l.ack_offset, end, "{at}: {l:?}");
+                        assert_eq!(l.bytes(n), end + 8 * n);
+                    }
                 }
             }
         }
