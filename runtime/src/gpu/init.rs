@@ -414,6 +414,54 @@ mod tests {
         assert_eq!(agreed, [44, 44, 44]);
     }
 
+    /// The routes and the inbox agree: every call the rules send in one hop or in two shots
+    /// (all collectives, float counts from 1 to past 4 MiB, 2 to 8 ranks, at the defaults and
+    /// with two shots on every rank count) fits the rows of its protocol, and a two-shot
+    /// call finds the second shot's rows.
+    #[test]
+    fn every_one_hop_call_fits_the_rows_init_makes() {
+        use super::super::route::{KernelRoutes, Route};
+        use crate::algo::Collective;
+        use crate::DataType;
+        let mut seen = [0usize; 3];
+        for settings in [&[][..], &[("OXCCL_GPU_TWO_SHOT_BYTES", "4M")][..], &[("OXCCL_GPU_DIRECT_LL128_BYTES", "0"), ("OXCCL_GPU_DIRECT_BYTES", "3M")][..]] {
+            let mut config = Config::defaults();
+            for (name, value) in settings {
+                config.set(name, value).unwrap();
+            }
+            for n in [2, 3, 4, 5, 8] {
+                let l = DirectLayout::new(config.gpu_direct_limit(n), n, config.gpu_two_shot_limit(n), config.gpu_direct_ll128_bytes);
+                let routes = KernelRoutes::new(&config, n, 1, false, None).unwrap();
+                let mut count = 1;
+                while count <= (5 << 20) / 4 {
+                    for count in [count, count + 1, count / n * n] {
+                        for collective in Collective::ALL {
+                            let bytes = count * 4;
+                            let at = format!("{settings:?}, {n} ranks, {collective:?} of {bytes} B");
+                            match routes.route(collective, count, DataType::Float32, 0).unwrap() {
+                                Route::Direct { ll128: false } => {
+                                    seen[0] += 1;
+                                    assert!(bytes.div_ceil(LL_LINE_DATA) * LL_LINE_BYTES <= l.cap_lines * LL_LINE_BYTES, "{at}");
+                                }
+                                Route::Direct { ll128: true } => {
+                                    seen[1] += 1;
+                                    assert!(ll128::message_bytes(bytes) <= l.ll128_lines * LL_LINE_BYTES, "{at}");
+                                }
+                                Route::TwoShot => {
+                                    seen[2] += 1;
+                                    assert!(ll128::message_bytes(bytes / n) <= l.ll128_lines * LL_LINE_BYTES && l.second_offset > 0, "{at}");
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                    count = count * 3 / 2 + 1;
+                }
+            }
+        }
+        assert!(seen.iter().all(|&calls| calls > 0), "one hop over LL, over LL128, two shots: {seen:?} calls");
+    }
+
     /// Every message a one-hop row is meant for fits it: the largest one-hop message as LL
     /// lines and, where LL128 rows are made, as LL128 lines, as is the largest two-shot
     /// block; the rows start on 128-byte lines, one region after the other, the
