@@ -47,7 +47,7 @@ impl GpuBackend {
         // wait for a peer's kernel needs all of both resident: each rank gets at most its
         // share of the multiprocessors, one 512-thread block each (4 ranks on one H200
         // with 64 channels each deadlocked in an 8 MiB all_reduce).
-        let (sharing, sharing_here) = ranks_on_this_gpu(&core, device.ordinal as u32)?;
+        let (sharing, sharing_here) = ranks_on_this_gpu(&core, &device.pci_bus_id()?)?;
         if sharing_here > 1 {
             warn_streams_may_share_queues(device.ordinal, sharing_here);
         }
@@ -250,11 +250,25 @@ fn raise_gone_flags(gone: &MappedHost, now_departed: &[u32], seen: &mut Vec<(u32
     }
 }
 
-/// How many ranks of `comm` (this one included) run on GPU `ordinal` of this host, and
-/// how many on that GPU in this very process — whatever host each claims (NCCL_HOSTID):
+/// Bytes of a GPU's id as ranks exchange it at init: its PCI bus id, NUL-padded.
+const GPU_ID: usize = 32;
+
+/// A GPU's id for the exchange: `bus_id` (the PCI bus id, the same in every process
+/// whatever CUDA_VISIBLE_DEVICES numbers it), NUL-padded to [`GPU_ID`] bytes.
+fn gpu_id(bus_id: &str) -> [u8; GPU_ID] {
+    let mut id = [0u8; GPU_ID];
+    let len = bus_id.len().min(GPU_ID);
+    id[..len].copy_from_slice(&bus_id.as_bytes()[..len]);
+    id
+}
+
+/// How many ranks of `comm` (this one included) run on the GPU of PCI bus id `bus_id` on
+/// this host (told apart by bus id, not by ordinal: processes that each see only their
+/// own GPU, as under `srun --gpus-per-task=1`, all call it GPU 0), and how many on that
+/// GPU in this very process — whatever host each claims (NCCL_HOSTID):
 /// ranks posing as separate hosts still share the GPU's queues (collective: every rank
 /// calls it at init; who shares the host is known already).
-fn ranks_on_this_gpu(core: &Core, ordinal: u32) -> Result<(usize, usize)> {
+fn ranks_on_this_gpu(core: &Core, bus_id: &str) -> Result<(usize, usize)> {
     // This process, told apart from every other on any host.
     static PROCESS: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
         use std::hash::{BuildHasher, Hasher};
@@ -262,10 +276,10 @@ fn ranks_on_this_gpu(core: &Core, ordinal: u32) -> Result<(usize, usize)> {
         h.write_u32(std::process::id());
         h.finish()
     });
-    let mine = [&ordinal.to_le_bytes()[..], &PROCESS.to_le_bytes()].concat();
+    let mine = [&gpu_id(bus_id)[..], &PROCESS.to_le_bytes()].concat();
     let all = core.boot.allgather(&mine)?;
     let ranks: Vec<&[u8]> = all.chunks_exact(mine.len()).collect();
-    let on_gpu = ranks.iter().zip(&core.same_host).filter(|(r, &host)| host && r[..4] == mine[..4]).count();
+    let on_gpu = ranks.iter().zip(&core.same_host).filter(|(r, &host)| host && r[..GPU_ID] == mine[..GPU_ID]).count();
     let in_process = ranks.iter().filter(|r| **r == mine.as_slice()).count();
     Ok((on_gpu.max(1), in_process.max(1)))
 }
@@ -276,14 +290,9 @@ fn ranks_on_this_gpu(core: &Core, ordinal: u32) -> Result<(usize, usize)> {
 /// NVLink: [`Device::stores_lines_whole_to`]), and all must say yes, so that every rank
 /// routes alike. NCCL likewise runs LL128 only over NVLink.
 fn lines_arrive_whole(core: &Core, device: &Device, major: i32) -> Result<bool> {
-    const ID: usize = 32;
-    let bus = device.pci_bus_id()?;
-    let mut mine = [0u8; ID];
-    let len = bus.len().min(ID);
-    mine[..len].copy_from_slice(&bus.as_bytes()[..len]);
-    let all = core.boot.allgather(&mine)?;
+    let all = core.boot.allgather(&gpu_id(&device.pci_bus_id()?))?;
     let mut whole = major >= 7;
-    for id in all.chunks_exact(ID) {
+    for id in all.chunks_exact(GPU_ID) {
         let id = String::from_utf8_lossy(id);
         whole = whole && device.stores_lines_whole_to(id.trim_end_matches('\0'));
     }
@@ -395,7 +404,7 @@ mod tests {
             .collect();
         let comms = Communicator::init_all_with(&configs).unwrap();
         let counts: Vec<(usize, usize)> = std::thread::scope(|s| {
-            let handles: Vec<_> = comms.iter().zip([0u32, 1, 0]).map(|(c, gpu)| s.spawn(move || ranks_on_this_gpu(c.core(), gpu).unwrap())).collect();
+            let handles: Vec<_> = comms.iter().zip(["0000:00:06.0", "0000:00:07.0", "0000:00:06.0"]).map(|(c, gpu)| s.spawn(move || ranks_on_this_gpu(c.core(), gpu).unwrap())).collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
         assert_eq!(counts, [(1, 2), (1, 1), (1, 2)]);
