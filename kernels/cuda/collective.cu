@@ -624,14 +624,11 @@ struct OxDirectRoles {
   __device__ char* out(u32 p) const { return recv + (mode == OX_DIRECT_ALL_GATHER || mode == OX_DIRECT_TWO_SHOT ? (u64)p * bytes : 0); }
 };
 
-// This launch's row for `sender` in the inbox at `inbox` (this rank's or a peer's): its
-// protocol's rows, this launch's half of them (rows half + sender).
-__device__ __forceinline__ char* ox_direct_row(const OxDirect& a, const char* inbox, u32 sender) {
-  return (char*)inbox + a.rows_offset + ((a.launch & 1) * a.nranks + sender) * (u64)a.cap_lines * 16;
-}
-// The second shot's row for `sender` (OX_DIRECT_TWO_SHOT), as ox_direct_row's.
-__device__ __forceinline__ char* ox_direct_second_row(const OxDirect& a, const char* inbox, u32 sender) {
-  return (char*)inbox + a.second_offset + ((a.launch & 1) * a.nranks + sender) * (u64)a.cap_lines * 16;
+// This launch's row for `sender` in the inbox at `inbox` (this rank's or a peer's), among
+// the rows at `offset` (a.rows_offset: this launch's protocol's; a.second_offset: the
+// second shot's): this launch's half of them (rows half + sender).
+__device__ __forceinline__ char* ox_direct_row(const OxDirect& a, const char* inbox, u64 offset, u32 sender) {
+  return (char*)inbox + offset + ((a.launch & 1) * a.nranks + sender) * (u64)a.cap_lines * 16;
 }
 // acks[p], the last launch rank p is known to have finished.
 __device__ __forceinline__ volatile u64* ox_direct_acks(const OxDirect& a) { return (volatile u64*)(a.inbox + a.ack_offset); }
@@ -675,6 +672,13 @@ __device__ __forceinline__ void ox_ll128_put(char* p, uint2 x, uint2 y) {
   asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(x.x), "r"(x.y), "r"(y.x), "r"(y.y) : "memory");
 }
 
+// Writes this thread's part of a line's data, words w0 and (but on the flag thread, whose
+// second word is the flag) w0 + 1, into `base`, a buffer of `bytes` bytes.
+__device__ __forceinline__ void ox_ll128_part_put(char* base, u64 w0, u64 bytes, bool flag_thread, uint2 x, uint2 y) {
+  ox_line_put(base, w0, bytes, x);
+  if (!flag_thread) ox_line_put(base, w0 + 1, bytes, y);
+}
+
 // The direct kernel's sends and receives over LL128 lines (ox_direct's, line for line):
 // 0, or why a wait stopped, the peer in *at. In two shots (OX_DIRECT_TWO_SHOT) the first
 // shot is reduce_scatter's; each warp then sends the lines it folded on to every other
@@ -697,7 +701,7 @@ __device__ __forceinline__ int ox_direct_ll128(const OxDirect& a, u32* at) {
     if (!r.sends_to(d)) continue;
     *at = d;
     const char* src = r.src(d);
-    char* dst = ox_direct_row(a, a.peers[d], a.rank);
+    char* dst = ox_direct_row(a, a.peers[d], a.rows_offset, a.rank);
     // d's half is free once d finished the launch two before (the last that can have
     // used it, over either protocol).
     if (a.launch > 2 && warp * 4 < lines) why = ox_warp_why(ox_wait_for(ox_direct_acks(a) + d, a.launch - 2, a.watch, d));
@@ -738,7 +742,7 @@ __device__ __forceinline__ int ox_direct_ll128(const OxDirect& a, u32* at) {
         }
       } else {
         uint4 v;
-        const char* line = ox_direct_row(a, a.inbox, p) + (active ? l : 0) * 128 + t * 16;
+        const char* line = ox_direct_row(a, a.inbox, a.rows_offset, p) + (active ? l : 0) * 128 + t * 16;
         why = ox_ll128_wait(line, active, flag_thread, flag, a.watch, p, &v);
         if (why) {
           *at = p;
@@ -751,21 +755,17 @@ __device__ __forceinline__ int ox_direct_ll128(const OxDirect& a, u32* at) {
         acc0 = p == 0 ? v0 : ox_combine_vec(acc0, v0);
         acc1 = p == 0 ? v1 : ox_combine_vec(acc1, v1);
       } else if (active) {
-        ox_line_put(r.out(p), w0, a.bytes, v0);
-        if (!flag_thread) ox_line_put(r.out(p), w0 + 1, a.bytes, v1);
+        ox_ll128_part_put(r.out(p), w0, a.bytes, flag_thread, v0, v1);
       }
     }
-    if (r.reduce && active) {
-      ox_line_put(r.out(a.rank), w0, a.bytes, acc0);
-      if (!flag_thread) ox_line_put(r.out(a.rank), w0 + 1, a.bytes, acc1);
-    }
+    if (r.reduce && active) ox_ll128_part_put(r.out(a.rank), w0, a.bytes, flag_thread, acc0, acc1);
     // Two shots: the folded line goes on to every other rank at once (this warp waited for
     // each one's acknowledgement before its first shot, for the same lines).
     if (two_shot) {
       const uint2 y = flag_thread ? make_uint2(flag, flag) : acc1;
       __syncwarp();
       for (u32 d = 0; d < a.nranks && active; ++d) {
-        if (d != a.rank) ox_ll128_put(ox_direct_second_row(a, a.peers[d], a.rank) + l * 128 + t * 16, acc0, y);
+        if (d != a.rank) ox_ll128_put(ox_direct_row(a, a.peers[d], a.second_offset, a.rank) + l * 128 + t * 16, acc0, y);
       }
     }
   }
@@ -779,15 +779,12 @@ __device__ __forceinline__ int ox_direct_ll128(const OxDirect& a, u32* at) {
     for (u32 p = 0; p < a.nranks; ++p) {
       if (p == a.rank) continue;
       uint4 v;
-      why = ox_ll128_wait(ox_direct_second_row(a, a.inbox, p) + (active ? l : 0) * 128 + t * 16, active, flag_thread, flag, a.watch, p, &v);
+      why = ox_ll128_wait(ox_direct_row(a, a.inbox, a.second_offset, p) + (active ? l : 0) * 128 + t * 16, active, flag_thread, flag, a.watch, p, &v);
       if (why) {
         *at = p;
         return why;
       }
-      if (active) {
-        ox_line_put(r.out(p), w0, a.bytes, make_uint2(v.x, v.y));
-        if (!flag_thread) ox_line_put(r.out(p), w0 + 1, a.bytes, make_uint2(v.z, v.w));
-      }
+      if (active) ox_ll128_part_put(r.out(p), w0, a.bytes, flag_thread, make_uint2(v.x, v.y), make_uint2(v.z, v.w));
     }
   }
   return 0;
@@ -831,7 +828,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirec
     if (!r.sends_to(d)) continue;
     at = d;
     const char* src = r.src(d);
-    char* dst = ox_direct_row(a, a.peers[d], a.rank);
+    char* dst = ox_direct_row(a, a.peers[d], a.rows_offset, a.rank);
     u64 l = first;
     // The first line's load is issued before the acknowledgement is checked: both wait
     // for memory at once.
@@ -859,7 +856,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirec
         v = ox_line_get(own, l, a.bytes);
         if (a.scaled) v = ox_scale_vec(v, a.scale);
       } else {
-        why = ox_ll_wait(ox_direct_row(a, a.inbox, p) + l * 16, flag, a.watch, p, &v);
+        why = ox_ll_wait(ox_direct_row(a, a.inbox, a.rows_offset, p) + l * 16, flag, a.watch, p, &v);
         if (why) {
           at = p;
           break;
@@ -871,7 +868,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirec
         ox_line_put(r.out(p), l, a.bytes, v);
       }
     }
-    if (r.reduce && !why) ox_line_put(a.recv, l, a.bytes, acc);
+    if (r.reduce && !why) ox_line_put(r.out(a.rank), l, a.bytes, acc);
   }
 
   if (why) ox_fail(a.watch, why, OX_KERNEL_DIRECT, blockIdx.x, at, at);

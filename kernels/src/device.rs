@@ -203,10 +203,10 @@ pub mod ll {
     }
 }
 
-/// LL128 lines (the one-hop kernel with OXCCL_GPU_DIRECT_LL128): 128 bytes, 15 data words
-/// of 8 bytes and a flag word (the launch's flag twice), written by 8 threads of a warp in
-/// one store instruction, 16 bytes each, the eighth holding the last data word and the
-/// flag. NVLink delivers such a store to a 128-byte line whole, so the flag's arrival
+/// LL128 lines (the one-hop kernel's calls of OXCCL_GPU_DIRECT_LL128_BYTES and more, and
+/// its two shots): 128 bytes, 15 data words of 8 bytes and a flag word (the launch's flag
+/// twice), written by 8 threads of a warp in one store instruction, 16 bytes each, the
+/// eighth holding the last data word and the flag. NVLink delivers such a store to a 128-byte line whole, so the flag's arrival
 /// means the line's; NCCL's LL128 relies on the same.
 pub mod ll128 {
     /// Bytes of a line.
@@ -286,9 +286,9 @@ pub mod timeline {
 /// memory: per protocol 2 halves × `nranks` senders × a row of 16-byte lines (`cap_lines`
 /// of them for this launch's protocol, from `rows_offset`; as many LL128 rows again from
 /// `second_offset` for the second of [`direct::TWO_SHOT`]'s shots), then at `ack_offset`
-/// one u64 per rank. A sender writes its data into the receiver's inbox with the flag `epoch` in
-/// every line, so data and its readiness travel in one store, and the receiver waits for
-/// the flags line by line. Launch `launch` uses half `launch & 1`. A launch starting on a
+/// one u64 per rank. A sender writes its data into the receiver's inbox with the flag
+/// `epoch` in every line, so data and its readiness travel in one store, and the receiver
+/// waits for the flags line by line. Launch `launch` uses half `launch & 1`. A launch starting on a
 /// rank means the one before ended there: it first writes `launch - 1` into slot `rank` of
 /// every peer's acknowledgements; a sender writes into a peer's half only once that peer
 /// acknowledged the launch two before, the last one that used the half (a broadcast's root

@@ -144,18 +144,7 @@ impl GpuBackend {
             let layout = DirectLayout::new(limit, n, dev.core.config.gpu_two_shot_limit(n), ll128_bytes);
             let inner = &dev.inner;
             let (inbox, table) = inner.state.lock().conns.inboxes(Inbox::Direct, layout.bytes(n), &dev.setup())?;
-            let direct = Direct {
-                limit,
-                inbox,
-                table,
-                cap_lines: layout.cap_lines as u32,
-                ll128_offset: layout.ll128_offset as u64,
-                ll128_lines: layout.ll128_lines as u32,
-                ll128_bytes,
-                second_offset: layout.second_offset as u64,
-                ack_offset: layout.ack_offset as u64,
-                launches: AtomicU64::new(0),
-            };
+            let direct = Direct { limit, inbox, table, layout, ll128_bytes, launches: AtomicU64::new(0) };
             let _ = inner.direct.set(direct);
         }
         let limit = dev.core.config.p2p_ll_bytes;
@@ -342,15 +331,16 @@ fn warn_streams_may_share_queues(ordinal: i32, ranks: usize) {
 /// two-shot all_reduce's block, and where all_reduce goes in two shots as many again for
 /// the second shot; then an acknowledgement (u64) per rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct DirectLayout {
+pub(super) struct DirectLayout {
     /// Lines of an LL row: whole 128-byte lines (8 each), so that the LL128 rows start on one.
-    cap_lines: usize,
-    ll128_offset: usize,
-    /// Lines of an LL128 row (0: no LL128 rows).
-    ll128_lines: usize,
-    /// Where the second shot's rows start (0: none).
-    second_offset: usize,
-    ack_offset: usize,
+    pub(super) cap_lines: usize,
+    pub(super) ll128_offset: usize,
+    /// Lines of an LL128 row: the largest one-hop message or two-shot block (0: no LL128
+    /// rows).
+    pub(super) ll128_lines: usize,
+    /// Where the second shot's rows start (0: none, no call goes in two shots).
+    pub(super) second_offset: usize,
+    pub(super) ack_offset: usize,
 }
 
 impl DirectLayout {

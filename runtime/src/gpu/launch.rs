@@ -60,20 +60,21 @@ impl Inner {
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn launch_direct(&self, loaded: &Loaded, mode: u32, send: u64, recv: u64, bytes: usize, root: usize, rank: usize, nranks: usize, scale: Option<f64>, ll128: bool, stream: CUstream) -> Result<()> {
         let d = self.direct.get().ok_or_else(|| Error::Internal("no direct inboxes".into()))?;
-        if ll128 && d.ll128_lines == 0 {
+        let l = &d.layout;
+        if ll128 && l.ll128_lines == 0 {
             return Err(Error::Internal("a one-hop call over LL128 on a communicator with no LL128 rows".into()));
         }
         // Two shots run over LL128 lines alone, in rows of their own.
-        if mode == direct::TWO_SHOT && (!ll128 || d.second_offset == 0) {
+        if mode == direct::TWO_SHOT && (!ll128 || l.second_offset == 0) {
             return Err(Error::Internal("an all_reduce in two shots without LL128 lines or the rows for its second shot".into()));
         }
-        let (rows_offset, cap_lines) = if ll128 { (d.ll128_offset, d.ll128_lines) } else { (0, d.cap_lines) };
+        let (rows_offset, cap_lines) = if ll128 { (l.ll128_offset, l.ll128_lines) } else { (0, l.cap_lines) };
         // A row holds OXCCL_GPU_DIRECT_BYTES / (nranks - 1) (over LL128 also a two-shot block,
         // OXCCL_GPU_TWO_SHOT_BYTES / nranks), rounded up to lines: the route sends nothing
         // larger (route.rs), and a row overrun would write a peer's next row.
         let row = if ll128 { ll128::message_bytes(bytes) } else { bytes.div_ceil(LL_LINE_DATA) * LL_LINE_BYTES };
-        if row > cap_lines as usize * LL_LINE_BYTES {
-            return Err(Error::Internal(format!("a one-hop call of {bytes} bytes a rank is more than an inbox row holds ({} bytes)", cap_lines as usize * LL_LINE_BYTES)));
+        if row > cap_lines * LL_LINE_BYTES {
+            return Err(Error::Internal(format!("a one-hop call of {bytes} bytes a rank is more than an inbox row holds ({} bytes)", cap_lines * LL_LINE_BYTES)));
         }
         let (launch, epoch) = d.next_launch();
         let mut args = DevDirect {
@@ -85,10 +86,10 @@ impl Inner {
             scale: scale.unwrap_or(1.0),
             bytes: bytes as u64,
             launch,
-            rows_offset,
-            second_offset: d.second_offset,
-            ack_offset: d.ack_offset,
-            cap_lines,
+            rows_offset: rows_offset as u64,
+            second_offset: l.second_offset as u64,
+            ack_offset: l.ack_offset as u64,
+            cap_lines: cap_lines as u32,
             epoch,
             rank: rank as u32,
             nranks: nranks as u32,

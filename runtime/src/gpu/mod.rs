@@ -273,24 +273,15 @@ struct Direct {
     inbox: u64,
     /// Every rank's inbox address, as this GPU reaches it (device memory).
     table: u64,
-    /// 16-byte lines a (half, sender) row of LL lines holds: a multiple of 8, so that the
-    /// LL128 rows after them start on a 128-byte line.
-    cap_lines: u32,
-    /// Where the LL128 rows start in every inbox (after the LL rows), and the 16-byte
-    /// lines each holds: the largest one-hop message or two-shot block (0: no call goes
-    /// over LL128). Apart from the LL rows: a line of LL carries its flag where LL128
-    /// carries data, so an LL launch reading a half an LL128 launch wrote before could take
-    /// data for its flag.
-    ll128_offset: u64,
-    ll128_lines: u32,
+    /// Where the rows of each protocol, the second shot's and the acknowledgements lie in
+    /// every inbox. LL128 rows stand apart from the LL rows: a line of LL carries its flag
+    /// where LL128 carries data, so an LL launch reading a half an LL128 launch wrote before
+    /// could take data for its flag.
+    layout: init::DirectLayout,
     /// Calls in which a rank receives this many bytes or more go over LL128 lines:
     /// OXCCL_GPU_DIRECT_LL128_BYTES where every rank's GPU stores whole lines into every
     /// other's (init agrees it), else usize::MAX.
     ll128_bytes: usize,
-    /// Where the second shot's LL128 rows start (`direct::TWO_SHOT`; as many and as long
-    /// as the LL128 rows), 0 where no call goes in two shots.
-    second_offset: u64,
-    ack_offset: u64,
     /// Launches so far (the same on every rank: all call the same collectives in the same
     /// order).
     launches: AtomicU64,

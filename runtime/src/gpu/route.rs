@@ -50,7 +50,7 @@ impl GpuBackend {
             across_hosts: inner.departures.get().is_some(),
             per_host: self.core.rails.ranks_per_host_block(),
             direct_limit: inner.direct.get().map_or(0, |d| d.limit),
-            two_shot_limit: inner.direct.get().filter(|d| d.second_offset > 0).map_or(0, |_| self.core.config.gpu_two_shot_limit(self.nranks())),
+            two_shot_limit: inner.direct.get().filter(|d| d.layout.second_offset > 0).map_or(0, |_| self.core.config.gpu_two_shot_limit(self.nranks())),
             ll128_bytes: inner.direct.get().map_or(usize::MAX, |d| d.ll128_bytes),
             p2p_ll_limit: inner.p2p_ll.get().map_or(0, |p| p.limit),
             min_channels: inner.min_channels,

@@ -79,9 +79,9 @@ fn a_tuner_plugin_chooses_the_kernels_on_one_host() {
 
 /// The one-hop kernel over LL128 lines for every call (OXCCL_GPU_DIRECT_LL128_BYTES=0:
 /// 128-byte lines of 15 data words and a flag, stored by 8 threads at once): the
-/// random-input matrix on 2, 3 and 4 ranks (and one per GPU), every call bit for bit what the CPU computes (the
-/// one-hop calls fold in rank order, as over LL), then the exact matrix on 5 ranks sharing
-/// two GPUs.
+/// random-input matrix on 2, 3 and 4 ranks (and one per GPU), every call bit for bit what
+/// the CPU computes (the one-hop calls fold in rank order, as over LL), then the exact
+/// matrix on 5 ranks sharing two GPUs.
 #[test]
 fn the_one_hop_kernel_over_ll128_matches_the_cpu_bit_for_bit() {
     let Some(g) = gpus() else { return };
