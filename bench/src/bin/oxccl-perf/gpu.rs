@@ -147,6 +147,12 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
     }
     println!("# Out of bounds values : {wrong_total} {}", if wrong_total == 0 { "OK" } else { "FAILED" });
     println!("# Avg bus bandwidth    : {:.4}", busbw_sum / rows as f64);
+    if let Some(r) = ranks.first() {
+        // What oxccl holds on the GPU, for the tables that compare settings (channels,
+        // slots): the connections' FIFOs and inboxes, and the plans and scratch.
+        let m = r.comm.memory_stats();
+        println!("# GPU memory of rank 0 : persistent {:.1} MiB, releasable {:.1} MiB", m.persistent as f64 / (1 << 20) as f64, m.releasable as f64 / (1 << 20) as f64);
+    }
     println!("#");
     let baseline_name = nccl.as_ref().map(|b| format!("NCCL {}", b.version));
     drop(ranks);
