@@ -117,9 +117,10 @@ pub struct Config {
     /// (0: never).
     pub p2p_ll_bytes: usize,
     /// NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS: the GPU backend's channels (a thread block
-    /// each) per collective.
+    /// each) per collective; NCCL_MAX_NCHANNELS unset lets the GPU backend choose
+    /// ([`Config::max_channels`] elsewhere).
     pub min_channels: usize,
-    pub max_channels: usize,
+    pub max_channels: Option<usize>,
     /// OXCCL_GPU_ACROSS_HOSTS: how a GPU communicator whose ranks span hosts runs its calls.
     pub gpu_across_hosts: AcrossHosts,
     /// OXCCL_GPU_NET_CHANNELS: the most channels a GPU communicator whose ranks span hosts
@@ -339,7 +340,7 @@ pub static KNOBS: &[Knob] = &[
     Knob {
         name: "OXCCL_GPU_TWO_SHOT_BYTES",
         default: "",
-        doc: "on one host, a GPU all_reduce of at most this many bytes (count x datatype size) that is too large for the one-hop kernel (OXCCL_GPU_DIRECT_BYTES) runs in two one-hop shots in one launch, over LL128 lines: reduce_scatter, each folded line sent on at once to every other rank (each rank receiving (nranks - 1) / nranks of the message twice), instead of the ring, when the count divides by the ranks and a shot carries OXCCL_GPU_DIRECT_LL128_BYTES (0: never; the one-hop inboxes grow to hold a block of this / nranks); unset: 4 MiB on 4 or more ranks, never below (4xH200: 1 MiB 11.9-12.3 us, 2 MiB 23.1-23.8, 4 MiB 38.7 against the ring's 21.5-24.6, 31.8-32.4, 42.1-43.9; docs/PERFORMANCE.md)",
+        doc: "on one host, a GPU all_reduce of at most this many bytes (count x datatype size) that is too large for the one-hop kernel (OXCCL_GPU_DIRECT_BYTES) runs in two one-hop shots in one launch, over LL128 lines: reduce_scatter, each folded line sent on at once to every other rank (each rank receiving (nranks - 1) / nranks of the message twice), instead of the ring, when the count divides by the ranks and a shot carries OXCCL_GPU_DIRECT_LL128_BYTES (0: never; the one-hop inboxes grow to hold a block of this / nranks); unset: 4 MiB on 4 or more ranks, 2 MiB on 2, never on 3 (4xH200: 1 MiB 11.9-12.3 us, 2 MiB 23.1-23.8, 4 MiB 38.7 against the ring's 21.5-24.6, 31.8-32.4, 42.1-43.9, slower than the ring at 8 MiB; 2 ranks at 2 MiB 14.4-17.4 against 18.8-27.4, even at 4 MiB; docs/PERFORMANCE.md)",
         set: |c, v| Ok(c.gpu_two_shot_bytes = if v.is_empty() { None } else { Some(parse_bytes(v, 0)?) }),
     },
     Knob {
@@ -394,10 +395,10 @@ pub static KNOBS: &[Knob] = &[
     },
     Knob {
         name: "NCCL_MAX_NCHANNELS",
-        default: "64",
-        doc: "most channels (GPU thread blocks) a GPU collective uses (64 by default, NCCL's most; higher values are taken up to the GPU's multiprocessors, each channel with FIFOs of its own)",
+        default: "",
+        doc: "most channels (GPU thread blocks) a GPU collective uses; values past NCCL's 64 are taken up to the GPU's multiprocessors, each channel with FIFOs of its own; unset: 128 on one host where each rank has a GPU of 128 multiprocessors or more to itself (H100, H200: 4xH200 1.01-1.10x the busbw of 64 from 16 MiB to 1 GiB for every collective, for about twice the connections' GPU memory; docs/PERFORMANCE.md), else 64, NCCL's most (the host path over the network: 64)",
         set: |c, v| {
-            c.max_channels = v.trim().parse().map_err(|_| "expected a number of channels".to_string())?;
+            c.max_channels = if v.trim().is_empty() { None } else { Some(v.trim().parse().map_err(|_| "expected a number of channels".to_string())?) };
             Ok(())
         },
     },
@@ -596,14 +597,26 @@ impl Config {
         self.gpu_direct_bytes.unwrap_or(if nranks >= 4 { 2 << 20 } else { 1 << 20 })
     }
 
+    /// NCCL_MAX_NCHANNELS as set, else 64 (NCCL's most): the channels of paths that do not
+    /// choose their own default (the host path over the network).
+    pub fn max_channels(&self) -> usize {
+        self.max_channels.unwrap_or(64)
+    }
+
     /// The largest all_reduce that goes in two one-hop shots (OXCCL_GPU_TWO_SHOT_BYTES) on
-    /// `nranks`: as set, else 4 MiB from 4 ranks and 0 below. On 4×H200, in one launch, it
-    /// took 11.9–12.3 µs at 1 MiB, 23.1–23.8 at 2 MiB and 38.7 at 4 MiB against the ring's
-    /// 21.5–24.6, 31.8–32.4 and 42.1–43.9 (NCCL 19.8, 28.5, 44.1); on 2×H200, as two
-    /// launches, 21–23 against the ring's 18–21 at 2 MiB
-    /// (docs/results/2026-11-28-ll128-two-shot).
+    /// `nranks`: as set, else 4 MiB from 4 ranks, 2 MiB on 2 and 0 on 3 (not measured; its
+    /// power-of-two counts do not divide by 3 anyway). On 4×H200, in one launch, it took
+    /// 11.9–12.3 µs at 1 MiB, 23.1–23.8 at 2 MiB and 38.7 at 4 MiB against the ring's
+    /// 21.5–24.6, 31.8–32.4 and 42.1–43.9 (NCCL 19.8, 28.5, 44.1), and 69.4–71.2 against
+    /// 61.1–62.1 at 8 MiB; on two GPUs of 4×H200, 14.4–17.4 at 2 MiB against the ring's
+    /// 18.8–27.4 (NCCL 23.5–28.7) and even at 4 MiB (docs/results/2026-11-28-ll128-two-shot,
+    /// docs/results/2026-11-28-h200x4-channels).
     pub fn gpu_two_shot_limit(&self, nranks: usize) -> usize {
-        self.gpu_two_shot_bytes.unwrap_or(if nranks >= 4 { 4 << 20 } else { 0 })
+        self.gpu_two_shot_bytes.unwrap_or(match nranks {
+            2 => 2 << 20,
+            n if n >= 4 => 4 << 20,
+            _ => 0,
+        })
     }
 
     /// The largest message of a collective that runs LL between the GPUs of one host
@@ -673,7 +686,7 @@ impl Config {
             gpu_ll_bytes: None,
             p2p_ll_bytes: 64 << 10,
             min_channels: 1,
-            max_channels: 64,
+            max_channels: None,
             gpu_across_hosts: AcrossHosts::Kernels,
             gpu_net_channels: 8,
             coll_timeout: Duration::from_secs(600),
@@ -883,7 +896,7 @@ mod tests {
         let off = Config::from_vars(&env(&[("OXCCL_GPU_DIRECT_BYTES", "0")])).unwrap();
         assert_eq!(off.gpu_direct_limit(4), 0);
         assert!(Config::from_vars(&env(&[("OXCCL_GPU_DIRECT_BYTES", "lots")])).unwrap_err().to_string().contains("OXCCL_GPU_DIRECT_BYTES"));
-        assert_eq!([2, 3, 4, 8].map(|n| unset.gpu_two_shot_limit(n)), [0, 0, 4 << 20, 4 << 20]);
+        assert_eq!([2, 3, 4, 8].map(|n| unset.gpu_two_shot_limit(n)), [2 << 20, 0, 4 << 20, 4 << 20]);
         let two_shot = Config::from_vars(&env(&[("OXCCL_GPU_TWO_SHOT_BYTES", "2M"), ("OXCCL_GPU_DIRECT_LL128_BYTES", "0")])).unwrap();
         assert_eq!((two_shot.gpu_two_shot_limit(2), two_shot.gpu_direct_ll128_bytes), (2 << 20, 0));
         assert_eq!(unset.gpu_direct_ll128_bytes, 512 << 10);

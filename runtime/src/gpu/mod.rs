@@ -102,22 +102,41 @@ fn channel_count(bytes: usize, min: usize, max: usize, spread: Option<(usize, us
 /// block each; more blocks issue more of the stores to the peers at the largest sizes,
 /// docs/PERFORMANCE.md, the NVLink ceiling, at the cost of FIFOs for every channel); with
 /// the network kernels at most OXCCL_GPU_NET_CHANNELS, each channel having network
-/// connections of its own, of which a few carry what the Net can.
+/// connections of its own, of which a few carry what the Net can. Unset, 128 where the
+/// rank has [`WIDE_MULTIPROCESSORS`] to itself on one host, else 64.
 fn most_channels(config: &crate::bootstrap::Config, net_kernels: bool, multiprocessors: usize) -> usize {
-    let most = config.max_channels.max(1).min(multiprocessors.max(1));
+    let wide = !net_kernels && multiprocessors >= WIDE_MULTIPROCESSORS;
+    let most = config.max_channels.unwrap_or(if wide { WIDE_CHANNELS } else { 64 }).max(1).min(multiprocessors.max(1));
     if net_kernels { most.min(config.gpu_net_channels) } else { most }
 }
+
+/// Multiprocessors a rank needs to itself for [`WIDE_CHANNELS`] by default (H100 and H200
+/// have 132): a block each, so that the largest calls keep more stores in flight to the
+/// peers than 64 blocks do (4×H200, 16 MiB–1 GiB: 1.01–1.10× the busbw of 64 for every
+/// collective; 2 GPUs, all_reduce at 1 GiB 1.05× against NCCL's busbw with 64, 1.10× with
+/// 128; docs/results/2026-11-28-h200x4-channels), for twice the FIFOs.
+const WIDE_MULTIPROCESSORS: usize = 128;
+const WIDE_CHANNELS: usize = 128;
 
 /// Bytes of a FIFO slot: OXCCL_GPU_SLOT_BYTES in whole 128-byte lines.
 fn slot_bytes(config: &crate::bootstrap::Config) -> usize {
     config.gpu_slot_bytes.next_multiple_of(128)
 }
 
-/// Channels of the direct exchange with each of `nranks - 1` peers out of `max`: as many
-/// FIFOs in all as the ring's.
+/// Channels of the direct exchange with each of `nranks - 1` peers out of `max`, held to
+/// [`DIRECT_MOST_CHANNELS`] in all: as many FIFOs as the ring's up to 64 channels.
 fn direct_channels(max: usize, nranks: usize) -> usize {
-    (max / nranks.saturating_sub(1).max(1)).max(1)
+    (max.min(DIRECT_MOST_CHANNELS) / nranks.saturating_sub(1).max(1)).max(1)
 }
+
+/// The most channels the direct exchange (sends and receives, alltoall, gather, scatter,
+/// two-shot and recursive doubling) spreads over its peers. A send/recv kernel runs a
+/// block for each channel of each peer (itself included), both ways: 168 blocks for an
+/// alltoall of 4 ranks at 21 channels a peer, and 336 at 42 (from 128 channels), where
+/// nccl-tests' alltoall fell to 0.74–0.85× NCCL's busbw at 32–128 MiB; held to 64 it
+/// took 1.04–1.25× at 16–256 MiB again (4×H200, docs/results/2026-11-28-h200x4-channels). The ring runs
+/// a block a channel.
+const DIRECT_MOST_CHANNELS: usize = 64;
 
 /// Mapped host ints: [0] the abort flag; [4..9] the kernels' status (`status::WORDS`:
 /// code, lane, step, kernel, peer); [12] a 1, the source of the copies that raise this

@@ -66,8 +66,9 @@ impl GpuBackend {
 
 /// The routes a communicator's GPU kernels take, worked out from its settings alone, with
 /// no GPU: what `oxccl-topo --kernels` shows, and what the route tests check. It assumes
-/// what init agrees where a GPU is present: NCCL_MAX_NCHANNELS channels (init also holds
-/// them to the multiprocessors, and across hosts to OXCCL_GPU_NET_CHANNELS), the one-hop
+/// what init agrees where a GPU is present: NCCL_MAX_NCHANNELS channels, unset 128 on one
+/// host as on a GPU of 128 multiprocessors or more a rank (init also holds them to the
+/// multiprocessors, and across hosts to OXCCL_GPU_NET_CHANNELS), the one-hop
 /// kernel and LL send/recv paths on one host, LL128 lines from OXCCL_GPU_DIRECT_LL128_BYTES
 /// (init also needs every pair of GPUs NVLink-connected), the kernels (not staging) across
 /// hosts.
@@ -326,7 +327,8 @@ mod tests {
     /// 512 KiB received; from 4 ranks all_reduce up to 4 MiB in two one-hop shots where the
     /// ranks divide the count; the ring over LL
     /// for all_reduce up to 2 MiB from 4 ranks (a lane per 32 KiB up to 32), else over
-    /// Simple (a lane per 64 KiB up to NCCL_MAX_NCHANNELS); small alltoall blocks as an LL
+    /// Simple (a lane per 64 KiB up to NCCL_MAX_NCHANNELS, unset 128 on a GPU of 128
+    /// multiprocessors a rank); on 2 ranks two shots up to 2 MiB; small alltoall blocks as an LL
     /// exchange; NCCL_ALGO=ring keeps the one-hop kernel off; NCCL_PROTO that leaves the
     /// kernels nothing is an error naming it.
     #[test]
@@ -341,12 +343,18 @@ mod tests {
         assert_eq!(float_route(&four, Collective::AllReduce, 2 << 20), ("two shots", None));
         assert_eq!(float_route(&four, Collective::AllReduce, (2 << 20) + 4), ring(false, 33), "blocks of a count 4 does not divide, past the LL ring's 2 MiB");
         assert_eq!(float_route(&four, Collective::AllReduce, 4 << 20), ("two shots", None));
-        assert_eq!(float_route(&four, Collective::AllReduce, (4 << 20) + 16), ring(false, 64), "past OXCCL_GPU_TWO_SHOT_BYTES");
+        assert_eq!(float_route(&four, Collective::AllReduce, (4 << 20) + 16), ring(false, 65), "past OXCCL_GPU_TWO_SHOT_BYTES");
+        assert_eq!(float_route(&four, Collective::AllReduce, 64 << 20), ring(false, 128), "128 channels where the GPU has the multiprocessors");
+        let sixty_four = routes(&[("NCCL_MAX_NCHANNELS", "64")], 4, false, None);
+        assert_eq!(float_route(&sixty_four, Collective::AllReduce, 64 << 20), ring(false, 64), "NCCL_MAX_NCHANNELS as set");
         assert_eq!(float_route(&four, Collective::AllGather, 1 << 20), ring(false, 16), "LL by default for all_reduce alone");
         assert_eq!(float_route(&four, Collective::AllToAll, 4096), ("exchange", None));
         let two = routes(&[], 2, false, None);
         assert_eq!(float_route(&two, Collective::AllReduce, 1 << 20), ("one hop, LL128", None));
-        assert_eq!(float_route(&two, Collective::AllReduce, 2 << 20), ring(false, 32), "no LL by default below 4 ranks");
+        assert_eq!(float_route(&two, Collective::AllReduce, 2 << 20), ("two shots", None), "2 MiB on 2 ranks");
+        assert_eq!(float_route(&two, Collective::AllReduce, 4 << 20), ring(false, 64), "no LL by default below 4 ranks");
+        let three = routes(&[], 3, false, None);
+        assert_eq!(float_route(&three, Collective::AllReduce, 3 << 20), ring(false, 48), "no two shots on 3 ranks");
         let forced = routes(&[("NCCL_ALGO", "ring")], 4, false, None);
         assert_eq!(float_route(&forced, Collective::AllReduce, 8), ring(true, 1), "the ring over LL, as all_reduce from 4 ranks to 2 MiB");
         let e = routes(&[("NCCL_PROTO", "LL128")], 4, false, None).route(Collective::AllReduce, 1 << 20, DataType::Float32, 0).unwrap_err().to_string();
@@ -409,7 +417,7 @@ mod tests {
         assert_eq!(float_route(&four, Collective::AllReduce, 1 << 20), ("schedule", Some((Algorithm::Ring, false, 3))));
         assert_eq!(float_route(&four, Collective::Broadcast, 8), ("one hop", None));
         assert_eq!(float_route(&four, Collective::Broadcast, 64 << 20), ("schedule", Some((Algorithm::Ring, false, 5))));
-        assert_eq!(float_route(&four, Collective::AllGather, 64 << 20), ("schedule", Some((Algorithm::Ring, false, 64))));
+        assert_eq!(float_route(&four, Collective::AllGather, 64 << 20), ("schedule", Some((Algorithm::Ring, false, 128))));
         assert_eq!(float_route(&four, Collective::AllToAll, 4096), ("exchange", None));
         let across = routes(&[], 4, true, Some(Box::new(Rules3)));
         assert_eq!(float_route(&across, Collective::AllReduce, 64 << 20), ("schedule", Some((Algorithm::Ring, false, 3))));

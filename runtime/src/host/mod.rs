@@ -318,7 +318,7 @@ impl Exec {
         let choice = self.choose(&key)?;
         let algorithm = choice.algorithm;
         // A tuner plugin's channel count stands, within NCCL_MAX_NCHANNELS.
-        let channels = choice.channels.map_or_else(|| self.channels(&key, algorithm), |n| n.clamp(1, self.core.config.max_channels.max(1)));
+        let channels = choice.channels.map_or_else(|| self.channels(&key, algorithm), |n| n.clamp(1, self.core.config.max_channels().max(1)));
         if self.core.rank == 0 {
             // NCCL's line, so that a run's choices can be compared with NCCL's.
             tracing::info!(target: log_target::TUNING, "{}: {} Bytes -> Algo {} proto {} channel{{Lo..Hi}}={{0..{}}}", key.collective.nccl_name(), key.count * key.esize, algorithm.nccl_name(), choice.protocol.nccl_name(), channels - 1);
@@ -356,7 +356,7 @@ impl Exec {
             return 1;
         }
         let slots = key.count * key.esize / self.transports.geometry.slot_bytes;
-        (slots / 2).clamp(1, NET_CHANNELS).min(self.core.config.max_channels.max(1))
+        (slots / 2).clamp(1, NET_CHANNELS).min(self.core.config.max_channels().max(1))
     }
 
     fn run_collective(&self, task: &CollectiveTask, connections: &mut Connections) -> Result<()> {
