@@ -396,7 +396,7 @@ pub static KNOBS: &[Knob] = &[
     Knob {
         name: "NCCL_MAX_NCHANNELS",
         default: "",
-        doc: "most channels (GPU thread blocks) a GPU collective uses; values past NCCL's 64 are taken up to the GPU's multiprocessors, each channel with FIFOs of its own; unset: 128 on one host where each rank has a GPU of 128 multiprocessors or more to itself (H100, H200: 4xH200 1.01-1.10x the busbw of 64 from 16 MiB to 1 GiB for every collective, for about twice the connections' GPU memory; docs/PERFORMANCE.md), else 64, NCCL's most (the host path over the network: 64)",
+        doc: "most channels (GPU thread blocks) a GPU collective uses; values past NCCL's 64 are taken up to the GPU's multiprocessors, each channel with FIFOs of its own; unset: 128 on one host where each rank has a GPU of 128 multiprocessors or more to itself (H100, H200: 4xH200 1.00-1.19x the busbw of 64 from 16 MiB to 1 GiB for every collective, one in-place row 0.98x, for about twice the connections' GPU memory; docs/PERFORMANCE.md), else 64, NCCL's most (the host path over the network: 64)",
         set: |c, v| {
             c.max_channels = if v.trim().is_empty() { None } else { Some(v.trim().parse().map_err(|_| "expected a number of channels".to_string())?) };
             Ok(())

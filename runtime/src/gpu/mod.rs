@@ -112,7 +112,7 @@ fn most_channels(config: &crate::bootstrap::Config, net_kernels: bool, multiproc
 
 /// Multiprocessors a rank needs to itself for [`WIDE_CHANNELS`] by default (H100 and H200
 /// have 132): a block each, so that the largest calls keep more stores in flight to the
-/// peers than 64 blocks do (4×H200, 16 MiB–1 GiB: 1.01–1.10× the busbw of 64 for every
+/// peers than 64 blocks do (4×H200, 16 MiB–1 GiB: 1.00–1.19× the busbw of 64 for every
 /// collective; 2 GPUs, all_reduce at 1 GiB 1.05× against NCCL's busbw with 64, 1.10× with
 /// 128; docs/results/2026-11-28-h200x4-channels), for twice the FIFOs.
 const WIDE_MULTIPROCESSORS: usize = 128;

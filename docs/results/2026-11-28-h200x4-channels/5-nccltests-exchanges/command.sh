@@ -1,0 +1,1 @@
+source gpu-bin/gpu-env.sh; start=$SECONDS; GPU_SESSION_TAG=nt NCCL_TESTS="alltoall sendrecv gather scatter" NCCL_TESTS_MIN=1M NCCL_TESTS_MAX=256M timeout 280 bash gpu-bin/gpu-session.sh nccl-tests | tail -3; echo "total $((SECONDS-start)) s"
