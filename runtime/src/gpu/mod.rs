@@ -891,4 +891,24 @@ mod tests {
         assert_eq!(channel_count(64 << 10, 8, 64, ll), 8, "never under NCCL_MIN_NCHANNELS");
         assert_eq!(channel_count(256 << 10, 1, 64, Some((P2P_BYTES_PER_CHANNEL, P2P_SPREAD_CHANNELS))), 16);
     }
+
+    /// NCCL_MAX_NCHANNELS unset: 128 channels for a rank with 128 multiprocessors or more
+    /// to itself on one host (an H100 or H200 alone), else 64; as set, up to the
+    /// multiprocessors; across hosts at most OXCCL_GPU_NET_CHANNELS. The direct exchange
+    /// spreads over at most 64 channels in all, whatever the ring has.
+    #[test]
+    fn channels_by_default_follow_the_multiprocessors_a_rank_has() {
+        let unset = crate::bootstrap::Config::defaults();
+        assert_eq!(most_channels(&unset, false, 132), 128, "an H100 or H200 to itself");
+        assert_eq!(most_channels(&unset, false, 108), 64, "an A100");
+        assert_eq!(most_channels(&unset, false, 66), 64, "an H100 shared by two ranks");
+        assert_eq!(most_channels(&unset, false, 40), 40, "never more blocks than multiprocessors");
+        assert_eq!(most_channels(&unset, true, 132), unset.gpu_net_channels, "across hosts");
+        let mut set = crate::bootstrap::Config::defaults();
+        set.set("NCCL_MAX_NCHANNELS", "64").unwrap();
+        assert_eq!(most_channels(&set, false, 132), 64, "as set");
+        set.set("NCCL_MAX_NCHANNELS", "256").unwrap();
+        assert_eq!(most_channels(&set, false, 132), 132, "above 64 up to the multiprocessors");
+        assert_eq!([(128, 4), (64, 4), (128, 2), (128, 3), (8, 4), (1, 8)].map(|(max, n)| direct_channels(max, n)), [21, 21, 64, 32, 2, 1]);
+    }
 }

@@ -101,8 +101,10 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
             }
             Kind::SendRecv => (count * es, false),
         };
+        let throttled_before = cpu_throttled();
         let (out_of_place, slowest_enqueue) = time(plan, &ranks, count, false, Launcher::Oxccl)?;
-        let in_place = if has_in_place { Some(time(plan, &ranks, count, true, Launcher::Oxccl)?.0) } else { None };
+        let (in_place, slowest_in_place) = if has_in_place { time(plan, &ranks, count, true, Launcher::Oxccl).map(|(t, s)| (Some(t), s))? } else { (None, 0.0) };
+        let throttled = cpu_throttled().zip(throttled_before).map(|(after, before)| (after.0 - before.0, after.1 - before.1)).filter(|&(periods, _)| periods > 0);
         let baseline = match &nccl {
             Some(b) => Some(time(plan, &ranks, count, false, Launcher::Nccl(b))?.0),
             None => None,
@@ -121,6 +123,15 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
         let root = if plan.kind.rooted() { plan.args.root as i64 } else { -1 };
         let op = if plan.kind.reduces() { plan.op.name() } else { "none" };
         println!("{size:>12} {:>13} {:>9} {op:>7} {root:>7} {} {}{base}", count * if size > count * es { n } else { 1 }, plan.dtype.name(), cols(Some(out_of_place), wrong_out), cols(in_place, wrong_in));
+        // What stalls a row (its mean far above its neighbours'): a rank thread held up in
+        // an enqueue, or the container's CPU quota throttling the process while oxccl's
+        // timed loops ran.
+        if slowest_enqueue.max(slowest_in_place) > 1e-3 {
+            println!("#  {size} B: an enqueue took {:.1} ms (out of place {:.1}, in place {:.1})", slowest_enqueue.max(slowest_in_place) * 1e3, slowest_enqueue * 1e3, slowest_in_place * 1e3);
+        }
+        if let Some((periods, usec)) = throttled {
+            println!("#  {size} B: the cgroup throttled this process's CPUs for {:.1} ms in {periods} period(s) while oxccl's calls were timed", usec as f64 / 1e3);
+        }
         if plan.args.call_stats {
             let mut calls = single_calls(plan, &ranks, count)?;
             calls.sort_by(f64::total_cmp);
@@ -172,6 +183,17 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
         picture.write(plan, n, &machine, baseline_name.as_deref())?;
     }
     Ok(())
+}
+
+/// The container's CPU throttling so far (cgroup v2 `cpu.stat`, else v1's): periods
+/// throttled and microseconds; None where neither file reads.
+fn cpu_throttled() -> Option<(u64, u64)> {
+    let field = |text: &str, name: &str| text.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok());
+    if let Ok(text) = std::fs::read_to_string("/sys/fs/cgroup/cpu.stat") {
+        return field(&text, "nr_throttled ").zip(field(&text, "throttled_usec "));
+    }
+    let text = std::fs::read_to_string("/sys/fs/cgroup/cpu/cpu.stat").ok()?;
+    field(&text, "nr_throttled ").zip(field(&text, "throttled_time ").map(|ns| ns / 1000))
 }
 
 /// One rank's communicator, stream and buffers.
