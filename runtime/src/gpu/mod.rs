@@ -134,8 +134,8 @@ fn direct_channels(max: usize, nranks: usize) -> usize {
 /// block for each channel of each peer (itself included), both ways: 168 blocks for an
 /// alltoall of 4 ranks at 21 channels a peer, and 336 at 42 (from 128 channels), where
 /// nccl-tests' alltoall fell to 0.74–0.85× NCCL's busbw at 32–128 MiB; held to 64 it
-/// took 1.04–1.25× at 16–256 MiB again (4×H200, docs/results/2026-11-28-h200x4-channels). The ring runs
-/// a block a channel.
+/// took 1.04–1.25× at 16–256 MiB again (4×H200, docs/results/2026-11-28-h200x4-channels).
+/// The ring runs a block a channel.
 const DIRECT_MOST_CHANNELS: usize = 64;
 
 /// Mapped host ints: [0] the abort flag; [4..9] the kernels' status (`status::WORDS`:
