@@ -104,11 +104,18 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// A lane per peer, direction and channel (see [`lanes`]).
+    /// A lane per peer, direction and channel (see [`lanes`]): a transfer spreads over the
+    /// direct exchange's channels, or, with OXCCL_GPU_P2P_RING_CHANNELS on one host, a send
+    /// to the ring's next rank or a receive from its previous one over the ring's (init
+    /// connects both on every channel). Both ends of a transfer see it the same way (one's
+    /// next is the other's previous), so they agree on its channels.
     fn p2p_lanes(&self, ops: &[P2p]) -> Vec<Vec<algo::Step>> {
         let inner = &self.inner;
-        let direct = inner.direct_channels(self.nranks());
-        lanes(ops, |bytes| inner.p2p_channels(bytes).min(direct), inner.geometry.slot_bytes)
+        let (n, rank) = (self.nranks(), self.rank());
+        let direct = inner.direct_channels(n);
+        let ring = self.core.config.gpu_p2p_ring_channels && self.core.same_host.iter().all(|&same| same);
+        let cap = |op: &P2p| if ring && ring_neighbour(op, rank, n) { inner.max_channels } else { direct };
+        lanes(ops, |op| inner.p2p_channels(op.bytes).min(cap(op)), inner.geometry.slot_bytes)
     }
 }
 
@@ -217,10 +224,10 @@ const P2P_GRANULE: usize = 16;
 /// A lane per peer, direction and channel; each transfer split over `channels(bytes)`
 /// channels — a function of the size alone, so both ends split a transfer alike — and
 /// each part into messages of at most a slot. Slices hold absolute addresses.
-fn lanes(ops: &[P2p], channels: impl Fn(usize) -> usize, slot_bytes: usize) -> Vec<Vec<algo::Step>> {
+fn lanes(ops: &[P2p], channels: impl Fn(&P2p) -> usize, slot_bytes: usize) -> Vec<Vec<algo::Step>> {
     let mut lanes: std::collections::BTreeMap<(usize, bool, usize), Vec<algo::Step>> = Default::default();
     for op in ops {
-        for (channel, (offset, len)) in algo::split_channels(op.bytes, channels(op.bytes).max(1), P2P_GRANULE).enumerate().filter(|(_, (_, len))| *len > 0) {
+        for (channel, (offset, len)) in algo::split_channels(op.bytes, channels(op).max(1), P2P_GRANULE).enumerate().filter(|(_, (_, len))| *len > 0) {
             let link = algo::Link { peer: op.peer, channel };
             let lane = lanes.entry((op.peer, op.send, channel)).or_default();
             for (o, c) in algo::chunks(offset, len, slot_bytes) {
@@ -230,6 +237,12 @@ fn lanes(ops: &[P2p], channels: impl Fn(usize) -> usize, slot_bytes: usize) -> V
         }
     }
     lanes.into_values().collect()
+}
+
+/// Whether `op` of `rank` (of `n`) goes along the ring: a send to the next rank or a
+/// receive from the previous one, whose FIFOs init makes on every channel.
+fn ring_neighbour(op: &P2p, rank: usize, n: usize) -> bool {
+    op.peer != rank && op.peer == if op.send { (rank + 1) % n } else { (rank + n - 1) % n }
 }
 
 #[cfg(test)]
@@ -257,8 +270,27 @@ mod tests {
         assert_eq!((r, only[0].addr, only[1].addr), (0x4000, 0x1000, 0));
     }
 
-    fn channels(bytes: usize) -> usize {
-        bytes.div_ceil(64 << 10).clamp(1, 8)
+    fn channels(op: &P2p) -> usize {
+        op.bytes.div_ceil(64 << 10).clamp(1, 8)
+    }
+
+    /// Along the ring (OXCCL_GPU_P2P_RING_CHANNELS): a send to the next rank and a receive
+    /// from the previous one, and no transfer with itself; with two ranks the peer is both.
+    /// Each transfer is along the ring at both ends or at neither, so both plan it alike.
+    #[test]
+    fn ring_neighbours_are_seen_alike_at_both_ends_of_a_transfer() {
+        let op = |send: bool, peer: usize| P2p { send, peer, addr: 0, bytes: 1 };
+        assert!(ring_neighbour(&op(true, 2), 1, 4) && ring_neighbour(&op(false, 0), 1, 4));
+        assert!(!ring_neighbour(&op(true, 0), 1, 4) && !ring_neighbour(&op(false, 2), 1, 4) && !ring_neighbour(&op(true, 3), 1, 4));
+        assert!(ring_neighbour(&op(true, 1), 0, 2) && ring_neighbour(&op(false, 1), 0, 2));
+        assert!(!ring_neighbour(&op(true, 0), 0, 1), "itself");
+        for n in 2..=6 {
+            for from in 0..n {
+                for to in (0..n).filter(|&to| to != from) {
+                    assert_eq!(ring_neighbour(&op(true, to), from, n), ring_neighbour(&op(false, from), to, n), "{from} -> {to} of {n}");
+                }
+            }
+        }
     }
 
     /// The LL launch has one lane per peer and direction, each holding exactly that
