@@ -131,8 +131,8 @@ fn direct_channels(max: usize, nranks: usize) -> usize {
 
 /// The most channels the direct exchange (sends and receives, alltoall, gather, scatter,
 /// two-shot and recursive doubling) spreads over its peers. A send/recv kernel runs a
-/// block for each channel of each peer (itself included), both ways: 168 blocks for an
-/// alltoall of 4 ranks at 21 channels a peer, and 336 at 42 (from 128 channels), where
+/// block for each channel of each other peer, both ways: 126 blocks for an alltoall of 4
+/// ranks at 21 channels a peer, and 252 at 42 (from 128 channels), where
 /// nccl-tests' alltoall fell to 0.74–0.85× NCCL's busbw at 32–128 MiB; held to 64 it
 /// took 1.04–1.25× at 16–256 MiB again (4×H200, docs/results/2026-11-28-h200x4-channels).
 /// The ring runs a block a channel.
