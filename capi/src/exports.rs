@@ -63,7 +63,12 @@ fn out<T>(ptr: *mut T, what: &str) -> Result<*mut T, Failure> {
     }
 }
 
-/// Reads `blocking` from a config of any header version (only `size` bytes are read).
+/// Reads `blocking`, `minCTAs` and `maxCTAs` from a config of any header version (only
+/// `size` bytes are read; a field the caller's struct lacks, or left at
+/// NCCL_CONFIG_UNDEF_INT, keeps the environment's value). `maxCTAs` bounds the channels
+/// (NCCL_MAX_NCHANNELS, where set, too: the fewer stands, as in NCCL; past 64 it is taken
+/// up to the GPU's multiprocessors, as NCCL_MAX_NCHANNELS is), `minCTAs` raises the least;
+/// a value under 1 is an error naming the field.
 ///
 /// # Safety
 /// `config` is NULL or points to at least `size` readable bytes, `size` being its first field.
@@ -84,6 +89,21 @@ unsafe fn read_config(config: *const c_void, base: Config) -> Result<Config, Fai
         let blocking = unsafe { (config as *const u8).add(16).cast::<i32>().read_unaligned() };
         if blocking != i32::MIN {
             base.set("NCCL_COMM_BLOCKING", if blocking == 0 { "0" } else { "1" })?;
+        }
+    }
+    if size >= 32 {
+        // SAFETY: `minCTAs` and `maxCTAs` are the ints at offsets 24 and 28, within `size` bytes.
+        let (min_ctas, max_ctas) = unsafe { ((config as *const u8).add(24).cast::<i32>().read_unaligned(), (config as *const u8).add(28).cast::<i32>().read_unaligned()) };
+        let ctas = |name: &str, value: i32| match value {
+            i32::MIN => Ok(None),
+            v if v >= 1 => Ok(Some(v as usize)),
+            v => Err(Failure::argument(format!("config {name} is {v}: a number of CTAs (channels) is at least 1, or NCCL_CONFIG_UNDEF_INT for the default"))),
+        };
+        if let Some(max) = ctas("maxCTAs", max_ctas)? {
+            base.max_channels = Some(base.max_channels.map_or(max, |env| env.min(max)));
+        }
+        if let Some(min) = ctas("minCTAs", min_ctas)? {
+            base.min_channels = base.min_channels.max(min);
         }
     }
     Ok(base)
@@ -800,4 +820,58 @@ fn point_to_point(is_send: bool, data: *mut c_void, count: usize, datatype: c_in
         return Ok(());
     }
     group::run(vec![op])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// NCCL 2.28's ncclConfig_t up to `maxCTAs` (offsets as nccl.h lays them out).
+    #[repr(C)]
+    struct ConfigHead {
+        size: usize,
+        magic: u32,
+        version: u32,
+        blocking: i32,
+        cga_cluster_size: i32,
+        min_ctas: i32,
+        max_ctas: i32,
+    }
+
+    fn head(min_ctas: i32, max_ctas: i32) -> ConfigHead {
+        ConfigHead { size: std::mem::size_of::<ConfigHead>(), magic: 0xcafe_beef, version: 22803, blocking: i32::MIN, cga_cluster_size: i32::MIN, min_ctas, max_ctas }
+    }
+
+    fn read(config: &ConfigHead, env: &[(&str, &str)]) -> Result<Config, Failure> {
+        let mut base = Config::defaults();
+        for (name, value) in env {
+            base.set(name, value).unwrap();
+        }
+        // SAFETY: a whole ConfigHead, whose `size` says so.
+        unsafe { read_config((config as *const ConfigHead).cast(), base) }
+    }
+
+    /// minCTAs and maxCTAs reach the channel bounds the GPU backend agrees on: unset they
+    /// leave the environment's, set they bound it (the fewer of maxCTAs and
+    /// NCCL_MAX_NCHANNELS, the more of minCTAs and NCCL_MIN_NCHANNELS); under 1 is an error
+    /// naming the field; a struct too short to hold them is read as far as it goes.
+    #[test]
+    fn min_and_max_ctas_bound_the_channels() {
+        let unset = read(&head(i32::MIN, i32::MIN), &[]).unwrap();
+        assert_eq!((unset.min_channels, unset.max_channels), (1, None));
+        let set = read(&head(4, 16), &[]).unwrap();
+        assert_eq!((set.min_channels, set.max_channels), (4, Some(16)));
+        let wide = read(&head(i32::MIN, 128), &[]).unwrap();
+        assert_eq!(wide.max_channels, Some(128), "past NCCL's 64, as NCCL_MAX_NCHANNELS");
+        let env = read(&head(2, 32), &[("NCCL_MAX_NCHANNELS", "8"), ("NCCL_MIN_NCHANNELS", "3")]).unwrap();
+        assert_eq!((env.min_channels, env.max_channels), (3, Some(8)));
+        for (min, max, name) in [(0, 16, "minCTAs is 0"), (1, -2, "maxCTAs is -2")] {
+            let e = read(&head(min, max), &[]).unwrap_err();
+            assert!(e.code == crate::result::INVALID_ARGUMENT && e.message.contains(name), "{}", e.message);
+        }
+        let mut short = head(4, 16);
+        short.size = 24;
+        let old = read(&short, &[]).unwrap();
+        assert_eq!((old.min_channels, old.max_channels), (1, None), "a config of before NCCL 2.17 has no CTAs");
+    }
 }

@@ -54,8 +54,7 @@ impl GpuBackend {
         let across_hosts = core.same_host.iter().any(|&same| !same);
         let net_kernels = across_hosts && config.gpu_across_hosts == AcrossHosts::Kernels;
         let mine = super::most_channels(config, net_kernels, device.multiprocessors()? / sharing);
-        let max_channels = agree_on_max_channels(&core, mine)?;
-        let min_channels = config.min_channels.clamp(1, max_channels);
+        let (min_channels, max_channels) = agree_on_channels(&core, config.min_channels, mine)?;
         let selection = oxccl_tuning::Selection::parse(config.algo.as_deref(), config.proto.as_deref()).map_err(|e| Error::invalid(e.to_string()))?;
         let protocols = Protocols::new(&selection);
         // Across hosts the network kernels' model prices the choice (route.rs); on one host
@@ -293,15 +292,22 @@ fn lines_arrive_whole(core: &Core, device: &Device, major: i32) -> Result<bool> 
     Ok(all_whole)
 }
 
-/// The most channels every rank allows (collective: every rank calls it at init). A
-/// rank's limit depends on its GPU's multiprocessors and on how many ranks share that GPU,
-/// which need not be the same for all (5 ranks on 2 GPUs: 3 on one, 2 on the other), yet
-/// every schedule's channel count derives from it, so all ranks must plan with one value:
-/// with two, a large all_reduce is split over 44 channels on one rank and 64 on its peer.
-fn agree_on_max_channels(core: &Core, mine: usize) -> Result<usize> {
-    let all = core.boot.allgather(&(mine as u32).to_le_bytes())?;
-    // Each rank sent 4 bytes (u32::from_le_bytes of a 4-byte chunk cannot fail).
-    Ok(all.chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize).min().unwrap_or(mine))
+/// The channel bounds every rank plans with (collective: every rank calls it at init):
+/// the most every rank allows and the least any rank asks, held to that most. A rank's
+/// limit depends on its GPU's multiprocessors and on how many ranks share that GPU, which
+/// need not be the same for all (5 ranks on 2 GPUs: 3 on one, 2 on the other), and its
+/// least on its NCCL_MIN_NCHANNELS or config's minCTAs; yet every schedule's channel
+/// count derives from both, so all ranks must plan with one pair: with two, a large
+/// all_reduce is split over 44 channels on one rank and 64 on its peer.
+fn agree_on_channels(core: &Core, least: usize, most: usize) -> Result<(usize, usize)> {
+    let mut mine = (least as u32).to_le_bytes().to_vec();
+    mine.extend_from_slice(&(most as u32).to_le_bytes());
+    let all = core.boot.allgather(&mine)?;
+    // Each rank sent 8 bytes: its least, then its most (from_le_bytes of 4 bytes cannot fail).
+    let word = |b: &[u8]| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize;
+    let most = all.chunks_exact(8).map(|r| word(&r[4..])).min().unwrap_or(most);
+    let least = all.chunks_exact(8).map(|r| word(&r[..4])).max().unwrap_or(least);
+    Ok((least.clamp(1, most.max(1)), most))
 }
 
 /// Ranks sharing a GPU in one process wait for each other's kernels, so the GPU must run
@@ -400,17 +406,23 @@ mod tests {
         assert_eq!(counts, [(1, 2), (1, 1), (1, 2)]);
     }
 
-    /// Ranks whose GPUs allow different channel counts plan with the smallest.
+    /// Ranks whose GPUs allow different channel counts plan with the smallest, and with
+    /// the largest least any rank asks (NCCL_MIN_NCHANNELS, minCTAs), never past that
+    /// smallest most.
     #[test]
     fn ranks_agree_on_the_fewest_channels() {
         let mut config = Config::defaults();
         config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
         let comms = Communicator::init_all(3, &config).unwrap();
-        let agreed: Vec<usize> = std::thread::scope(|s| {
-            let handles: Vec<_> = comms.iter().zip([64, 44, 64]).map(|(c, mine)| s.spawn(move || agree_on_max_channels(c.core(), mine).unwrap())).collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        assert_eq!(agreed, [44, 44, 44]);
+        let agree = |bounds: [(usize, usize); 3]| -> Vec<(usize, usize)> {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = comms.iter().zip(bounds).map(|(c, (least, most))| s.spawn(move || agree_on_channels(c.core(), least, most).unwrap())).collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            })
+        };
+        assert_eq!(agree([(1, 64), (1, 44), (1, 64)]), [(1, 44); 3]);
+        assert_eq!(agree([(1, 128), (8, 128), (2, 128)]), [(8, 128); 3]);
+        assert_eq!(agree([(1, 16), (32, 128), (1, 128)]), [(16, 16); 3], "the least held to the agreed most");
     }
 
     /// The routes and the inbox agree: every call the rules send in one hop or in two shots
