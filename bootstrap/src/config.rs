@@ -103,9 +103,9 @@ pub struct Config {
     /// instead of 16-byte lines of 8 (LL); 0: every one-hop call.
     pub gpu_direct_ll128_bytes: usize,
     /// OXCCL_GPU_TWO_SHOT_BYTES: on one host, the largest all_reduce (bytes a rank
-    /// contributes) past the one-hop kernel's limit that goes as that kernel twice:
-    /// reduce_scatter, then all_gather of the reduced blocks (0: never); `None`: by the
-    /// communicator's size ([`Config::gpu_two_shot_limit`]).
+    /// contributes) past the one-hop kernel's limit that goes in two one-hop shots in one
+    /// launch: reduce_scatter, each folded line sent on at once to every other rank (0:
+    /// never); `None`: by the communicator's size ([`Config::gpu_two_shot_limit`]).
     pub gpu_two_shot_bytes: Option<usize>,
     /// OXCCL_GPU_LL_BYTES: on one host, the largest message (count × datatype size) of a
     /// collective the GPU executor runs (ring, direct exchange, recursive doubling) that
@@ -407,7 +407,7 @@ pub static KNOBS: &[Knob] = &[
         default: "",
         doc: "most channels (GPU thread blocks) a GPU collective uses; values past NCCL's 64 are taken up to the GPU's multiprocessors, each channel with FIFOs of its own; unset: 128 on one host where each rank has a GPU of 128 multiprocessors or more to itself (H100, H200: 4xH200 1.00-1.19x the busbw of 64 from 16 MiB to 1 GiB for every collective, one in-place row 0.98x, for about twice the connections' GPU memory; docs/PERFORMANCE.md), else 64, NCCL's most (the host path over the network: 64)",
         set: |c, v| {
-            c.max_channels = if v.trim().is_empty() { None } else { Some(v.trim().parse().map_err(|_| "expected a number of channels".to_string())?) };
+            c.max_channels = parse_count(v.trim(), "channels")?;
             Ok(())
         },
     },

@@ -47,7 +47,8 @@ impl GpuBackend {
         // wait for a peer's kernel needs all of both resident: each rank gets at most its
         // share of the multiprocessors, one 512-thread block each (4 ranks on one H200
         // with 64 channels each deadlocked in an 8 MiB all_reduce).
-        let (sharing, sharing_here) = ranks_on_this_gpu(&core, &device.pci_bus_id()?)?;
+        let gpus = gather_gpus(&core, &device.pci_bus_id()?)?;
+        let (sharing, sharing_here) = ranks_on_this_gpu(&core, &gpus);
         if sharing_here > 1 {
             warn_streams_may_share_queues(device.ordinal, sharing_here);
         }
@@ -139,7 +140,7 @@ impl GpuBackend {
         let (gone, _) = dev.inner.state.lock().conns.inboxes(Inbox::Gone, n * 4, &dev.setup())?;
         let _ = dev.inner.gone.set(gone);
         if limit > 0 && n > 1 {
-            let ll128_bytes = if lines_arrive_whole(&dev.core, &dev.inner.device, major)? { dev.core.config.gpu_direct_ll128_bytes } else { usize::MAX };
+            let ll128_bytes = if lines_arrive_whole(&dev.core, &dev.inner.device, major, &gpus)? { dev.core.config.gpu_direct_ll128_bytes } else { usize::MAX };
             let layout = DirectLayout::new(limit, n, dev.core.config.gpu_two_shot_limit(n), ll128_bytes);
             let inner = &dev.inner;
             let (inbox, table) = inner.state.lock().conns.inboxes(Inbox::Direct, layout.bytes(n), &dev.setup())?;
@@ -250,14 +251,10 @@ fn gpu_id(bus_id: &str) -> [u8; GPU_ID] {
     id
 }
 
-/// How many ranks of `comm` (this one included) run on the GPU of PCI bus id `bus_id` on
-/// this host (told apart by bus id, not by ordinal: processes that each see only their
-/// own GPU, as under `srun --gpus-per-task=1`, all call it GPU 0), and how many on that
-/// GPU in this very process — whatever host each claims (NCCL_HOSTID):
-/// ranks posing as separate hosts still share the GPU's queues (collective: every rank
-/// calls it at init; who shares the host is known already).
-fn ranks_on_this_gpu(core: &Core, bus_id: &str) -> Result<(usize, usize)> {
-    // This process, told apart from every other on any host.
+/// Every rank's GPU and process, in rank order (collective: every rank calls it at init):
+/// per rank its GPU's id ([`gpu_id`] of `bus_id`, the PCI bus id) then a tag of its
+/// process, told apart from every other on any host.
+fn gather_gpus(core: &Core, bus_id: &str) -> Result<Vec<Vec<u8>>> {
     static PROCESS: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
         use std::hash::{BuildHasher, Hasher};
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -265,23 +262,30 @@ fn ranks_on_this_gpu(core: &Core, bus_id: &str) -> Result<(usize, usize)> {
         h.finish()
     });
     let mine = [&gpu_id(bus_id)[..], &PROCESS.to_le_bytes()].concat();
-    let all = core.boot.allgather(&mine)?;
-    let ranks: Vec<&[u8]> = all.chunks_exact(mine.len()).collect();
-    let on_gpu = ranks.iter().zip(&core.same_host).filter(|(r, &host)| host && r[..GPU_ID] == mine[..GPU_ID]).count();
-    let in_process = ranks.iter().filter(|r| **r == mine.as_slice()).count();
-    Ok((on_gpu.max(1), in_process.max(1)))
+    Ok(core.boot.allgather(&mine)?.chunks_exact(mine.len()).map(<[u8]>::to_vec).collect())
+}
+
+/// How many ranks of `comm` (this one included) run on this rank's GPU on this host, by
+/// the ids [`gather_gpus`] gathered (told apart by PCI bus id, not by ordinal: processes
+/// that each see only their own GPU, as under `srun --gpus-per-task=1`, all call it GPU
+/// 0), and how many on that GPU in this very process — whatever host each claims
+/// (NCCL_HOSTID): ranks posing as separate hosts still share the GPU's queues.
+fn ranks_on_this_gpu(core: &Core, gpus: &[Vec<u8>]) -> (usize, usize) {
+    let Some(mine) = gpus.get(core.rank) else { return (1, 1) };
+    let on_gpu = gpus.iter().zip(&core.same_host).filter(|(r, &host)| host && r[..GPU_ID] == mine[..GPU_ID]).count();
+    let in_process = gpus.iter().filter(|r| *r == mine).count();
+    (on_gpu.max(1), in_process.max(1))
 }
 
 /// Whether every rank's GPU stores a warp's 128-byte line whole into every other rank's,
 /// as LL128 lines need (collective: every rank on one host calls it at init): each rank
-/// checks its GPU, Volta or newer, against every rank's by PCI bus id (the same GPU, or
-/// NVLink: [`Device::stores_lines_whole_to`]), and all must say yes, so that every rank
-/// routes alike. NCCL likewise runs LL128 only over NVLink.
-fn lines_arrive_whole(core: &Core, device: &Device, major: i32) -> Result<bool> {
-    let all = core.boot.allgather(&gpu_id(&device.pci_bus_id()?))?;
+/// checks its GPU, Volta or newer, against every rank's by PCI bus id (as [`gather_gpus`]
+/// gathered them; the same GPU, or NVLink: [`Device::stores_lines_whole_to`]), and all
+/// must say yes, so that every rank routes alike. NCCL likewise runs LL128 only over NVLink.
+fn lines_arrive_whole(core: &Core, device: &Device, major: i32, gpus: &[Vec<u8>]) -> Result<bool> {
     let mut whole = major >= 7;
-    for id in all.chunks_exact(GPU_ID) {
-        let id = String::from_utf8_lossy(id);
+    for gpu in gpus {
+        let id = String::from_utf8_lossy(&gpu[..GPU_ID]);
         whole = whole && device.stores_lines_whole_to(id.trim_end_matches('\0'));
     }
     let votes = core.boot.allgather(&[whole as u8])?;
@@ -400,7 +404,7 @@ mod tests {
             .collect();
         let comms = Communicator::init_all_with(&configs).unwrap();
         let counts: Vec<(usize, usize)> = std::thread::scope(|s| {
-            let handles: Vec<_> = comms.iter().zip(["0000:00:06.0", "0000:00:07.0", "0000:00:06.0"]).map(|(c, gpu)| s.spawn(move || ranks_on_this_gpu(c.core(), gpu).unwrap())).collect();
+            let handles: Vec<_> = comms.iter().zip(["0000:00:06.0", "0000:00:07.0", "0000:00:06.0"]).map(|(c, gpu)| s.spawn(move || ranks_on_this_gpu(c.core(), &gather_gpus(c.core(), gpu).unwrap()))).collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
         assert_eq!(counts, [(1, 2), (1, 1), (1, 2)]);
