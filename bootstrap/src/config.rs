@@ -126,9 +126,6 @@ pub struct Config {
     /// OXCCL_GPU_NET_CHANNELS: the most channels a GPU communicator whose ranks span hosts
     /// uses (each channel has its own network connections).
     pub gpu_net_channels: usize,
-    /// OXCCL_GPU_P2P_RING_CHANNELS: on one host, sends to the ring's next rank and receives
-    /// from its previous one spread over the ring's channels, not the direct exchange's share.
-    pub gpu_p2p_ring_channels: bool,
     /// NCCL_TOPO_FILE: NCCL topology XML used instead of discovering the host.
     pub topo_file: Option<String>,
     /// NCCL_TOPO_DUMP_FILE: where one rank writes the host's topology XML at init.
@@ -364,12 +361,6 @@ pub static KNOBS: &[Knob] = &[
             };
             Ok(())
         },
-    },
-    Knob {
-        name: "OXCCL_GPU_P2P_RING_CHANNELS",
-        default: "0",
-        doc: "1: on one host, a GPU send to the ring's next rank and a receive from its previous rank (a send/recv shift, a pipeline's neighbours) spread over up to NCCL_MAX_NCHANNELS channels on the ring's FIFOs instead of the direct exchange's share of 64 (21 a peer with 4 ranks); every other transfer as before. Off by default: not yet measured (sendrecv on 4 GPUs at 1 GiB is 0.93x NCCL's busbw on 21 channels; alltoall, whose neighbours' transfers would widen too, lost with 42 a peer)",
-        set: |c, v| Ok(c.gpu_p2p_ring_channels = parse_bool(v)?),
     },
     Knob {
         name: "OXCCL_GPU_NET_CHANNELS",
@@ -698,7 +689,6 @@ impl Config {
             max_channels: None,
             gpu_across_hosts: AcrossHosts::Kernels,
             gpu_net_channels: 8,
-            gpu_p2p_ring_channels: false,
             coll_timeout: Duration::from_secs(600),
             socket_max_recvs: 1,
             socket_threads: None,

@@ -45,7 +45,7 @@ pub(super) fn lanes(shape: &Shape, rank: usize) -> Vec<Lane> {
         return two_shot_all_reduce(shape, rank);
     }
     let (n, count, chunk, root) = (shape.nranks, shape.count, shape.chunk, shape.root);
-    let parts: Vec<(usize, usize, usize)> = split_channels(count, shape.channels.max(1), CHANNEL_GRANULE).enumerate().filter(|(_, (_, c))| *c > 0).map(|(ch, (o, c))| (ch, o, c)).collect();
+    let parts = channel_parts(shape);
     let peers = || (0..n).filter(move |&p| p != rank);
     let sends = |peer: usize, offset: usize| {
         parts.iter().map(move |&(channel, o, c)| Lane {
@@ -102,6 +102,37 @@ pub(super) fn lanes(shape: &Shape, rank: usize) -> Vec<Lane> {
         other => unreachable!("{other:?} is not planned by direct exchange"),
     }
     lanes
+}
+
+/// all_to_all in place (send and recv one buffer, as nccl-tests runs it), on `rank`: one
+/// lane per peer and channel part, both ways, which sends each chunk of the peer's block
+/// and then receives the peer's chunk over it. [`lanes`]' plan reads a block in one lane
+/// while another writes it, which aliased buffers cannot bear; this one moves the same
+/// messages on the same connections (a peer running either plan pairs with it) and
+/// leaves the rank's own block where it is. Each send after a lane's first waits for the
+/// receive before it, so a receiving proxy must not hold messages back to complete them
+/// as a group ([`Planned::sends_independently`] is false for it); every rank sends chunk k
+/// before it waits for the peer's chunk k, so a FIFO of one slot suffices.
+///
+/// [`Planned::sends_independently`]: super::Planned::sends_independently
+pub fn all_to_all_in_place(shape: &Shape, rank: usize) -> Vec<Lane> {
+    let (count, chunk) = (shape.count, shape.chunk);
+    let parts = channel_parts(shape);
+    let mut lanes = Vec::new();
+    for peer in (0..shape.nranks).filter(|&p| p != rank) {
+        for &(channel, o, c) in &parts {
+            let link = Link { peer, channel };
+            let steps = chunks(peer * count + o, c, chunk).flat_map(|(at, c)| [Step::Send { to: link, src: Slice::send(at, c) }, Step::Recv { from: link, dst: Slice::recv(at, c) }]).collect();
+            lanes.push(Lane { role: Role::Exchange { peer, channel }, steps });
+        }
+    }
+    lanes
+}
+
+/// A block's parts over `shape.channels` channels: (channel, offset, count), empty parts
+/// left out.
+fn channel_parts(shape: &Shape) -> Vec<(usize, usize, usize)> {
+    split_channels(shape.count, shape.channels.max(1), CHANNEL_GRANULE).enumerate().filter(|(_, (_, c))| *c > 0).map(|(ch, (o, c))| (ch, o, c)).collect()
 }
 
 /// A rank's lanes that send its own data to every peer and put it in its output: per

@@ -50,9 +50,11 @@
 //! reduce; all_gather's send is `recv + rank*count`; reduce_scatter's recv is
 //! `send + rank*count`; gather's send is the root's `recv + root*count`; scatter's recv is
 //! the root's `send + root*count` (see [`Collective::in_place_send_offset`] and
-//! [`Collective::in_place_recv_offset`]). all_to_all has no in-place form (every block is
-//! both read and overwritten, which bounded FIFOs cannot order without scratch memory); the
-//! runtime refuses it. The contract every schedule keeps, and the simulator checks by
+//! [`Collective::in_place_recv_offset`]). NCCL defines no in-place all_to_all, and
+//! [`plan`]'s schedules for it need separate buffers (every block is both read and
+//! overwritten, in different lanes); [`all_to_all_in_place`] sends each chunk before it
+//! receives over it, in one lane per peer and channel, for the GPU backend (nccl-tests runs
+//! all_to_all in place); the host runtime refuses it. The contract every schedule keeps, and the simulator checks by
 //! running each one with separate and with aliased buffers:
 //!
 //! - no step reads input (`Send`) memory after a step wrote different data there through
@@ -95,6 +97,7 @@ mod simulate;
 mod tree;
 mod validate;
 
+pub use direct::all_to_all_in_place;
 pub use p2p::{point_to_point, Direction, PointToPointPlan, SelfCopy, Transfer, TransferLane};
 pub use schedule::{Buffer, Lane, Link, Role, Schedule, Slice, Step};
 pub use simulate::{simulate, simulate_point_to_point, Options};

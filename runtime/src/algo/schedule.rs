@@ -152,6 +152,8 @@ pub enum Role {
     SendTo { peer: usize, channel: usize },
     /// Messages from one peer.
     RecvFrom { peer: usize, channel: usize },
+    /// Messages to and from one peer, each sent before the one received in its place.
+    Exchange { peer: usize, channel: usize },
 }
 
 /// An ordered list of steps. The lanes of a rank progress independently of each other (an
@@ -254,6 +256,7 @@ impl fmt::Display for Role {
             Role::TreeDown { channel, tree } => write!(f, "tree {tree} down, channel {channel}"),
             Role::SendTo { peer, channel } => write!(f, "send to rank {peer}, channel {channel}"),
             Role::RecvFrom { peer, channel } => write!(f, "receive from rank {peer}, channel {channel}"),
+            Role::Exchange { peer, channel } => write!(f, "exchange with rank {peer}, channel {channel}"),
         }
     }
 }

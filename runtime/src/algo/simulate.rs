@@ -185,7 +185,7 @@ impl<T: Clone> Memory<T> {
         Ok(memories)
     }
 
-    fn output(&self, set: usize) -> Vec<Option<T>> {
+    pub(super) fn output(&self, set: usize) -> Vec<Option<T>> {
         let (start, len) = self.windows[set].recv;
         self.values[start..start + len].to_vec()
     }

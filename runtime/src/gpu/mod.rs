@@ -364,6 +364,9 @@ struct Loaded {
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 enum CacheKey {
     Collective(PlanKey),
+    /// An alltoall whose send and recv are one buffer, on one host
+    /// ([`algo::all_to_all_in_place`]'s lanes).
+    AllToAllInPlace(PlanKey),
     /// A group of sends and receives, each address an offset from the group's lowest send
     /// or receive address (the launch's bases).
     PointToPoint(Vec<P2p>),
@@ -376,7 +379,7 @@ impl CacheKey {
     /// A point-to-point key's transfers (none for a collective's).
     fn transfers(&self) -> &[P2p] {
         match self {
-            CacheKey::Collective(_) => &[],
+            CacheKey::Collective(_) | CacheKey::AllToAllInPlace(_) => &[],
             CacheKey::PointToPoint(ops) | CacheKey::PointToPointLl(ops) => ops,
         }
     }
@@ -446,8 +449,13 @@ impl GpuBackend {
         let spec = if reduces { Specialization { dtype, op: op.combine() } } else { Specialization { dtype: DataType::Uint8, op: oxccl_kernels::Combine::Sum } };
         let loaded = inner.loaded(spec)?;
         let scale = if reduces { op.input_scale(dtype, n) } else { None };
-        // In place, alltoall reads every block it overwrites: it runs from a copy.
-        let send = if collective == Collective::AllToAll && send == recv { inner.scratch_copy(send, send_bytes, stream)? } else { send };
+        // In place, alltoall reads every block it overwrites. On one host its Simple lanes
+        // send each chunk before they receive over it (algo::all_to_all_in_place); small
+        // blocks (the LL group) and calls across hosts, whose proxies group receives, run
+        // from a copy of the input instead.
+        let in_place = collective == Collective::AllToAll && send == recv;
+        let ordered = in_place && matches!(route, Route::Schedule { algorithm: Algorithm::Direct, .. }) && self.core.same_host.iter().all(|&same| same);
+        let send = if in_place && !ordered { inner.scratch_copy(send, send_bytes, stream)? } else { send };
         match route {
             Route::Direct { ll128 } => {
                 let mode = route::direct_mode(collective).ok_or_else(|| Error::Internal(format!("{} routed to the direct kernel", collective.name())))?;
@@ -460,8 +468,8 @@ impl GpuBackend {
             // SAFETY: as above; the exchange's transfers are within the buffers.
             Route::Exchange => unsafe { self.launch_group(&p2p::exchange_ops(collective, send, recv, count * esize, root, rank, n), stream)? },
             Route::Schedule { shape, algorithm, ll } => {
-                let plan = self.plan(PlanKey { collective, count, esize, root }, shape, algorithm)?;
-                self.announce(&plan, algorithm.sends_independently(collective, n), ll);
+                let plan = self.plan(PlanKey { collective, count, esize, root }, shape, algorithm, ordered)?;
+                self.announce(&plan, algorithm.sends_independently(collective, n) && !ordered, ll);
                 // SAFETY: as above; the plan was checked against buffers of these sizes.
                 unsafe { inner.launch(&loaded, &plan, send, recv, scale, ll, stream, &|| format!("{} {} B", collective.name(), count * esize))? };
             }
@@ -606,11 +614,16 @@ impl GpuBackend {
 
     /// The plan of `algorithm`'s schedule for `shape` (the call `key` describes, routed to
     /// the executor kernel), cached by `key`.
-    fn plan(&self, key: PlanKey, shape: Shape, algorithm: Algorithm) -> Result<Arc<Plan>> {
-        if let Some(p) = self.inner.cached(&CacheKey::Collective(key)) {
+    fn plan(&self, key: PlanKey, shape: Shape, algorithm: Algorithm, all_to_all_in_place: bool) -> Result<Arc<Plan>> {
+        let cache_key = if all_to_all_in_place { CacheKey::AllToAllInPlace(key) } else { CacheKey::Collective(key) };
+        if let Some(p) = self.inner.cached(&cache_key) {
             return Ok(p);
         }
-        let lanes = algo::plan_rank(shape, algorithm, self.rank()).map_err(|e| Error::invalid(e.to_string()))?;
+        let lanes = if all_to_all_in_place {
+            algo::all_to_all_in_place(&shape, self.rank()).into_iter().map(|l| l.steps).collect()
+        } else {
+            algo::plan_rank(shape, algorithm, self.rank()).map_err(|e| Error::invalid(e.to_string()))?
+        };
         let mut lanes: Vec<_> = lanes.into_iter().filter(|l| !l.is_empty()).collect();
         if key.collective == Collective::Broadcast {
             // The root's copy into its own output ends each ring lane; a block of its own
@@ -620,8 +633,8 @@ impl GpuBackend {
             lanes.retain(|l| !l.is_empty());
             lanes.extend(copies);
         }
-        tracing::debug!(target: crate::log_target::COLL, "GPU plan {key:?}: {} channel(s), {} lane(s)", shape.channels, lanes.len());
-        self.upload(CacheKey::Collective(key), &lanes, key.esize)
+        tracing::debug!(target: crate::log_target::COLL, "GPU plan {cache_key:?}: {} channel(s), {} lane(s)", shape.channels, lanes.len());
+        self.upload(cache_key, &lanes, key.esize)
     }
 
     /// Encodes `lanes`, connects what they use, and uploads them into the arena (cached).

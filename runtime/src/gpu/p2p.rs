@@ -104,18 +104,12 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// A lane per peer, direction and channel (see [`lanes`]): a transfer spreads over the
-    /// direct exchange's channels, or, with OXCCL_GPU_P2P_RING_CHANNELS on one host, a send
-    /// to the ring's next rank or a receive from its previous one over the ring's (init
-    /// connects both on every channel). Both ends of a transfer see it the same way (one's
-    /// next is the other's previous), so they agree on its channels.
+    /// A lane per peer, direction and channel (see [`lanes`]), a transfer spread over the
+    /// direct exchange's channels.
     fn p2p_lanes(&self, ops: &[P2p]) -> Vec<Vec<algo::Step>> {
         let inner = &self.inner;
-        let (n, rank) = (self.nranks(), self.rank());
-        let direct = inner.direct_channels(n);
-        let ring = self.core.config.gpu_p2p_ring_channels && self.core.same_host.iter().all(|&same| same);
-        let cap = |op: &P2p| if ring && ring_neighbour(op, rank, n) { inner.max_channels } else { direct };
-        lanes(ops, |op| inner.p2p_channels(op.bytes).min(cap(op)), inner.geometry.slot_bytes)
+        let direct = inner.direct_channels(self.nranks());
+        lanes(ops, |op| inner.p2p_channels(op.bytes).min(direct), inner.geometry.slot_bytes)
     }
 }
 
@@ -239,12 +233,6 @@ fn lanes(ops: &[P2p], channels: impl Fn(&P2p) -> usize, slot_bytes: usize) -> Ve
     lanes.into_values().collect()
 }
 
-/// Whether `op` of `rank` (of `n`) goes along the ring: a send to the next rank or a
-/// receive from the previous one, whose FIFOs init makes on every channel.
-fn ring_neighbour(op: &P2p, rank: usize, n: usize) -> bool {
-    op.peer != rank && op.peer == if op.send { (rank + 1) % n } else { (rank + n - 1) % n }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,25 +260,6 @@ mod tests {
 
     fn channels(op: &P2p) -> usize {
         op.bytes.div_ceil(64 << 10).clamp(1, 8)
-    }
-
-    /// Along the ring (OXCCL_GPU_P2P_RING_CHANNELS): a send to the next rank and a receive
-    /// from the previous one, and no transfer with itself; with two ranks the peer is both.
-    /// Each transfer is along the ring at both ends or at neither, so both plan it alike.
-    #[test]
-    fn ring_neighbours_are_seen_alike_at_both_ends_of_a_transfer() {
-        let op = |send: bool, peer: usize| P2p { send, peer, addr: 0, bytes: 1 };
-        assert!(ring_neighbour(&op(true, 2), 1, 4) && ring_neighbour(&op(false, 0), 1, 4));
-        assert!(!ring_neighbour(&op(true, 0), 1, 4) && !ring_neighbour(&op(false, 2), 1, 4) && !ring_neighbour(&op(true, 3), 1, 4));
-        assert!(ring_neighbour(&op(true, 1), 0, 2) && ring_neighbour(&op(false, 1), 0, 2));
-        assert!(!ring_neighbour(&op(true, 0), 0, 1), "itself");
-        for n in 2..=6 {
-            for from in 0..n {
-                for to in (0..n).filter(|&to| to != from) {
-                    assert_eq!(ring_neighbour(&op(true, to), from, n), ring_neighbour(&op(false, from), to, n), "{from} -> {to} of {n}");
-                }
-            }
-        }
     }
 
     /// The LL launch has one lane per peer and direction, each holding exactly that

@@ -118,13 +118,30 @@ fn cases(n: usize) -> Vec<Case> {
         let edge = check::full_matrix(n, &[at_limit, at_limit + 1]);
         cases.extend(edge.into_iter().filter(|c| c.dtype == dtype && matches!(c.collective, Collective::AllToAll | Collective::Gather | Collective::Scatter)));
     }
+    // alltoall in place at the LL send/recv limit (from a copy of the input) and above it
+    // (on one host, lanes that send each chunk before receiving over it).
+    for dtype in DataType::ALL {
+        let at_limit = (64 << 10) / dtype.size();
+        cases.extend(all_to_all_in_place(dtype, &[at_limit, at_limit + 1]));
+    }
     cases.extend(check::large_cases(n, 8 << 20));
+    cases.extend(all_to_all_in_place(DataType::Float32, &[(8 << 20) / 4 + 3]));
     cases
 }
 
-/// The small sizes again with LL excluded (NCCL_PROTO=simple): the ring at every size.
+/// The small sizes again with LL excluded (NCCL_PROTO=simple): the ring at every size, and
+/// alltoall in place on the lanes that send each chunk before receiving over it.
 fn simple_cases(n: usize) -> Vec<Case> {
-    check::full_matrix(n, &check::SMALL_COUNTS)
+    let mut cases = check::full_matrix(n, &check::SMALL_COUNTS);
+    cases.extend(all_to_all_in_place(DataType::Uint8, &check::SMALL_COUNTS));
+    cases.extend(all_to_all_in_place(DataType::Float64, &check::SMALL_COUNTS));
+    cases
+}
+
+/// alltoall in place at `counts`: NCCL's in-place conventions leave it out (so does
+/// `check::full_matrix`), but nccl-tests runs it, and the GPU backend serves it.
+fn all_to_all_in_place(dtype: DataType, counts: &[usize]) -> Vec<Case> {
+    counts.iter().map(|&count| Case { collective: Collective::AllToAll, dtype, op: ReduceOp::Sum, count, root: 0, in_place: true }).collect()
 }
 
 fn simple_config() -> Config {

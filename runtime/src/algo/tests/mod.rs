@@ -3,6 +3,7 @@
 //! results computed directly from the inputs (never from a schedule); plus the validator,
 //! the trees, point-to-point groups and printing.
 
+mod in_place;
 mod matrix;
 mod p2p;
 mod structure;
