@@ -882,7 +882,11 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_direct(const OxDirec
 // communicator's life, in this rank's counters: message k to d goes into half k & 1 of
 // d's row for this rank, flagged k, once d acknowledged message k - 2; a receiver
 // acknowledges each message as soon as every thread of its block has read its lines.
-// A lane of copies, when there is one, moves the rank's sends to itself.
+// A lane of copies, when there is one, moves the rank's sends to itself. In place (an
+// alltoall whose send and recv are one buffer) a lane per peer exchanges: it sends each
+// message, then receives the peer's over it; its sends wait only for acknowledgements of
+// messages two back, as any send lane's, so exchanging lanes never wait on each other's
+// receives.
 
 extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_p2p(const OxP2p a) {
   const OxP2pLane lane = a.lanes[blockIdx.x];
@@ -897,21 +901,25 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_p2p(const OxP2p a) {
     }
     return;
   }
-  const bool sends = lane.kind == OX_LANE_SEND;
-  u64* counter = (u64*)(a.inbox + a.count_offset) + (sends ? 0 : a.nranks) + lane.peer;
-  const u64 before = *counter;
+  // An exchange lane sends each message, then receives the peer's over it (in place).
+  const bool exchange = lane.kind == OX_LANE_EXCHANGE;
+  const bool sends = lane.kind == OX_LANE_SEND || exchange;
+  const bool receives = lane.kind == OX_LANE_RECV || exchange;
+  u64* const counters = (u64*)(a.inbox + a.count_offset);
+  const u64 sent_before = counters[lane.peer], received_before = counters[a.nranks + lane.peer];
   volatile u64* ack = (volatile u64*)(a.inbox + a.ack_offset) + lane.peer;
   char* peer = a.peers[lane.peer];
   int why = 0;
+  bool sending = false;
   u32 m = lane.first;
   for (; m < lane.end; ++m) {
     const OxP2pMsg msg = a.msgs[m];
-    // What this message reads (a send) or writes (a receive).
-    char* at = (sends ? (char*)a.send_base : a.recv_base) + msg.addr;
-    const u64 k = before + 1 + (m - lane.first);
-    const u32 flag = ox_ll_flag(k);
     const u64 lines = (msg.bytes + 7) / 8;
     if (sends) {
+      sending = true;
+      const char* at = a.send_base + msg.addr;
+      const u64 k = sent_before + 1 + (m - lane.first);
+      const u32 flag = ox_ll_flag(k);
       char* row = peer + ((u64)a.rank * 2 + (k & 1)) * a.cap_lines * 16;
       u64 l = threadIdx.x;
       uint2 v = l < lines ? ox_line_get(at, l, msg.bytes) : make_uint2(0, 0);
@@ -921,7 +929,14 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_p2p(const OxP2p a) {
         if (l != threadIdx.x) v = ox_line_get(at, l, msg.bytes);
         ox_ll_store(row + l * 16, v, flag);
       }
-    } else {
+      // Every thread read what it sends before any writes over it (an exchange).
+      if (exchange && __syncthreads_or(why)) break;
+    }
+    if (receives) {
+      sending = false;
+      char* at = a.recv_base + msg.addr;
+      const u64 k = received_before + 1 + (m - lane.first);
+      const u32 flag = ox_ll_flag(k);
       const char* row = a.inbox + ((u64)lane.peer * 2 + (k & 1)) * a.cap_lines * 16;
       for (u64 l = threadIdx.x; l < lines && !why; l += blockDim.x) {
         uint2 v;
@@ -929,15 +944,18 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_p2p(const OxP2p a) {
         if (!why) ox_line_put(at, l, msg.bytes, v);
       }
     }
-    // Every thread is done with message k (or some thread gave up).
+    // Every thread is done with the message (or some thread gave up).
     if (__syncthreads_or(why)) break;
-    if (!sends && threadIdx.x == 0) *(volatile u64*)(peer + a.ack_offset + (u64)a.rank * 8) = k;
+    if (receives && threadIdx.x == 0) *(volatile u64*)(peer + a.ack_offset + (u64)a.rank * 8) = received_before + 1 + (m - lane.first);
   }
   if (m < lane.end) {
-    if (why) ox_fail(a.watch, why, sends ? OX_KERNEL_P2P_SEND : OX_KERNEL_P2P_RECV, lane.peer, m - lane.first, lane.peer);
+    if (why) ox_fail(a.watch, why, sending ? OX_KERNEL_P2P_SEND : OX_KERNEL_P2P_RECV, lane.peer, m - lane.first, lane.peer);
     return;
   }
-  if (threadIdx.x == 0) *counter = before + (lane.end - lane.first);
+  if (threadIdx.x == 0) {
+    if (sends) counters[lane.peer] = sent_before + (lane.end - lane.first);
+    if (receives) counters[a.nranks + lane.peer] = received_before + (lane.end - lane.first);
+  }
 }
 
 // Says that the stream reached staged operation `target` (*reached, mapped host memory:

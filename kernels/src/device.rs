@@ -377,12 +377,16 @@ pub mod lane {
     pub const SEND: u32 = 1;
     /// Copies each message's `src` to its `addr` (this rank's sends to itself; no peer).
     pub const COPY: u32 = 2;
+    /// Sends each message to `peer`, then receives `peer`'s message of the same size in
+    /// its place (an in-place alltoall: both at `addr`, the send read before the receive
+    /// writes over it).
+    pub const EXCHANGE: u32 = 3;
     /// Every kind with its C name.
-    pub const ALL: [(&str, u32); 3] = [("OX_LANE_RECV", RECV), ("OX_LANE_SEND", SEND), ("OX_LANE_COPY", COPY)];
+    pub const ALL: [(&str, u32); 4] = [("OX_LANE_RECV", RECV), ("OX_LANE_SEND", SEND), ("OX_LANE_COPY", COPY), ("OX_LANE_EXCHANGE", EXCHANGE)];
 }
 
 /// One lane of a [`DevP2p`] launch (C: `OxP2pLane`): messages `first..end` of the launch's
-/// list, all sent to or received from `peer` (by [`lane`] `kind`), in call order.
+/// list, all sent to or received from `peer`, or both (by [`lane`] `kind`), in call order.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct DevP2pLane {

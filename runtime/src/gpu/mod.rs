@@ -371,8 +371,8 @@ enum CacheKey {
     /// or receive address (the launch's bases).
     PointToPoint(Vec<P2p>),
     /// A group's messages that go over LL (`p2p_ll_bytes` at most each), addresses as
-    /// above.
-    PointToPointLl(Vec<P2p>),
+    /// above; `in_place`: each send to a peer and the receive from it at one place.
+    PointToPointLl { ops: Vec<P2p>, in_place: bool },
 }
 
 impl CacheKey {
@@ -380,7 +380,7 @@ impl CacheKey {
     fn transfers(&self) -> &[P2p] {
         match self {
             CacheKey::Collective(_) | CacheKey::AllToAllInPlace(_) => &[],
-            CacheKey::PointToPoint(ops) | CacheKey::PointToPointLl(ops) => ops,
+            CacheKey::PointToPoint(ops) | CacheKey::PointToPointLl { ops, .. } => ops,
         }
     }
 }
@@ -449,12 +449,15 @@ impl GpuBackend {
         let spec = if reduces { Specialization { dtype, op: op.combine() } } else { Specialization { dtype: DataType::Uint8, op: oxccl_kernels::Combine::Sum } };
         let loaded = inner.loaded(spec)?;
         let scale = if reduces { op.input_scale(dtype, n) } else { None };
-        // In place, alltoall reads every block it overwrites. On one host its Simple lanes
-        // send each chunk before they receive over it (algo::all_to_all_in_place); small
-        // blocks (the LL group) and calls across hosts, whose proxies group receives, run
-        // from a copy of the input instead.
+        // In place, alltoall reads every block it overwrites. On one host its lanes send
+        // each chunk before they receive over it: the Simple exchange's
+        // (algo::all_to_all_in_place) and the LL group's (p2p's exchange lanes); across
+        // hosts, where proxies complete a peer's receives as a group, it runs from a copy
+        // of the input.
         let in_place = collective == Collective::AllToAll && send == recv;
-        let ordered = in_place && matches!(route, Route::Schedule { algorithm: Algorithm::Direct, .. }) && self.core.same_host.iter().all(|&same| same);
+        let one_host = self.core.same_host.iter().all(|&same| same);
+        let ll_group = matches!(route, Route::Exchange) && count * esize <= inner.p2p_ll.get().map_or(0, |p| p.limit);
+        let ordered = in_place && one_host && (ll_group || matches!(route, Route::Schedule { algorithm: Algorithm::Direct, .. }));
         let send = if in_place && !ordered { inner.scratch_copy(send, send_bytes, stream)? } else { send };
         match route {
             Route::Direct { ll128 } => {

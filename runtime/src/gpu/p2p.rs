@@ -79,8 +79,9 @@ impl GpuBackend {
         let loaded = inner.loaded(Specialization { dtype: DataType::Uint8, op: oxccl_kernels::Combine::Sum })?;
         if !ll.is_empty() {
             let (send_base, recv_base) = offsets_from_bases(&mut ll);
-            let plan = inner.cached_or(CacheKey::PointToPointLl(ll), |key| {
-                let (lanes, msgs) = ll_lanes(key.transfers(), rank);
+            let in_place = send_base == recv_base && pairs_in_place(&ll, rank);
+            let plan = inner.cached_or(CacheKey::PointToPointLl { ops: ll, in_place }, |key| {
+                let (lanes, msgs) = ll_lanes(key.transfers(), rank, in_place);
                 let lanes_bytes = std::mem::size_of_val(&lanes[..]);
                 let mut image = bytemuck::cast_slice::<DevP2pLane, u8>(&lanes).to_vec();
                 image.extend_from_slice(bytemuck::cast_slice::<DevP2pMsg, u8>(&msgs));
@@ -187,14 +188,27 @@ fn offsets_from_bases(ops: &mut [P2p]) -> (u64, u64) {
     (send_base, recv_base)
 }
 
+/// Whether every send of `ops` to another rank than `rank` has its receive from that peer
+/// at the same place, and every receive its send (the k-th with the k-th, same offset and
+/// size): an in-place alltoall, each block sent to a peer and overwritten by the peer's.
+fn pairs_in_place(ops: &[P2p], rank: usize) -> bool {
+    let mut peers: Vec<usize> = ops.iter().map(|o| o.peer).filter(|&p| p != rank).collect();
+    peers.sort_unstable();
+    peers.dedup();
+    let with = |p: usize, send: bool| ops.iter().filter(move |o| o.peer == p && o.send == send).map(|o| (o.addr, o.bytes));
+    !peers.is_empty() && peers.iter().all(|&p| with(p, true).eq(with(p, false)))
+}
+
 /// The LL launch of `ops` (each within the LL limit) on `rank`: a lane per peer and
 /// direction, each with its messages in call order — the order that pairs them with the
 /// peer's — and one lane of copies for the sends to `rank` itself (the k-th with the k-th
-/// receive).
-fn ll_lanes(ops: &[P2p], rank: usize) -> (Vec<DevP2pLane>, Vec<DevP2pMsg>) {
+/// receive). `in_place` (as [`pairs_in_place`] found `ops`, one base for sends and
+/// receives): a lane per peer instead, that sends each message and then receives the
+/// peer's over it.
+fn ll_lanes(ops: &[P2p], rank: usize, in_place: bool) -> (Vec<DevP2pLane>, Vec<DevP2pMsg>) {
     let mut by_lane: std::collections::BTreeMap<(usize, u32), Vec<DevP2pMsg>> = Default::default();
-    for op in ops.iter().filter(|o| o.peer != rank) {
-        let kind = if op.send { lane::SEND } else { lane::RECV };
+    for op in ops.iter().filter(|o| o.peer != rank && (o.send || !in_place)) {
+        let kind = if in_place { lane::EXCHANGE } else if op.send { lane::SEND } else { lane::RECV };
         by_lane.entry((op.peer, kind)).or_default().push(DevP2pMsg { addr: op.addr, bytes: op.bytes as u64, src: 0 });
     }
     let own = |send: bool| ops.iter().filter(move |o| o.peer == rank && o.send == send);
@@ -270,7 +284,7 @@ mod tests {
         let op = |send: bool, peer: usize, addr: u64| P2p { send, peer, addr, bytes: addr as usize % 97 + 1 };
         // Rank 0's group: sends to itself pair with its receives from itself in order.
         let ops = [op(true, 2, 10), op(false, 1, 20), op(true, 0, 15), op(true, 1, 30), op(true, 2, 40), op(false, 0, 15), op(false, 1, 50), op(false, 2, 60), op(true, 2, 70), op(true, 0, 1), op(false, 0, 1)];
-        let (lanes, msgs) = ll_lanes(&ops, 0);
+        let (lanes, msgs) = ll_lanes(&ops, 0, false);
         let mut seen = std::collections::HashSet::new();
         for l in &lanes {
             assert!(seen.insert((l.peer, l.kind)), "two lanes for {l:?}");
@@ -286,6 +300,32 @@ mod tests {
         }
         assert_eq!(lanes.iter().map(|l| (l.end - l.first) as usize).sum::<usize>(), ops.len() - 2);
         assert_eq!(lanes.len(), 5);
+    }
+
+    /// In place (an alltoall's group on one buffer), a lane per peer sends each message
+    /// and receives the peer's in its place; any group that does not pair up so keeps a
+    /// lane per peer and direction.
+    #[test]
+    fn in_place_groups_exchange_in_one_lane_per_peer() {
+        let op = |send: bool, peer: usize, addr: u64| P2p { send, peer, addr, bytes: 64 };
+        let ops: Vec<P2p> = (0..4).filter(|&p| p != 1).flat_map(|p| [op(true, p, p as u64 * 64), op(false, p, p as u64 * 64)]).collect();
+        assert!(pairs_in_place(&ops, 1));
+        let (lanes, msgs) = ll_lanes(&ops, 1, true);
+        assert_eq!(lanes.iter().map(|l| (l.peer, l.kind, l.end - l.first)).collect::<Vec<_>>(), vec![(0, lane::EXCHANGE, 1), (2, lane::EXCHANGE, 1), (3, lane::EXCHANGE, 1)]);
+        assert_eq!(msgs.iter().map(|m| m.addr).collect::<Vec<_>>(), vec![0, 128, 192]);
+        // Not in place: a receive elsewhere, one missing, two sizes, only sends, nothing.
+        let mut moved = ops.clone();
+        moved[1].addr += 8;
+        let mut fewer = ops.clone();
+        fewer.pop();
+        let mut sized = ops.clone();
+        sized[0].bytes = 32;
+        let sends: Vec<P2p> = ops.iter().copied().filter(|o| o.send).collect();
+        for group in [&moved, &fewer, &sized, &sends, &Vec::new()] {
+            assert!(!pairs_in_place(group, 1), "{group:?}");
+        }
+        let (lanes, _) = ll_lanes(&moved, 1, false);
+        assert_eq!(lanes.len(), 6);
     }
 
     /// alltoall, gather and scatter as groups: pairing every rank's sends with their

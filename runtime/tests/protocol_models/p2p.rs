@@ -28,6 +28,10 @@ enum Lanes {
     SendAndReceive,
     /// One lane per peer and direction (sends to d, receives from s), each in call order.
     PerPeer,
+    /// As `PerPeer`, but one lane per peer that alternates a send and a receive where the
+    /// launch sends to that peer as often as it receives from it (the kernel's exchange
+    /// lanes, for an in-place alltoall, which pairs every peer so).
+    Exchanging,
 }
 
 /// One call of a group: a send to or a receive from `peer`.
@@ -89,6 +93,16 @@ fn layout(lanes: Lanes, calls: &[Call], n: usize) -> Vec<VecDeque<Call>> {
         Lanes::InCallOrder => vec![calls.iter().copied().collect()],
         Lanes::SendAndReceive => vec![lane(&|c| matches!(c, Call::Send(_))), lane(&|c| matches!(c, Call::Recv(_)))],
         Lanes::PerPeer => (0..n).flat_map(|p| [lane(&|c| matches!(c, Call::Send(d) if *d == p)), lane(&|c| matches!(c, Call::Recv(s) if *s == p))]).collect(),
+        Lanes::Exchanging => (0..n)
+            .flat_map(|p| {
+                let (sends, recvs) = (lane(&|c| matches!(c, Call::Send(d) if *d == p)), lane(&|c| matches!(c, Call::Recv(s) if *s == p)));
+                if !sends.is_empty() && sends.len() == recvs.len() {
+                    vec![sends.into_iter().zip(recvs).flat_map(|(s, r)| [s, r]).collect()]
+                } else {
+                    vec![sends, recvs]
+                }
+            })
+            .collect(),
     }
 }
 
@@ -214,6 +228,39 @@ fn per_peer_lanes_deliver_in_order_and_never_deadlock() {
             panic!("{n} ranks: {e}");
         }
     }
+}
+
+/// alltoall groups of `messages` per ordered pair (each rank's calls shuffled as
+/// [`groups`]' are), between random groups.
+fn with_alltoalls(n: usize, count: usize, rng: &mut impl FnMut(usize) -> usize) -> Vec<Vec<Vec<Call>>> {
+    let mut sequence = Vec::new();
+    for g in groups(n, count, rng) {
+        sequence.push(g);
+        let messages = 1 + rng(3);
+        let mut calls: Vec<Vec<Call>> = (0..n).map(|r| (0..n).filter(|&p| p != r).flat_map(|p| (0..messages).flat_map(move |_| [Call::Send(p), Call::Recv(p)])).collect()).collect();
+        for c in &mut calls {
+            for i in (1..c.len()).rev() {
+                c.swap(i, rng(i + 1));
+            }
+        }
+        sequence.push(calls);
+    }
+    sequence
+}
+
+#[test]
+fn exchanging_lanes_deliver_in_order_and_never_deadlock() {
+    for seed in 0..3000u64 {
+        let mut rng = scheduler(!seed ^ 0xa11);
+        let n = 2 + rng(4);
+        let sequence = with_alltoalls(n, 4, &mut rng);
+        if let Err(e) = run(&sequence, Lanes::Exchanging, seed) {
+            panic!("{n} ranks: {e}");
+        }
+    }
+    // Receiving first instead (each lane's receive before its send) deadlocks.
+    let group: Vec<Vec<Call>> = vec![vec![Call::Recv(1), Call::Send(1)], vec![Call::Recv(0), Call::Send(0)]];
+    assert!(run(std::slice::from_ref(&group), Lanes::InCallOrder, 0).is_err_and(|e| e.contains("deadlock")));
 }
 
 #[test]
