@@ -326,6 +326,15 @@ mod tests {
         }
         let (lanes, _) = ll_lanes(&moved, 1, false);
         assert_eq!(lanes.len(), 6);
+        // An in-place alltoall's group, as the collective makes it, pairs so on every rank
+        // (the collective then skips its copy of the input).
+        for n in 2..=5 {
+            for rank in 0..n {
+                let mut group: Vec<P2p> = exchange_ops(Collective::AllToAll, 0x7000, 0x7000, 96, 0, rank, n).into_iter().filter(|o| o.peer != rank).collect();
+                let (send_base, recv_base) = offsets_from_bases(&mut group);
+                assert!(send_base == recv_base && pairs_in_place(&group, rank), "{n} ranks, rank {rank}");
+            }
+        }
     }
 
     /// alltoall, gather and scatter as groups: pairing every rank's sends with their
