@@ -84,6 +84,23 @@ small_matrix! {
     eight_ranks_net: 8, Net;
 }
 
+/// all_to_all in place (send and recv one buffer, as MPI_IN_PLACE allows and nccl-tests
+/// runs it), over shared memory and the socket Net (receives grouped up to 8, which the
+/// in-place lanes must not be), within one slot and over several: each rank's lanes send
+/// each chunk before they receive over it (algo::all_to_all_in_place).
+#[test]
+fn all_to_all_in_place() {
+    let cases = |_: usize| {
+        let mut cases = matrix::all_to_all_in_place(oxccl_runtime::DataType::Float32, &[1, 7, 4099, (1 << 20) / 4 + 3]);
+        cases.extend(matrix::all_to_all_in_place(oxccl_runtime::DataType::Uint8, &[1, 4099]));
+        cases
+    };
+    for n in [1, 2, 3, 4, 5] {
+        run_threads(n, Transport::Shm, cases);
+        run_threads(n, Transport::Net, cases);
+    }
+}
+
 #[test]
 fn one_mebibyte_shm() {
     for n in [2, 3, 4, 8] {

@@ -79,6 +79,13 @@ pub fn full_matrix(nranks: usize, counts: &[usize]) -> Vec<Case> {
     cases
 }
 
+/// all_to_all in place (send and recv one buffer) at `counts` in `dtype`: NCCL's in-place
+/// conventions leave it out, and so does [`full_matrix`], but nccl-tests runs it and MPI
+/// allows it (`MPI_IN_PLACE`); oxccl serves it on GPU and on host memory.
+pub fn all_to_all_in_place(dtype: DataType, counts: &[usize]) -> Vec<Case> {
+    counts.iter().map(|&count| Case { collective: Collective::AllToAll, dtype, op: ReduceOp::Sum, count, root: 0, in_place: true }).collect()
+}
+
 /// Every collective once at `bytes` of data per rank block, f32 sum and in both placements,
 /// plus all_reduce of the odd datatypes.
 pub fn large_cases(nranks: usize, bytes: usize) -> Vec<Case> {

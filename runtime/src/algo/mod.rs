@@ -53,10 +53,10 @@
 //! [`Collective::in_place_recv_offset`]). NCCL defines no in-place all_to_all, and
 //! [`plan`]'s schedules for it need separate buffers (every block is both read and
 //! overwritten, in different lanes); [`all_to_all_in_place`] sends each chunk before it
-//! receives over it, in one lane per peer and channel, for the GPU backend (nccl-tests
-//! runs all_to_all in place); the host runtime refuses it. The contract every schedule
-//! keeps, and the simulator checks by running each one with separate and with aliased
-//! buffers:
+//! receives over it, in one lane per peer and channel, which the host path and the GPU
+//! backend run for an in-place call (nccl-tests runs all_to_all in place; MPI allows it).
+//! The contract every schedule keeps, and the simulator checks by running each one with
+//! separate and with aliased buffers:
 //!
 //! - no step reads input (`Send`) memory after a step wrote different data there through
 //!   `Recv`: a lane reads each input element before it writes the output over it;

@@ -56,9 +56,10 @@ pub(crate) struct Exec {
     tuner: Tuner,
     transports: Transports,
     connections: Mutex<Connections>,
-    /// Plans already made and connected, by shape: a repeated collective skips planning,
+    /// Plans already made and connected, by shape and whether the call is an in-place
+    /// all_to_all ([`algo::all_to_all_in_place`]): a repeated collective skips planning,
     /// connection setup and bounds checks.
-    plans: Mutex<FxHashMap<PlanKey, Arc<Prepared>>>,
+    plans: Mutex<FxHashMap<(PlanKey, bool), Arc<Prepared>>>,
     /// Where Avg and PreMulSum put each rank's scaled input (reused: no allocation per call
     /// once it has grown to the largest input).
     scratch: Mutex<Vec<u8>>,
@@ -309,9 +310,11 @@ impl Exec {
         result
     }
 
-    /// The plan for `key`, its algorithm chosen, made, connected and checked on first use.
-    fn prepared(&self, key: PlanKey, connections: &mut Connections) -> Result<Arc<Prepared>> {
-        if let Some(p) = self.plans.lock().get(&key) {
+    /// The plan for `key`, its algorithm chosen, made, connected and checked on first use;
+    /// with `all_to_all_in_place` (send and recv one buffer), lanes that send each chunk
+    /// before they receive over it.
+    fn prepared(&self, key: PlanKey, all_to_all_in_place: bool, connections: &mut Connections) -> Result<Arc<Prepared>> {
+        if let Some(p) = self.plans.lock().get(&(key, all_to_all_in_place)) {
             return Ok(p.clone());
         }
         let nranks = self.core.nranks;
@@ -324,7 +327,11 @@ impl Exec {
             tracing::info!(target: log_target::TUNING, "{}: {} Bytes -> Algo {} proto {} channel{{Lo..Hi}}={{0..{}}}", key.collective.nccl_name(), key.count * key.esize, algorithm.nccl_name(), choice.protocol.nccl_name(), channels - 1);
         }
         let shape = Shape { collective: key.collective, count: key.count, nranks, root: key.root, chunk: (self.transports.geometry.slot_bytes / key.esize).max(1), channels, per_host: self.core.rails.ranks_per_host_block() };
-        let lanes = algo::plan_rank(shape, algorithm, self.core.rank).map_err(|e| Error::invalid(e.to_string()))?;
+        let lanes = if all_to_all_in_place {
+            algo::all_to_all_in_place(&shape, self.core.rank).into_iter().map(|l| l.steps).collect()
+        } else {
+            algo::plan_rank(shape, algorithm, self.core.rank).map_err(|e| Error::invalid(e.to_string()))?
+        };
         let lanes: Vec<Lane> = lanes.into_iter().map(|steps| Lane { steps: steps.into_iter().map(|s| (s, 0)).collect() }).collect();
         self.connect(&lanes, connections)?;
         let (send_count, recv_count) = key.collective.buffer_counts(key.count, nranks, self.core.rank, key.root);
@@ -335,7 +342,7 @@ impl Exec {
         if plans.len() >= PLAN_CACHE {
             plans.clear();
         }
-        plans.insert(key, prepared.clone());
+        plans.insert((key, all_to_all_in_place), prepared.clone());
         Ok(prepared)
     }
 
@@ -365,7 +372,8 @@ impl Exec {
         }
         let nranks = self.core.nranks;
         let key = PlanKey { collective: task.collective, count: task.count, esize: task.dtype.size(), root: task.root };
-        let prepared = self.prepared(key, connections)?;
+        let in_place = task.collective == algo::Collective::AllToAll && std::ptr::eq(task.buffers.send, task.buffers.recv);
+        let prepared = self.prepared(key, in_place, connections)?;
         let mut buffers = task.buffers;
         // Avg of floats and PreMulSum scale each rank's input once, before the reduction.
         let mut scratch = self.scratch.lock();
@@ -379,8 +387,9 @@ impl Exec {
             oxccl_kernels::premultiply(task.dtype, oxccl_kernels::Scalar::F64(factor), &mut scratch[..buffers.send_bytes], input)?;
             buffers.send = scratch.as_ptr();
         }
-        // Whether the proxy may post a link's receives together (the algorithm's doc).
-        let independent = prepared.algorithm.sends_independently(task.collective, nranks);
+        // Whether the proxy may post a link's receives together (the algorithm's doc; the
+        // in-place all_to_all's sends wait for its receives).
+        let independent = prepared.algorithm.sends_independently(task.collective, nranks) && !in_place;
         self.execute(&prepared.lanes, &prepared.net_expected, &[buffers], task.dtype, task.op, independent, true, connections)?;
         drop(scratch);
         if task.collective.reduces() && task.op.needs_final_division(task.dtype) && buffers.recv_bytes > 0 {

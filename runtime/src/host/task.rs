@@ -5,7 +5,7 @@ use oxccl_kernels::{DataType, ReduceOp};
 use super::exec::Buffers;
 use crate::algo::Collective;
 use crate::call::{self, Addresses};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// One collective call.
 #[derive(Clone, Copy, Debug)]
@@ -23,9 +23,6 @@ impl CollectiveTask {
     #[allow(clippy::too_many_arguments)]
     pub fn checked(collective: Collective, send: *const u8, recv: *mut u8, count: usize, dtype: DataType, op: ReduceOp, root: usize, nranks: usize, rank: usize) -> Result<CollectiveTask> {
         let checked = call::check_collective(collective, send as u64, recv as u64, count, dtype, nranks, rank, root, Addresses::Host)?;
-        if collective == Collective::AllToAll && std::ptr::eq(send, recv) && count > 0 {
-            return Err(Error::invalid("all_to_all on host memory cannot run in place (send and recv are the same buffer)"));
-        }
         Ok(CollectiveTask { collective, count, dtype, op, root, buffers: Buffers { send, send_bytes: checked.send_bytes, recv, recv_bytes: checked.recv_bytes } })
     }
 }

@@ -122,10 +122,10 @@ fn cases(n: usize) -> Vec<Case> {
     // (on one host, lanes that send each chunk before receiving over it).
     for dtype in DataType::ALL {
         let at_limit = (64 << 10) / dtype.size();
-        cases.extend(all_to_all_in_place(dtype, &[at_limit, at_limit + 1]));
+        cases.extend(check::all_to_all_in_place(dtype, &[at_limit, at_limit + 1]));
     }
     cases.extend(check::large_cases(n, 8 << 20));
-    cases.extend(all_to_all_in_place(DataType::Float32, &[(8 << 20) / 4 + 3]));
+    cases.extend(check::all_to_all_in_place(DataType::Float32, &[(8 << 20) / 4 + 3]));
     cases
 }
 
@@ -133,15 +133,9 @@ fn cases(n: usize) -> Vec<Case> {
 /// alltoall in place on the lanes that send each chunk before receiving over it.
 fn simple_cases(n: usize) -> Vec<Case> {
     let mut cases = check::full_matrix(n, &check::SMALL_COUNTS);
-    cases.extend(all_to_all_in_place(DataType::Uint8, &check::SMALL_COUNTS));
-    cases.extend(all_to_all_in_place(DataType::Float64, &check::SMALL_COUNTS));
+    cases.extend(check::all_to_all_in_place(DataType::Uint8, &check::SMALL_COUNTS));
+    cases.extend(check::all_to_all_in_place(DataType::Float64, &check::SMALL_COUNTS));
     cases
-}
-
-/// alltoall in place at `counts`: NCCL's in-place conventions leave it out (so does
-/// `check::full_matrix`), but nccl-tests runs it, and the GPU backend serves it.
-fn all_to_all_in_place(dtype: DataType, counts: &[usize]) -> Vec<Case> {
-    counts.iter().map(|&count| Case { collective: Collective::AllToAll, dtype, op: ReduceOp::Sum, count, root: 0, in_place: true }).collect()
 }
 
 fn simple_config() -> Config {
