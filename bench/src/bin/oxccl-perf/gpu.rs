@@ -97,7 +97,7 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
         let (size, has_in_place) = match plan.kind {
             Kind::Collective(c) => {
                 let (s, r) = c.buffer_counts(count, n, plan.args.root, plan.args.root);
-                (s.max(r) * es, c.has_in_place())
+                (s.max(r) * es, measured_in_place(c))
             }
             Kind::SendRecv => (count * es, false),
         };
