@@ -12,8 +12,16 @@ use oxccl_testkit::check as matrix;
 /// What the children run, named by OXCCL_TEST_MATRIX.
 fn cases(which: &str, n: usize) -> Vec<matrix::Case> {
     match which {
-        "small" => matrix::full_matrix(n, &matrix::SMALL_COUNTS),
-        "large" => matrix::large_cases(n, 1 << 20),
+        "small" => {
+            let mut cases = matrix::full_matrix(n, &matrix::SMALL_COUNTS);
+            cases.extend(matrix::all_to_all_in_place(oxccl_runtime::DataType::Float32, &matrix::SMALL_COUNTS));
+            cases
+        }
+        "large" => {
+            let mut cases = matrix::large_cases(n, 1 << 20);
+            cases.extend(matrix::all_to_all_in_place(oxccl_runtime::DataType::Float32, &[(1 << 20) / 4 + 3]));
+            cases
+        }
         other => panic!("unknown OXCCL_TEST_MATRIX {other}"),
     }
 }
