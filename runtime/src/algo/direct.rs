@@ -106,12 +106,13 @@ pub(super) fn lanes(shape: &Shape, rank: usize) -> Vec<Lane> {
 
 /// all_to_all in place (send and recv one buffer, as nccl-tests runs it and MPI_IN_PLACE
 /// asks), on `rank`: one lane per peer and channel part, both ways, which sends each chunk
-/// of the peer's block and then receives the peer's chunk over it. [`lanes`]' plan reads a block in one lane
-/// while another writes it, which aliased buffers cannot bear; this one moves the same
-/// messages on the same connections (a peer running either plan pairs with it) and
-/// leaves the rank's own block where it is. Each send after a lane's first waits for the
-/// receive before it, so a receiving proxy must not hold messages back to complete them
-/// as a group ([`Planned::sends_independently`] is false for it); every rank sends chunk k
+/// of the peer's block and then receives the peer's chunk over it. [`lanes`]' plan reads
+/// a block in one lane while another writes it, which aliased buffers cannot bear; this
+/// one moves the same messages on the same connections (a peer running either plan pairs
+/// with it) and leaves the rank's own block where it is. Each send after a lane's first
+/// waits for the receive before it, so a receiving proxy must not hold a link's messages
+/// back to complete them as a group: callers run it as not independent, whatever
+/// [`Planned::sends_independently`] says of the direct exchange. Every rank sends chunk k
 /// before it waits for the peer's chunk k, so a FIFO of one slot suffices.
 ///
 /// [`Planned::sends_independently`]: super::Planned::sends_independently
