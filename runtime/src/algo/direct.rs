@@ -106,7 +106,7 @@ pub(super) fn lanes(shape: &Shape, rank: usize) -> Vec<Lane> {
 
 /// all_to_all in place (send and recv one buffer, as nccl-tests runs it and MPI_IN_PLACE
 /// asks), on `rank`: one lane per peer and channel part, both ways, which sends each chunk
-/// of the peer's block and then receives the peer's chunk over it. [`lanes`]' plan reads
+/// of the peer's block and then receives the peer's chunk over it. `lanes`' plan reads
 /// a block in one lane while another writes it, which aliased buffers cannot bear; this
 /// one moves the same messages on the same connections (a peer running either plan pairs
 /// with it) and leaves the rank's own block where it is. Each send after a lane's first
