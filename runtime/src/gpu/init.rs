@@ -55,7 +55,7 @@ impl GpuBackend {
         let across_hosts = core.same_host.iter().any(|&same| !same);
         let net_kernels = across_hosts && config.gpu_across_hosts == AcrossHosts::Kernels;
         let mine = super::most_channels(config, net_kernels, device.multiprocessors()? / sharing);
-        let (min_channels, max_channels) = agree_on_channels(&core, config.min_channels, mine)?;
+        let (min_channels, max_channels, neighbour_channels) = agree_on_channels(&core, config.min_channels, mine, config.gpu_p2p_neighbour_channels)?;
         let selection = oxccl_tuning::Selection::parse(config.algo.as_deref(), config.proto.as_deref()).map_err(|e| Error::invalid(e.to_string()))?;
         let protocols = Protocols::new(&selection);
         // Across hosts the network kernels' model prices the choice (route.rs); on one host
@@ -70,6 +70,7 @@ impl GpuBackend {
             geometry: Geometry { slots: SLOTS, slot_bytes },
             max_channels,
             min_channels,
+            neighbour_channels: neighbour_channels.min(max_channels),
             timeout: config.coll_timeout,
             direct: std::sync::OnceLock::new(),
             p2p_ll: std::sync::OnceLock::new(),
@@ -303,15 +304,16 @@ fn lines_arrive_whole(core: &Core, device: &Device, major: i32, gpus: &[Vec<u8>]
 /// least on its NCCL_MIN_NCHANNELS or config's minCTAs; yet every schedule's channel
 /// count derives from both, so all ranks must plan with one pair: with two, a large
 /// all_reduce is split over 44 channels on one rank and 64 on its peer.
-fn agree_on_channels(core: &Core, least: usize, most: usize) -> Result<(usize, usize)> {
-    let mut mine = (least as u32).to_le_bytes().to_vec();
-    mine.extend_from_slice(&(most as u32).to_le_bytes());
+fn agree_on_channels(core: &Core, least: usize, most: usize, neighbours: usize) -> Result<(usize, usize, usize)> {
+    let mine: Vec<u8> = [least, most, neighbours].iter().flat_map(|&v| (v as u32).to_le_bytes()).collect();
     let all = core.boot.allgather(&mine)?;
-    // Each rank sent 8 bytes: its least, then its most (from_le_bytes of 4 bytes cannot fail).
-    let word = |b: &[u8]| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize;
-    let most = all.chunks_exact(8).map(|r| word(&r[4..])).min().unwrap_or(most);
-    let least = all.chunks_exact(8).map(|r| word(&r[..4])).max().unwrap_or(least);
-    Ok((least.clamp(1, most.max(1)), most))
+    // Each rank sent 12 bytes: its least, its most, then its neighbours' channels (from_le_bytes
+    // of 4 bytes cannot fail).
+    let word = |r: &[u8], i: usize| u32::from_le_bytes(r[4 * i..4 * i + 4].try_into().expect("4 bytes")) as usize;
+    let most = all.chunks_exact(12).map(|r| word(r, 1)).min().unwrap_or(most);
+    let least = all.chunks_exact(12).map(|r| word(r, 0)).max().unwrap_or(least);
+    let neighbours = all.chunks_exact(12).map(|r| word(r, 2)).min().unwrap_or(neighbours);
+    Ok((least.clamp(1, most.max(1)), most, neighbours))
 }
 
 /// Ranks sharing a GPU in one process wait for each other's kernels, so the GPU must run
@@ -418,15 +420,15 @@ mod tests {
         let mut config = Config::defaults();
         config.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
         let comms = Communicator::init_all(3, &config).unwrap();
-        let agree = |bounds: [(usize, usize); 3]| -> Vec<(usize, usize)> {
+        let agree = |bounds: [(usize, usize); 3]| -> Vec<(usize, usize, usize)> {
             std::thread::scope(|s| {
-                let handles: Vec<_> = comms.iter().zip(bounds).map(|(c, (least, most))| s.spawn(move || agree_on_channels(c.core(), least, most).unwrap())).collect();
+                let handles: Vec<_> = comms.iter().zip(bounds).map(|(c, (least, most))| s.spawn(move || agree_on_channels(c.core(), least, most, most / 2).unwrap())).collect();
                 handles.into_iter().map(|h| h.join().unwrap()).collect()
             })
         };
-        assert_eq!(agree([(1, 64), (1, 44), (1, 64)]), [(1, 44); 3]);
-        assert_eq!(agree([(1, 128), (8, 128), (2, 128)]), [(8, 128); 3]);
-        assert_eq!(agree([(1, 16), (32, 128), (1, 128)]), [(16, 16); 3], "the least held to the agreed most");
+        assert_eq!(agree([(1, 64), (1, 44), (1, 64)]), [(1, 44, 22); 3]);
+        assert_eq!(agree([(1, 128), (8, 128), (2, 128)]), [(8, 128, 64); 3]);
+        assert_eq!(agree([(1, 16), (32, 128), (1, 128)]), [(16, 16, 8); 3], "the least held to the agreed most");
     }
 
     /// The routes and the inbox agree: every call the rules send in one hop or in two shots

@@ -192,6 +192,9 @@ struct Inner {
     geometry: Geometry,
     max_channels: usize,
     min_channels: usize,
+    /// OXCCL_GPU_P2P_NEIGHBOUR_CHANNELS as the ranks agreed (the fewest), at most
+    /// `max_channels`; 0: off.
+    neighbour_channels: usize,
     timeout: Duration,
     /// The direct (LL, one hop) path for small collectives, when enabled.
     direct: std::sync::OnceLock<Direct>,

@@ -8,7 +8,7 @@ use oxccl_kernels::cuda::Specialization;
 
 use oxccl_kernels::device::{lane, DevP2p, DevP2pLane, DevP2pMsg};
 
-use super::{driver, CUstream, CacheKey, GpuBackend, Inner, Loaded, Plan};
+use super::{driver, CUstream, CacheKey, GpuBackend, Inner, Loaded, Plan, DIRECT_MOST_CHANNELS};
 use crate::algo::{self, Collective};
 use crate::error::{Error, Result};
 use crate::DataType;
@@ -106,11 +106,18 @@ impl GpuBackend {
     }
 
     /// A lane per peer, direction and channel (see [`lanes`]), a transfer spread over the
-    /// direct exchange's channels.
+    /// direct exchange's channels; with OXCCL_GPU_P2P_NEIGHBOUR_CHANNELS on one host, a
+    /// send to the ring's next rank or a receive from its previous one over up to that many
+    /// (init connects both on every channel; both ends see a transfer alike, one's next
+    /// being the other's previous), and a launch of more lanes than [`P2P_MOST_BLOCKS`]
+    /// folded onto that many blocks ([`fold`]).
     fn p2p_lanes(&self, ops: &[P2p]) -> Vec<Vec<algo::Step>> {
         let inner = &self.inner;
-        let direct = inner.direct_channels(self.nranks());
-        lanes(ops, |op| inner.p2p_channels(op.bytes).min(direct), inner.geometry.slot_bytes)
+        let (n, rank) = (self.nranks(), self.rank());
+        let direct = inner.direct_channels(n);
+        let neighbours = if self.core.same_host.iter().all(|&same| same) { inner.neighbour_channels.max(direct) } else { direct };
+        let cap = |op: &P2p| if ring_neighbour(op, rank, n) { neighbours } else { direct };
+        fold(lanes(ops, |op| inner.p2p_channels(op.bytes).min(cap(op)), inner.geometry.slot_bytes), rank, P2P_MOST_BLOCKS)
     }
 }
 
@@ -247,6 +254,64 @@ fn lanes(ops: &[P2p], channels: impl Fn(&P2p) -> usize, slot_bytes: usize) -> Ve
     lanes.into_values().collect()
 }
 
+/// Whether `op` of `rank` (of `n`) goes along the ring: a send to the next rank or a
+/// receive from the previous one, whose FIFOs init makes on every channel.
+fn ring_neighbour(op: &P2p, rank: usize, n: usize) -> bool {
+    op.peer != rank && op.peer == if op.send { (rank + 1) % n } else { (rank + n - 1) % n }
+}
+
+/// The most blocks a send/recv launch runs: as many as the direct exchange's lanes can
+/// number (64 channels each way), about one per multiprocessor of an H100 or H200. More
+/// blocks than that share multiprocessors, and lost: sendrecv with 128 channels each way
+/// (256 blocks) took 1.3x the time of 21 each way on 4xH200 (docs/PERFORMANCE.md).
+const P2P_MOST_BLOCKS: usize = 2 * DIRECT_MOST_CHANNELS;
+
+/// `lanes` of `rank` (each on one connection end, as [`lanes`] makes them) on at most
+/// `most` blocks: unchanged when they fit; else packed by bytes ([`pack`]), each block
+/// running its lanes one after another in ascending order of the connection each uses,
+/// keyed (channel, sender, receiver) as both of its ends see it. No launch then deadlocks:
+/// of the connections some block has not finished, take the smallest; its sender's block
+/// and its receiver's block are each at it or past it (they take their lanes in ascending
+/// order), and so one of them can move — there is a message to take, or a free slot.
+fn fold(lanes: Vec<Vec<algo::Step>>, rank: usize, most: usize) -> Vec<Vec<algo::Step>> {
+    if lanes.len() <= most {
+        return lanes;
+    }
+    let keys: Vec<(usize, usize, usize)> = lanes.iter().map(|lane| connection_key(lane, rank)).collect();
+    let bytes: Vec<usize> = lanes.iter().map(|lane| lane.iter().map(|s| s.count()).sum()).collect();
+    let mut lanes: Vec<Option<Vec<algo::Step>>> = lanes.into_iter().map(Some).collect();
+    pack(&bytes, most)
+        .into_iter()
+        .map(|mut members| {
+            members.sort_by_key(|&i| keys[i]);
+            members.into_iter().flat_map(|i| lanes[i].take().expect("each lane in one block")).collect()
+        })
+        .collect()
+}
+
+/// The connection a send/recv lane of `rank` uses, as (channel, sender, receiver).
+fn connection_key(lane: &[algo::Step], rank: usize) -> (usize, usize, usize) {
+    match lane.first() {
+        Some(algo::Step::Send { to, .. }) => (to.channel, rank, to.peer),
+        Some(algo::Step::Recv { from, .. }) => (from.channel, from.peer, rank),
+        _ => (usize::MAX, rank, rank),
+    }
+}
+
+/// Items of `bytes` in at most `most` non-empty groups, the largest first into the group
+/// with the fewest bytes so far (ties: the lower group): each group's item indices.
+fn pack(bytes: &[usize], most: usize) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..bytes.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(bytes[i]));
+    let mut groups: Vec<(usize, Vec<usize>)> = vec![(0, Vec::new()); most.max(1).min(bytes.len())];
+    for i in order {
+        let g = (0..groups.len()).min_by_key(|&g| groups[g].0).expect("at least one group");
+        groups[g].0 += bytes[i];
+        groups[g].1.push(i);
+    }
+    groups.into_iter().map(|(_, members)| members).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,6 +339,177 @@ mod tests {
 
     fn channels(op: &P2p) -> usize {
         op.bytes.div_ceil(64 << 10).clamp(1, 8)
+    }
+
+    /// Along the ring (OXCCL_GPU_P2P_NEIGHBOUR_CHANNELS): a send to the next rank and a
+    /// receive from the previous one, and no transfer with itself; with two ranks the peer
+    /// is both. Each transfer is along the ring at both ends or at neither, so both split
+    /// it alike.
+    #[test]
+    fn ring_neighbours_are_seen_alike_at_both_ends_of_a_transfer() {
+        let op = |send: bool, peer: usize| P2p { send, peer, addr: 0, bytes: 1 };
+        assert!(ring_neighbour(&op(true, 2), 1, 4) && ring_neighbour(&op(false, 0), 1, 4));
+        assert!(!ring_neighbour(&op(true, 0), 1, 4) && !ring_neighbour(&op(false, 2), 1, 4) && !ring_neighbour(&op(true, 3), 1, 4));
+        assert!(ring_neighbour(&op(true, 1), 0, 2) && ring_neighbour(&op(false, 1), 0, 2));
+        assert!(!ring_neighbour(&op(true, 0), 0, 1), "itself");
+        for n in 2..=6 {
+            for from in 0..n {
+                for to in (0..n).filter(|&to| to != from) {
+                    assert_eq!(ring_neighbour(&op(true, to), from, n), ring_neighbour(&op(false, from), to, n), "{from} -> {to} of {n}");
+                }
+            }
+        }
+    }
+
+    /// Packing puts every item in one group, at most `most` groups, none empty, the
+    /// heaviest group within the largest item of the lightest.
+    #[test]
+    fn packing_balances_bytes_over_the_groups() {
+        let mut rng = lcg(7);
+        for _ in 0..200 {
+            let items = 1 + rng(300);
+            let most = 1 + rng(130);
+            let bytes: Vec<usize> = (0..items).map(|_| 1 + rng(1 << 20)).collect();
+            let groups = pack(&bytes, most);
+            assert!(groups.len() <= most && groups.iter().all(|g| !g.is_empty()));
+            let mut seen: Vec<usize> = groups.iter().flatten().copied().collect();
+            seen.sort_unstable();
+            assert_eq!(seen, (0..items).collect::<Vec<_>>());
+            let loads: Vec<usize> = groups.iter().map(|g| g.iter().map(|&i| bytes[i]).sum()).collect();
+            let (low, high) = (*loads.iter().min().unwrap(), *loads.iter().max().unwrap());
+            assert!(high - low <= *bytes.iter().max().unwrap(), "{loads:?}");
+        }
+    }
+
+    /// A pseudo-random source: `rng(k)` is in 0..k.
+    pub(super) fn lcg(seed: u64) -> impl FnMut(usize) -> usize {
+        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        move |k| {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            ((x >> 33) as usize) % k.max(1)
+        }
+    }
+
+    /// Every rank's blocks (lists of steps) run over FIFOs of `slots` messages a
+    /// connection, a random block that can move taking its next step each turn: an error
+    /// names a deadlock, or a message whose size its receive does not expect.
+    fn run_blocks(blocks: &[Vec<Vec<Step>>], slots: usize, seed: u64) -> Result<(), String> {
+        let mut rng = lcg(seed);
+        let mut fifos: std::collections::HashMap<(usize, usize, usize), std::collections::VecDeque<usize>> = Default::default();
+        let mut at: Vec<Vec<usize>> = blocks.iter().map(|b| vec![0; b.len()]).collect();
+        loop {
+            let mut ready = Vec::new();
+            for (r, rank_blocks) in blocks.iter().enumerate() {
+                for (b, steps) in rank_blocks.iter().enumerate() {
+                    let can = match steps.get(at[r][b]) {
+                        Some(Step::Send { to, .. }) => fifos.get(&(r, to.peer, to.channel)).map_or(0, |f| f.len()) < slots,
+                        Some(Step::Recv { from, .. }) => fifos.get(&(from.peer, r, from.channel)).is_some_and(|f| !f.is_empty()),
+                        _ => false,
+                    };
+                    if can {
+                        ready.push((r, b));
+                    }
+                }
+            }
+            if ready.is_empty() {
+                let mut stuck = Vec::new();
+                for (r, rank_blocks) in blocks.iter().enumerate() {
+                    stuck.extend((0..rank_blocks.len()).filter(|&b| at[r][b] < rank_blocks[b].len()).map(|b| format!("rank {r} block {b}")));
+                }
+                return if stuck.is_empty() { Ok(()) } else { Err(format!("deadlock: {}", stuck.join(", "))) };
+            }
+            let (r, b) = ready[rng(ready.len())];
+            match blocks[r][b][at[r][b]] {
+                Step::Send { to, src } => fifos.entry((r, to.peer, to.channel)).or_default().push_back(src.count),
+                Step::Recv { from, dst } => {
+                    let got = fifos.get_mut(&(from.peer, r, from.channel)).and_then(|f| f.pop_front());
+                    if got != Some(dst.count) {
+                        return Err(format!("rank {r} received {got:?} bytes from {} on channel {}, expected {}", from.peer, from.channel, dst.count));
+                    }
+                }
+                _ => unreachable!("send/recv lanes hold sends and receives"),
+            }
+            at[r][b] += 1;
+        }
+    }
+
+    /// Random groups of sends and receives (each pair's in one order at both ends), their
+    /// transfers along the ring wider than the others, as each rank's lanes folded onto a
+    /// few blocks: every message arrives with the size expected, and nothing deadlocks, on
+    /// FIFOs of one slot. Folded in any other order, some launch deadlocks.
+    #[test]
+    fn folded_lanes_deliver_and_never_deadlock() {
+        let slot = 4096;
+        let groups = |seed: u64| {
+            let mut rng = lcg(seed);
+            let n = 2 + rng(5);
+            let mut ops: Vec<Vec<P2p>> = vec![Vec::new(); n];
+            for _ in 0..1 + rng(4 * n) {
+                let (s, d) = (rng(n), rng(n));
+                if s != d {
+                    let bytes = 1 + rng(40_000);
+                    ops[s].push(P2p { send: true, peer: d, addr: 0, bytes });
+                    ops[d].push(P2p { send: false, peer: s, addr: 0, bytes });
+                }
+            }
+            let most: Vec<usize> = (0..n).map(|_| 1 + rng(6)).collect();
+            (n, ops, most)
+        };
+        let planned = |n: usize, ops: &[Vec<P2p>]| -> Vec<Vec<Vec<Step>>> {
+            (0..n).map(|r| lanes(&ops[r], |op| if ring_neighbour(op, r, n) { 5 } else { 2 }, slot)).collect()
+        };
+        for seed in 0..1500u64 {
+            let (n, ops, most) = groups(seed);
+            let blocks: Vec<Vec<Vec<Step>>> = planned(n, &ops).into_iter().enumerate().map(|(r, l)| fold(l, r, most[r])).collect();
+            assert!(blocks.iter().zip(&most).all(|(b, &m)| b.len() <= m), "seed {seed}");
+            if let Err(e) = run_blocks(&blocks, 1, seed) {
+                panic!("seed {seed}, {n} ranks, blocks at most {most:?}: {e}");
+            }
+        }
+        // The order matters: the same packing, each block's lanes in a random order.
+        let deadlocked = (0..1500u64).any(|seed| {
+            let (n, ops, most) = groups(seed);
+            let mut rng = lcg(!seed);
+            let blocks: Vec<Vec<Vec<Step>>> = planned(n, &ops)
+                .into_iter()
+                .enumerate()
+                .map(|(r, l)| {
+                    let bytes: Vec<usize> = l.iter().map(|lane| lane.iter().map(|s| s.count()).sum()).collect();
+                    pack(&bytes, most[r])
+                        .into_iter()
+                        .map(|mut members| {
+                            for i in (1..members.len()).rev() {
+                                members.swap(i, rng(i + 1));
+                            }
+                            members.into_iter().flat_map(|i| l[i].clone()).collect()
+                        })
+                        .collect()
+                })
+                .collect();
+            run_blocks(&blocks, 1, seed).is_err_and(|e| e.contains("deadlock"))
+        });
+        assert!(deadlocked, "lanes folded in a random order never deadlocked");
+    }
+
+    /// Folding keeps every step, puts each lane whole in one block, and orders a block's
+    /// lanes by connection; lanes that fit are left as they are.
+    #[test]
+    fn folding_keeps_whole_lanes_in_connection_order() {
+        let op = |send: bool, peer: usize, bytes: usize| P2p { send, peer, addr: 0, bytes };
+        let ops: Vec<P2p> = (1..5).flat_map(|p| [op(true, p, 70_000 * p), op(false, p, 50_000)]).collect();
+        let unfolded = lanes(&ops, |o| if o.peer == 1 { 9 } else { 3 }, 4096);
+        assert_eq!(fold(unfolded.clone(), 0, unfolded.len()), unfolded);
+        let folded = fold(unfolded.clone(), 0, 5);
+        assert_eq!(folded.len(), 5);
+        let mut all: Vec<String> = folded.iter().flatten().map(|s| format!("{s:?}")).collect();
+        let mut expected: Vec<String> = unfolded.iter().flatten().map(|s| format!("{s:?}")).collect();
+        all.sort();
+        expected.sort();
+        assert_eq!(all, expected);
+        for block in &folded {
+            let keys: Vec<(usize, usize, usize)> = block.iter().map(|s| connection_key(std::slice::from_ref(s), 0)).collect();
+            assert!(keys.windows(2).all(|w| w[0] <= w[1]), "{keys:?}");
+        }
     }
 
     /// The LL launch has one lane per peer and direction, each holding exactly that
