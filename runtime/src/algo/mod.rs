@@ -120,8 +120,10 @@ pub trait Planned {
     /// Whether a plan's messages on each link are all sent without waiting for anything
     /// their receiver sends, so that the receiving proxy may post them together and
     /// complete them as a group: direct exchange, but for two ranks' one-shot all_reduce
-    /// (each rank's next send waits for its last receive from the same peer).
-    fn sends_independently(self, collective: Collective, nranks: usize) -> bool;
+    /// (each rank's next send waits for its last receive from the same peer) and an
+    /// all_to_all on one buffer (`all_to_all_in_place`: [`all_to_all_in_place`]'s lanes,
+    /// where each send after a lane's first waits for the receive before it).
+    fn sends_independently(self, collective: Collective, nranks: usize, all_to_all_in_place: bool) -> bool;
 }
 
 impl Planned for Algorithm {
@@ -135,8 +137,8 @@ impl Planned for Algorithm {
         }
     }
 
-    fn sends_independently(self, collective: Collective, nranks: usize) -> bool {
-        self == Algorithm::Direct && !(collective == Collective::AllReduce && nranks == 2)
+    fn sends_independently(self, collective: Collective, nranks: usize, all_to_all_in_place: bool) -> bool {
+        self == Algorithm::Direct && !(collective == Collective::AllReduce && nranks == 2) && !(collective == Collective::AllToAll && all_to_all_in_place)
     }
 }
 
@@ -207,12 +209,23 @@ pub fn plan(shape: Shape, algorithm: Algorithm) -> Result<Schedule, Unsupported>
     Ok(Schedule { shape, algorithm, ranks })
 }
 
+/// Why `algorithm` cannot plan `shape` for `rank`.
+fn unsupported(shape: &Shape, algorithm: Algorithm, reason: &str) -> Unsupported {
+    Unsupported { algorithm: algorithm.name(), collective: shape.collective.name(), reason: reason.into() }
+}
+
+/// `shape` and `rank` as every planner needs them.
+fn check_shape(shape: &Shape, algorithm: Algorithm, rank: usize) -> Result<(), Unsupported> {
+    if shape.nranks == 0 || shape.chunk == 0 || shape.channels == 0 || shape.root >= shape.nranks || rank >= shape.nranks {
+        return Err(unsupported(shape, algorithm, "nranks, chunk and channels must be positive, root and rank below nranks"));
+    }
+    Ok(())
+}
+
 /// Plans `shape` with `algorithm` for one rank: its lanes (none empty).
 pub fn plan_lanes(shape: Shape, algorithm: Algorithm, rank: usize) -> Result<Vec<Lane>, Unsupported> {
-    let unsupported = |reason: &str| Unsupported { algorithm: algorithm.name(), collective: shape.collective.name(), reason: reason.into() };
-    if shape.nranks == 0 || shape.chunk == 0 || shape.channels == 0 || shape.root >= shape.nranks || rank >= shape.nranks {
-        return Err(unsupported("nranks, chunk and channels must be positive, root and rank below nranks"));
-    }
+    let unsupported = |reason: &str| unsupported(&shape, algorithm, reason);
+    check_shape(&shape, algorithm, rank)?;
     let mut lanes = match (algorithm, shape.collective) {
         (Algorithm::Ring | Algorithm::Direct, Collective::AllToAll | Collective::Gather | Collective::Scatter) => direct::lanes(&shape, rank),
         (Algorithm::Direct, _) => direct::lanes(&shape, rank),
@@ -230,6 +243,16 @@ pub fn plan_lanes(shape: Shape, algorithm: Algorithm, rank: usize) -> Result<Vec
 /// Plans `shape` with `algorithm` for one rank: its lanes' steps (the executor's view).
 pub fn plan_rank(shape: Shape, algorithm: Algorithm, rank: usize) -> Result<Vec<Vec<Step>>, Unsupported> {
     Ok(plan_lanes(shape, algorithm, rank)?.into_iter().map(|l| l.steps).collect())
+}
+
+/// [`plan_rank`] for a call, whose all_to_all on one buffer (`all_to_all_in_place`) gets
+/// [`all_to_all_in_place`]'s lanes (every algorithm plans all_to_all by direct exchange).
+pub fn plan_call(shape: Shape, algorithm: Algorithm, rank: usize, all_to_all_in_place: bool) -> Result<Vec<Vec<Step>>, Unsupported> {
+    if !(all_to_all_in_place && shape.collective == Collective::AllToAll) {
+        return plan_rank(shape, algorithm, rank);
+    }
+    check_shape(&shape, algorithm, rank)?;
+    Ok(direct::all_to_all_in_place(&shape, rank).into_iter().map(|l| l.steps).filter(|steps| !steps.is_empty()).collect())
 }
 
 /// Splits `total` elements into `parts` near-equal consecutive ranges: (offset, count).

@@ -39,7 +39,7 @@ impl Inner {
             scaled: scale.is_some() as u32,
             // LL runs on the network connections of a communicator across hosts (those between
             // its GPUs of a host stay Simple), on all of them on one host.
-            ll: match (ll, self.departures.get().is_some()) {
+            ll: match (ll, self.across_hosts()) {
                 (false, _) => 0,
                 (true, true) => launch_bits::NET_LL,
                 (true, false) => launch_bits::PEER_LL,

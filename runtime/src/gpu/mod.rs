@@ -457,10 +457,9 @@ impl GpuBackend {
         // (algo::all_to_all_in_place) and the LL group's (p2p's exchange lanes); across
         // hosts, where proxies complete a peer's receives as a group, it runs from a copy
         // of the input.
+        // (The LL group, Route::Exchange, runs on one host only.)
         let in_place = collective == Collective::AllToAll && send == recv;
-        let one_host = self.core.same_host.iter().all(|&same| same);
-        let ll_group = matches!(route, Route::Exchange) && count * esize <= inner.p2p_ll.get().map_or(0, |p| p.limit);
-        let ordered = in_place && one_host && (ll_group || matches!(route, Route::Schedule { algorithm: Algorithm::Direct, .. }));
+        let ordered = in_place && (matches!(route, Route::Exchange) || matches!(route, Route::Schedule { algorithm: Algorithm::Direct, .. }) && !inner.across_hosts());
         let send = if in_place && !ordered { inner.scratch_copy(send, send_bytes, stream)? } else { send };
         match route {
             Route::Direct { ll128 } => {
@@ -475,7 +474,7 @@ impl GpuBackend {
             Route::Exchange => unsafe { self.launch_group(&p2p::exchange_ops(collective, send, recv, count * esize, root, rank, n), stream)? },
             Route::Schedule { shape, algorithm, ll } => {
                 let plan = self.plan(PlanKey { collective, count, esize, root }, shape, algorithm, ordered)?;
-                self.announce(&plan, algorithm.sends_independently(collective, n) && !ordered, ll);
+                self.announce(&plan, algorithm.sends_independently(collective, n, ordered), ll);
                 // SAFETY: as above; the plan was checked against buffers of these sizes.
                 unsafe { inner.launch(&loaded, &plan, send, recv, scale, ll, stream, &|| format!("{} {} B", collective.name(), count * esize))? };
             }
@@ -625,11 +624,7 @@ impl GpuBackend {
         if let Some(p) = self.inner.cached(&cache_key) {
             return Ok(p);
         }
-        let lanes = if all_to_all_in_place {
-            algo::all_to_all_in_place(&shape, self.rank()).into_iter().map(|l| l.steps).collect()
-        } else {
-            algo::plan_rank(shape, algorithm, self.rank()).map_err(|e| Error::invalid(e.to_string()))?
-        };
+        let lanes = algo::plan_call(shape, algorithm, self.rank(), all_to_all_in_place).map_err(|e| Error::invalid(e.to_string()))?;
         let mut lanes: Vec<_> = lanes.into_iter().filter(|l| !l.is_empty()).collect();
         if key.collective == Collective::Broadcast {
             // The root's copy into its own output ends each ring lane; a block of its own
@@ -845,6 +840,12 @@ impl Inner {
     /// Channels of the direct exchange with each peer: as many FIFOs in all as the ring's.
     fn direct_channels(&self, nranks: usize) -> usize {
         direct_channels(self.max_channels, nranks)
+    }
+
+    /// Whether this communicator's ranks span hosts (its kernels then reach some peers
+    /// through the network, and init made the departure flags for them).
+    fn across_hosts(&self) -> bool {
+        self.departures.get().is_some()
     }
 
     /// Waits up to `limit` for every stream's last launch; past it, raises the abort flag

@@ -115,7 +115,7 @@ impl GpuBackend {
         let inner = &self.inner;
         let (n, rank) = (self.nranks(), self.rank());
         let direct = inner.direct_channels(n);
-        let neighbours = if self.core.same_host.iter().all(|&same| same) { inner.neighbour_channels.max(direct) } else { direct };
+        let neighbours = if inner.across_hosts() { direct } else { inner.neighbour_channels.max(direct) };
         let cap = |op: &P2p| if ring_neighbour(op, rank, n) { neighbours } else { direct };
         fold(lanes(ops, |op| inner.p2p_channels(op.bytes).min(cap(op)), inner.geometry.slot_bytes), rank, P2P_MOST_BLOCKS)
     }
@@ -199,11 +199,9 @@ fn offsets_from_bases(ops: &mut [P2p]) -> (u64, u64) {
 /// at the same place, and every receive its send (the k-th with the k-th, same offset and
 /// size): an in-place alltoall, each block sent to a peer and overwritten by the peer's.
 fn pairs_in_place(ops: &[P2p], rank: usize) -> bool {
-    let mut peers: Vec<usize> = ops.iter().map(|o| o.peer).filter(|&p| p != rank).collect();
-    peers.sort_unstable();
-    peers.dedup();
     let with = |p: usize, send: bool| ops.iter().filter(move |o| o.peer == p && o.send == send).map(|o| (o.addr, o.bytes));
-    !peers.is_empty() && peers.iter().all(|&p| with(p, true).eq(with(p, false)))
+    let mut others = ops.iter().filter(|o| o.peer != rank).peekable();
+    others.peek().is_some() && others.all(|o| with(o.peer, true).eq(with(o.peer, false)))
 }
 
 /// The LL launch of `ops` (each within the LL limit) on `rank`: a lane per peer and
@@ -382,7 +380,7 @@ mod tests {
     }
 
     /// A pseudo-random source: `rng(k)` is in 0..k.
-    pub(super) fn lcg(seed: u64) -> impl FnMut(usize) -> usize {
+    fn lcg(seed: u64) -> impl FnMut(usize) -> usize {
         let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         move |k| {
             x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);

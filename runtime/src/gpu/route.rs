@@ -47,7 +47,7 @@ impl GpuBackend {
         let rules = Rules {
             nranks: self.nranks(),
             rank: self.rank(),
-            across_hosts: inner.departures.get().is_some(),
+            across_hosts: inner.across_hosts(),
             per_host: self.core.rails.ranks_per_host_block(),
             direct_limit: inner.direct.get().map_or(0, |d| d.limit),
             two_shot_limit: inner.direct.get().filter(|d| d.layout.second_offset > 0).map_or(0, |_| self.core.config.gpu_two_shot_limit(self.nranks())),

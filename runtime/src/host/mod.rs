@@ -73,8 +73,9 @@ pub(crate) struct Exec {
 
 /// A plan ready to run: lanes checked against buffers of its sizes, connections made.
 struct Prepared {
-    /// The tuner's choice for the key (fixed per communicator, so asked once).
-    algorithm: algo::Algorithm,
+    /// Whether the proxy may post a link's receives together
+    /// ([`algo::Planned::sends_independently`] of the tuner's choice for the key).
+    independent: bool,
     lanes: Vec<Lane>,
     /// Messages each network link carries per run.
     net_expected: Vec<(algo::Link, Direction, u64)>,
@@ -327,17 +328,14 @@ impl Exec {
             tracing::info!(target: log_target::TUNING, "{}: {} Bytes -> Algo {} proto {} channel{{Lo..Hi}}={{0..{}}}", key.collective.nccl_name(), key.count * key.esize, algorithm.nccl_name(), choice.protocol.nccl_name(), channels - 1);
         }
         let shape = Shape { collective: key.collective, count: key.count, nranks, root: key.root, chunk: (self.transports.geometry.slot_bytes / key.esize).max(1), channels, per_host: self.core.rails.ranks_per_host_block() };
-        let lanes = if all_to_all_in_place {
-            algo::all_to_all_in_place(&shape, self.core.rank).into_iter().map(|l| l.steps).collect()
-        } else {
-            algo::plan_rank(shape, algorithm, self.core.rank).map_err(|e| Error::invalid(e.to_string()))?
-        };
+        let lanes = algo::plan_call(shape, algorithm, self.core.rank, all_to_all_in_place).map_err(|e| Error::invalid(e.to_string()))?;
         let lanes: Vec<Lane> = lanes.into_iter().map(|steps| Lane { steps: steps.into_iter().map(|s| (s, 0)).collect() }).collect();
         self.connect(&lanes, connections)?;
         let (send_count, recv_count) = key.collective.buffer_counts(key.count, nranks, self.core.rank, key.root);
         let sizes = Buffers { send: std::ptr::null(), send_bytes: send_count * key.esize, recv: std::ptr::null_mut(), recv_bytes: recv_count * key.esize };
         exec::check_bounds(&lanes, &[sizes], connections, key.esize)?;
-        let prepared = Arc::new(Prepared { algorithm, net_expected: self.net_expected(&lanes), lanes });
+        let independent = algorithm.sends_independently(key.collective, nranks, all_to_all_in_place);
+        let prepared = Arc::new(Prepared { independent, net_expected: self.net_expected(&lanes), lanes });
         let mut plans = self.plans.lock();
         if plans.len() >= PLAN_CACHE {
             plans.clear();
@@ -387,10 +385,7 @@ impl Exec {
             oxccl_kernels::premultiply(task.dtype, oxccl_kernels::Scalar::F64(factor), &mut scratch[..buffers.send_bytes], input)?;
             buffers.send = scratch.as_ptr();
         }
-        // Whether the proxy may post a link's receives together (the algorithm's doc; the
-        // in-place all_to_all's sends wait for its receives).
-        let independent = prepared.algorithm.sends_independently(task.collective, nranks) && !in_place;
-        self.execute(&prepared.lanes, &prepared.net_expected, &[buffers], task.dtype, task.op, independent, true, connections)?;
+        self.execute(&prepared.lanes, &prepared.net_expected, &[buffers], task.dtype, task.op, prepared.independent, true, connections)?;
         drop(scratch);
         if task.collective.reduces() && task.op.needs_final_division(task.dtype) && buffers.recv_bytes > 0 {
             // SAFETY: the recv buffer is valid for recv_bytes and the operation is done.

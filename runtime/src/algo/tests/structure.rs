@@ -216,7 +216,7 @@ fn grouped_receives_only_where_sends_are_independent() {
     for collective in Collective::ALL {
         for algorithm in Algorithm::ALL.into_iter().filter(|a| a.supports(collective)) {
             for nranks in 2..=6 {
-                if !algorithm.sends_independently(collective, nranks) {
+                if !algorithm.sends_independently(collective, nranks, false) {
                     continue;
                 }
                 for (count, chunk) in [(100, 3), (1000, 7), (5, 8)] {
@@ -231,7 +231,7 @@ fn grouped_receives_only_where_sends_are_independent() {
     }
     assert!(checked > 100, "{checked} cases");
     let one_shot = Shape { collective: Collective::AllReduce, count: 100, nranks: 2, root: 0, chunk: 3, channels: 1, per_host: 1 };
-    assert!(!Algorithm::Direct.sends_independently(Collective::AllReduce, 2));
+    assert!(!Algorithm::Direct.sends_independently(Collective::AllReduce, 2, false));
     match grouped(one_shot, Algorithm::Direct, 8) {
         Err(ScheduleError::Deadlock { .. }) => {}
         other => panic!("expected the one-shot all_reduce to jam with grouped receives, got {:?}", other.map(|_| ())),
