@@ -70,7 +70,7 @@ impl GpuBackend {
             geometry: Geometry { slots: SLOTS, slot_bytes },
             max_channels,
             min_channels,
-            neighbour_channels: neighbour_channels.min(max_channels),
+            neighbour_channels,
             timeout: config.coll_timeout,
             direct: std::sync::OnceLock::new(),
             p2p_ll: std::sync::OnceLock::new(),
@@ -303,7 +303,9 @@ fn lines_arrive_whole(core: &Core, device: &Device, major: i32, gpus: &[Vec<u8>]
 /// need not be the same for all (5 ranks on 2 GPUs: 3 on one, 2 on the other), and its
 /// least on its NCCL_MIN_NCHANNELS or config's minCTAs; yet every schedule's channel
 /// count derives from both, so all ranks must plan with one pair: with two, a large
-/// all_reduce is split over 44 channels on one rank and 64 on its peer.
+/// all_reduce is split over 44 channels on one rank and 64 on its peer. Likewise the
+/// channels of a send/recv along the ring (OXCCL_GPU_P2P_NEIGHBOUR_CHANNELS, `neighbours`):
+/// the fewest any rank asks, held to that most, since both ends must split a transfer alike.
 fn agree_on_channels(core: &Core, least: usize, most: usize, neighbours: usize) -> Result<(usize, usize, usize)> {
     let mine: Vec<u8> = [least, most, neighbours].iter().flat_map(|&v| (v as u32).to_le_bytes()).collect();
     let all = core.boot.allgather(&mine)?;
@@ -313,7 +315,7 @@ fn agree_on_channels(core: &Core, least: usize, most: usize, neighbours: usize) 
     let most = all.chunks_exact(12).map(|r| word(r, 1)).min().unwrap_or(most);
     let least = all.chunks_exact(12).map(|r| word(r, 0)).max().unwrap_or(least);
     let neighbours = all.chunks_exact(12).map(|r| word(r, 2)).min().unwrap_or(neighbours);
-    Ok((least.clamp(1, most.max(1)), most, neighbours))
+    Ok((least.clamp(1, most.max(1)), most, neighbours.min(most)))
 }
 
 /// Ranks sharing a GPU in one process wait for each other's kernels, so the GPU must run

@@ -56,14 +56,18 @@ fn groups(n: usize, count: usize, rng: &mut impl FnMut(usize) -> usize) -> Vec<V
                 }
             }
             for c in &mut calls {
-                // A Fisher-Yates shuffle: the program's own call order.
-                for i in (1..c.len()).rev() {
-                    c.swap(i, rng(i + 1));
-                }
+                shuffle(c, rng);
             }
             calls
         })
         .collect()
+}
+
+/// A Fisher-Yates shuffle of a rank's calls: the program's own call order.
+fn shuffle(calls: &mut [Call], rng: &mut impl FnMut(usize) -> usize) {
+    for i in (1..calls.len()).rev() {
+        calls.swap(i, rng(i + 1));
+    }
 }
 
 /// How the ranks run their groups.
@@ -239,9 +243,7 @@ fn with_alltoalls(n: usize, count: usize, rng: &mut impl FnMut(usize) -> usize) 
         let messages = 1 + rng(3);
         let mut calls: Vec<Vec<Call>> = (0..n).map(|r| (0..n).filter(|&p| p != r).flat_map(|p| (0..messages).flat_map(move |_| [Call::Send(p), Call::Recv(p)])).collect()).collect();
         for c in &mut calls {
-            for i in (1..c.len()).rev() {
-                c.swap(i, rng(i + 1));
-            }
+            shuffle(c, rng);
         }
         sequence.push(calls);
     }

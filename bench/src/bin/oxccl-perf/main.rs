@@ -353,15 +353,15 @@ fn columns(size: usize, factor: f64, measured: Option<(f64, String)>) -> String 
     }
 }
 
-/// The ratio column: oxccl's busbw over the baseline's for a row timed at `ours` and
-/// `theirs` seconds, which is their times' inverse ratio (the same bytes and factor), and
-/// defined for a row of 0 bytes too, where both bandwidths are 0.
 /// Whether a collective gets an in-place column: those NCCL defines in place, and
 /// all_to_all on one buffer, as nccl-tests times it.
 fn measured_in_place(c: Collective) -> bool {
     c.has_in_place() || c == Collective::AllToAll
 }
 
+/// The ratio column: oxccl's busbw over the baseline's for a row timed at `ours` and
+/// `theirs` seconds, which is their times' inverse ratio (the same bytes and factor), and
+/// defined for a row of 0 bytes too, where both bandwidths are 0.
 fn busbw_ratio(ours: f64, theirs: f64) -> f64 {
     theirs / ours
 }
