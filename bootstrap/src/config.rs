@@ -128,8 +128,8 @@ pub struct Config {
     pub gpu_net_channels: usize,
     /// OXCCL_GPU_P2P_NEIGHBOUR_CHANNELS: on one host, the most channels of a GPU send to
     /// the ring's next rank and of a receive from its previous one (0: the direct
-    /// exchange's share, as every other transfer).
-    pub gpu_p2p_neighbour_channels: usize,
+    /// exchange's share, as every other transfer); unset lets the GPU backend choose.
+    pub gpu_p2p_neighbour_channels: Option<usize>,
     /// NCCL_TOPO_FILE: NCCL topology XML used instead of discovering the host.
     pub topo_file: Option<String>,
     /// NCCL_TOPO_DUMP_FILE: where one rank writes the host's topology XML at init.
@@ -377,11 +377,11 @@ pub static KNOBS: &[Knob] = &[
     },
     Knob {
         name: "OXCCL_GPU_P2P_NEIGHBOUR_CHANNELS",
-        default: "0",
-        doc: "on one host, a GPU send to the ring's next rank and a receive from its previous rank (a send/recv shift, a pipeline's neighbours) spread over up to this many channels (at most NCCL_MAX_NCHANNELS; ranks agree on the fewest asked) instead of the direct exchange's share of 64 (21 a peer with 4 ranks); a launch of more than 128 send/receive lanes then runs them on 128 blocks, each block its lanes in one order every rank shares. 0 (the default): off. 64 took sendrecv on 4xH200 to 1.02x NCCL's busbw at 1 GiB (0.91x at 0); the folding onto 128 blocks has not run on a GPU",
-        set: |c, v| match v.trim().parse::<usize>() {
-            Ok(n) => Ok(c.gpu_p2p_neighbour_channels = n),
-            _ => Err("expected a number of channels (0: off)".into()),
+        default: "",
+        doc: "on one host, a GPU send/recv's transfer to the ring's next rank and from its previous rank (a send/recv shift, a pipeline's neighbours) spread over up to this many channels (at most 64 and NCCL_MAX_NCHANNELS; ranks agree on the fewest asked) instead of the direct exchange's share of 64 (21 a peer with 4 ranks); a group of more than 128 send/receive lanes then runs them on 128 blocks, each block its lanes in one order every rank shares; collectives' exchanges (alltoall, gather, scatter) keep the direct share. Unset: 64 where each rank has a GPU of 128 multiprocessors or more to itself (H100, H200: sendrecv on 4xH200 1.02x NCCL's busbw at 1 GiB against 0.91x, nccl-tests' alltoall of grouped sends unchanged; docs/PERFORMANCE.md), else 0; 0: off",
+        set: |c, v| {
+            c.gpu_p2p_neighbour_channels = parse_count(v.trim(), "channels")?;
+            Ok(())
         },
     },
     Knob {
@@ -702,7 +702,7 @@ impl Config {
             max_channels: None,
             gpu_across_hosts: AcrossHosts::Kernels,
             gpu_net_channels: 8,
-            gpu_p2p_neighbour_channels: 0,
+            gpu_p2p_neighbour_channels: None,
             coll_timeout: Duration::from_secs(600),
             socket_max_recvs: 1,
             socket_threads: None,

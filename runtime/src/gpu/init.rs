@@ -54,8 +54,10 @@ impl GpuBackend {
         }
         let across_hosts = core.same_host.iter().any(|&same| !same);
         let net_kernels = across_hosts && config.gpu_across_hosts == AcrossHosts::Kernels;
-        let mine = super::most_channels(config, net_kernels, device.multiprocessors()? / sharing);
-        let (min_channels, max_channels, neighbour_channels) = agree_on_channels(&core, config.min_channels, mine, config.gpu_p2p_neighbour_channels)?;
+        let multiprocessors = device.multiprocessors()? / sharing;
+        let mine = super::most_channels(config, net_kernels, multiprocessors);
+        let neighbours = super::neighbour_channels(config, net_kernels, multiprocessors);
+        let (min_channels, max_channels, neighbour_channels) = agree_on_channels(&core, config.min_channels, mine, neighbours)?;
         let selection = oxccl_tuning::Selection::parse(config.algo.as_deref(), config.proto.as_deref()).map_err(|e| Error::invalid(e.to_string()))?;
         let protocols = Protocols::new(&selection);
         // Across hosts the network kernels' model prices the choice (route.rs); on one host

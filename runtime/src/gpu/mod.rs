@@ -110,6 +110,21 @@ fn most_channels(config: &crate::bootstrap::Config, net_kernels: bool, multiproc
     if net_kernels { most.min(config.gpu_net_channels) } else { most }
 }
 
+/// The most channels a send/recv transfer along the ring takes on one host
+/// (OXCCL_GPU_P2P_NEIGHBOUR_CHANNELS): unset, [`WIDE_NEIGHBOUR_CHANNELS`] where the rank
+/// has [`WIDE_MULTIPROCESSORS`] to itself (a shift's two transfers then run 128 blocks),
+/// else none past the direct exchange's share.
+fn neighbour_channels(config: &crate::bootstrap::Config, net_kernels: bool, multiprocessors: usize) -> usize {
+    let wide = !net_kernels && multiprocessors >= WIDE_MULTIPROCESSORS;
+    config.gpu_p2p_neighbour_channels.unwrap_or(if wide { WIDE_NEIGHBOUR_CHANNELS } else { 0 })
+}
+
+/// Channels of a transfer along the ring by default on a wide GPU: with 4 ranks on
+/// 4×H200, sendrecv at 1 GiB took 2937–2940 µs on 64 against 3214–3273 on the direct
+/// exchange's 21 (NCCL 2981), and nccl-tests' alltoall, a group to every peer (212 lanes
+/// folded onto 128 blocks), took as long as before (docs/results/2026-11-28-h200x2-x4-neighbours).
+const WIDE_NEIGHBOUR_CHANNELS: usize = 64;
+
 /// Multiprocessors a rank needs to itself for [`WIDE_CHANNELS`] by default (H100 and H200
 /// have 132): a block each, so that the largest calls keep more stores in flight to the
 /// peers than 64 blocks do (4×H200, 16 MiB–1 GiB: 1.00–1.19× the busbw of 64 for every
@@ -192,8 +207,9 @@ struct Inner {
     geometry: Geometry,
     max_channels: usize,
     min_channels: usize,
-    /// OXCCL_GPU_P2P_NEIGHBOUR_CHANNELS as the ranks agreed (the fewest), at most
-    /// `max_channels`; 0: off.
+    /// OXCCL_GPU_P2P_NEIGHBOUR_CHANNELS as the ranks agreed (the fewest; unset, each
+    /// rank's [`neighbour_channels`]), at most `max_channels`; 0: off. Send/recv lanes take
+    /// at most 64 of them (p2p.rs).
     neighbour_channels: usize,
     timeout: Duration,
     /// The direct (LL, one hop) path for small collectives, when enabled.
@@ -371,8 +387,8 @@ enum CacheKey {
     /// ([`algo::all_to_all_in_place`]'s lanes).
     AllToAllInPlace(PlanKey),
     /// A group of sends and receives, each address an offset from the group's lowest send
-    /// or receive address (the launch's bases).
-    PointToPoint(Vec<P2p>),
+    /// or receive address (the launch's bases); `along_ring` as for `launch_group`.
+    PointToPoint { ops: Vec<P2p>, along_ring: bool },
     /// A group's messages that go over LL (`p2p_ll_bytes` at most each), addresses as
     /// above; `in_place`: each send to a peer and the receive from it at one place.
     PointToPointLl { ops: Vec<P2p>, in_place: bool },
@@ -383,7 +399,7 @@ impl CacheKey {
     fn transfers(&self) -> &[P2p] {
         match self {
             CacheKey::Collective(_) | CacheKey::AllToAllInPlace(_) => &[],
-            CacheKey::PointToPoint(ops) | CacheKey::PointToPointLl { ops, .. } => ops,
+            CacheKey::PointToPoint { ops, .. } | CacheKey::PointToPointLl { ops, .. } => ops,
         }
     }
 }
@@ -471,7 +487,7 @@ impl GpuBackend {
             // tile both buffers.
             Route::TwoShot => unsafe { inner.launch_direct(&loaded, direct::TWO_SHOT, send, recv, count / n * esize, root, rank, n, scale, true, stream)? },
             // SAFETY: as above; the exchange's transfers are within the buffers.
-            Route::Exchange => unsafe { self.launch_group(&p2p::exchange_ops(collective, send, recv, count * esize, root, rank, n), stream)? },
+            Route::Exchange => unsafe { self.launch_group(&p2p::exchange_ops(collective, send, recv, count * esize, root, rank, n), false, stream)? },
             Route::Schedule { shape, algorithm, ll } => {
                 let plan = self.plan(PlanKey { collective, count, esize, root }, shape, algorithm, ordered)?;
                 self.announce(&plan, algorithm.sends_independently(collective, n, ordered), ll);
@@ -930,5 +946,22 @@ mod tests {
         set.set("NCCL_MAX_NCHANNELS", "256").unwrap();
         assert_eq!(most_channels(&set, false, 132), 132, "above 64 up to the multiprocessors");
         assert_eq!([(128, 4), (64, 4), (128, 2), (128, 3), (8, 4), (1, 8)].map(|(max, n)| direct_channels(max, n)), [21, 21, 64, 32, 2, 1]);
+    }
+
+    /// Transfers along the ring take 64 channels by default only where a rank has a wide
+    /// GPU to itself on one host; a set value rules everywhere (0: off).
+    #[test]
+    fn neighbour_channels_by_default_follow_the_multiprocessors_a_rank_has() {
+        let unset = crate::bootstrap::Config::defaults();
+        assert_eq!(neighbour_channels(&unset, false, 132), 64, "an H100 or H200 to itself");
+        assert_eq!(neighbour_channels(&unset, false, 108), 0, "an A100");
+        assert_eq!(neighbour_channels(&unset, false, 66), 0, "an H100 shared by two ranks");
+        assert_eq!(neighbour_channels(&unset, true, 132), 0, "across hosts");
+        let mut set = crate::bootstrap::Config::defaults();
+        set.set("OXCCL_GPU_P2P_NEIGHBOUR_CHANNELS", "0").unwrap();
+        assert_eq!(neighbour_channels(&set, false, 132), 0, "off as set");
+        set.set("OXCCL_GPU_P2P_NEIGHBOUR_CHANNELS", "32").unwrap();
+        assert_eq!(neighbour_channels(&set, false, 108), 32, "as set");
+        assert!(set.set("OXCCL_GPU_P2P_NEIGHBOUR_CHANNELS", "many").unwrap_err().to_string().contains("OXCCL_GPU_P2P_NEIGHBOUR_CHANNELS"));
     }
 }

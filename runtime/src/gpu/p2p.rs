@@ -40,15 +40,19 @@ impl GpuBackend {
             return self.mark(stream);
         }
         // SAFETY: the caller's contract.
-        unsafe { self.launch_group(ops, stream)? };
+        unsafe { self.launch_group(ops, true, stream)? };
         self.mark(stream)
     }
 
-    /// Enqueues the group `ops`, whose peers and buffers the caller checked.
+    /// Enqueues the group `ops`, whose peers and buffers the caller checked; `along_ring`:
+    /// whether transfers along the ring may take OXCCL_GPU_P2P_NEIGHBOUR_CHANNELS (a
+    /// program's group). A collective's exchange keeps the direct exchange's channels:
+    /// every peer's share alike, it gains nothing from the ring's (alltoall at 1 GiB on
+    /// 4×H200 2599 µs widened and folded, 2576 not).
     ///
     /// # Safety
     /// As [`GpuBackend::enqueue_p2p`].
-    pub(super) unsafe fn launch_group(&self, ops: &[P2p], stream: CUstream) -> Result<()> {
+    pub(super) unsafe fn launch_group(&self, ops: &[P2p], along_ring: bool, stream: CUstream) -> Result<()> {
         let (inner, rank) = (&self.inner, self.rank());
         // Transfers with oneself: copies, the k-th send with the k-th receive (paired as
         // `call::check_own_transfers` checked).
@@ -93,8 +97,8 @@ impl GpuBackend {
         }
         if !simple.is_empty() {
             let (send_base, recv_base) = offsets_from_bases(&mut simple);
-            let plan = inner.cached_or(CacheKey::PointToPoint(simple), |key| {
-                let lanes = self.p2p_lanes(key.transfers());
+            let plan = inner.cached_or(CacheKey::PointToPoint { ops: simple, along_ring }, |key| {
+                let lanes = self.p2p_lanes(key.transfers(), along_ring);
                 self.upload(key, &lanes, 1)
             })?;
             // Sends and receives never wait for the other side's other messages.
@@ -111,11 +115,12 @@ impl GpuBackend {
     /// (init connects both on every channel; both ends see a transfer alike, one's next
     /// being the other's previous), and a launch of more lanes than [`P2P_MOST_BLOCKS`]
     /// folded onto that many blocks ([`fold`]).
-    fn p2p_lanes(&self, ops: &[P2p]) -> Vec<Vec<algo::Step>> {
+    fn p2p_lanes(&self, ops: &[P2p], along_ring: bool) -> Vec<Vec<algo::Step>> {
         let inner = &self.inner;
         let (n, rank) = (self.nranks(), self.rank());
         let direct = inner.direct_channels(n);
-        let neighbours = if inner.across_hosts() { direct } else { inner.neighbour_channels.max(direct) };
+        let widen = along_ring && !inner.across_hosts();
+        let neighbours = if widen { inner.neighbour_channels.min(NEIGHBOUR_MOST_CHANNELS).max(direct) } else { direct };
         let cap = |op: &P2p| if ring_neighbour(op, rank, n) { neighbours } else { direct };
         fold(lanes(ops, |op| inner.p2p_channels(op.bytes).min(cap(op)), inner.geometry.slot_bytes), rank, P2P_MOST_BLOCKS)
     }
@@ -263,6 +268,13 @@ fn ring_neighbour(op: &P2p, rank: usize, n: usize) -> bool {
 /// blocks than that share multiprocessors, and lost: sendrecv with 128 channels each way
 /// (256 blocks) took 1.3x the time of 21 each way on 4xH200 (docs/PERFORMANCE.md).
 const P2P_MOST_BLOCKS: usize = 2 * DIRECT_MOST_CHANNELS;
+
+/// The most channels a transfer along the ring takes: a shift's two (the send to the next
+/// rank, the receive from the previous one) then fit [`P2P_MOST_BLOCKS`] without folding.
+/// Folded, its lanes wait for each other: 128 channels each way between 2 H200s (256
+/// lanes on 128 blocks) took 5064 µs for sendrecv at 1 GiB against 2952 on 64
+/// (docs/PERFORMANCE.md).
+const NEIGHBOUR_MOST_CHANNELS: usize = P2P_MOST_BLOCKS / 2;
 
 /// `lanes` of `rank` (each on one connection end, as [`lanes`] makes them) on at most
 /// `most` blocks: unchanged when they fit; else packed by bytes ([`pack`]), each block

@@ -85,6 +85,45 @@ fn groups_of_small_and_large_messages() {
     }
 }
 
+/// Sends along the ring on many channels (OXCCL_GPU_P2P_NEIGHBOUR_CHANNELS=128, which
+/// send/recv lanes hold to 64; ranks sharing a GPU on 2 or 3 GPUs too, where the default
+/// is off): a send to the next rank and a receive from the previous one take 64 channels
+/// each, so a shift both ways and an exchange with every peer need more than 128 lanes and
+/// run folded onto 128 blocks, each block its lanes in the connections' order; a shift of
+/// 8 MiB, and random groups as above. Every byte is checked; a wrong fold order would
+/// deadlock (the collective timeout ends it and fails the test).
+#[test]
+fn sends_along_the_ring_on_many_channels() {
+    let Some(g) = gpus() else { return };
+    let config = config_with(&[("OXCCL_COLL_TIMEOUT_MS", "20000"), ("OXCCL_GPU_P2P_NEIGHBOUR_CHANNELS", "128")]);
+    for n in [2, 3, 4] {
+        let devices: Vec<usize> = (0..n).map(|r| r % g).collect();
+        let comms = init_all(&devices, &config);
+        let m = |from: usize, to: usize, bytes: usize| Message { from, to, bytes };
+        let big = (8 << 20) + 3;
+        let mut groups = vec![
+            (0..n).map(|r| m(r, (r + 1) % n, big)).collect::<Vec<_>>(),
+            (0..n).flat_map(|r| [m(r, (r + 1) % n, big), m(r, (r + n - 1) % n, (2 << 20) + 1)]).collect(),
+            (0..n).flat_map(|r| (0..n).map(move |p| m(r, p, (2 << 20) + 5))).collect(),
+            (0..n).flat_map(|r| [m(r, (r + 1) % n, big), m(r, (r + 1) % n, 64), m(r, r, 4099)]).collect(),
+        ];
+        groups.extend(p2p_groups(n, 20));
+        let start = Instant::now();
+        std::thread::scope(|s| {
+            for c in &comms {
+                let groups = &groups;
+                s.spawn(move || run_p2p_groups(c, groups));
+            }
+        });
+        std::thread::scope(|s| {
+            for c in comms {
+                s.spawn(move || drop(c));
+            }
+        });
+        eprintln!("{n} ranks: sends along the ring on 64 channels, {} groups ok in {:.1?}", groups.len(), start.elapsed());
+    }
+}
+
 /// A message of a test group: `bytes` from `from` to `to`.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Message {
