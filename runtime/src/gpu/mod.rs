@@ -121,8 +121,10 @@ fn neighbour_channels(config: &crate::bootstrap::Config, net_kernels: bool, mult
 
 /// Channels of a transfer along the ring by default on a wide GPU: with 4 ranks on
 /// 4×H200, sendrecv at 1 GiB took 2937–2940 µs on 64 against 3214–3273 on the direct
-/// exchange's 21 (NCCL 2981), and nccl-tests' alltoall, a group to every peer (212 lanes
-/// folded onto 128 blocks), took as long as before (docs/results/2026-11-28-h200x2-x4-neighbours).
+/// exchange's 21 (NCCL 2981; docs/results/2026-11-28-h200x2-x4-neighbours). A group to
+/// every peer then has 212 lanes, folded onto 128 blocks (p2p.rs): correct on GPUs, and as
+/// fast as unfolded in a model (`folded_groups_keep_both_directions_busy`), not yet timed
+/// on a GPU.
 const WIDE_NEIGHBOUR_CHANNELS: usize = 64;
 
 /// Multiprocessors a rank needs to itself for [`WIDE_CHANNELS`] by default (H100 and H200
@@ -387,8 +389,8 @@ enum CacheKey {
     /// ([`algo::all_to_all_in_place`]'s lanes).
     AllToAllInPlace(PlanKey),
     /// A group of sends and receives, each address an offset from the group's lowest send
-    /// or receive address (the launch's bases); `along_ring` as for `launch_group`.
-    PointToPoint { ops: Vec<P2p>, along_ring: bool },
+    /// or receive address (the launch's bases).
+    PointToPoint(Vec<P2p>),
     /// A group's messages that go over LL (`p2p_ll_bytes` at most each), addresses as
     /// above; `in_place`: each send to a peer and the receive from it at one place.
     PointToPointLl { ops: Vec<P2p>, in_place: bool },
@@ -399,7 +401,7 @@ impl CacheKey {
     fn transfers(&self) -> &[P2p] {
         match self {
             CacheKey::Collective(_) | CacheKey::AllToAllInPlace(_) => &[],
-            CacheKey::PointToPoint { ops, .. } | CacheKey::PointToPointLl { ops, .. } => ops,
+            CacheKey::PointToPoint(ops) | CacheKey::PointToPointLl { ops, .. } => ops,
         }
     }
 }
@@ -487,7 +489,7 @@ impl GpuBackend {
             // tile both buffers.
             Route::TwoShot => unsafe { inner.launch_direct(&loaded, direct::TWO_SHOT, send, recv, count / n * esize, root, rank, n, scale, true, stream)? },
             // SAFETY: as above; the exchange's transfers are within the buffers.
-            Route::Exchange => unsafe { self.launch_group(&p2p::exchange_ops(collective, send, recv, count * esize, root, rank, n), false, stream)? },
+            Route::Exchange => unsafe { self.launch_group(&p2p::exchange_ops(collective, send, recv, count * esize, root, rank, n), stream)? },
             Route::Schedule { shape, algorithm, ll } => {
                 let plan = self.plan(PlanKey { collective, count, esize, root }, shape, algorithm, ordered)?;
                 self.announce(&plan, algorithm.sends_independently(collective, n, ordered), ll);

@@ -40,19 +40,15 @@ impl GpuBackend {
             return self.mark(stream);
         }
         // SAFETY: the caller's contract.
-        unsafe { self.launch_group(ops, true, stream)? };
+        unsafe { self.launch_group(ops, stream)? };
         self.mark(stream)
     }
 
-    /// Enqueues the group `ops`, whose peers and buffers the caller checked; `along_ring`:
-    /// whether transfers along the ring may take OXCCL_GPU_P2P_NEIGHBOUR_CHANNELS (a
-    /// program's group). A collective's exchange keeps the direct exchange's channels:
-    /// every peer's share alike, it gains nothing from the ring's (alltoall at 1 GiB on
-    /// 4×H200 2599 µs widened and folded, 2576 not).
+    /// Enqueues the group `ops`, whose peers and buffers the caller checked.
     ///
     /// # Safety
     /// As [`GpuBackend::enqueue_p2p`].
-    pub(super) unsafe fn launch_group(&self, ops: &[P2p], along_ring: bool, stream: CUstream) -> Result<()> {
+    pub(super) unsafe fn launch_group(&self, ops: &[P2p], stream: CUstream) -> Result<()> {
         let (inner, rank) = (&self.inner, self.rank());
         // Transfers with oneself: copies, the k-th send with the k-th receive (paired as
         // `call::check_own_transfers` checked).
@@ -97,8 +93,8 @@ impl GpuBackend {
         }
         if !simple.is_empty() {
             let (send_base, recv_base) = offsets_from_bases(&mut simple);
-            let plan = inner.cached_or(CacheKey::PointToPoint { ops: simple, along_ring }, |key| {
-                let lanes = self.p2p_lanes(key.transfers(), along_ring);
+            let plan = inner.cached_or(CacheKey::PointToPoint(simple), |key| {
+                let lanes = self.p2p_lanes(key.transfers());
                 self.upload(key, &lanes, 1)
             })?;
             // Sends and receives never wait for the other side's other messages.
@@ -114,13 +110,14 @@ impl GpuBackend {
     /// send to the ring's next rank or a receive from its previous one over up to that many
     /// (init connects both on every channel; both ends see a transfer alike, one's next
     /// being the other's previous), and a launch of more lanes than [`P2P_MOST_BLOCKS`]
-    /// folded onto that many blocks ([`fold`]).
-    fn p2p_lanes(&self, ops: &[P2p], along_ring: bool) -> Vec<Vec<algo::Step>> {
+    /// folded onto that many blocks ([`fold`]). A collective's exchange never gets here
+    /// (`Route::Exchange` takes blocks up to the LL limit, all over LL; larger ones run the
+    /// executor's schedule), so the setting touches programs' groups only.
+    fn p2p_lanes(&self, ops: &[P2p]) -> Vec<Vec<algo::Step>> {
         let inner = &self.inner;
         let (n, rank) = (self.nranks(), self.rank());
         let direct = inner.direct_channels(n);
-        let widen = along_ring && !inner.across_hosts();
-        let neighbours = if widen { inner.neighbour_channels.min(NEIGHBOUR_MOST_CHANNELS).max(direct) } else { direct };
+        let neighbours = if inner.across_hosts() { direct } else { inner.neighbour_channels.min(NEIGHBOUR_MOST_CHANNELS).max(direct) };
         let cap = |op: &P2p| if ring_neighbour(op, rank, n) { neighbours } else { direct };
         fold(lanes(ops, |op| inner.p2p_channels(op.bytes).min(cap(op)), inner.geometry.slot_bytes), rank, P2P_MOST_BLOCKS)
     }
@@ -277,26 +274,54 @@ const P2P_MOST_BLOCKS: usize = 2 * DIRECT_MOST_CHANNELS;
 const NEIGHBOUR_MOST_CHANNELS: usize = P2P_MOST_BLOCKS / 2;
 
 /// `lanes` of `rank` (each on one connection end, as [`lanes`] makes them) on at most
-/// `most` blocks: unchanged when they fit; else packed by bytes ([`pack`]), each block
+/// `most` blocks: unchanged when they fit; else sends and receives on blocks of their own
+/// (shared out by bytes, [`kinds_blocks`]), each kind packed by bytes ([`pack`]), each block
 /// running its lanes one after another in ascending order of the connection each uses,
 /// keyed (channel, sender, receiver) as both of its ends see it. No launch then deadlocks:
 /// of the connections some block has not finished, take the smallest; its sender's block
 /// and its receiver's block are each at it or past it (they take their lanes in ascending
 /// order), and so one of them can move — there is a message to take, or a free slot.
+/// Blocks of one kind keep both directions of a link busy: a send lane and a receive lane
+/// in one block move one direction, then the other (2 H200s: a shift of 128 channels each
+/// way, so folded, took 1.7× as long as 64 unfolded).
 fn fold(lanes: Vec<Vec<algo::Step>>, rank: usize, most: usize) -> Vec<Vec<algo::Step>> {
     if lanes.len() <= most {
         return lanes;
     }
     let keys: Vec<(usize, usize, usize)> = lanes.iter().map(|lane| connection_key(lane, rank)).collect();
     let bytes: Vec<usize> = lanes.iter().map(|lane| lane.iter().map(|s| s.count()).sum()).collect();
+    let (sends, receives): (Vec<usize>, Vec<usize>) = (0..lanes.len()).partition(|&i| matches!(lanes[i].first(), Some(algo::Step::Send { .. })));
+    let weight = |kind: &[usize]| kind.iter().map(|&i| bytes[i]).sum::<usize>();
+    let packed = |kind: &[usize], blocks: usize| -> Vec<Vec<usize>> {
+        let kind_bytes: Vec<usize> = kind.iter().map(|&i| bytes[i]).collect();
+        pack(&kind_bytes, blocks).into_iter().map(|members| members.into_iter().map(|m| kind[m]).collect()).collect()
+    };
+    let blocks = if most < 2 || sends.is_empty() || receives.is_empty() {
+        packed(&(0..lanes.len()).collect::<Vec<_>>(), most)
+    } else {
+        let (send_blocks, receive_blocks) = kinds_blocks((sends.len(), weight(&sends)), (receives.len(), weight(&receives)), most);
+        let mut blocks = packed(&sends, send_blocks);
+        blocks.extend(packed(&receives, receive_blocks));
+        blocks
+    };
     let mut lanes: Vec<Option<Vec<algo::Step>>> = lanes.into_iter().map(Some).collect();
-    pack(&bytes, most)
+    blocks
         .into_iter()
         .map(|mut members| {
             members.sort_by_key(|&i| keys[i]);
             members.into_iter().flat_map(|i| lanes[i].take().expect("each lane in one block")).collect()
         })
         .collect()
+}
+
+/// How many of `most` (2 or more) blocks the send lanes and the receive lanes get, each
+/// kind given as (lanes, bytes), both kinds having lanes: in proportion to bytes, at least
+/// one each, never more than a kind's lanes (a block left over goes to the other kind).
+fn kinds_blocks(sends: (usize, usize), receives: (usize, usize), most: usize) -> (usize, usize) {
+    let total = (sends.1 + receives.1).max(1);
+    let share = ((most * sends.1 + total / 2) / total).clamp(1, most - 1).min(sends.0);
+    let receive_blocks = (most - share).min(receives.0);
+    ((most - receive_blocks).min(sends.0), receive_blocks)
 }
 
 /// The connection a send/recv lane of `rank` uses, as (channel, sender, receiver).
@@ -499,6 +524,111 @@ mod tests {
             run_blocks(&blocks, 1, seed).is_err_and(|e| e.contains("deadlock"))
         });
         assert!(deadlocked, "lanes folded in a random order never deadlocked");
+    }
+
+    /// Rounds the ranks' blocks take over FIFOs of `slots` messages a connection when in
+    /// each round every block takes at most one step and each direction between two
+    /// ranks carries at most `link` messages (a receive takes only what was there when the
+    /// round began): a model of block-bound copies over links of fixed bandwidth, not of a
+    /// GPU. An error names a deadlock.
+    fn rounds(blocks: &[Vec<Vec<Step>>], slots: usize, link: usize) -> Result<usize, String> {
+        let mut fifos: std::collections::HashMap<(usize, usize, usize), std::collections::VecDeque<usize>> = Default::default();
+        let mut at: Vec<Vec<usize>> = blocks.iter().map(|b| vec![0; b.len()]).collect();
+        for round in 0.. {
+            if blocks.iter().enumerate().all(|(r, rb)| (0..rb.len()).all(|b| at[r][b] == rb[b].len())) {
+                return Ok(round);
+            }
+            let waiting: std::collections::HashMap<_, usize> = fifos.iter().map(|(k, f)| (*k, f.len())).collect();
+            let mut taken: std::collections::HashMap<(usize, usize, usize), usize> = Default::default();
+            let mut carried: std::collections::HashMap<(usize, usize), usize> = Default::default();
+            let mut moved = false;
+            for (r, rank_blocks) in blocks.iter().enumerate() {
+                for (b, steps) in rank_blocks.iter().enumerate() {
+                    match steps.get(at[r][b]) {
+                        Some(Step::Send { to, .. }) => {
+                            let fifo = fifos.entry((r, to.peer, to.channel)).or_default();
+                            let load = carried.entry((r, to.peer)).or_default();
+                            if fifo.len() < slots && *load < link {
+                                fifo.push_back(0);
+                                *load += 1;
+                            } else {
+                                continue;
+                            }
+                        }
+                        Some(Step::Recv { from, .. }) => {
+                            let key = (from.peer, r, from.channel);
+                            let took = taken.entry(key).or_default();
+                            if *took < waiting.get(&key).copied().unwrap_or(0) {
+                                *took += 1;
+                                fifos.get_mut(&key).expect("a FIFO with messages").pop_front();
+                            } else {
+                                continue;
+                            }
+                        }
+                        _ => continue,
+                    }
+                    at[r][b] += 1;
+                    moved = true;
+                }
+            }
+            if !moved {
+                return Err(format!("deadlock in round {round}"));
+            }
+        }
+        unreachable!("the rounds end")
+    }
+
+    /// Folded groups keep both directions of every link busy (in the model of [`rounds`]:
+    /// a block one step a round, a link a fixed number of messages a round). A shift both
+    /// ways between 2 ranks on 128 channels folded onto 128 blocks takes as many rounds as
+    /// on 64 channels unfolded (17), where a send lane and a receive lane in each block (the
+    /// packing before, which took 1.7× as long on 2 H200s) take half again as many (26); an
+    /// exchange with every peer of 4 ranks, 64 channels along the ring and 21 to the others
+    /// folded onto 128 blocks, as many as on 21 each unfolded (65).
+    #[test]
+    fn folded_groups_keep_both_directions_busy() {
+        let slot = 4096;
+        let all_peers = |n: usize, bytes: usize| -> Vec<Vec<P2p>> {
+            (0..n).map(|r| (0..n).filter(|&p| p != r).flat_map(|p| [P2p { send: true, peer: p, addr: 0, bytes }, P2p { send: false, peer: p, addr: 0, bytes }]).collect()).collect()
+        };
+        let plan = |ops: &[Vec<P2p>], along: usize, others: usize, fold_onto: Option<usize>| -> Vec<Vec<Vec<Step>>> {
+            let n = ops.len();
+            (0..n)
+                .map(|r| {
+                    let l = lanes(&ops[r], |op| if ring_neighbour(op, r, n) { along } else { others }, slot);
+                    fold_onto.map_or(l.clone(), |most| fold(l, r, most))
+                })
+                .collect()
+        };
+        // 2 ranks: every lane 8 or 16 slots long; a link carries 64 messages a round.
+        let shift = all_peers(2, 128 * 8 * slot);
+        let unfolded = rounds(&plan(&shift, 64, 64, None), 8, 64).unwrap();
+        let folded = rounds(&plan(&shift, 128, 128, Some(128)), 8, 64).unwrap();
+        let mixed: Vec<Vec<Vec<Step>>> = plan(&shift, 128, 128, None)
+            .into_iter()
+            .enumerate()
+            .map(|(r, l)| {
+                let keys: Vec<_> = l.iter().map(|lane| connection_key(lane, r)).collect();
+                let bytes: Vec<usize> = l.iter().map(|lane| lane.iter().map(|s| s.count()).sum()).collect();
+                pack(&bytes, 128)
+                    .into_iter()
+                    .map(|mut members| {
+                        members.sort_by_key(|&i| keys[i]);
+                        members.into_iter().flat_map(|i| l[i].clone()).collect()
+                    })
+                    .collect()
+            })
+            .collect();
+        let mixed = rounds(&mixed, 8, 64).unwrap();
+        assert!(folded * 10 <= unfolded * 11, "2 ranks: folded {folded} rounds, unfolded {unfolded}");
+        eprintln!("2 ranks: folded {folded}, mixed {mixed}, unfolded {unfolded}");
+        assert!(mixed * 10 >= unfolded * 14, "2 ranks, sends and receives in one block: {mixed} rounds, unfolded {unfolded}");
+        // 4 ranks: a link carries 22 messages a round (a third of a GPU's links each).
+        let exchange = all_peers(4, 21 * 64 * 64 * slot / 64);
+        let unfolded = rounds(&plan(&exchange, 21, 21, None), 8, 22).unwrap();
+        let folded = rounds(&plan(&exchange, 64, 21, Some(128)), 8, 22).unwrap();
+        assert!(folded * 100 <= unfolded * 115, "4 ranks: folded {folded} rounds, unfolded {unfolded}");
+        eprintln!("4 ranks: folded {folded}, unfolded {unfolded}");
     }
 
     /// Folding keeps every step, puts each lane whole in one block, and orders a block's
