@@ -43,11 +43,22 @@ fn all_reduce_table_has_every_size_and_no_wrong_element() {
 
 #[test]
 fn every_collective_runs_checked() {
-    for name in ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "sendrecv", "alltoall", "gather", "scatter"] {
+    for name in ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "sendrecv", "alltoall", "gather", "scatter", "alltoall_grouped"] {
         let out = perf(&[name, "-b", "1K", "-e", "256K", "-f", "16", "--nranks", "2", "-n", "2", "-w", "1", "-r", "1", "-d", "bfloat16", "-o", "max"]);
         let stdout = assert_ok(&out, name);
         assert_eq!(rows(&stdout).len(), 3, "{name}:\n{stdout}");
     }
+}
+
+/// A table may start at 0 bytes (nccl-tests' -b 0): the row after it is 1 byte, not 0
+/// again forever.
+#[test]
+fn a_table_from_zero_bytes_goes_on_to_the_largest() {
+    let out = perf(&["alltoall_grouped", "-b", "0", "-e", "512", "-f", "8", "--nranks", "2", "-n", "1", "-w", "0"]);
+    let stdout = assert_ok(&out, "alltoall_grouped from 0 bytes");
+    let sizes: Vec<String> = rows(&stdout).iter().map(|r| r[0].clone()).collect();
+    // Rows of 0, 1 (no whole element a rank), 8, 64 and 512 bytes.
+    assert_eq!(sizes, ["0", "0", "8", "64", "512"], "{stdout}");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! `--gpus N`: the table on GPU buffers, one rank per GPU as threads of this process (like
 //! nccl-tests' `-g N`), each rank launching on its own stream. sendrecv is nccl-tests':
-//! each rank sends to the next and receives from the one before, in one group. Without a
+//! each rank sends to the next and receives from the one before, in one group;
+//! alltoall_grouped a group of a send to and a receive from every rank. Without a
 //! baseline, more ranks than GPUs share them (rank r on GPU r mod GPUs; the header says
 //! so: those times are not NVLink's). With `--baseline nccl` the
 //! machine's libnccl.so.2 (dlopen) runs the same collective on the same buffers and
@@ -99,7 +100,7 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
                 let (s, r) = c.buffer_counts(count, n, plan.args.root, plan.args.root);
                 (s.max(r) * es, measured_in_place(c))
             }
-            Kind::SendRecv => (count * es, false),
+            Kind::Group(g) => (count * g.blocks(n) * es, false),
         };
         let throttled_before = cpu_throttled();
         let (out_of_place, slowest_enqueue) = time(plan, &ranks, count, false, Launcher::Oxccl)?;
@@ -154,7 +155,7 @@ pub fn run(plan: &Plan, config: &Config) -> Result<(), Box<dyn std::error::Error
         if bytes >= plan.args.max_bytes {
             break;
         }
-        bytes = bytes.saturating_mul(plan.args.factor).min(plan.args.max_bytes);
+        bytes = next_size(bytes, plan.args.factor, plan.args.max_bytes);
     }
     println!("# Out of bounds values : {wrong_total} {}", if wrong_total == 0 { "OK" } else { "FAILED" });
     println!("# Avg bus bandwidth    : {:.4}", busbw_sum / rows as f64);
@@ -240,7 +241,7 @@ fn time(plan: &Plan, ranks: &[Rank], count: usize, in_place: bool, launcher: Lau
                             match (launcher, plan.kind) {
                                 (Launcher::Oxccl, _) => enqueue(plan, r, rank, n, send, recv, count),
                                 (Launcher::Nccl(b), Kind::Collective(c)) => b.launch(rank, c, send, recv, count, plan.dtype, plan.op, root, r.stream.raw().cast()),
-                                (Launcher::Nccl(b), Kind::SendRecv) => b.send_recv(rank, (rank + 1) % n, (rank + n - 1) % n, send, recv, count, plan.dtype, r.stream.raw().cast()),
+                                (Launcher::Nccl(b), Kind::Group(g)) => b.group(rank, &group_ops(g, rank, n, send, recv, count * plan.dtype.size()), count, plan.dtype, r.stream.raw().cast()),
                             }
                         }
                     };
@@ -317,40 +318,55 @@ unsafe fn enqueue(plan: &Plan, r: &Rank, rank: usize, n: usize, send: u64, recv:
     unsafe {
         match plan.kind {
             Kind::Collective(c) => r.comm.launch_collective(c, send, recv, count, plan.dtype, plan.op, plan.args.root, stream),
-            Kind::SendRecv => r.comm.launch_p2p(&ring_exchange(rank, n, send, recv, count * plan.dtype.size()), stream),
+            Kind::Group(g) => r.comm.launch_p2p(&group_ops(g, rank, n, send, recv, count * plan.dtype.size()), stream),
         }
     }
     .map_err(|e| e.to_string())
 }
 
-/// nccl-tests' sendrecv for `rank`: `bytes` from `send` to the next rank, into `recv` from
-/// the one before.
-fn ring_exchange(rank: usize, n: usize, send: u64, recv: u64, bytes: usize) -> [gpu::P2p; 2] {
-    [gpu::P2p { send: true, peer: (rank + 1) % n, addr: send, bytes }, gpu::P2p { send: false, peer: (rank + n - 1) % n, addr: recv, bytes }]
+/// The group `group` on `rank` as oxccl's transfers: blocks of `bytes` of `send` and `recv`.
+fn group_ops(group: Group, rank: usize, n: usize, send: u64, recv: u64, bytes: usize) -> Vec<gpu::P2p> {
+    let at = |base: u64, block: usize| base + (block * bytes) as u64;
+    group.transfers(rank, n).into_iter().map(|(sends, peer, block)| gpu::P2p { send: sends, peer, addr: at(if sends { send } else { recv }, block), bytes }).collect()
 }
 
-/// Wrong elements of one checked sendrecv per rank: a pattern per rank, the output poisoned.
-fn check_sendrecv(ranks: &[Rank], bytes: usize, es: usize) -> Result<usize, String> {
+/// Wrong elements of one checked group per rank: a pattern per sender and receiver in
+/// each block sent, the receive buffer poisoned.
+fn check_group(group: Group, ranks: &[Rank], bytes: usize, es: usize) -> Result<usize, String> {
     let n = ranks.len();
-    let pattern = |r: usize| -> Vec<u8> { (0..bytes).map(|i| ((r * 131 + i * 7 + i / 251 + 13) % 251) as u8).collect() };
+    let name = match group {
+        Group::Ring => "sendrecv",
+        Group::AllPeers => "alltoall_grouped",
+    };
     let wrong: Vec<Result<usize, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = ranks
             .iter()
             .enumerate()
             .map(|(rank, r)| {
                 s.spawn(move || -> Result<usize, String> {
-                    let fail = |e: oxccl_runtime::Error| format!("rank {rank}: sendrecv of {bytes} bytes: {e}");
-                    r.send.upload(&pattern(rank)).map_err(fail)?;
-                    r.recv.upload(&vec![0xA5; bytes]).map_err(fail)?;
-                    // SAFETY: both buffers hold `bytes`; synchronized before they are read.
-                    unsafe { r.comm.launch_p2p(&ring_exchange(rank, n, r.send.ptr(), r.recv.ptr(), bytes), r.stream.raw()) }.map_err(fail)?;
+                    let fail = |e: oxccl_runtime::Error| format!("rank {rank}: {name} of {bytes} bytes: {e}");
+                    let transfers = group.transfers(rank, n);
+                    let mut out = vec![0u8; bytes * group.blocks(n)];
+                    for &(_, peer, block) in transfers.iter().filter(|t| t.0) {
+                        out[block * bytes..(block + 1) * bytes].copy_from_slice(&group_pattern(rank, peer, bytes));
+                    }
+                    r.send.upload(&out).map_err(fail)?;
+                    r.recv.upload(&vec![0xA5; out.len()]).map_err(fail)?;
+                    // SAFETY: both buffers hold every block; synchronized before they are read.
+                    unsafe { r.comm.launch_p2p(&group_ops(group, rank, n, r.send.ptr(), r.recv.ptr(), bytes), r.stream.raw()) }.map_err(fail)?;
                     r.comm.wait(&r.stream).map_err(fail)?;
-                    let mut got = vec![0u8; bytes];
+                    let mut got = vec![0u8; out.len()];
                     r.recv.download(&mut got).map_err(fail)?;
-                    let expected = pattern((rank + n - 1) % n);
-                    let wrong = got.chunks(es).zip(expected.chunks(es)).filter(|(a, b)| a != b).count();
+                    let wrong: usize = transfers
+                        .iter()
+                        .filter(|t| !t.0)
+                        .map(|&(_, peer, block)| {
+                            let expected = group_pattern(peer, rank, bytes);
+                            got[block * bytes..(block + 1) * bytes].chunks(es).zip(expected.chunks(es)).filter(|(a, b)| a != b).count()
+                        })
+                        .sum();
                     if wrong > 0 {
-                        eprintln!("rank {rank}: sendrecv of {bytes} bytes: {wrong} wrong elements");
+                        eprintln!("rank {rank}: {name} of {bytes} bytes: {wrong} wrong elements");
                     }
                     Ok(wrong)
                 })
@@ -365,7 +381,7 @@ fn check_sendrecv(ranks: &[Rank], bytes: usize, es: usize) -> Result<usize, Stri
 fn check_row(plan: &Plan, ranks: &[Rank], count: usize, in_place: bool) -> Result<usize, String> {
     let collective = match plan.kind {
         Kind::Collective(c) => c,
-        Kind::SendRecv => return check_sendrecv(ranks, count * plan.dtype.size(), plan.dtype.size()),
+        Kind::Group(g) => return check_group(g, ranks, count * plan.dtype.size(), plan.dtype.size()),
     };
     let case = Case { collective, dtype: plan.dtype, op: plan.op, count, root: plan.args.root, in_place };
     let wrong: Vec<Result<usize, String>> = std::thread::scope(|s| {
@@ -492,13 +508,12 @@ mod nccl {
             self.status(status, collective.name())
         }
 
-        /// Enqueues nccl-tests' sendrecv on `stream`: `count` elements from `send` to rank
-        /// `to`, into `recv` from rank `from`, in one group.
+        /// Enqueues the sends and receives `ops` (oxccl's transfers, each of `count`
+        /// elements) on `stream` in one NCCL group, in their order.
         ///
         /// # Safety
         /// As for [`Nccl::launch`].
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe fn send_recv(&self, rank: usize, to: usize, from: usize, send: u64, recv: u64, count: usize, dtype: DataType, stream: *mut c_void) -> Result<(), String> {
+        pub unsafe fn group(&self, rank: usize, ops: &[gpu::P2p], count: usize, dtype: DataType, stream: *mut c_void) -> Result<(), String> {
             type Group = unsafe extern "C" fn() -> Status;
             type P2p = unsafe extern "C" fn(*const c_void, usize, i32, i32, Comm, *mut c_void) -> Status;
             let comm = self.comms[rank];
@@ -506,12 +521,14 @@ mod nccl {
             // and stream are valid as this function's caller guarantees, and `comm` is this
             // rank's live communicator.
             unsafe {
+                let (send, recv) = (self.symbol::<P2p>("ncclSend")?, self.symbol::<P2p>("ncclRecv")?);
                 self.status(self.symbol::<Group>("ncclGroupStart")?(), "ncclGroupStart")?;
-                let sent = self.symbol::<P2p>("ncclSend")?(send as *const c_void, count, dtype.to_nccl(), to as i32, comm, stream);
-                let received = self.symbol::<P2p>("ncclRecv")?(recv as *const c_void, count, dtype.to_nccl(), from as i32, comm, stream);
+                let called = ops.iter().try_for_each(|op| {
+                    let (call, name) = if op.send { (&send, "ncclSend") } else { (&recv, "ncclRecv") };
+                    self.status(call(op.addr as *const c_void, count, dtype.to_nccl(), op.peer as i32, comm, stream), name)
+                });
                 let ended = self.symbol::<Group>("ncclGroupEnd")?();
-                self.status(sent, "ncclSend")?;
-                self.status(received, "ncclRecv")?;
+                called?;
                 self.status(ended, "ncclGroupEnd")
             }
         }

@@ -14,6 +14,9 @@
 //! iterations launched back to back and then waited for (the slowest rank's), `algbw` =
 //! size / time, `busbw` = algbw × the collective's factor (all_reduce 2(n-1)/n; all_gather,
 //! reduce_scatter, alltoall, gather, scatter (n-1)/n; broadcast, reduce, sendrecv 1).
+//! `alltoall_grouped` is alltoall as a group of a send to and a receive from every rank
+//! (nccl-tests' alltoall before NCCL 2.28, and a program's all-to-all by hand); on GPUs
+//! the NCCL baseline calls the same group.
 //! `#wrong` counts wrong elements of a separate checked call (`-c 1`) against
 //! `oxccl_testkit::check`'s reference. `--svg FILE` also draws the table as a picture:
 //! busbw and time per call against size, oxccl beside its baseline.
@@ -34,7 +37,8 @@ use oxccl_testkit::check::{self, Case};
 #[command(name = "oxccl-perf", about = "nccl-tests-style benchmark of oxccl's collectives on CPU memory")]
 struct Args {
     /// all_reduce, all_gather, reduce_scatter, broadcast, reduce, sendrecv, alltoall, gather
-    /// or scatter (nccl-tests' binary names, without _perf).
+    /// or scatter (nccl-tests' binary names, without _perf), or alltoall_grouped (alltoall
+    /// as a group of sends and receives).
     collective: String,
     /// Smallest size (bytes; K, M, G suffixes).
     #[arg(short = 'b', long = "minbytes", default_value = "32M", value_parser = parse_size)]
@@ -103,17 +107,54 @@ struct Args {
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Kind {
     Collective(Collective),
-    SendRecv,
+    /// A group of sends and receives every rank calls (ncclSend and ncclRecv between
+    /// ncclGroupStart and ncclGroupEnd).
+    Group(Group),
+}
+
+/// The groups of sends and receives measured.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Group {
+    /// nccl-tests' sendrecv: to the next rank, from the one before.
+    Ring,
+    /// alltoall as a group of a send to and a receive from every rank, itself included.
+    AllPeers,
+}
+
+impl Group {
+    /// This rank's transfers for blocks of `bytes`, in call order: (send, peer, the
+    /// block of its send or receive buffer).
+    fn transfers(self, rank: usize, n: usize) -> Vec<(bool, usize, usize)> {
+        match self {
+            Group::Ring => vec![(true, (rank + 1) % n, 0), (false, (rank + n - 1) % n, 0)],
+            Group::AllPeers => (0..n).flat_map(|p| [(true, p, p), (false, p, p)]).collect(),
+        }
+    }
+
+    /// Blocks in a rank's send buffer, and in its receive buffer.
+    fn blocks(self, n: usize) -> usize {
+        match self {
+            Group::Ring => 1,
+            Group::AllPeers => n,
+        }
+    }
+}
+
+/// The bytes rank `from` sends rank `to` in a checked group: a pattern of both.
+fn group_pattern(from: usize, to: usize, bytes: usize) -> Vec<u8> {
+    (0..bytes).map(|i| ((from * 131 + to * 37 + i * 7 + i / 251 + 13) % 251) as u8).collect()
 }
 
 impl Kind {
     fn parse(name: &str) -> Result<Kind, String> {
         let name = name.trim_end_matches("_perf");
-        if name == "sendrecv" {
-            return Ok(Kind::SendRecv);
+        match name {
+            "sendrecv" => return Ok(Kind::Group(Group::Ring)),
+            "alltoall_grouped" => return Ok(Kind::Group(Group::AllPeers)),
+            _ => {}
         }
         Collective::ALL.into_iter().find(|c| c.name() == name).map(Kind::Collective).ok_or_else(|| {
-            format!("unknown collective {name:?}: expected all_reduce, all_gather, reduce_scatter, broadcast, reduce, sendrecv, alltoall, gather or scatter")
+            format!("unknown collective {name:?}: expected all_reduce, all_gather, reduce_scatter, broadcast, reduce, sendrecv, alltoall, gather, scatter or alltoall_grouped")
         })
     }
 
@@ -121,8 +162,8 @@ impl Kind {
         let n = n as f64;
         match self {
             Kind::Collective(Collective::AllReduce) => 2.0 * (n - 1.0) / n,
-            Kind::Collective(Collective::Broadcast | Collective::Reduce) | Kind::SendRecv => 1.0,
-            Kind::Collective(_) => (n - 1.0) / n,
+            Kind::Collective(Collective::Broadcast | Collective::Reduce) | Kind::Group(Group::Ring) => 1.0,
+            Kind::Collective(_) | Kind::Group(Group::AllPeers) => (n - 1.0) / n,
         }
     }
 
@@ -130,7 +171,7 @@ impl Kind {
     /// divide the size among the ranks.
     fn count(self, bytes: usize, es: usize, n: usize) -> usize {
         match self {
-            Kind::Collective(Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll | Collective::Gather | Collective::Scatter) => bytes / es / n,
+            Kind::Collective(Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll | Collective::Gather | Collective::Scatter) | Kind::Group(Group::AllPeers) => bytes / es / n,
             _ => bytes / es,
         }
     }
@@ -272,12 +313,12 @@ fn table(plan: &Plan, comm: &Communicator, mut mpi: Option<&mut dyn FnMut(usize)
                 let (s, r) = c.buffer_counts(count, n, plan.args.root, plan.args.root);
                 s.max(r) * es
             }
-            Kind::SendRecv => count * es,
+            Kind::Group(g) => count * g.blocks(n) * es,
         };
         let out_of_place = measure(plan, comm, count, false)?;
         let in_place = match plan.kind {
             Kind::Collective(c) if !measured_in_place(c) => None,
-            Kind::SendRecv => None,
+            Kind::Group(_) => None,
             _ => Some(measure(plan, comm, count, true)?),
         };
         let mpi_seconds = match mpi.as_mut() {
@@ -306,7 +347,7 @@ fn table(plan: &Plan, comm: &Communicator, mut mpi: Option<&mut dyn FnMut(usize)
         if bytes >= plan.args.max_bytes {
             break;
         }
-        bytes = bytes.saturating_mul(plan.args.factor).min(plan.args.max_bytes);
+        bytes = next_size(bytes, plan.args.factor, plan.args.max_bytes);
     }
     comm.finalize()?;
     if header {
@@ -327,7 +368,8 @@ impl Plan {
     fn kind_name(&self) -> &'static str {
         match self.kind {
             Kind::Collective(c) => c.name(),
-            Kind::SendRecv => "sendrecv",
+            Kind::Group(Group::Ring) => "sendrecv",
+            Kind::Group(Group::AllPeers) => "alltoall_grouped",
         }
     }
 }
@@ -366,6 +408,12 @@ fn busbw_ratio(ours: f64, theirs: f64) -> f64 {
     theirs / ours
 }
 
+/// The row after one of `bytes`: `factor` times as large, at most `max`; after a row of 0
+/// bytes, 1 (multiplying 0 would repeat it forever).
+fn next_size(bytes: usize, factor: usize, max: usize) -> usize {
+    bytes.saturating_mul(factor).max(1).min(max)
+}
+
 /// nccl-tests prints times in microseconds with 2 decimals, fewer when large.
 fn format_time(seconds: f64) -> String {
     let us = seconds * 1e6;
@@ -396,7 +444,7 @@ fn measure(plan: &Plan, comm: &Communicator, count: usize, in_place: bool) -> Re
             let (s, r) = c.buffer_counts(count, n, root, root);
             s.max(r).max(count * n)
         }
-        Kind::SendRecv => count,
+        Kind::Group(g) => count * g.blocks(n),
     };
     let fill = check::encode(plan.dtype, 1.0);
     let mut send: Vec<u8> = fill.iter().copied().cycle().take(elements * es).collect();
@@ -422,12 +470,18 @@ fn measure(plan: &Plan, comm: &Communicator, count: usize, in_place: bool) -> Re
                     }
                 }
             }
-            Kind::SendRecv => {
+            Kind::Group(group) => {
                 let mut g = comm.group();
-                // SAFETY: as above.
+                let bytes = count * es;
+                // SAFETY: as above; every block lies in the buffers (sized for the group).
                 unsafe {
-                    g.send_raw(send.as_ptr(), count * es, (rank + 1) % n)?;
-                    g.recv_raw(recv.as_mut_ptr(), count * es, (rank + n - 1) % n)?;
+                    for (sends, peer, block) in group.transfers(rank, n) {
+                        if sends {
+                            g.send_raw(send.as_ptr().add(block * bytes), bytes, peer)?;
+                        } else {
+                            g.recv_raw(recv.as_mut_ptr().add(block * bytes), bytes, peer)?;
+                        }
+                    }
                     if blocking {
                         g.end().map(|()| None)
                     } else {
@@ -464,17 +518,32 @@ fn check_row(plan: &Plan, comm: &Communicator, count: usize, in_place: bool) -> 
                 m.wrong
             }))
         }
-        Kind::SendRecv => {
-            let bytes = count * plan.dtype.size();
-            let pattern = |r: usize| -> Vec<u8> { (0..bytes).map(|i| ((r * 131 + i * 7 + 13) % 251) as u8).collect() };
-            let out = pattern(rank);
-            let mut got = vec![0u8; bytes];
+        Kind::Group(group) => {
+            let (es, bytes) = (plan.dtype.size(), count * plan.dtype.size());
+            if bytes == 0 {
+                return Ok(0);
+            }
+            let transfers = group.transfers(rank, n);
+            let mut out = vec![0u8; bytes * group.blocks(n)];
+            for &(_, peer, block) in transfers.iter().filter(|t| t.0) {
+                out[block * bytes..(block + 1) * bytes].copy_from_slice(&group_pattern(rank, peer, bytes));
+            }
+            let mut got = vec![0xA5u8; bytes * group.blocks(n)];
             let mut g = comm.group();
-            g.send(&out, (rank + 1) % n)?;
-            g.recv(&mut got, (rank + n - 1) % n)?;
+            let mut receives: Vec<Option<&mut [u8]>> = got.chunks_mut(bytes).map(Some).collect();
+            for &(sends, peer, block) in &transfers {
+                if sends {
+                    g.send(&out[block * bytes..(block + 1) * bytes], peer)?;
+                } else {
+                    g.recv(receives[block].take().expect("one receive a block"), peer)?;
+                }
+            }
             g.end()?;
-            let expected = pattern((rank + n - 1) % n);
-            Ok(got.iter().zip(&expected).filter(|(a, b)| a != b).count().div_ceil(plan.dtype.size()))
+            let wrong = transfers.iter().filter(|t| !t.0).map(|&(_, peer, block)| {
+                let expected = group_pattern(peer, rank, bytes);
+                got[block * bytes..(block + 1) * bytes].chunks(es).zip(expected.chunks(es)).filter(|(a, b)| a != b).count()
+            });
+            Ok(wrong.sum())
         }
     }
 }
@@ -540,11 +609,12 @@ mod baseline {
             Kind::Collective(Collective::Gather) => root.gather_into(&send[..count]),
             Kind::Collective(Collective::Scatter) if rank == root_rank => root.scatter_into_root(&send[..count * n], &mut recv[..count]),
             Kind::Collective(Collective::Scatter) => root.scatter_into(&mut recv[..count]),
-            Kind::SendRecv => {
+            Kind::Group(Group::Ring) => {
                 let next = world.process_at_rank(((rank + 1) % n) as i32);
                 let prev = world.process_at_rank(((rank + n - 1) % n) as i32);
                 p2p::send_receive_into(&send[..count], &next, &mut recv[..count], &prev);
             }
+            Kind::Group(Group::AllPeers) => world.all_to_all_into(&send[..count * n], &mut recv[..count * n]),
         };
         for _ in 0..plan.args.warmup {
             call();
