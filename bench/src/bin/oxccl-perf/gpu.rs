@@ -333,11 +333,7 @@ fn group_ops(group: Group, rank: usize, n: usize, send: u64, recv: u64, bytes: u
 /// Wrong elements of one checked group per rank: a pattern per sender and receiver in
 /// each block sent, the receive buffer poisoned.
 fn check_group(group: Group, ranks: &[Rank], bytes: usize, es: usize) -> Result<usize, String> {
-    let n = ranks.len();
-    let name = match group {
-        Group::Ring => "sendrecv",
-        Group::AllPeers => "alltoall_grouped",
-    };
+    let (n, name) = (ranks.len(), group.name());
     let wrong: Vec<Result<usize, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = ranks
             .iter()

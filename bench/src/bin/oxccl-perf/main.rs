@@ -131,6 +131,14 @@ impl Group {
         }
     }
 
+    /// Its table's name, as given on the command line.
+    fn name(self) -> &'static str {
+        match self {
+            Group::Ring => "sendrecv",
+            Group::AllPeers => "alltoall_grouped",
+        }
+    }
+
     /// Blocks in a rank's send buffer, and in its receive buffer.
     fn blocks(self, n: usize) -> usize {
         match self {
@@ -148,10 +156,8 @@ fn group_pattern(from: usize, to: usize, bytes: usize) -> Vec<u8> {
 impl Kind {
     fn parse(name: &str) -> Result<Kind, String> {
         let name = name.trim_end_matches("_perf");
-        match name {
-            "sendrecv" => return Ok(Kind::Group(Group::Ring)),
-            "alltoall_grouped" => return Ok(Kind::Group(Group::AllPeers)),
-            _ => {}
+        if let Some(g) = [Group::Ring, Group::AllPeers].into_iter().find(|g| g.name() == name) {
+            return Ok(Kind::Group(g));
         }
         Collective::ALL.into_iter().find(|c| c.name() == name).map(Kind::Collective).ok_or_else(|| {
             format!("unknown collective {name:?}: expected all_reduce, all_gather, reduce_scatter, broadcast, reduce, sendrecv, alltoall, gather, scatter or alltoall_grouped")
@@ -368,8 +374,7 @@ impl Plan {
     fn kind_name(&self) -> &'static str {
         match self.kind {
             Kind::Collective(c) => c.name(),
-            Kind::Group(Group::Ring) => "sendrecv",
-            Kind::Group(Group::AllPeers) => "alltoall_grouped",
+            Kind::Group(g) => g.name(),
         }
     }
 }
