@@ -105,19 +105,36 @@ fn channel_count(bytes: usize, min: usize, max: usize, spread: Option<(usize, us
 /// connections of its own, of which a few carry what the Net can. Unset, 128 where the
 /// rank has [`WIDE_MULTIPROCESSORS`] to itself on one host, else 64.
 fn most_channels(config: &crate::bootstrap::Config, net_kernels: bool, multiprocessors: usize) -> usize {
-    let wide = !net_kernels && multiprocessors >= WIDE_MULTIPROCESSORS;
+    let wide = wide(net_kernels, multiprocessors);
     let most = config.max_channels.unwrap_or(if wide { WIDE_CHANNELS } else { 64 }).max(1).min(multiprocessors.max(1));
     if net_kernels { most.min(config.gpu_net_channels) } else { most }
 }
 
-/// The most channels a send/recv transfer along the ring takes on one host
-/// (OXCCL_GPU_P2P_NEIGHBOUR_CHANNELS): unset, [`WIDE_NEIGHBOUR_CHANNELS`] where the rank
-/// has [`WIDE_MULTIPROCESSORS`] to itself (a shift's two transfers then run 128 blocks),
-/// else none past the direct exchange's share.
-fn neighbour_channels(config: &crate::bootstrap::Config, net_kernels: bool, multiprocessors: usize) -> usize {
-    let wide = !net_kernels && multiprocessors >= WIDE_MULTIPROCESSORS;
-    config.gpu_p2p_neighbour_channels.unwrap_or(if wide { WIDE_NEIGHBOUR_CHANNELS } else { 0 })
+/// Whether a rank with `multiprocessors` to itself gets the wide defaults ([`WIDE_CHANNELS`],
+/// [`WIDE_NEIGHBOUR_CHANNELS`]): on one host, a GPU of [`WIDE_MULTIPROCESSORS`] or more.
+fn wide(net_kernels: bool, multiprocessors: usize) -> bool {
+    !net_kernels && multiprocessors >= WIDE_MULTIPROCESSORS
 }
+
+/// The most channels a send/recv transfer along the ring takes on one host
+/// (OXCCL_GPU_P2P_NEIGHBOUR_CHANNELS, held to [`NEIGHBOUR_MOST_CHANNELS`]): unset,
+/// [`WIDE_NEIGHBOUR_CHANNELS`] where the rank has [`WIDE_MULTIPROCESSORS`] to itself (a
+/// shift's two transfers then run 128 blocks), else none past the direct exchange's share;
+/// none across hosts (the network kernels' connections are the direct exchange's).
+fn neighbour_channels(config: &crate::bootstrap::Config, net_kernels: bool, multiprocessors: usize) -> usize {
+    if net_kernels {
+        return 0;
+    }
+    let asked = config.gpu_p2p_neighbour_channels.unwrap_or(if wide(net_kernels, multiprocessors) { WIDE_NEIGHBOUR_CHANNELS } else { 0 });
+    asked.min(NEIGHBOUR_MOST_CHANNELS)
+}
+
+/// The most channels a transfer along the ring takes: a shift's two (the send to the next
+/// rank, the receive from the previous one) then fit the send/recv kernel's blocks (twice
+/// [`DIRECT_MOST_CHANNELS`]) without folding. Folded, a block ran a send lane and then a
+/// receive lane: 128 channels each way between 2 H200s (256 lanes on 128 blocks) took
+/// 5064 µs for sendrecv at 1 GiB against 2952 on 64 (docs/PERFORMANCE.md).
+const NEIGHBOUR_MOST_CHANNELS: usize = DIRECT_MOST_CHANNELS;
 
 /// Channels of a transfer along the ring by default on a wide GPU: with 4 ranks on
 /// 4×H200, sendrecv at 1 GiB took 2937–2940 µs on 64 against 3214–3273 on the direct
@@ -209,9 +226,8 @@ struct Inner {
     geometry: Geometry,
     max_channels: usize,
     min_channels: usize,
-    /// OXCCL_GPU_P2P_NEIGHBOUR_CHANNELS as the ranks agreed (the fewest; unset, each
-    /// rank's [`neighbour_channels`]), at most `max_channels`; 0: off. Send/recv lanes take
-    /// at most 64 of them (p2p.rs).
+    /// The channels of a send/recv transfer along the ring, as the ranks agreed (the fewest
+    /// of each rank's [`neighbour_channels`]), at most `max_channels`; 0: off.
     neighbour_channels: usize,
     timeout: Duration,
     /// The direct (LL, one hop) path for small collectives, when enabled.
@@ -392,8 +408,9 @@ enum CacheKey {
     /// or receive address (the launch's bases).
     PointToPoint(Vec<P2p>),
     /// A group's messages that go over LL (`p2p_ll_bytes` at most each), addresses as
-    /// above; `in_place`: each send to a peer and the receive from it at one place.
-    PointToPointLl { ops: Vec<P2p>, in_place: bool },
+    /// above; `one_base`: sends and receives measured from one base (a group in place when
+    /// each send to a peer and the receive from it also share their offset).
+    PointToPointLl { ops: Vec<P2p>, one_base: bool },
 }
 
 impl CacheKey {
@@ -964,6 +981,9 @@ mod tests {
         assert_eq!(neighbour_channels(&set, false, 132), 0, "off as set");
         set.set("OXCCL_GPU_P2P_NEIGHBOUR_CHANNELS", "32").unwrap();
         assert_eq!(neighbour_channels(&set, false, 108), 32, "as set");
+        assert_eq!(neighbour_channels(&set, true, 132), 0, "never across hosts");
+        set.set("OXCCL_GPU_P2P_NEIGHBOUR_CHANNELS", "128").unwrap();
+        assert_eq!(neighbour_channels(&set, false, 132), NEIGHBOUR_MOST_CHANNELS, "held to 64");
         assert!(set.set("OXCCL_GPU_P2P_NEIGHBOUR_CHANNELS", "many").unwrap_err().to_string().contains("OXCCL_GPU_P2P_NEIGHBOUR_CHANNELS"));
     }
 }

@@ -79,9 +79,12 @@ impl GpuBackend {
         let loaded = inner.loaded(Specialization { dtype: DataType::Uint8, op: oxccl_kernels::Combine::Sum })?;
         if !ll.is_empty() {
             let (send_base, recv_base) = offsets_from_bases(&mut ll);
-            let in_place = send_base == recv_base && pairs_in_place(&ll, rank);
-            let plan = inner.cached_or(CacheKey::PointToPointLl { ops: ll, in_place }, |key| {
-                let (lanes, msgs) = ll_lanes(key.transfers(), rank, in_place);
+            // Whether the group is in place is a matter of its offsets (pairs_in_place, worked
+            // out once per plan) and of one base for sends and receives (in the key).
+            let one_base = send_base == recv_base;
+            let plan = inner.cached_or(CacheKey::PointToPointLl { ops: ll, one_base }, |key| {
+                let ops = key.transfers();
+                let (lanes, msgs) = ll_lanes(ops, rank, one_base && pairs_in_place(ops, rank));
                 let lanes_bytes = std::mem::size_of_val(&lanes[..]);
                 let mut image = bytemuck::cast_slice::<DevP2pLane, u8>(&lanes).to_vec();
                 image.extend_from_slice(bytemuck::cast_slice::<DevP2pMsg, u8>(&msgs));
@@ -117,7 +120,7 @@ impl GpuBackend {
         let inner = &self.inner;
         let (n, rank) = (self.nranks(), self.rank());
         let direct = inner.direct_channels(n);
-        let neighbours = if inner.across_hosts() { direct } else { inner.neighbour_channels.min(NEIGHBOUR_MOST_CHANNELS).max(direct) };
+        let neighbours = inner.neighbour_channels.max(direct);
         let cap = |op: &P2p| if ring_neighbour(op, rank, n) { neighbours } else { direct };
         fold(lanes(ops, |op| inner.p2p_channels(op.bytes).min(cap(op)), inner.geometry.slot_bytes), rank, P2P_MOST_BLOCKS)
     }
@@ -266,13 +269,6 @@ fn ring_neighbour(op: &P2p, rank: usize, n: usize) -> bool {
 /// (256 blocks) took 1.3x the time of 21 each way on 4xH200 (docs/PERFORMANCE.md).
 const P2P_MOST_BLOCKS: usize = 2 * DIRECT_MOST_CHANNELS;
 
-/// The most channels a transfer along the ring takes: a shift's two (the send to the next
-/// rank, the receive from the previous one) then fit [`P2P_MOST_BLOCKS`] without folding.
-/// Folded, its lanes wait for each other: 128 channels each way between 2 H200s (256
-/// lanes on 128 blocks) took 5064 µs for sendrecv at 1 GiB against 2952 on 64
-/// (docs/PERFORMANCE.md).
-const NEIGHBOUR_MOST_CHANNELS: usize = P2P_MOST_BLOCKS / 2;
-
 /// `lanes` of `rank` (each on one connection end, as [`lanes`] makes them) on at most
 /// `most` blocks: unchanged when they fit; else sends and receives on blocks of their own
 /// (shared out by bytes, [`kinds_blocks`]), each kind packed by bytes ([`pack`]), each block
@@ -289,26 +285,37 @@ fn fold(lanes: Vec<Vec<algo::Step>>, rank: usize, most: usize) -> Vec<Vec<algo::
         return lanes;
     }
     let keys: Vec<(usize, usize, usize)> = lanes.iter().map(|lane| connection_key(lane, rank)).collect();
-    let bytes: Vec<usize> = lanes.iter().map(|lane| lane.iter().map(|s| s.count()).sum()).collect();
+    let bytes: Vec<usize> = lanes.iter().map(|lane| lane_bytes(lane)).collect();
     let (sends, receives): (Vec<usize>, Vec<usize>) = (0..lanes.len()).partition(|&i| matches!(lanes[i].first(), Some(algo::Step::Send { .. })));
     let weight = |kind: &[usize]| kind.iter().map(|&i| bytes[i]).sum::<usize>();
     let packed = |kind: &[usize], blocks: usize| -> Vec<Vec<usize>> {
         let kind_bytes: Vec<usize> = kind.iter().map(|&i| bytes[i]).collect();
         pack(&kind_bytes, blocks).into_iter().map(|members| members.into_iter().map(|m| kind[m]).collect()).collect()
     };
-    let blocks = if most < 2 || sends.is_empty() || receives.is_empty() {
+    let groups = if most < 2 || sends.is_empty() || receives.is_empty() {
         packed(&(0..lanes.len()).collect::<Vec<_>>(), most)
     } else {
         let (send_blocks, receive_blocks) = kinds_blocks((sends.len(), weight(&sends)), (receives.len(), weight(&receives)), most);
-        let mut blocks = packed(&sends, send_blocks);
-        blocks.extend(packed(&receives, receive_blocks));
-        blocks
+        let mut groups = packed(&sends, send_blocks);
+        groups.extend(packed(&receives, receive_blocks));
+        groups
     };
+    blocks_of(lanes, groups, |members| members.sort_by_key(|&i| keys[i]))
+}
+
+/// Bytes a lane moves.
+fn lane_bytes(lane: &[algo::Step]) -> usize {
+    lane.iter().map(|s| s.count()).sum()
+}
+
+/// The blocks that run `lanes` by `groups` of lane indices (each lane in one group), each
+/// group's lanes one after another in the order `order` puts them.
+fn blocks_of(lanes: Vec<Vec<algo::Step>>, groups: Vec<Vec<usize>>, mut order: impl FnMut(&mut Vec<usize>)) -> Vec<Vec<algo::Step>> {
     let mut lanes: Vec<Option<Vec<algo::Step>>> = lanes.into_iter().map(Some).collect();
-    blocks
+    groups
         .into_iter()
         .map(|mut members| {
-            members.sort_by_key(|&i| keys[i]);
+            order(&mut members);
             members.into_iter().flat_map(|i| lanes[i].take().expect("each lane in one block")).collect()
         })
         .collect()
@@ -509,16 +516,12 @@ mod tests {
                 .into_iter()
                 .enumerate()
                 .map(|(r, l)| {
-                    let bytes: Vec<usize> = l.iter().map(|lane| lane.iter().map(|s| s.count()).sum()).collect();
-                    pack(&bytes, most[r])
-                        .into_iter()
-                        .map(|mut members| {
-                            for i in (1..members.len()).rev() {
-                                members.swap(i, rng(i + 1));
-                            }
-                            members.into_iter().flat_map(|i| l[i].clone()).collect()
-                        })
-                        .collect()
+                    let groups = pack(&l.iter().map(|lane| lane_bytes(lane)).collect::<Vec<_>>(), most[r]);
+                    blocks_of(l, groups, |members| {
+                        for i in (1..members.len()).rev() {
+                            members.swap(i, rng(i + 1));
+                        }
+                    })
                 })
                 .collect();
             run_blocks(&blocks, 1, seed).is_err_and(|e| e.contains("deadlock"))
@@ -596,7 +599,10 @@ mod tests {
             (0..n)
                 .map(|r| {
                     let l = lanes(&ops[r], |op| if ring_neighbour(op, r, n) { along } else { others }, slot);
-                    fold_onto.map_or(l.clone(), |most| fold(l, r, most))
+                    match fold_onto {
+                        Some(most) => fold(l, r, most),
+                        None => l,
+                    }
                 })
                 .collect()
         };
@@ -609,14 +615,8 @@ mod tests {
             .enumerate()
             .map(|(r, l)| {
                 let keys: Vec<_> = l.iter().map(|lane| connection_key(lane, r)).collect();
-                let bytes: Vec<usize> = l.iter().map(|lane| lane.iter().map(|s| s.count()).sum()).collect();
-                pack(&bytes, 128)
-                    .into_iter()
-                    .map(|mut members| {
-                        members.sort_by_key(|&i| keys[i]);
-                        members.into_iter().flat_map(|i| l[i].clone()).collect()
-                    })
-                    .collect()
+                let groups = pack(&l.iter().map(|lane| lane_bytes(lane)).collect::<Vec<_>>(), 128);
+                blocks_of(l, groups, |members| members.sort_by_key(|&i| keys[i]))
             })
             .collect();
         let mixed = rounds(&mixed, 8, 64).unwrap();
