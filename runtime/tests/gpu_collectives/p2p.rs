@@ -68,20 +68,9 @@ fn groups_of_small_and_large_messages() {
         let devices: Vec<usize> = (0..n).map(|r| r % g).collect();
         let comms = init_all(&devices, &config);
         let groups = p2p_groups(n, count);
-        let start = Instant::now();
-        std::thread::scope(|s| {
-            for c in &comms {
-                let groups = &groups;
-                s.spawn(move || run_p2p_groups(c, groups));
-            }
-        });
-        std::thread::scope(|s| {
-            for c in comms {
-                s.spawn(move || drop(c));
-            }
-        });
+        let took = run_p2p_groups_on_every_rank(comms, &groups);
         let messages: usize = groups.iter().map(Vec::len).sum();
-        eprintln!("{n} ranks: {} groups, {messages} messages ok in {:.1?}", groups.len(), start.elapsed());
+        eprintln!("{n} ranks: {} groups, {messages} messages ok in {took:.1?}", groups.len());
     }
 }
 
@@ -108,20 +97,27 @@ fn sends_along_the_ring_on_many_channels() {
             (0..n).flat_map(|r| [m(r, (r + 1) % n, big), m(r, (r + 1) % n, 64), m(r, r, 4099)]).collect(),
         ];
         groups.extend(p2p_groups(n, 20));
-        let start = Instant::now();
-        std::thread::scope(|s| {
-            for c in &comms {
-                let groups = &groups;
-                s.spawn(move || run_p2p_groups(c, groups));
-            }
-        });
-        std::thread::scope(|s| {
-            for c in comms {
-                s.spawn(move || drop(c));
-            }
-        });
-        eprintln!("{n} ranks: sends along the ring on 64 channels, {} groups ok in {:.1?}", groups.len(), start.elapsed());
+        let took = run_p2p_groups_on_every_rank(comms, &groups);
+        eprintln!("{n} ranks: sends along the ring on 64 channels, {} groups ok in {took:.1?}", groups.len());
     }
+}
+
+/// Runs `groups` on every rank of `comms` at once (a thread each, [`run_p2p_groups`]),
+/// then destroys the communicators at once; how long the groups took.
+fn run_p2p_groups_on_every_rank(comms: Vec<Communicator>, groups: &[Vec<Message>]) -> std::time::Duration {
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for c in &comms {
+            s.spawn(move || run_p2p_groups(c, groups));
+        }
+    });
+    let took = start.elapsed();
+    std::thread::scope(|s| {
+        for c in comms {
+            s.spawn(move || drop(c));
+        }
+    });
+    took
 }
 
 /// A message of a test group: `bytes` from `from` to `to`.
