@@ -341,11 +341,7 @@ fn check_group(group: Group, ranks: &[Rank], bytes: usize, es: usize) -> Result<
             .map(|(rank, r)| {
                 s.spawn(move || -> Result<usize, String> {
                     let fail = |e: oxccl_runtime::Error| format!("rank {rank}: {name} of {bytes} bytes: {e}");
-                    let transfers = group.transfers(rank, n);
-                    let mut out = vec![0u8; bytes * group.blocks(n)];
-                    for &(_, peer, block) in transfers.iter().filter(|t| t.0) {
-                        out[block * bytes..(block + 1) * bytes].copy_from_slice(&group_pattern(rank, peer, bytes));
-                    }
+                    let out = group.send_image(rank, n, bytes);
                     r.send.upload(&out).map_err(fail)?;
                     r.recv.upload(&vec![0xA5; out.len()]).map_err(fail)?;
                     // SAFETY: both buffers hold every block; synchronized before they are read.
@@ -353,14 +349,7 @@ fn check_group(group: Group, ranks: &[Rank], bytes: usize, es: usize) -> Result<
                     r.comm.wait(&r.stream).map_err(fail)?;
                     let mut got = vec![0u8; out.len()];
                     r.recv.download(&mut got).map_err(fail)?;
-                    let wrong: usize = transfers
-                        .iter()
-                        .filter(|t| !t.0)
-                        .map(|&(_, peer, block)| {
-                            let expected = group_pattern(peer, rank, bytes);
-                            got[block * bytes..(block + 1) * bytes].chunks(es).zip(expected.chunks(es)).filter(|(a, b)| a != b).count()
-                        })
-                        .sum();
+                    let wrong = group.wrong_elements(rank, n, bytes, es, &got);
                     if wrong > 0 {
                         eprintln!("rank {rank}: {name} of {bytes} bytes: {wrong} wrong elements");
                     }

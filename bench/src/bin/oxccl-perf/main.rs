@@ -153,6 +153,30 @@ fn group_pattern(from: usize, to: usize, bytes: usize) -> Vec<u8> {
     (0..bytes).map(|i| ((from * 131 + to * 37 + i * 7 + i / 251 + 13) % 251) as u8).collect()
 }
 
+impl Group {
+    /// `rank`'s send buffer for a checked group of blocks of `bytes`: each block sent
+    /// holds [`group_pattern`] of `rank` and its receiver.
+    fn send_image(self, rank: usize, n: usize, bytes: usize) -> Vec<u8> {
+        let mut out = vec![0u8; bytes * self.blocks(n)];
+        for (_, peer, block) in self.transfers(rank, n).into_iter().filter(|t| t.0) {
+            out[block * bytes..(block + 1) * bytes].copy_from_slice(&group_pattern(rank, peer, bytes));
+        }
+        out
+    }
+
+    /// Elements of `es` bytes of `rank`'s receive buffer `got` that differ from what each
+    /// sender's [`Group::send_image`] put in its block.
+    fn wrong_elements(self, rank: usize, n: usize, bytes: usize, es: usize, got: &[u8]) -> usize {
+        let receives = self.transfers(rank, n).into_iter().filter(|t| !t.0);
+        receives
+            .map(|(_, peer, block)| {
+                let expected = group_pattern(peer, rank, bytes);
+                got[block * bytes..(block + 1) * bytes].chunks(es).zip(expected.chunks(es)).filter(|(a, b)| a != b).count()
+            })
+            .sum()
+    }
+}
+
 impl Kind {
     fn parse(name: &str) -> Result<Kind, String> {
         let name = name.trim_end_matches("_perf");
@@ -528,15 +552,11 @@ fn check_row(plan: &Plan, comm: &Communicator, count: usize, in_place: bool) -> 
             if bytes == 0 {
                 return Ok(0);
             }
-            let transfers = group.transfers(rank, n);
-            let mut out = vec![0u8; bytes * group.blocks(n)];
-            for &(_, peer, block) in transfers.iter().filter(|t| t.0) {
-                out[block * bytes..(block + 1) * bytes].copy_from_slice(&group_pattern(rank, peer, bytes));
-            }
-            let mut got = vec![0xA5u8; bytes * group.blocks(n)];
+            let out = group.send_image(rank, n, bytes);
+            let mut got = vec![0xA5u8; out.len()];
             let mut g = comm.group();
             let mut receives: Vec<Option<&mut [u8]>> = got.chunks_mut(bytes).map(Some).collect();
-            for &(sends, peer, block) in &transfers {
+            for (sends, peer, block) in group.transfers(rank, n) {
                 if sends {
                     g.send(&out[block * bytes..(block + 1) * bytes], peer)?;
                 } else {
@@ -544,11 +564,7 @@ fn check_row(plan: &Plan, comm: &Communicator, count: usize, in_place: bool) -> 
                 }
             }
             g.end()?;
-            let wrong = transfers.iter().filter(|t| !t.0).map(|&(_, peer, block)| {
-                let expected = group_pattern(peer, rank, bytes);
-                got[block * bytes..(block + 1) * bytes].chunks(es).zip(expected.chunks(es)).filter(|(a, b)| a != b).count()
-            });
-            Ok(wrong.sum())
+            Ok(group.wrong_elements(rank, n, bytes, es, &got))
         }
     }
 }
