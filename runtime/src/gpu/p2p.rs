@@ -55,17 +55,12 @@ impl GpuBackend {
         let own = |send: bool| ops.iter().filter(move |o| o.send == send && o.peer == rank && o.bytes > 0);
         let ll_limit = inner.p2p_ll.get().map_or(0, |p| p.limit);
         // Copies up to the LL limit run in the LL launch (a lane of their own: no copy
-        // launch of its own, a few µs less); larger ones as driver copies.
-        let mut ll = Vec::new();
+        // launch of its own, a few µs less); larger ones in the Simple launch beside its
+        // transfers, or as driver copies where it has none.
+        let (mut ll, mut copies) = (Vec::new(), Vec::new());
         for (s, r) in own(true).zip(own(false)) {
-            if s.addr == r.addr {
-                continue;
-            }
-            if s.bytes <= ll_limit {
-                ll.extend([*s, *r]);
-            } else {
-                // SAFETY: both are the caller's device buffers of `bytes` (its contract).
-                driver::check(unsafe { cudarc::driver::sys::cuMemcpyDtoDAsync_v2(r.addr, s.addr, s.bytes, stream) }, || "copying a send to this rank".into())?;
+            if s.addr != r.addr {
+                (if s.bytes <= ll_limit { &mut ll } else { &mut copies }).extend([*s, *r]);
             }
         }
         // Messages up to the LL limit go over LL (one launch), the rest over the Simple
@@ -73,6 +68,18 @@ impl GpuBackend {
         // two launches never wait for each other's messages, so their order is free.
         let (small, mut simple): (Vec<P2p>, Vec<P2p>) = ops.iter().copied().filter(|o| o.peer != rank && o.bytes > 0).partition(|o| o.bytes <= ll_limit);
         ll.extend(small);
+        if simple.is_empty() {
+            for pair in copies.chunks(2) {
+                let (s, r) = (pair[0], pair[1]);
+                // SAFETY: both are the caller's device buffers of `bytes` (its contract).
+                driver::check(unsafe { cudarc::driver::sys::cuMemcpyDtoDAsync_v2(r.addr, s.addr, s.bytes, stream) }, || "copying a send to this rank".into())?;
+            }
+        } else {
+            // A driver copy ahead of the launch held its transfers back for as long as it
+            // took: alltoall as a group on 2 H200s, 1 GiB, 1740 µs against the collective's
+            // 1490, whose copy runs beside its sends (docs/PERFORMANCE.md).
+            simple.extend(copies);
+        }
         if ll.is_empty() && simple.is_empty() {
             return Ok(());
         }
@@ -122,7 +129,10 @@ impl GpuBackend {
         let direct = inner.direct_channels(n);
         let neighbours = inner.neighbour_channels.max(direct);
         let cap = |op: &P2p| if ring_neighbour(op, rank, n) { neighbours } else { direct };
-        fold(lanes(ops, |op| inner.p2p_channels(op.bytes).min(cap(op)), inner.geometry.slot_bytes), rank, P2P_MOST_BLOCKS)
+        let (own, others): (Vec<P2p>, Vec<P2p>) = ops.iter().partition(|o| o.peer == rank);
+        let mut lanes = fold(lanes(&others, |op| inner.p2p_channels(op.bytes).min(cap(op)), inner.geometry.slot_bytes), rank, P2P_MOST_BLOCKS);
+        lanes.extend(copy_lanes(&own, |op| inner.p2p_channels(op.bytes).min(direct)));
+        lanes
     }
 }
 
@@ -255,6 +265,25 @@ fn lanes(ops: &[P2p], channels: impl Fn(&P2p) -> usize, slot_bytes: usize) -> Ve
         }
     }
     lanes.into_values().collect()
+}
+
+/// Lanes of copies for `own`, a rank's sends to itself and its receives from itself (the
+/// k-th send with the k-th receive), each copy split over `channels(send)` lanes as a
+/// transfer is: blocks beside the transfers' (never folded with them), as the direct
+/// alltoall copies a rank's own block.
+fn copy_lanes(own: &[P2p], channels: impl Fn(&P2p) -> usize) -> Vec<Vec<algo::Step>> {
+    let side = |send: bool| own.iter().filter(move |o| o.send == send);
+    let mut lanes: Vec<Vec<algo::Step>> = Vec::new();
+    for (s, r) in side(true).zip(side(false)) {
+        for (channel, (offset, len)) in algo::split_channels(s.bytes, channels(s).max(1), P2P_GRANULE).enumerate().filter(|(_, (_, len))| *len > 0) {
+            if lanes.len() <= channel {
+                lanes.resize_with(channel + 1, Vec::new);
+            }
+            let (src, dst) = (algo::Slice::send(s.addr as usize + offset, len), algo::Slice::recv(r.addr as usize + offset, len));
+            lanes[channel].push(algo::Step::Copy { src, dst });
+        }
+    }
+    lanes
 }
 
 /// Whether `op` of `rank` (of `n`) goes along the ring: a send to the next rank or a
@@ -768,6 +797,34 @@ mod tests {
                         assert_eq!(delivered, expected, "{collective:?} n={n} root={root} in_place={in_place}");
                     }
                 }
+            }
+        }
+    }
+
+    /// A rank's copies to itself: the k-th send to the k-th receive, every byte once, each
+    /// split over its channels (a lane each), nothing over a link.
+    #[test]
+    fn copies_to_oneself_cover_each_byte_once_on_lanes_of_their_own() {
+        for &bytes in &[1usize, 17, 4096, 65536 * 3 + 5, 1 << 20] {
+            let own = [
+                P2p { send: true, peer: 2, addr: 0x1000, bytes },
+                P2p { send: false, peer: 2, addr: 0x50_0000, bytes },
+                P2p { send: true, peer: 2, addr: 0x20_0000, bytes: bytes + 3 },
+                P2p { send: false, peer: 2, addr: 0x90_0000, bytes: bytes + 3 },
+            ];
+            let lanes = copy_lanes(&own, channels);
+            assert_eq!(lanes.len(), channels(&own[0]).max(channels(&own[2])), "{bytes} bytes");
+            for (s, r) in [(own[0], own[1]), (own[2], own[3])] {
+                let mut covered = vec![0u8; s.bytes];
+                for step in lanes.iter().flatten() {
+                    let Step::Copy { src, dst } = *step else { panic!("{step:?} in a copy lane") };
+                    if src.offset >= s.addr as usize && src.offset < s.addr as usize + s.bytes {
+                        let at = src.offset - s.addr as usize;
+                        assert_eq!(dst.offset, r.addr as usize + at, "the same place in the receive");
+                        covered[at..at + src.count].iter_mut().for_each(|c| *c += 1);
+                    }
+                }
+                assert!(covered.iter().all(|&c| c == 1), "{bytes} bytes: a byte copied {:?} times", covered.iter().find(|&&c| c != 1));
             }
         }
     }
