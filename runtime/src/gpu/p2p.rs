@@ -267,10 +267,13 @@ fn lanes(ops: &[P2p], channels: impl Fn(&P2p) -> usize, slot_bytes: usize) -> Ve
     lanes.into_values().collect()
 }
 
+/// The most bytes one copy step moves (a step's size is 32 bits on the GPU).
+const COPY_STEP_BYTES: usize = 1 << 30;
+
 /// Lanes of copies for `own`, a rank's sends to itself and its receives from itself (the
 /// k-th send with the k-th receive), each copy split over `channels(send)` lanes as a
-/// transfer is: blocks beside the transfers' (never folded with them), as the direct
-/// alltoall copies a rank's own block.
+/// transfer is, in steps of at most [`COPY_STEP_BYTES`]: blocks beside the transfers'
+/// (never folded with them), as the direct alltoall copies a rank's own block.
 fn copy_lanes(own: &[P2p], channels: impl Fn(&P2p) -> usize) -> Vec<Vec<algo::Step>> {
     let side = |send: bool| own.iter().filter(move |o| o.send == send);
     let mut lanes: Vec<Vec<algo::Step>> = Vec::new();
@@ -279,8 +282,9 @@ fn copy_lanes(own: &[P2p], channels: impl Fn(&P2p) -> usize) -> Vec<Vec<algo::St
             if lanes.len() <= channel {
                 lanes.resize_with(channel + 1, Vec::new);
             }
-            let (src, dst) = (algo::Slice::send(s.addr as usize + offset, len), algo::Slice::recv(r.addr as usize + offset, len));
-            lanes[channel].push(algo::Step::Copy { src, dst });
+            for (o, c) in algo::chunks(offset, len, COPY_STEP_BYTES) {
+                lanes[channel].push(algo::Step::Copy { src: algo::Slice::send(s.addr as usize + o, c), dst: algo::Slice::recv(r.addr as usize + o, c) });
+            }
         }
     }
     lanes
