@@ -172,6 +172,36 @@ fn direct_channels(max: usize, nranks: usize) -> usize {
 /// The ring runs a block a channel.
 const DIRECT_MOST_CHANNELS: usize = 64;
 
+/// An out-of-place alltoall's `lanes` (a lane per peer, direction and channel, then as many
+/// copying the rank's own block) on channels beyond `most` run in the lane of the channel
+/// `most` below, after it: its sends, its receives and its copies on as many blocks as
+/// `most` channels take, where in place (no copy lanes) a lane per channel both sends and
+/// receives. Both ends of a connection put it in the same place in their lanes' orders, so
+/// nothing waits for a message queued behind another. Lanes 2·`most` channels take at most.
+fn two_channels_a_lane(lanes: Vec<Vec<algo::Step>>, most: usize) -> Vec<Vec<algo::Step>> {
+    // A lane's key: (kind, peer, channel), the copies numbered in order.
+    let mut copies = 0;
+    let keyed: Vec<((u8, usize, usize), Vec<algo::Step>)> = lanes
+        .into_iter()
+        .map(|lane| {
+            let key = match lane.first() {
+                Some(algo::Step::Send { to, .. }) => (0, to.peer, to.channel),
+                Some(algo::Step::Recv { from, .. }) => (1, from.peer, from.channel),
+                _ => {
+                    copies += 1;
+                    (2, 0, copies - 1)
+                }
+            };
+            (key, lane)
+        })
+        .collect();
+    let mut merged: std::collections::BTreeMap<(u8, usize, usize), Vec<algo::Step>> = Default::default();
+    for ((kind, peer, channel), lane) in keyed.into_iter() {
+        merged.entry((kind, peer, channel % most)).or_default().extend(lane);
+    }
+    merged.into_values().collect()
+}
+
 /// Mapped host ints: [0] the abort flag; [4..9] the kernels' status (`status::WORDS`:
 /// code, lane, step, kernel, peer); [12] a 1, the source of the copies that raise this
 /// rank's `gone` flag in its peers' memory; [14..16] a u64, the last staged operation the
@@ -661,6 +691,9 @@ impl GpuBackend {
         }
         let lanes = algo::plan_call(shape, algorithm, self.rank(), all_to_all_in_place).map_err(|e| Error::invalid(e.to_string()))?;
         let mut lanes: Vec<_> = lanes.into_iter().filter(|l| !l.is_empty()).collect();
+        if key.collective == Collective::AllToAll && !all_to_all_in_place && algorithm == Algorithm::Direct && shape.channels > DIRECT_MOST_CHANNELS {
+            lanes = two_channels_a_lane(lanes, DIRECT_MOST_CHANNELS);
+        }
         if key.collective == Collective::Broadcast {
             // The root's copy into its own output ends each ring lane; a block of its own
             // runs it beside the sends. Out of place it touches nothing the sends do; in
@@ -900,6 +933,38 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An out-of-place alltoall of 2 ranks on 128 channels runs on as many blocks as on 64:
+    /// each step once, every connection end in one lane, each lane's connections in
+    /// ascending order of channel (both ends alike), its copies split as before.
+    #[test]
+    fn alltoall_lanes_take_two_channels_each() {
+        let shape = algo::Shape { collective: Collective::AllToAll, count: 1 << 20, nranks: 2, root: 0, chunk: 4096, channels: 128, per_host: 2 };
+        for rank in 0..2 {
+            let lanes = algo::plan_call(shape, Algorithm::Direct, rank, false).unwrap();
+            assert_eq!(lanes.len(), 3 * 128);
+            let merged = two_channels_a_lane(lanes.clone(), 64);
+            assert_eq!(merged.len(), 3 * 64);
+            let mut before: Vec<String> = lanes.iter().flatten().map(|s| format!("{s:?}")).collect();
+            let mut after: Vec<String> = merged.iter().flatten().map(|s| format!("{s:?}")).collect();
+            before.sort();
+            after.sort();
+            assert_eq!(before, after, "each step once");
+            let mut owner = std::collections::HashMap::new();
+            for (i, lane) in merged.iter().enumerate() {
+                let links: Vec<algo::Link> = lane.iter().filter_map(|s| s.sends().or(s.receives())).collect();
+                assert!(links.windows(2).all(|w| w[0].channel <= w[1].channel), "lane {i}: channels out of order");
+                assert!(links.iter().all(|l| l.channel % 64 == links[0].channel % 64), "lane {i}: channels c and c + 64 only");
+                for s in lane {
+                    if let Some(end) = s.sends().map(|l| (true, l)).or(s.receives().map(|l| (false, l))) {
+                        assert_eq!(*owner.entry(end).or_insert(i), i, "{end:?} in two lanes");
+                    }
+                }
+                let copies = lane.iter().filter(|s| matches!(s, algo::Step::Copy { .. })).count();
+                assert!(copies == 0 || copies == lane.len(), "lane {i}: copies beside transfers");
+            }
+        }
+    }
 
     fn protocols(algo: Option<&str>) -> Protocols {
         Protocols::new(&oxccl_tuning::Selection::parse(algo, None).unwrap())

@@ -228,13 +228,15 @@ impl Rules<'_> {
         let (n, bytes) = (self.nranks, count * dtype.size());
         let (min, max) = (self.min_channels, self.max_channels);
         // Over the direct exchange's connections (channels 0 to direct_channels); two-shot
-        // all_reduce takes two a part, one per phase. A gather of 2 ranks on one host flows
-        // one way, into the root, and takes the ring's connections too (init connects all
-        // `max` of them both ways to the one peer): 1448 µs at 1 GiB on 2 H200s against 1489
-        // on 64 (NCCL 1454); scatter, the other way, gained nothing (docs/PERFORMANCE.md).
+        // all_reduce takes two a part, one per phase. With 2 ranks on one host init connects
+        // the ring's `max` channels both ways to the one peer, and two exchanges take them
+        // too: a gather, which flows one way into the root (1448 µs at 1 GiB on 2 H200s
+        // against 1489 on 64, NCCL 1454; scatter, the other way, gained nothing), and
+        // alltoall, whose lanes in place each send and receive (out of place its plan runs
+        // two channels a lane, GpuBackend::plan, so as not to double its blocks).
         let most = match algorithm {
             Algorithm::Direct if collective == Collective::AllReduce && n > 2 => (direct_channels(max, n) / 2).max(1),
-            Algorithm::Direct if collective == Collective::Gather && n == 2 && !self.across_hosts => max,
+            Algorithm::Direct if matches!(collective, Collective::Gather | Collective::AllToAll) && n == 2 && !self.across_hosts => max,
             Algorithm::Direct | Algorithm::Doubling => direct_channels(max, n),
             _ => max,
         };
@@ -360,6 +362,8 @@ mod tests {
         let direct = |lanes| ("schedule", Some((Algorithm::Direct, false, lanes)));
         assert_eq!(float_route(&two, Collective::Gather, 1 << 30), direct(128), "a gather of 2 ranks on the ring's connections too");
         assert_eq!(float_route(&two, Collective::Scatter, 1 << 30), direct(64));
+        assert_eq!(float_route(&two, Collective::AllToAll, 1 << 30), direct(128));
+        assert_eq!(float_route(&routes(&[], 2, true, None), Collective::Gather, 1 << 30).1.map(|(_, _, lanes)| lanes <= 64), Some(true), "not across hosts");
         assert_eq!(float_route(&four, Collective::Gather, 1 << 30), direct(21), "the direct share of 64 from 3 ranks");
         let three = routes(&[], 3, false, None);
         assert_eq!(float_route(&three, Collective::AllReduce, 3 << 20), ring(false, 48), "no two shots on 3 ranks");

@@ -214,3 +214,50 @@ fn large_messages() {
     warm_kernel_cache();
     threads(2, g, large);
 }
+
+/// alltoall with one rank in place and the other out of place (each decides alone; their
+/// plans pair: in place a lane a channel sends and receives, out of place two channels a
+/// lane on 2 ranks' 128): 2 ranks, blocks from 64 KiB + 4 (the Simple exchange) to 16 MiB
+/// + 4 (128 channels), each element checked; a wrong pairing deadlocks (the collective
+/// timeout ends it) or corrupts.
+#[test]
+fn alltoall_in_place_on_one_rank_only() {
+    let Some(g) = gpus() else { return };
+    let comms = init_all(&[0, 1 % g], &config_with(&[("OXCCL_COLL_TIMEOUT_MS", "20000")]));
+    let value = |from: usize, to: usize, i: usize| (from * 1_000_000 + to * 100_000 + i % 99_991) as f32;
+    std::thread::scope(|s| {
+        for c in &comms {
+            s.spawn(move || {
+                let (rank, n) = (c.rank(), c.nranks());
+                let stream = c.stream().unwrap();
+                // Allocated once: freeing GPU memory mid-run would wait for a kernel of a
+                // rank sharing the GPU (see Buffers).
+                let counts = [(64 << 10) / 4 + 1, (1 << 20) + 1, (4 << 20) + 1];
+                let most = n * counts[2] * 4;
+                let send = c.alloc(most).unwrap();
+                let recv = if rank == 0 { None } else { Some(c.alloc(most).unwrap()) };
+                let out = recv.as_ref().unwrap_or(&send);
+                for count in counts {
+                    let input: Vec<f32> = (0..n).flat_map(|to| (0..count).map(move |i| value(rank, to, i))).collect();
+                    let bytes: Vec<u8> = bytemuck::cast_slice(&input).to_vec();
+                    send.upload(&bytes).unwrap();
+                    // SAFETY: buffers of n * count floats, synchronized before they are read or freed.
+                    unsafe { c.launch_collective(Collective::AllToAll, send.ptr(), out.ptr(), count, DataType::Float32, ReduceOp::Sum, 0, stream.raw()).unwrap() };
+                    c.wait(&stream).unwrap();
+                    let mut got = vec![0u8; bytes.len()];
+                    out.download(&mut got).unwrap();
+                    let got: &[f32] = bytemuck::cast_slice(&got);
+                    for from in 0..n {
+                        let wrong = (0..count).filter(|&i| got[from * count + i] != value(from, rank, i)).count();
+                        assert_eq!(wrong, 0, "rank {rank} ({}): {wrong} wrong of {count} from rank {from}", if rank == 0 { "in place" } else { "out of place" });
+                    }
+                }
+            });
+        }
+    });
+    std::thread::scope(|s| {
+        for c in comms {
+            s.spawn(move || drop(c));
+        }
+    });
+}
