@@ -173,11 +173,11 @@ fn direct_channels(max: usize, nranks: usize) -> usize {
 const DIRECT_MOST_CHANNELS: usize = 64;
 
 /// An out-of-place alltoall's `lanes` (a lane per peer, direction and channel, then as many
-/// copying the rank's own block) on channels beyond `most` run in the lane of the channel
-/// `most` below, after it: its sends, its receives and its copies on as many blocks as
-/// `most` channels take, where in place (no copy lanes) a lane per channel both sends and
-/// receives. Both ends of a connection put it in the same place in their lanes' orders, so
-/// nothing waits for a message queued behind another. Lanes 2·`most` channels take at most.
+/// copying the rank's own block) on as many blocks as `most` channels take: channel c's
+/// lane of each kind runs channel c + `most`'s after its own (and c + 2·`most`'s after
+/// that), the copy lanes likewise, where in place (no copy lanes) a lane per channel both
+/// sends and receives. Both ends of a connection put it at the same place in their lanes'
+/// orders (ascending channels), so no lane waits for a message queued behind another.
 fn two_channels_a_lane(lanes: Vec<Vec<algo::Step>>, most: usize) -> Vec<Vec<algo::Step>> {
     // A lane's key: (kind, peer, channel), the copies numbered in order.
     let mut copies = 0;

@@ -805,6 +805,30 @@ mod tests {
         }
     }
 
+    /// alltoall of 2 ranks on 128 channels, each rank in place (a lane a channel that sends
+    /// each chunk and then receives over it) or out of place (two channels a lane,
+    /// `two_channels_a_lane`): all four pairings deliver every message in order over FIFOs
+    /// of one slot, whatever order the blocks move in (copies left out: they touch no link).
+    #[test]
+    fn alltoall_of_two_ranks_pairs_in_and_out_of_place_on_one_slot() {
+        let shape = algo::Shape { collective: Collective::AllToAll, count: 3 * 4096 * 128 + 5, nranks: 2, root: 0, chunk: 4096, channels: 128, per_host: 2 };
+        let plan = |rank: usize, in_place: bool| -> Vec<Vec<Step>> {
+            let lanes = algo::plan_call(shape, algo::Algorithm::Direct, rank, in_place).unwrap();
+            let lanes = if in_place { lanes } else { super::super::two_channels_a_lane(lanes, 64) };
+            lanes.into_iter().map(|l| l.into_iter().filter(|s| !matches!(s, Step::Copy { .. })).collect::<Vec<_>>()).filter(|l| !l.is_empty()).collect()
+        };
+        for (a, b) in [(false, false), (true, false), (false, true), (true, true)] {
+            let blocks = [plan(0, a), plan(1, b)];
+            // In place 128 lanes; out of place 64 send and 64 receive lanes.
+            assert_eq!(blocks[0].len(), 128, "rank 0's blocks with links");
+            for seed in 0..4 {
+                if let Err(e) = run_blocks(&blocks, 1, seed) {
+                    panic!("rank 0 in place {a}, rank 1 in place {b}, seed {seed}: {e}");
+                }
+            }
+        }
+    }
+
     /// A rank's copies to itself: the k-th send to the k-th receive, every byte once, each
     /// split over its channels (a lane each), nothing over a link.
     #[test]
