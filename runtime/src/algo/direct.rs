@@ -112,8 +112,8 @@ pub(super) fn lanes(shape: &Shape, rank: usize) -> Vec<Lane> {
 /// with it) and leaves the rank's own block where it is. Each send after a lane's first
 /// waits for the receive before it, so a receiving proxy must not hold a link's messages
 /// back to complete them as a group ([`Planned::sends_independently`] says so for it).
-/// Every rank sends chunk k
-/// before it waits for the peer's chunk k, so a FIFO of one slot suffices.
+/// Every rank sends chunk k before it waits for the peer's chunk k, so a FIFO of one slot
+/// suffices.
 ///
 /// [`Planned::sends_independently`]: super::Planned::sends_independently
 pub fn all_to_all_in_place(shape: &Shape, rank: usize) -> Vec<Lane> {

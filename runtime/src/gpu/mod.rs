@@ -179,24 +179,15 @@ const DIRECT_MOST_CHANNELS: usize = 64;
 /// sends and receives. Both ends of a connection put it at the same place in their lanes'
 /// orders (ascending channels), so no lane waits for a message queued behind another.
 fn two_channels_a_lane(lanes: Vec<Vec<algo::Step>>, most: usize) -> Vec<Vec<algo::Step>> {
-    // A lane's key: (kind, peer, channel), the copies numbered in order.
-    let mut copies = 0;
-    let keyed: Vec<((u8, usize, usize), Vec<algo::Step>)> = lanes
-        .into_iter()
-        .map(|lane| {
-            let key = match lane.first() {
-                Some(algo::Step::Send { to, .. }) => (0, to.peer, to.channel),
-                Some(algo::Step::Recv { from, .. }) => (1, from.peer, from.channel),
-                _ => {
-                    copies += 1;
-                    (2, 0, copies - 1)
-                }
-            };
-            (key, lane)
-        })
-        .collect();
+    // Keyed (kind, peer, channel), the copy lanes numbered in their order.
+    let mut copies = 0..;
     let mut merged: std::collections::BTreeMap<(u8, usize, usize), Vec<algo::Step>> = Default::default();
-    for ((kind, peer, channel), lane) in keyed.into_iter() {
+    for lane in lanes {
+        let (kind, peer, channel) = match lane.first() {
+            Some(algo::Step::Send { to, .. }) => (0, to.peer, to.channel),
+            Some(algo::Step::Recv { from, .. }) => (1, from.peer, from.channel),
+            _ => (2, 0, copies.next().expect("an unbounded count")),
+        };
         merged.entry((kind, peer, channel % most)).or_default().extend(lane);
     }
     merged.into_values().collect()

@@ -51,11 +51,7 @@ fn ranks_on_separate_hosts_run_kernels_over_the_network() {
             // yielded for good: ~50 clock ticks a thread in half a second).
             let busy = common::proxy_threads_idle().1;
             assert!(busy <= 10, "{n} ranks: the proxy threads used {busy} clock ticks of CPU in 500 ms after the kernels were done");
-            std::thread::scope(|s| {
-                for c in comms {
-                    s.spawn(move || drop(c));
-                }
-            });
+            destroy_all(comms);
             assert!(failures.is_empty(), "{n} ranks on separate hosts, {inputs:?} inputs: {} failures:\n{}", failures.len(), failures[..failures.len().min(30)].join("\n"));
             eprintln!("{n} ranks (threads, separate hosts, kernels over the network) on GPUs {devices:?}: {} cases ok ({inputs:?} inputs)", which(n).len());
         }
@@ -109,11 +105,7 @@ fn the_tree_across_hosts_runs_on_the_network_kernels() {
         for (c, before) in comms.iter().zip(&before) {
             assert!(c.net_receive_stats().0 > *before, "rank {}: nothing was received over the Net", c.rank());
         }
-        std::thread::scope(|s| {
-            for c in comms {
-                s.spawn(move || drop(c));
-            }
-        });
+        destroy_all(comms);
         assert!(failures.is_empty(), "the tree across hosts {hosts:?}: {} failures:\n{}", failures.len(), failures[..failures.len().min(30)].join("\n"));
         eprintln!("the tree across hosts {hosts:?} on GPUs {devices:?}: {} all_reduce cases ok", cases.len());
     }
@@ -162,11 +154,7 @@ fn pxn_relays_kernel_sends_onto_the_receivers_rail() {
             }
         }
     }
-    std::thread::scope(|s| {
-        for c in comms {
-            s.spawn(move || drop(c));
-        }
-    });
+    destroy_all(comms);
     assert!(failures.is_empty(), "PXN across rails lo and {other}: {} failures:\n{}", failures.len(), failures[..failures.len().min(30)].join("\n"));
     assert!(relayed > 0, "no send was relayed");
     eprintln!("PXN across rails lo and {other} on GPUs {devices:?}: {} cases ok, {relayed} relayed sends", cases.len());
@@ -213,11 +201,7 @@ fn send_recv_groups_on_separate_hosts(config: &Config, how: &str) {
         for (c, before) in comms.iter().zip(before) {
             assert!(c.net_receive_stats().0 > before, "rank {}: no receive over the Net", c.rank());
         }
-        std::thread::scope(|s| {
-            for c in comms {
-                s.spawn(move || drop(c));
-            }
-        });
+        destroy_all(comms);
         eprintln!("{n} ranks (separate hosts, {how}) on GPUs {devices:?}: {} send/recv groups ok in {:.1?}", groups.len(), start.elapsed());
     }
 }

@@ -165,6 +165,15 @@ fn threads_with(n: usize, gpus: usize, which: fn(usize) -> Vec<Case>, inputs: In
     run_matrix(init_all(&devices, config), &devices, which, inputs, "threads");
 }
 
+/// Destroys `comms` at once, a thread each: a rank's destruction waits for its peers'.
+fn destroy_all(comms: Vec<Communicator>) {
+    std::thread::scope(|s| {
+        for c in comms {
+            s.spawn(move || drop(c));
+        }
+    });
+}
+
 /// Runs `which` cases on every rank of `comms` (threads), checks them, and frees the ranks.
 fn run_matrix(comms: Vec<Communicator>, devices: &[usize], which: fn(usize) -> Vec<Case>, inputs: Inputs, how: &str) {
     let (start, n) = (Instant::now(), comms.len());
@@ -172,11 +181,7 @@ fn run_matrix(comms: Vec<Communicator>, devices: &[usize], which: fn(usize) -> V
         let handles: Vec<_> = comms.iter().map(|c| s.spawn(move || run_cases(c, &which(c.nranks()), inputs))).collect();
         handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
     });
-    std::thread::scope(|s| {
-        for c in comms {
-            s.spawn(move || drop(c));
-        }
-    });
+    destroy_all(comms);
     assert!(failures.is_empty(), "{n} ranks on GPUs {devices:?}, {inputs:?} inputs: {} failures:\n{}", failures.len(), failures[..failures.len().min(30)].join("\n"));
     eprintln!("{n} ranks ({how}) on GPUs {devices:?}: {} cases ok ({inputs:?} inputs) in {:.1?}", which(n).len(), start.elapsed());
 }

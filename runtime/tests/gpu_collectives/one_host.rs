@@ -255,9 +255,5 @@ fn alltoall_in_place_on_one_rank_only() {
             });
         }
     });
-    std::thread::scope(|s| {
-        for c in comms {
-            s.spawn(move || drop(c));
-        }
-    });
+    destroy_all(comms);
 }

@@ -41,11 +41,7 @@ fn send_and_receive_between_every_pair() {
                 });
             }
         });
-        std::thread::scope(|s| {
-            for c in comms {
-                s.spawn(move || drop(c));
-            }
-        });
+        destroy_all(comms);
         eprintln!("{n} ranks: send/recv between every pair ok");
     }
 }
@@ -112,11 +108,7 @@ fn run_p2p_groups_on_every_rank(comms: Vec<Communicator>, groups: &[Vec<Message>
         }
     });
     let took = start.elapsed();
-    std::thread::scope(|s| {
-        for c in comms {
-            s.spawn(move || drop(c));
-        }
-    });
+    destroy_all(comms);
     took
 }
 
