@@ -217,9 +217,9 @@ fn large_messages() {
 
 /// alltoall with one rank in place and the other out of place (each decides alone; their
 /// plans pair: in place a lane a channel sends and receives, out of place two channels a
-/// lane on 2 ranks' 128): 2 ranks, blocks from 64 KiB + 4 (the Simple exchange) to 16 MiB
-/// + 4 (128 channels), each element checked; a wrong pairing deadlocks (the collective
-/// timeout ends it) or corrupts.
+/// lane on 2 ranks' 128): 2 ranks, blocks from 64 KiB and 4 bytes (the Simple exchange) to
+/// 16 MiB and 4 bytes (128 channels), each element checked; a wrong pairing deadlocks (the
+/// collective timeout ends it) or corrupts.
 #[test]
 fn alltoall_in_place_on_one_rank_only() {
     let Some(g) = gpus() else { return };
