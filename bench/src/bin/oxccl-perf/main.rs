@@ -146,14 +146,7 @@ impl Group {
             Group::AllPeers => n,
         }
     }
-}
 
-/// The bytes rank `from` sends rank `to` in a checked group: a pattern of both.
-fn group_pattern(from: usize, to: usize, bytes: usize) -> Vec<u8> {
-    (0..bytes).map(|i| ((from * 131 + to * 37 + i * 7 + i / 251 + 13) % 251) as u8).collect()
-}
-
-impl Group {
     /// `rank`'s send buffer for a checked group of blocks of `bytes`: each block sent
     /// holds [`group_pattern`] of `rank` and its receiver.
     fn send_image(self, rank: usize, n: usize, bytes: usize) -> Vec<u8> {
@@ -175,6 +168,11 @@ impl Group {
             })
             .sum()
     }
+}
+
+/// The bytes rank `from` sends rank `to` in a checked group: a pattern of both.
+fn group_pattern(from: usize, to: usize, bytes: usize) -> Vec<u8> {
+    (0..bytes).map(|i| ((from * 131 + to * 37 + i * 7 + i / 251 + 13) % 251) as u8).collect()
 }
 
 impl Kind {

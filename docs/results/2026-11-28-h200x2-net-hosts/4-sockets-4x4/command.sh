@@ -22,4 +22,5 @@ for f in $r/l*/net-*.txt; do printf "%s: " $(basename $f .txt); grep -E "^ +[0-9
 echo quit | nvidia-cuda-mps-control
 pack
 echo "total $((SECONDS-start)) s"
-TAG=x2-4 LAYOUTS="2x1 4x2" LIBS="oxccl-env-s44 oxccl-env-nohelp nccl-best" timeout 190 bash gpu-bin/ab-helpers.sh
+# The call (from the repository root, gpu-bin/ and .nccl-tests/ carried):
+# TAG=x2-4 LAYOUTS="2x1 4x2" LIBS="oxccl-env-s44 oxccl-env-nohelp nccl-best" timeout 190 bash gpu-bin/ab-helpers.sh
