@@ -21,7 +21,9 @@
 # NET_MAX (default 128M), NET_ITERS (20), NET_TIMEOUT (per run, 150 s), NET_ARGS (more
 # nccl-tests arguments, e.g. "-C 1": the host's time to issue a call), NET_TRACE (1: oxccl's
 # runs write their proxy timelines, OXCCL_PROXY_TRACE, under traces/<table>/, summarized by
-# scripts/proxy-trace-summary.py into trace-<table>.txt), NET_PER_HOST
+# scripts/proxy-trace-summary.py into trace-<table>.txt), NET_SAMPLE (1: each run's count
+# of runnable threads on the machine, and which they are when more than the cores, by
+# scripts/runnable-sample.py, a line a run in runnable.txt), NET_PER_HOST
 # (default 1: ranks per posed host, consecutive ranks together; with as many GPUs as ranks
 # per host, a host's ranks reach each other over NVLink and the others over the network).
 # NVLink multicast stays off; GPU clocks and modes are never touched.
@@ -124,10 +126,16 @@ for n in ${NET_RANKS:-2 4}; do
         mkdir -p "$traces"
         env+=(-x OXCCL_PROXY_TRACE="$traces/t")
       fi
+      sampler=""
+      if [[ ${NET_SAMPLE:-0} == 1 ]]; then
+        python3 "$here/../scripts/runnable-sample.py" "net-$ranks-$t-$lib" >> "$out/runnable.txt" 2>&1 &
+        sampler=$!
+      fi
       timeout "${NET_TIMEOUT:-150}" mpirun --allow-run-as-root --oversubscribe -np "$n" --bind-to none \
         --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo "${env[@]}" \
         "$wrapper" "$build/${t}_perf" -b 8 -e "${NET_MAX:-128M}" -f 4 -c 1 -n "${NET_ITERS:-20}" -w 5 -g 1 ${NET_ARGS:-} > "$table" 2>&1
       rc=$?
+      [[ -n $sampler ]] && kill -TERM "$sampler" && wait "$sampler"
       wrong=$(grep -o "Out of bounds values : [0-9]*" "$table" | grep -o "[0-9]*$")
       echo "$n ranks as hosts, $t with $lib: exit $rc, wrong ${wrong:-?}" | tee -a "$out/summary.txt"
       if [[ -n $traces ]]; then
