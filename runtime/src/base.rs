@@ -64,14 +64,14 @@ impl Core {
     /// Net is chosen (a plugin or the socket Net) and initialized for this communicator.
     pub fn new(boot: Bootstrap, placement: Placement, config: &Config) -> Result<Arc<Core>> {
         let Placement { same_host, same_machine } = placement;
-        let socket = Arc::new(SocketNet::with_devices(socket_devices(&boot, config), config.socket_max_recvs).with_streams(StreamSettings::from_config(config)));
+        let socket = Arc::new(SocketNet::with_devices(socket_devices(&boot, config), config.socket_max_recvs).with_streams(StreamSettings::from_config(config).without_default_helpers()));
         let chosen = net::open(&config.net_plugin, config.net.as_deref(), vec![socket.clone() as Arc<dyn Net>]).map_err(|e| Error::from_transport("choosing the network (NCCL_NET_PLUGIN, NCCL_NET)", e))?;
         let rails = gather_rails(&boot, chosen.as_ref(), &same_host, config)?;
         // Tells communicators apart in the Net's context (NCCL passes its comm hash).
         static COMMUNICATORS: AtomicU64 = AtomicU64::new(0);
         let number = COMMUNICATORS.fetch_add(1, Ordering::Relaxed);
         let comm_id = u64::from(std::process::id()) << 32 | number;
-        let mut net = NetLinks::new(chosen, comm_id, proxy_threads(config, &same_host), config.bootstrap_timeout)?;
+        let mut net = NetLinks::new(chosen, comm_id, proxy_threads(config, &same_machine), config.bootstrap_timeout)?;
         if let Some(path) = &config.proxy_trace {
             net = net.with_trace(path, number, boot.rank() as usize)?;
         }
@@ -232,15 +232,16 @@ fn mark_far_devices(config: &Config, names: Vec<String>) -> Result<Vec<String>> 
     Ok(names.into_iter().map(|n| if near.contains(&n) { n } else { format!("{}{n}", pxn::FAR) }).collect())
 }
 
-/// OXCCL_PROXY_THREADS, or the default for this host: its cores online (not this process's
-/// affinity: launchers bind ranks) shared by the communicator's ranks on it.
-fn proxy_threads(config: &Config, same_host: &[bool]) -> usize {
+/// OXCCL_PROXY_THREADS, or the default for this machine: its cores online (not this
+/// process's affinity: launchers bind ranks) shared by the communicator's ranks on it
+/// (`same_machine`: ranks posing as other hosts with NCCL_HOSTID run on these cores too).
+fn proxy_threads(config: &Config, same_machine: &[bool]) -> usize {
     if config.proxy_threads != 0 {
         return config.proxy_threads;
     }
     // SAFETY: sysconf has no preconditions.
     let cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
-    crate::proxy::default_threads(cores, same_host.iter().filter(|&&same| same).count())
+    crate::proxy::default_threads(cores, same_machine.iter().filter(|&&same| same).count())
 }
 
 /// A communicator's memory, in bytes, as `ncclCommMemStats` reports it (on the host

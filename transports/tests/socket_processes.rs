@@ -91,7 +91,7 @@ fn accept_child(net: &SocketNet, role: &str) -> (ChildProcess, RecvComm) {
 }
 
 /// 4 helper threads of 4 data sockets each.
-const FOUR_BY_FOUR: StreamSettings = StreamSettings { threads: Some(4), sockets_per_thread: Some(4) };
+const FOUR_BY_FOUR: StreamSettings = StreamSettings { threads: Some(4), sockets_per_thread: Some(4), helpers_by_default: true };
 
 /// Receives `SIZES` from a child process in groups of up to `max_recvs` buffers.
 fn receive_sizes_from_a_child(max_recvs: usize, streams: StreamSettings) {
@@ -195,7 +195,7 @@ fn a_sender_killed_mid_message_fails_the_receive_over_four_threads_of_four_socke
 
 #[test]
 fn a_sender_killed_mid_message_fails_the_receive_without_helpers() {
-    let none = StreamSettings { threads: Some(0), sockets_per_thread: None };
+    let none = StreamSettings { threads: Some(0), ..StreamSettings::default() };
     let err = sender_killed_mid_message(none, "send-and-hang", 64 << 20).to_string();
     assert!(err.contains("the sender closed the control connection"), "{err}");
 }

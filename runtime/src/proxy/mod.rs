@@ -8,8 +8,8 @@
 //! rank's sends and receives, and of the ranks of one process, run on several cores (the
 //! proxy's own work over TCP, but for the pieces of large messages that the socket Net's
 //! helper threads move, NCCL_SOCKET_NTHREADS): `OXCCL_PROXY_THREADS` threads, by default one
-//! per two cores per rank on the host (1 to 4), started by the first communicator to make a
-//! network link.
+//! per two cores per rank on the machine (1 to 8), started by the first communicator to
+//! make a network link.
 //!
 //! A link's FIFO is made by its caller: heap memory for the host executor, pinned host
 //! memory mapped into the GPU for the GPU backend's kernels. A send link connects (in the
@@ -1278,11 +1278,19 @@ impl Proxy {
 }
 
 /// The proxy threads a process starts when OXCCL_PROXY_THREADS does not say (0): one per
-/// two of the host's cores per rank of the communicator on it (`local` ranks: every rank
-/// runs its own), 1 to 4 — enough cores left for the ranks themselves.
-pub(crate) fn default_threads(cores: usize, local: usize) -> usize {
-    (cores / (2 * local.max(1))).clamp(1, 4)
+/// two of the machine's cores per rank of the communicator on the machine (`ranks`: every
+/// rank runs its own; ranks posing as hosts with NCCL_HOSTID share the cores all the same),
+/// 1 to [`MAX_DEFAULT_THREADS`] — enough cores left for the ranks themselves. With the
+/// socket net's copies on the proxy threads (no helper threads, the runtime's default),
+/// this was the fastest of the counts tried on 16 and 32 cores with 2 and 4 ranks
+/// (docs/NET.md, "Proxy threads, and no helpers").
+pub(crate) fn default_threads(cores: usize, ranks: usize) -> usize {
+    (cores / (2 * ranks.max(1))).clamp(1, MAX_DEFAULT_THREADS)
 }
+
+/// The most proxy threads a process starts by default: 2 ranks on 32 cores moved their
+/// data fastest with 8 (16 were slower).
+const MAX_DEFAULT_THREADS: usize = 8;
 
 /// What one pass over a proxy thread's links found.
 struct Pass {
@@ -1414,3 +1422,22 @@ fn progress_all(links: &mut Vec<Box<dyn Progress>>, now: Instant) -> bool {
 
 #[cfg(test)]
 mod device_tests;
+
+#[cfg(test)]
+mod tests {
+    use super::default_threads;
+
+    #[test]
+    fn default_threads_share_the_machine_s_cores_among_its_ranks() {
+        // The measured cases (docs/NET.md): one H200 (16 cores) with 2 and 4 ranks, 2×H200
+        // (32 cores) with 2 and 4.
+        assert_eq!(default_threads(16, 2), 4);
+        assert_eq!(default_threads(16, 4), 2);
+        assert_eq!(default_threads(32, 2), 8);
+        assert_eq!(default_threads(32, 4), 4);
+        // Never none, never past the cap; no rank counted is one.
+        assert_eq!(default_threads(2, 4), 1);
+        assert_eq!(default_threads(2, 0), 1);
+        assert_eq!(default_threads(256, 1), 8);
+    }
+}

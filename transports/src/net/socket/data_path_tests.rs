@@ -34,7 +34,7 @@ const SIZES: [usize; 14] = [
 ];
 
 pub(super) fn net(threads: usize, sockets_per_thread: usize, max_recvs: usize) -> SocketNet {
-    SocketNet::with_max_recvs(LOOPBACK, max_recvs).with_streams(StreamSettings { threads: Some(threads), sockets_per_thread: Some(sockets_per_thread) })
+    SocketNet::with_max_recvs(LOOPBACK, max_recvs).with_streams(StreamSettings { threads: Some(threads), sockets_per_thread: Some(sockets_per_thread), ..StreamSettings::default() })
 }
 
 /// `SIZES` over `threads` x `sockets_per_thread`, `max_recvs` per receive; the helper
