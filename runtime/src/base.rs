@@ -35,6 +35,9 @@ pub(crate) struct Core {
     /// Which ranks run on this rank's machine (host name and boot id, whatever NCCL_HOSTID
     /// says), this one included: those sharing its cores.
     pub same_machine: Vec<bool>,
+    /// Which ranks run in this rank's process (as threads), this one included: those
+    /// sharing its proxy threads.
+    pub same_process: Vec<bool>,
     /// The network links of both backends, progressed by the process's proxy threads, over
     /// the Net that NCCL_NET_PLUGIN and NCCL_NET choose.
     pub net: NetLinks,
@@ -63,7 +66,7 @@ impl Core {
     /// The core over a joined bootstrap, once the ranks know who shares their host: the
     /// Net is chosen (a plugin or the socket Net) and initialized for this communicator.
     pub fn new(boot: Bootstrap, placement: Placement, config: &Config) -> Result<Arc<Core>> {
-        let Placement { same_host, same_machine } = placement;
+        let Placement { same_host, same_machine, same_process } = placement;
         let socket = Arc::new(SocketNet::with_devices(socket_devices(&boot, config), config.socket_max_recvs).with_streams(StreamSettings::from_config(config).without_default_helpers()));
         let chosen = net::open(&config.net_plugin, config.net.as_deref(), vec![socket.clone() as Arc<dyn Net>]).map_err(|e| Error::from_transport("choosing the network (NCCL_NET_PLUGIN, NCCL_NET)", e))?;
         let rails = gather_rails(&boot, chosen.as_ref(), &same_host, config)?;
@@ -71,7 +74,7 @@ impl Core {
         static COMMUNICATORS: AtomicU64 = AtomicU64::new(0);
         let number = COMMUNICATORS.fetch_add(1, Ordering::Relaxed);
         let comm_id = u64::from(std::process::id()) << 32 | number;
-        let mut net = NetLinks::new(chosen, comm_id, proxy_threads(config, &same_machine), config.bootstrap_timeout)?;
+        let mut net = NetLinks::new(chosen, comm_id, proxy_threads(config, &same_machine, &same_process), config.bootstrap_timeout)?;
         if let Some(path) = &config.proxy_trace {
             net = net.with_trace(path, number, boot.rank() as usize)?;
         }
@@ -88,6 +91,7 @@ impl Core {
             abort: AbortFlag::new(),
             same_host,
             same_machine,
+            same_process,
             suspended: AtomicBool::new(false),
             creating: Mutex::new(Vec::new()),
             background_error: Mutex::new(None),
@@ -232,16 +236,19 @@ fn mark_far_devices(config: &Config, names: Vec<String>) -> Result<Vec<String>> 
     Ok(names.into_iter().map(|n| if near.contains(&n) { n } else { format!("{}{n}", pxn::FAR) }).collect())
 }
 
-/// OXCCL_PROXY_THREADS, or the default for this machine: its cores online (not this
-/// process's affinity: launchers bind ranks) shared by the communicator's ranks on it
-/// (`same_machine`: ranks posing as other hosts with NCCL_HOSTID run on these cores too).
-fn proxy_threads(config: &Config, same_machine: &[bool]) -> usize {
+/// OXCCL_PROXY_THREADS, or the default for this process: its share of the machine's cores
+/// online (not this process's affinity: launchers bind ranks), by its ranks among the
+/// communicator's ranks on the machine (`same_machine`: ranks posing as other hosts with
+/// NCCL_HOSTID run on these cores too; `same_process`: ranks run as threads of one
+/// process share its proxy threads).
+fn proxy_threads(config: &Config, same_machine: &[bool], same_process: &[bool]) -> usize {
     if config.proxy_threads != 0 {
         return config.proxy_threads;
     }
     // SAFETY: sysconf has no preconditions.
     let cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
-    crate::proxy::default_threads(cores, same_machine.iter().filter(|&&same| same).count())
+    let count = |same: &[bool]| same.iter().filter(|&&same| same).count();
+    crate::proxy::default_threads(cores, count(same_machine), count(same_process))
 }
 
 /// A communicator's memory, in bytes, as `ncclCommMemStats` reports it (on the host
@@ -276,8 +283,21 @@ pub fn machine_id() -> String {
     format!("{}:{}", oxccl_bootstrap::host_name(), boot_id.trim())
 }
 
-/// Who shares a rank's host, and who its machine, by rank.
+/// Who shares a rank's host, who its machine, and who its process, by rank.
 pub(crate) struct Placement {
     pub same_host: Vec<bool>,
     pub same_machine: Vec<bool>,
+    pub same_process: Vec<bool>,
+}
+
+/// A tag of this process, told apart from every other on any host (a pid may repeat in
+/// two containers of one machine): its pid hashed with keys drawn once per process.
+pub(crate) fn process_tag() -> u64 {
+    static PROCESS: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.finish()
+    });
+    *PROCESS
 }

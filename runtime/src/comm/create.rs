@@ -5,7 +5,7 @@
 
 use oxccl_bootstrap::{AbortFlag, Bootstrap, Config, UniqueId};
 
-use crate::base::{host_id, machine_id, Core, Placement};
+use crate::base::{host_id, machine_id, process_tag, Core, Placement};
 use super::{Backend, Communicator, Memory};
 use crate::error::{Error, Result};
 
@@ -195,7 +195,7 @@ pub(crate) fn join(id: &UniqueId, rank: u32, nranks: u32, config: &Config, abort
 /// needed — the survivors' view is the parent's without the excluded ranks.
 pub(crate) fn shrunk(parent: &Core, boot: Bootstrap, exclude: &[u32], memory: Memory) -> Result<Communicator> {
     let survivors = |all: &[bool]| all.iter().enumerate().filter(|(r, _)| !exclude.contains(&(*r as u32))).map(|(_, &same)| same).collect();
-    let placement = Placement { same_host: survivors(&parent.same_host), same_machine: survivors(&parent.same_machine) };
+    let placement = Placement { same_host: survivors(&parent.same_host), same_machine: survivors(&parent.same_machine), same_process: survivors(&parent.same_process) };
     Communicator::over(Core::new(boot, placement, &parent.config)?, memory)
 }
 
@@ -218,16 +218,46 @@ pub(crate) fn shrink_agreed(parent: &Core, memory: Memory, abort: &AbortFlag) ->
     Ok((built, failed.into_iter().map(|r| r as usize).collect()))
 }
 
-/// Which ranks share this rank's host ([`host_id`]), and which its machine
-/// ([`machine_id`]: the same unless NCCL_HOSTID poses ranks of one machine as hosts).
+/// Which ranks share this rank's host ([`host_id`]), which its machine ([`machine_id`]:
+/// the same unless NCCL_HOSTID poses ranks of one machine as hosts), and which its process
+/// ([`process_tag`]: ranks run as threads of it).
 fn host_peers(boot: &Bootstrap, config: &Config) -> Result<Placement> {
-    let mut record = [0u8; 256];
-    for (i, id) in [host_id(config), machine_id()].iter().enumerate() {
-        let bytes = id.as_bytes();
-        let len = bytes.len().min(128);
-        record[128 * i..128 * i + len].copy_from_slice(&bytes[..len]);
+    const PART: usize = 128;
+    let mut record = [0u8; 3 * PART];
+    for (i, id) in [host_id(config).into_bytes(), machine_id().into_bytes(), process_tag().to_le_bytes().to_vec()].iter().enumerate() {
+        let len = id.len().min(PART);
+        record[PART * i..PART * i + len].copy_from_slice(&id[..len]);
     }
     let all = boot.allgather(&record)?;
-    let same = |part: std::ops::Range<usize>| all.chunks_exact(256).map(|r| r[part.clone()] == record[part.clone()]).collect();
-    Ok(Placement { same_host: same(0..128), same_machine: same(128..256) })
+    let same = |parts: std::ops::Range<usize>| -> Vec<bool> { all.chunks_exact(3 * PART).map(|r| r[parts.clone()] == record[parts.clone()]).collect() };
+    Ok(Placement { same_host: same(0..PART), same_machine: same(PART..2 * PART), same_process: same(PART..3 * PART) })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::bootstrap::Config;
+    use crate::Communicator;
+
+    /// Ranks as threads of this process, posing as hosts "a", "b" and "b": each sees the
+    /// ranks of the host it claims, and every rank on its machine and in its process (whose
+    /// proxy threads they share).
+    #[test]
+    fn ranks_as_threads_share_the_machine_and_the_process_whatever_host_they_claim() {
+        let configs: Vec<Config> = ["a", "b", "b"]
+            .iter()
+            .map(|host| {
+                let mut c = Config::defaults();
+                c.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+                c.set("NCCL_HOSTID", host).unwrap();
+                c
+            })
+            .collect();
+        let comms = Communicator::init_all_with(&configs).unwrap();
+        let (first, second) = (comms[0].core(), comms[1].core());
+        assert_eq!((first.same_host.as_slice(), second.same_host.as_slice()), (&[true, false, false][..], &[false, true, true][..]));
+        for core in [first, second] {
+            assert_eq!(core.same_machine, [true; 3]);
+            assert_eq!(core.same_process, [true; 3]);
+        }
+    }
 }

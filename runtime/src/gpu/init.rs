@@ -258,13 +258,7 @@ fn gpu_id(bus_id: &str) -> [u8; GPU_ID] {
 /// per rank its GPU's id ([`gpu_id`] of `bus_id`, the PCI bus id) then a tag of its
 /// process, told apart from every other on any host.
 fn gather_gpus(core: &Core, bus_id: &str) -> Result<Vec<Vec<u8>>> {
-    static PROCESS: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
-        use std::hash::{BuildHasher, Hasher};
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u32(std::process::id());
-        h.finish()
-    });
-    let mine = [&gpu_id(bus_id)[..], &PROCESS.to_le_bytes()].concat();
+    let mine = [&gpu_id(bus_id)[..], &crate::base::process_tag().to_le_bytes()].concat();
     Ok(core.boot.allgather(&mine)?.chunks_exact(mine.len()).map(<[u8]>::to_vec).collect())
 }
 

@@ -1278,14 +1278,15 @@ impl Proxy {
 }
 
 /// The proxy threads a process starts when OXCCL_PROXY_THREADS does not say (0): one per
-/// two of the machine's cores per rank of the communicator on the machine (`ranks`: every
-/// rank runs its own; ranks posing as hosts with NCCL_HOSTID share the cores all the same),
-/// 1 to [`MAX_DEFAULT_THREADS`] — enough cores left for the ranks themselves. With the
-/// socket net's copies on the proxy threads (no helper threads, the runtime's default),
-/// this was the fastest of the counts tried on 16 and 32 cores with 2 and 4 ranks
-/// (docs/NET.md, "Proxy threads, and no helpers").
-pub(crate) fn default_threads(cores: usize, ranks: usize) -> usize {
-    (cores / (2 * ranks.max(1))).clamp(1, MAX_DEFAULT_THREADS)
+/// two of the machine's cores per rank of the communicator on the machine, for each of the
+/// process's own ranks (`ranks` on the machine, ranks posing as hosts with NCCL_HOSTID
+/// included: they share the cores all the same; `own` of them in this process, which
+/// share its threads), 1 to [`MAX_DEFAULT_THREADS`] — enough cores left for the ranks
+/// themselves. With the socket net's copies on the proxy threads (no helper threads, the
+/// runtime's default), this was the fastest of the counts tried on 16 and 32 cores with 2
+/// and 4 ranks, a process each (docs/NET.md, "Proxy threads, and no helpers").
+pub(crate) fn default_threads(cores: usize, ranks: usize, own: usize) -> usize {
+    (cores * own.max(1) / (2 * ranks.max(own).max(1))).clamp(1, MAX_DEFAULT_THREADS)
 }
 
 /// The most proxy threads a process starts by default: 2 ranks on 32 cores moved their
@@ -1431,13 +1432,17 @@ mod tests {
     fn default_threads_share_the_machine_s_cores_among_its_ranks() {
         // The measured cases (docs/NET.md): one H200 (16 cores) with 2 and 4 ranks, 2×H200
         // (32 cores) with 2 and 4.
-        assert_eq!(default_threads(16, 2), 4);
-        assert_eq!(default_threads(16, 4), 2);
-        assert_eq!(default_threads(32, 2), 8);
-        assert_eq!(default_threads(32, 4), 4);
+        assert_eq!(default_threads(16, 2, 1), 4);
+        assert_eq!(default_threads(16, 4, 1), 2);
+        assert_eq!(default_threads(32, 2, 1), 8);
+        assert_eq!(default_threads(32, 4, 1), 4);
+        // A process of several ranks (threads) gets their share.
+        assert_eq!(default_threads(16, 4, 4), 8);
+        assert_eq!(default_threads(16, 4, 2), 4);
         // Never none, never past the cap; no rank counted is one.
-        assert_eq!(default_threads(2, 4), 1);
-        assert_eq!(default_threads(2, 0), 1);
-        assert_eq!(default_threads(256, 1), 8);
+        assert_eq!(default_threads(2, 4, 1), 1);
+        assert_eq!(default_threads(2, 0, 0), 1);
+        assert_eq!(default_threads(256, 1, 1), 8);
+        assert_eq!(default_threads(16, 1, 3), 8);
     }
 }
