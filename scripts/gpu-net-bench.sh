@@ -22,8 +22,9 @@
 # nccl-tests arguments, e.g. "-C 1": the host's time to issue a call), NET_TRACE (1: oxccl's
 # runs write their proxy timelines, OXCCL_PROXY_TRACE, under traces/<table>/, summarized by
 # scripts/proxy-trace-summary.py into trace-<table>.txt), NET_SAMPLE (1: each run's count
-# of runnable threads on the machine, and which they are when more than the cores, by
-# scripts/runnable-sample.py, a line a run in runnable.txt), NET_PER_HOST
+# of runnable threads on the machine, which they are when more than the cores, and the CPU
+# seconds of its threads by name, by scripts/runnable-sample.py, a line a run in
+# runnable.txt), NET_PER_HOST
 # (default 1: ranks per posed host, consecutive ranks together; with as many GPUs as ranks
 # per host, a host's ranks reach each other over NVLink and the others over the network).
 # NVLink multicast stays off; GPU clocks and modes are never touched.
