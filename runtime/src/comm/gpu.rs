@@ -11,6 +11,23 @@ use crate::call::{self, Addresses};
 use crate::error::{Error, Result};
 use crate::gpu::{CUstream, DeviceBuffer, GpuBackend, P2p, Route, Stream};
 
+/// An enqueue that takes this long is logged (NCCL_DEBUG=INFO): the host's part of a call
+/// (routing, planning and uploading a plan, connecting, loading kernels) is microseconds
+/// once a call's plan is cached, so a longer one is a one-time cost or a wait on the GPU,
+/// and it holds back the rank's next launch.
+const SLOW_ENQUEUE: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Runs `enqueue`, and logs it when it took [`SLOW_ENQUEUE`] or more.
+fn timed(rank: usize, what: impl Fn() -> String, enqueue: impl FnOnce() -> Result<()>) -> Result<()> {
+    let started = std::time::Instant::now();
+    let result = enqueue();
+    let took = started.elapsed();
+    if took >= SLOW_ENQUEUE {
+        tracing::info!(target: crate::log_target::COLL, "rank {rank}: enqueuing {} took {:.2} ms on the host", what(), took.as_secs_f64() * 1e3);
+    }
+    result
+}
+
 impl Communicator {
     /// `devices.len()` ranks of one job in this process, rank i on GPU `devices[i]`.
     pub fn init_all_gpus(devices: &[usize], config: &Config) -> Result<Vec<Communicator>> {
@@ -49,8 +66,9 @@ impl Communicator {
         let gpu = self.gpu(collective.name())?;
         let checked = call::check_collective(collective, send, recv, count, dtype, self.nranks(), self.rank(), root, Addresses::Device)?;
         self.check_usable()?;
+        let what = || format!("{} of {} B", collective.name(), count * dtype.size());
         // SAFETY: the caller's contract; the arguments are checked.
-        unsafe { gpu.enqueue(collective, send, recv, count, dtype, op, root, checked, stream) }
+        timed(self.rank(), what, || unsafe { gpu.enqueue(collective, send, recv, count, dtype, op, root, checked, stream) })
     }
 
     /// Enqueues a group of sends and receives on device buffers on `stream` and returns.
@@ -70,8 +88,9 @@ impl Communicator {
         let own = |send: bool| ops.iter().filter(move |o| o.send == send && o.peer == self.rank() && o.bytes > 0).map(|o| o.bytes);
         call::check_own_transfers(own(true), own(false))?;
         self.check_usable()?;
+        let what = || format!("a group of {} send(s) and receive(s), {} B", ops.len(), ops.iter().map(|o| o.bytes).sum::<usize>());
         // SAFETY: the caller's contract; the operations are checked.
-        unsafe { gpu.enqueue_p2p(ops, stream) }
+        timed(self.rank(), what, || unsafe { gpu.enqueue_p2p(ops, stream) })
     }
 
     /// Waits until `stream` has run everything enqueued on it so far; an error if a kernel
@@ -119,5 +138,29 @@ impl Communicator {
     /// NCCL_PROTO leaves no path.
     pub fn route(&self, collective: Collective, count: usize, dtype: DataType, root: usize) -> Result<Route> {
         self.gpu("a GPU route")?.route(collective, count, dtype, root)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::timed;
+    use crate::error::Error;
+    use oxccl_testkit::CapturedLogs;
+
+    /// A slow enqueue is logged with what it was and how long it took, a quick one not;
+    /// either way its result comes back.
+    #[test]
+    fn slow_enqueues_are_logged_quick_ones_not() {
+        let logs = CapturedLogs::default();
+        let slow = logs.during(|| timed(3, || "AllReduce of 8 B".into(), || {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            Ok(())
+        }));
+        assert!(slow.is_ok());
+        let quick = logs.during(|| timed(3, || "AllGather of 32 B".into(), || Err(Error::invalid("no"))));
+        assert!(quick.is_err());
+        let lines = logs.lines();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(logs.has("INFO", crate::log_target::COLL, "rank 3: enqueuing AllReduce of 8 B took"), "{lines:?}");
     }
 }
