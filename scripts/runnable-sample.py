@@ -12,6 +12,7 @@ threads spent, summed by name: the threads of processes whose name ends in `_per
 socket helpers, the test's own threads).
 
 Usage: runnable-sample.py [label] & ...; kill -TERM $!
+It also stops when the process that started it is gone (a killed benchmark script).
 """
 import os
 import re
@@ -21,6 +22,7 @@ import time
 from collections import Counter
 
 label = sys.argv[1] if len(sys.argv) > 1 else "run"
+parent = os.getppid()
 cores = os.cpu_count() or 1
 counts = []
 names = Counter()
@@ -84,6 +86,7 @@ with open("/proc/loadavg") as loadavg:
         if time.monotonic() - last_spent > 0.1:
             read_spent()
             last_spent = time.monotonic()
+            stop = stop or os.getppid() != parent
         loadavg.seek(0)
         running = int(loadavg.read().split()[3].split("/")[0]) - 1
         counts.append(running)

@@ -59,6 +59,22 @@ impl Communicator {
         handles.into_iter().map(|h| h.join().map_err(|_| Error::Internal("init thread panicked".into()))?).collect()
     }
 
+    /// Ranks as threads of this process on loopback, on host memory, rank i posing as host
+    /// `hosts[i]` (NCCL_HOSTID): for tests of what ranks see of each other.
+    #[cfg(test)]
+    pub(crate) fn init_posed_hosts(hosts: &[&str]) -> Vec<Communicator> {
+        let configs: Vec<Config> = hosts
+            .iter()
+            .map(|host| {
+                let mut c = Config::defaults();
+                c.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
+                c.set("NCCL_HOSTID", host).unwrap();
+                c
+            })
+            .collect();
+        Communicator::init_all_with(&configs).unwrap()
+    }
+
     /// Builds a communicator on host memory over a joined bootstrap.
     pub fn from_bootstrap(boot: Bootstrap, config: &Config) -> Result<Communicator> {
         let placement = host_peers(&boot, config)?;
@@ -235,7 +251,6 @@ fn host_peers(boot: &Bootstrap, config: &Config) -> Result<Placement> {
 
 #[cfg(test)]
 mod tests {
-    use crate::bootstrap::Config;
     use crate::Communicator;
 
     /// Ranks as threads of this process, posing as hosts "a", "b" and "b": each sees the
@@ -243,16 +258,7 @@ mod tests {
     /// proxy threads they share).
     #[test]
     fn ranks_as_threads_share_the_machine_and_the_process_whatever_host_they_claim() {
-        let configs: Vec<Config> = ["a", "b", "b"]
-            .iter()
-            .map(|host| {
-                let mut c = Config::defaults();
-                c.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
-                c.set("NCCL_HOSTID", host).unwrap();
-                c
-            })
-            .collect();
-        let comms = Communicator::init_all_with(&configs).unwrap();
+        let comms = Communicator::init_posed_hosts(&["a", "b", "b"]);
         let (first, second) = (comms[0].core(), comms[1].core());
         assert_eq!((first.same_host.as_slice(), second.same_host.as_slice()), (&[true, false, false][..], &[false, true, true][..]));
         for core in [first, second] {

@@ -393,16 +393,7 @@ mod tests {
     /// staged test's layout that hung on 2×H200).
     #[test]
     fn ranks_sharing_a_gpu_are_counted_per_host_and_per_process() {
-        let configs: Vec<Config> = ["a", "a", "b"]
-            .iter()
-            .map(|host| {
-                let mut c = Config::defaults();
-                c.set("NCCL_SOCKET_IFNAME", "lo").unwrap();
-                c.set("NCCL_HOSTID", host).unwrap();
-                c
-            })
-            .collect();
-        let comms = Communicator::init_all_with(&configs).unwrap();
+        let comms = Communicator::init_posed_hosts(&["a", "a", "b"]);
         let counts: Vec<(usize, usize)> = std::thread::scope(|s| {
             let handles: Vec<_> = comms.iter().zip(["0000:00:06.0", "0000:00:07.0", "0000:00:06.0"]).map(|(c, gpu)| s.spawn(move || ranks_on_this_gpu(c.core(), &gather_gpus(c.core(), gpu).unwrap()))).collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()

@@ -1,26 +1,7 @@
-# 4xH200 at the new defaults: oxccl against the library before the change
-# (gpu-bin/lib-old) and NCCL at 4x4, six tests, 512 KiB..32 MiB, 4 ranks a GPU and a host each
-# and 4 ranks as 2 hosts of 2 GPUs, runnable threads sampled; then 4 ranks as 2 hosts of 2 at 8 B..32 MiB
-set -u
-start=$SECONDS
-r=$OUT/r; mkdir -p $r
-nvidia-smi -L > $r/machine.txt; nproc >> $r/machine.txt
-nt=$PWD/.nccl-tests
-make -C $nt MPI=1 MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi CUDA_HOME=/usr/local/cuda NCCL_HOME=/usr NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" BUILDDIR=$nt/build-mpi -j 64 > $r/nccl-tests-build.txt 2>&1; echo "build $? at $((SECONDS-start)) s"
-pack() { tar czf $OUT/x4a.tmp -C $r . 2>/dev/null && mv $OUT/x4a.tmp $OUT/x4a.tgz; }
-(while sleep 30; do pack; done) &
-packer=$!
-for round in 1; do
-for layout in 4x1 4x2; do
-  n=${layout%x*}; h=${layout#*x}
-  OUT=$r/ab$round-l$layout NET_SAMPLE=1 NET_PER_HOST=$h NET_RANKS=$n NET_MAX=32M NET_ARGS="-b 512K" NET_TIMEOUT=40 NET_LIBS="oxccl oxccl-lib-lib-old nccl-best" bash gpu-bin/gpu-net-bench.sh $nt/build-mpi > /dev/null 2>&1
-  echo "round $round layout $layout: $? at $((SECONDS-start)) s"; rm -f $r/ab$round-l$layout/rank.sh; pack
-done
-done
-OUT=$r/full-l4x2 NET_SAMPLE=1 NET_PER_HOST=2 NET_RANKS=4 NET_MAX=32M NET_TIMEOUT=60 bash gpu-bin/gpu-net-bench.sh $nt/build-mpi > /dev/null 2>&1
-echo "full 4x2: $? at $((SECONDS-start)) s"; rm -f $r/full-l4x2/rank.sh; pack
-grep -v "wrong 0\|lines\|loopback\|MPS" $r/*/summary.txt
-echo quit | nvidia-cuda-mps-control
-kill $packer
-pack
-echo "total $((SECONDS-start)) s"
+# This call ran ../3-h200x2-ab/command.sh (as gpu-bin/x4-a.sh) with these edits:
+#   the tar file x4a.tgz; make ... -j 64; one round (`for round in 1`) of the layouts
+#   `4x1 4x2`; and after the rounds, 4 ranks as 2 hosts of 2 at 8 B..32 MiB, oxccl against
+#   NCCL at its defaults and at 4x4:
+#     OUT=$r/full-l4x2 NET_SAMPLE=1 NET_PER_HOST=2 NET_RANKS=4 NET_MAX=32M NET_TIMEOUT=60 bash gpu-bin/gpu-net-bench.sh $nt/build-mpi
+#   (the final grep reads $r/*/summary.txt).
+bash gpu-bin/x4-a.sh
