@@ -34,7 +34,10 @@ proptest! {
         combine(dtype, op, &mut acc, &b).unwrap();
         let mut dst = vec![0u8; a.len()];
         combine_into(dtype, op, &mut dst, &a, &b).unwrap();
-        prop_assert_eq!(&acc, &dst);
+        // In place and out of place alike, bit for bit but for NaN payloads: two signalling
+        // NaNs' product is either one quietened, whichever operand the machine takes first
+        // (f32 0x7f810000 × 0x7f820000 gave 0x7fc10000 one way and 0x7fc20000 the other).
+        prop_assert!(all_same(dtype, &acc, &dst), "{} {:?}: in place {:?}, out of place {:?}", dtype, op, acc, dst);
         let size = dtype.size();
         let want: Vec<u8> = a.chunks(size).zip(b.chunks(size))
             .flat_map(|(x, y)| reference::encode(dtype, reference::combine(op, reference::decode(dtype, x), reference::decode(dtype, y))))
