@@ -401,8 +401,9 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
   __shared__ OxConn w_recv[OX_WINDOW], w_send[OX_WINDOW];
   // What each step of the window reads and writes, worked out with the window: its
   // message number on each connection (what *counter holds when the step starts), the
-  // slots those numbers give and their LL flags, and, for a send between GPUs, the
-  // receiver's head as read with the window. A connection end belongs to one lane (the
+  // slots those numbers give and their LL flags, and, for a send, the receiver's head as
+  // read with the window (over the network the last head a kernel read, kept beside the
+  // counter: no round trip over PCIe). A connection end belongs to one lane (the
   // encoder's rule), so this block is the only writer of its counters; a step then does
   // no load and no arithmetic of its own before its wait (~0.5 us a step on 4xH200).
   __shared__ u64 w_recv_n[OX_WINDOW], w_send_n[OX_WINDOW], w_head[OX_WINDOW];
@@ -436,7 +437,9 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
           const OxConn c = a.conns[t.send];
           w_send[t_k] = c;
           send_n = *c.counter;
-          w_head[t_k] = (c.flags & OX_CONN_HOST) ? 0 : ox_load_acquire(c.head);
+          // Over the network, the last head a kernel read (beside the counter, loaded with
+          // it); between GPUs, the head itself.
+          w_head[t_k] = (c.flags & OX_CONN_HOST) ? c.counter[1] : ox_load_acquire(c.head);
         }
       }
       __syncthreads();
@@ -506,7 +509,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
           if (!(c.flags & OX_CONN_HOST)) {
             // The head read with the window (an acquire) is mostly far enough.
             if (w_head[k] < need) why = ox_wait_acquire(c.head, need, a.watch, c.peer);
-          } else if (c.counter[1] < need) {
+          } else if (w_head[k] < need && c.counter[1] < need) {
             u64 seen = 0;
             why = ox_spin([&] { seen = *c.head; return seen >= need; }, a.watch, c.peer);
             c.counter[1] = seen;
@@ -532,11 +535,13 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
     if (s_stop) return;
     const char* const s_in = w_in[k];
     char* const s_out = w_out[k];
-    const bool reads = s.kind == OX_SEND || s.kind == OX_RECV_REDUCE_SEND || s.kind == OX_RECV_REDUCE_COPY || s.kind == OX_RECV_REDUCE_COPY_SEND || s.kind == OX_COPY;
+    const bool reads = s.kind == OX_SEND || s.kind == OX_RECV_REDUCE_SEND || s.kind == OX_RECV_REDUCE_COPY || s.kind == OX_RECV_REDUCE_COPY_SEND || s.kind == OX_COPY || s.kind == OX_COPY_SEND;
     const bool writes = s.kind != OX_SEND && s.kind != OX_RECV_REDUCE_SEND;
     const bool from_input = reads && !(s.src & OX_RECV_BUFFER);
     const char* local = !reads ? 0 : from_input ? a.send + s.src : a.recv + (s.src & ~OX_RECV_BUFFER);
     char* dst = writes ? a.recv + (s.dst & ~OX_RECV_BUFFER) : 0;
+    // A fused send and copy in place (the output is the slice sent): the send alone.
+    if (s.kind == OX_COPY_SEND && dst == local && !a.scaled) dst = 0;
     const bool scale = a.scaled && from_input;
     int why = 0;
     if (in_ll || out_ll) {
@@ -551,6 +556,10 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
         case OX_RECV_COPY_SEND: ox_move(dst, s_out, s_in, 0, s.bytes, false, 0, fresh); break;
         case OX_COPY:
           if (local != dst || scale) ox_move(dst, 0, 0, local, s.bytes, scale, a.scale, false);
+          break;
+        case OX_COPY_SEND:
+          if (dst) ox_move(dst, s_out, 0, local, s.bytes, scale, a.scale, false);
+          else ox_move(s_out, 0, 0, local, s.bytes, scale, a.scale, false);
           break;
       }
     }

@@ -23,8 +23,12 @@ pub mod kind {
     pub const RECV_REDUCE_COPY_SEND: u32 = 4;
     pub const RECV_COPY_SEND: u32 = 5;
     pub const COPY: u32 = 6;
+    /// A send and a copy of the same local slice in one pass (the encoder's fusion of a
+    /// schedule's `Send` followed by a `Copy` of what it sent): each line read once, written
+    /// to the outgoing slot and to `dst` (not where `dst` is the slice itself, in place).
+    pub const COPY_SEND: u32 = 7;
     /// Every kind with its C name.
-    pub const ALL: [(&str, u32); 7] = [
+    pub const ALL: [(&str, u32); 8] = [
         ("OX_SEND", SEND),
         ("OX_RECV", RECV),
         ("OX_RECV_REDUCE_SEND", RECV_REDUCE_SEND),
@@ -32,6 +36,7 @@ pub mod kind {
         ("OX_RECV_REDUCE_COPY_SEND", RECV_REDUCE_COPY_SEND),
         ("OX_RECV_COPY_SEND", RECV_COPY_SEND),
         ("OX_COPY", COPY),
+        ("OX_COPY_SEND", COPY_SEND),
     ];
 }
 

@@ -66,9 +66,14 @@ pub(super) type Labels = Arc<[Vec<String>]>;
 
 /// What each of the first [`STEPS`] steps of the first [`LANES`] lanes does, e.g.
 /// `recv_reduce_send <1 >1 net`: the step's kind, the peer it receives from (`<`) and
-/// sends to (`>`), `net` where either end crosses the network (`is_net`).
+/// sends to (`>`), `net` where either end crosses the network (`is_net`); a step the
+/// encoder fused with the copy that followed it (`encode::fused`) ends in ` +copy`.
 pub(super) fn labels(lanes: &[Vec<Step>], is_net: impl Fn(&End) -> bool) -> Labels {
-    lanes.iter().take(LANES).map(|lane| lane.iter().take(STEPS).map(|step| label(step, &is_net)).collect()).collect()
+    let one = |(step, copy): (&Step, Option<crate::algo::Slice>)| {
+        let label = label(step, &is_net);
+        if copy.is_some() { label + " +copy" } else { label }
+    };
+    lanes.iter().take(LANES).map(|lane| super::encode::fused(lane).take(STEPS).map(one).collect()).collect()
 }
 
 /// One step's label (see [`labels`]).
@@ -251,6 +256,8 @@ mod tests {
         let labels = labels(&lanes, |end| *end == End::Recv(from));
         assert_eq!(labels.len(), LANES);
         assert_eq!(labels[0], ["send >2", "recv_reduce_send <1 >2 net", "copy"]);
+        let fused = super::labels(&[vec![Step::Send { to, src: slice }, Step::Copy { src: slice, dst: slice }]], |_| true);
+        assert_eq!(fused[0], ["send >2 net +copy"]);
         let long = vec![vec![Step::Copy { src: slice, dst: slice }; STEPS + 3]];
         assert_eq!(super::labels(&long, |_| false)[0].len(), STEPS);
     }
