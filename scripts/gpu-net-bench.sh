@@ -16,7 +16,7 @@
 # oxccl-simple: oxccl with NCCL_PROTO=Simple, no LL over the network; oxccl-algo-<name>:
 # oxccl with NCCL_ALGO=<name> (ring, direct); oxccl-proxy<N>: oxccl with
 # OXCCL_PROXY_THREADS=N; oxccl-env-<name>: oxccl with the variables that NET_ENV_<name>
-# sets, "K=V K=V"; oxccl-lib-<dir>: the libnccl.so.2 in gpu-bin/<dir>, another build for an
+# sets, "K=V K=V"; nccl-env-<name>: the machine's NCCL with them; oxccl-lib-<dir>: the libnccl.so.2 in gpu-bin/<dir>, another build for an
 # A/B),
 # NET_MAX (default 128M), NET_ITERS (20), NET_TIMEOUT (per run, 150 s), NET_ARGS (more
 # nccl-tests arguments, e.g. "-C 1": the host's time to issue a call), NET_TRACE (1: oxccl's
@@ -93,6 +93,7 @@ label() {
     oxccl-lib-*) echo "oxccl, gpu-bin/${1#oxccl-lib-}" ;;
     nccl) echo "NCCL$version at its defaults" ;;
     nccl-best) echo "NCCL$version, ${NCCL_BEST_THREADS:-4} threads × ${NCCL_BEST_SOCKS:-4} sockets" ;;
+    nccl-env-*) local settings="NET_ENV_${1#nccl-env-}"; echo "NCCL$version, ${!settings:-}" ;;
     *) echo "$1" ;;
   esac
 }
@@ -119,6 +120,11 @@ for n in ${NET_RANKS:-2 4}; do
           ;;
         nccl) env+=(-x LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}") ;;
         nccl-best) env+=(-x LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" -x NCCL_SOCKET_NTHREADS="${NCCL_BEST_THREADS:-4}" -x NCCL_NSOCKS_PERTHREAD="${NCCL_BEST_SOCKS:-4}") ;;
+        nccl-env-*)
+          env+=(-x LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}")
+          settings="NET_ENV_${lib#nccl-env-}"
+          for kv in ${!settings:-}; do env+=(-x "$kv"); done
+          ;;
       esac
       table="$out/net-$ranks-$t-$lib.txt"
       traces=""
