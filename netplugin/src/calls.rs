@@ -145,9 +145,10 @@ pub unsafe fn finalize(context: Ptr) -> Outcome {
     let done = net.stats().snapshot();
     tracing::info!(
         target: "oxccl::net",
-        "so far in this process: {} messages sent, {} isend calls answered \"later\" for want of a notice; {} irecvs of {} buffers ({} grouped); {} messages ({} bytes) arrived before their receives",
+        "so far in this process: {} messages sent, {} isend calls answered \"later\" for want of a notice, {} reads of notices; {} irecvs of {} buffers ({} grouped); {} messages ({} bytes) arrived before their receives",
         done.isend_calls,
         done.sends_held,
+        done.notice_reads,
         done.irecv_calls,
         done.irecv_buffers,
         done.irecv_grouped,

@@ -137,6 +137,9 @@ pub struct Stats {
     /// receiver (their bytes copied twice).
     pub early_messages: AtomicU64,
     pub early_bytes: AtomicU64,
+    /// Reads of a receiver-driven comm's control socket for notices (system calls), made
+    /// by `isend` when neither a notice already read nor room ahead lets a message go.
+    pub notice_reads: AtomicU64,
 }
 
 /// A copy of [`Stats`] at one moment.
@@ -155,6 +158,7 @@ pub struct StatsSnapshot {
     pub sends_held: u64,
     pub early_messages: u64,
     pub early_bytes: u64,
+    pub notice_reads: u64,
 }
 
 impl Stats {
@@ -174,6 +178,7 @@ impl Stats {
             sends_held: load(&self.sends_held),
             early_messages: load(&self.early_messages),
             early_bytes: load(&self.early_bytes),
+            notice_reads: load(&self.notice_reads),
         }
     }
 }

@@ -351,6 +351,49 @@ fn small_messages_go_ahead_of_their_notices_on_a_receiver_driven_comm() {
     }
 }
 
+/// On a receiver-driven comm a small message goes ahead of its notice without a read of the
+/// control socket while fewer than EAGER_MESSAGES are ahead, even where its receive is
+/// posted (the notices then wait in the socket): a small call's send is not held up by the
+/// reads. The next message reads them; they pay off the messages sent ahead, then clear
+/// the rest. Every byte checked.
+#[test]
+fn small_sends_read_notices_only_when_no_room_is_left_ahead() {
+    let net = net(0, 1, 4).receiver_driven();
+    let (mut send, mut recv) = pair(&net);
+    let (sent, received) = (net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap(), net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap());
+    let count = 2 * EAGER_MESSAGES as usize + 1;
+    let messages: Vec<Vec<u8>> = (0..count).map(|k| message(30 + k, 16 + k)).collect();
+    let mut buffers = vec![vec![0u8; 64]; count];
+    // Every receive first: their notices are in the sender's socket before any send.
+    let mut receives: Vec<Request> = buffers
+        .iter_mut()
+        // SAFETY: the buffers outlive the requests, waited for below.
+        .map(|b| unsafe { net.irecv(&mut recv, &[RecvBuffer { data: b.as_mut_ptr(), len: b.len(), tag: 7 }], &[&received]) }.unwrap().unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(20));
+    let before = net.stats().snapshot().notice_reads;
+    let ahead = EAGER_MESSAGES as usize;
+    let mut sends = Vec::new();
+    for m in &messages[..ahead] {
+        // SAFETY: the messages outlive their requests, waited for below.
+        sends.push(unsafe { net.isend(&mut send, m.as_ptr(), m.len(), 7, &sent) }.unwrap().expect("room ahead"));
+    }
+    assert_eq!(net.stats().snapshot().notice_reads, before, "a message with room ahead read the socket");
+    for m in &messages[ahead..] {
+        sends.push(send_when_cleared(&net, &mut send, m, 7, &sent));
+    }
+    let reads = net.stats().snapshot().notice_reads - before;
+    assert!((1..=4).contains(&reads), "{reads} reads of notices for {count} messages whose receives were all posted");
+    for (k, request) in receives.iter_mut().enumerate() {
+        assert_eq!(wait(&net, request), vec![16 + k], "message {k}");
+    }
+    for request in &mut sends {
+        wait(&net, request);
+    }
+    assert!((0..count).all(|k| buffers[k][..16 + k] == messages[k][..]), "messages of one tag out of order");
+    assert_eq!(net.stats().snapshot().sends_held, 0, "no send had to wait");
+}
+
 /// Receiver-driven comms, random traffic: messages of four tags and sizes on both sides of
 /// every limit (64 KiB pieces, EAGER_BYTES), sent in one order while the receives are
 /// posted in another (each tag's own order kept, in groups of 1 to 4 buffers), one thread

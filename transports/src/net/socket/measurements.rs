@@ -401,10 +401,11 @@ fn socket_latency() {
     for size in [8usize, 1024, 8192, 32 << 10, 64 << 10, 256 << 10] {
         let tcp = tcp_ping_pong(size, ROUNDS, false);
         let tcp_two = tcp_ping_pong(size, ROUNDS, true);
-        let net = net_ping_pong(size, ROUNDS, 0);
-        let helped = net_ping_pong(size, ROUNDS, 1);
+        let net = net_ping_pong(size, ROUNDS, 0, false);
+        let helped = net_ping_pong(size, ROUNDS, 1, false);
+        let driven = net_ping_pong(size, ROUNDS, 0, true);
         println!(
-            "{size} B one way (median of {ROUNDS} round trips / 2): socket Net {net:.2} us, {helped:.2} us with a helper thread; plain TCP {tcp_two:.2} us over a connection each way (as the Net's comms), {tcp:.2} us over one"
+            "{size} B one way (median of {ROUNDS} round trips / 2): socket Net {net:.2} us, {helped:.2} us with a helper thread, {driven:.2} us receiver-driven (the plugin's comms); plain TCP {tcp_two:.2} us over a connection each way (as the Net's comms), {tcp:.2} us over one"
         );
     }
 }
@@ -474,9 +475,11 @@ fn tcp_ping_pong(size: usize, rounds: usize, two: bool) -> f64 {
     median_half(times)
 }
 
-/// The Net's ping-pong with `threads` helper threads of one data socket each per comm.
-fn net_ping_pong(size: usize, rounds: usize, threads: usize) -> f64 {
-    let net = Arc::new(net(threads, 1, 1));
+/// The Net's ping-pong with `threads` helper threads of one data socket each per comm;
+/// `receiver_driven`: comms whose receiver sends a notice for each receive it posts (the
+/// exported plugin's).
+fn net_ping_pong(size: usize, rounds: usize, threads: usize, receiver_driven: bool) -> f64 {
+    let net = Arc::new(if receiver_driven { net(threads, 1, 4).receiver_driven() } else { net(threads, 1, 1) });
     let (mut to_echo, mut at_echo) = pair(&net);
     let (mut back, mut from_echo) = pair(&net);
     let echo = {

@@ -28,6 +28,8 @@
 //! up to [`EAGER_MESSAGES`] of them go ahead of their notices (each later notice of their tag
 //! pays one off before it clears another message), and the receiver keeps one that arrives
 //! before a receive with a free buffer of its tag in a stage of its own until one is posted.
+//! The sender reads notices only when neither one already read nor room ahead lets a
+//! message go, so a small message's send costs no read of the socket while there is room.
 //! A message so never waits for the receiver to post (a small broadcast's receive is often
 //! posted after its send is ready: NCCL's proxy, told "later", yields its core).
 //!
@@ -174,20 +176,17 @@ impl SendState {
         }
         let ahead_allowed = !in_pieces(&self.data, len) && len <= EAGER_BYTES;
         let Some(clearance) = &mut self.clearance else { return Ok(true) };
-        // Notices already read first: the socket is read only when they do not clear it.
-        if take_clearance(&mut clearance.tags, tag) {
+        // Notices already read first, then room to go ahead: the socket is read only when
+        // neither lets the message go, so a small message's send is not held up by a
+        // read (or two) of the control socket every time. Notices left unread pay off the
+        // messages sent ahead once they are read, as they would have cleared them: the
+        // receiver sees the same messages either way.
+        if take_clearance(&mut clearance.tags, tag) || go_ahead(clearance, tag, ahead_allowed) {
             return Ok(true);
         }
         self.read_notices()?;
         let clearance = self.clearance.as_mut().expect("receiver-driven");
-        if take_clearance(&mut clearance.tags, tag) {
-            return Ok(true);
-        }
-        if ahead_allowed && clearance.ahead.values().sum::<u32>() < EAGER_MESSAGES {
-            *clearance.ahead.entry(tag).or_default() += 1;
-            return Ok(true);
-        }
-        Ok(false)
+        Ok(take_clearance(&mut clearance.tags, tag) || go_ahead(clearance, tag, ahead_allowed))
     }
 
     /// Reads the notices that have arrived.
@@ -195,9 +194,16 @@ impl SendState {
         let clearance = self.clearance.as_mut().expect("receiver-driven");
         let mut bytes = [0u8; 4096];
         loop {
+            self.stats.notice_reads.fetch_add(1, Ordering::Relaxed);
             match (&self.socket).read(&mut bytes) {
                 Ok(0) => return fail(&mut self.failed, "the receiver closed the control connection".into()),
-                Ok(n) => clearance.partial.extend_from_slice(&bytes[..n]),
+                Ok(n) => {
+                    clearance.partial.extend_from_slice(&bytes[..n]);
+                    // A short read took all there was: no second call to hear "would block".
+                    if n < bytes.len() {
+                        break;
+                    }
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return fail(&mut self.failed, format!("receive failed on the control connection: {e}")),
@@ -303,6 +309,16 @@ impl SendState {
 }
 
 /// Counts one message of `tag` against `tags`' clearances; whether there was one.
+/// Sends a message of `tag` ahead of its notice, where it may go ahead (`allowed`) and
+/// fewer than EAGER_MESSAGES are ahead already; whether it went.
+fn go_ahead(clearance: &mut Clearance, tag: u32, allowed: bool) -> bool {
+    if !allowed || clearance.ahead.values().sum::<u32>() >= EAGER_MESSAGES {
+        return false;
+    }
+    *clearance.ahead.entry(tag).or_default() += 1;
+    true
+}
+
 fn take_clearance(tags: &mut HashMap<u32, u32>, tag: u32) -> bool {
     let Some(count) = tags.get_mut(&tag) else { return false };
     *count -= 1;
