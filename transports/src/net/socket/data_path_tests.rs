@@ -394,6 +394,36 @@ fn small_sends_read_notices_only_when_no_room_is_left_ahead() {
     assert_eq!(net.stats().snapshot().sends_held, 0, "no send had to wait");
 }
 
+/// A receive that completes while another is posted behind it (as a proxy posts them)
+/// reads the control socket once in that `test`: a short read says the socket had nothing
+/// more, so no second read just to hear "would block". Both messages checked.
+#[test]
+fn a_receive_completing_ahead_of_another_reads_the_socket_once() {
+    let net = net(0, 1, 1);
+    let (mut send, mut recv) = pair(&net);
+    let (sent, received) = (net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap(), net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap());
+    let (first, second) = (message(40, 24), message(41, 40));
+    let mut buffers = [vec![0u8; 64], vec![0u8; 64]];
+    let [a, b] = &mut buffers;
+    // SAFETY: the buffers outlive the requests, waited for below.
+    let mut ra = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: a.as_mut_ptr(), len: a.len(), tag: 0 }], &[&received]) }.unwrap().unwrap();
+    // SAFETY: as above.
+    let mut rb = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: b.as_mut_ptr(), len: b.len(), tag: 1 }], &[&received]) }.unwrap().unwrap();
+    // SAFETY: the message outlives the request, waited for below.
+    let mut sa = unsafe { net.isend(&mut send, first.as_ptr(), first.len(), 0, &sent) }.unwrap().unwrap();
+    wait(&net, &mut sa);
+    std::thread::sleep(Duration::from_millis(20));
+    let before = net.stats().snapshot().control_reads;
+    assert_eq!(net.test(&mut ra).unwrap(), Some(vec![24]), "the message was there to read");
+    assert_eq!(net.stats().snapshot().control_reads - before, 1, "a second read after a short one");
+    // The second message is read by a later call.
+    // SAFETY: as above.
+    let mut sb = unsafe { net.isend(&mut send, second.as_ptr(), second.len(), 1, &sent) }.unwrap().unwrap();
+    assert_eq!(wait(&net, &mut rb), vec![40]);
+    wait(&net, &mut sb);
+    assert!(buffers[0][..24] == first[..] && buffers[1][..40] == second[..]);
+}
+
 /// Receiver-driven comms, random traffic: messages of four tags and sizes on both sides of
 /// every limit (64 KiB pieces, EAGER_BYTES), sent in one order while the receives are
 /// posted in another (each tag's own order kept, in groups of 1 to 4 buffers), one thread

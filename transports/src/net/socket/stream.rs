@@ -107,6 +107,10 @@ pub(super) struct RecvState {
     /// Bytes read from the socket and not yet consumed: `stage[staged.0..staged.1]`.
     stage: Box<[u8]>,
     staged: (usize, usize),
+    /// A read of this progress call got less than it asked for: the socket had nothing
+    /// more then, so the call does not read again just to hear "would block" (a receive
+    /// completes while another is posted behind it, as a proxy posts them).
+    drained: bool,
     /// Sizes of requests whose headers all arrived that `test` has not collected yet.
     completed: HashMap<u64, Vec<usize>>,
     data: Option<DataPath>,
@@ -360,6 +364,7 @@ impl RecvState {
             body: None,
             stage: vec![0; STAGE_BYTES].into_boxed_slice(),
             staged: (0, 0),
+            drained: false,
             completed: HashMap::new(),
             data,
             failed: None,
@@ -460,6 +465,7 @@ impl RecvState {
         if let Some(reason) = &self.failed {
             return Err(Error::Closed(reason.clone()));
         }
+        self.drained = false;
         while !self.queue.is_empty() {
             let body = match self.body {
                 Some(body) => body,
@@ -584,10 +590,16 @@ impl RecvState {
             // The stage is empty: the rest goes straight into the buffer and whatever follows
             // it (the next headers, small messages) into the stage, in one call, so that no
             // byte of the body is copied twice.
+            if self.drained {
+                self.body = Some(body);
+                return Ok(None);
+            }
             let mut into = [IoSliceMut::new(&mut target[body.read..body.len]), IoSliceMut::new(&mut self.stage)];
+            self.stats.control_reads.fetch_add(1, Ordering::Relaxed);
             match (&self.socket).read_vectored(&mut into) {
                 Ok(0) => return fail(&mut self.failed, "the sender closed the control connection".into()),
                 Ok(n) => {
+                    self.drained = n < left + self.stage.len();
                     let rest = n.min(left);
                     body.read += rest;
                     self.staged = (0, n - rest);
@@ -614,11 +626,16 @@ impl RecvState {
     /// Reads what has arrived into the empty stage; whether anything came.
     fn fill(&mut self) -> Result<bool> {
         debug_assert_eq!(self.staged.0, self.staged.1, "the stage is refilled only once empty");
+        if self.drained {
+            return Ok(false);
+        }
         loop {
+            self.stats.control_reads.fetch_add(1, Ordering::Relaxed);
             match (&self.socket).read(&mut self.stage) {
                 Ok(0) => return fail(&mut self.failed, "the sender closed the control connection".into()),
                 Ok(n) => {
                     self.staged = (0, n);
+                    self.drained = n < self.stage.len();
                     return Ok(true);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
