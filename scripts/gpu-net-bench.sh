@@ -16,8 +16,8 @@
 # oxccl-simple: oxccl with NCCL_PROTO=Simple, no LL over the network; oxccl-algo-<name>:
 # oxccl with NCCL_ALGO=<name> (ring, direct); oxccl-proxy<N>: oxccl with
 # OXCCL_PROXY_THREADS=N; oxccl-env-<name>: oxccl with the variables that NET_ENV_<name>
-# sets, "K=V K=V"; nccl-env-<name>: the machine's NCCL with them; oxccl-lib-<dir>: the libnccl.so.2 in gpu-bin/<dir>, another build for an
-# A/B),
+# sets, "K=V K=V"; nccl-env-<name>: the machine's NCCL with them; oxccl-lib-<dir>: the
+# libnccl.so.2 in gpu-bin/<dir>, another build for an A/B),
 # NET_MAX (default 128M), NET_ITERS (20), NET_TIMEOUT (per run, 150 s), NET_ARGS (more
 # nccl-tests arguments, e.g. "-C 1": the host's time to issue a call), NET_TRACE (1: oxccl's
 # runs write their proxy timelines, OXCCL_PROXY_TRACE, under traces/<table>/, summarized by
@@ -98,6 +98,12 @@ label() {
   esac
 }
 
+# Adds the variables NET_ENV_<$1> sets ("K=V K=V") to a run's mpirun -x list.
+settings() {
+  local name="NET_ENV_$1" kv
+  for kv in ${!name:-}; do env+=(-x "$kv"); done
+}
+
 status=0
 per_host=${NET_PER_HOST:-1}
 for n in ${NET_RANKS:-2 4}; do
@@ -113,18 +119,10 @@ for n in ${NET_RANKS:-2 4}; do
         oxccl-algo-*) env+=(-x LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}" -x NCCL_ALGO="${lib#oxccl-algo-}") ;;
         oxccl-proxy[0-9]*) env+=(-x LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}" -x OXCCL_PROXY_THREADS="${lib#oxccl-proxy}") ;;
         oxccl-lib-*) env+=(-x LD_LIBRARY_PATH="$here/${lib#oxccl-lib-}:${LD_LIBRARY_PATH:-}") ;;
-        oxccl-env-*)
-          env+=(-x LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}")
-          settings="NET_ENV_${lib#oxccl-env-}"
-          for kv in ${!settings:-}; do env+=(-x "$kv"); done
-          ;;
+        oxccl-env-*) env+=(-x LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}") && settings "${lib#oxccl-env-}" ;;
         nccl) env+=(-x LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}") ;;
         nccl-best) env+=(-x LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" -x NCCL_SOCKET_NTHREADS="${NCCL_BEST_THREADS:-4}" -x NCCL_NSOCKS_PERTHREAD="${NCCL_BEST_SOCKS:-4}") ;;
-        nccl-env-*)
-          env+=(-x LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}")
-          settings="NET_ENV_${lib#nccl-env-}"
-          for kv in ${!settings:-}; do env+=(-x "$kv"); done
-          ;;
+        nccl-env-*) env+=(-x LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}") && settings "${lib#nccl-env-}" ;;
       esac
       table="$out/net-$ranks-$t-$lib.txt"
       traces=""

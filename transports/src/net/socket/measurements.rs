@@ -7,6 +7,7 @@
 use super::data_path_tests::{net, LOOPBACK};
 use super::tests::{deadline, pair, pair_between, wait};
 use super::*;
+use std::collections::VecDeque;
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -401,10 +402,10 @@ fn socket_latency() {
     for size in [8usize, 1024, 8192, 32 << 10, 64 << 10, 256 << 10] {
         let tcp = tcp_ping_pong(size, ROUNDS, false);
         let tcp_two = tcp_ping_pong(size, ROUNDS, true);
-        let net = net_ping_pong(size, ROUNDS, 0, false);
-        let helped = net_ping_pong(size, ROUNDS, 1, false);
-        let driven = net_ping_pong(size, ROUNDS, 0, true);
-        let posted = net_ping_pong_posted_ahead(size, ROUNDS);
+        let net = net_ping_pong(size, ROUNDS, 0, false, false);
+        let helped = net_ping_pong(size, ROUNDS, 1, false, false);
+        let driven = net_ping_pong(size, ROUNDS, 0, true, false);
+        let posted = net_ping_pong(size, ROUNDS, 0, false, true);
         println!(
             "{size} B one way (median of {ROUNDS} round trips / 2): socket Net {net:.2} us, {helped:.2} us with a helper thread, {driven:.2} us receiver-driven (the plugin's comms), {posted:.2} us with the next receive posted (as a proxy posts them); plain TCP {tcp_two:.2} us over a connection each way (as the Net's comms), {tcp:.2} us over one"
         );
@@ -478,81 +479,34 @@ fn tcp_ping_pong(size: usize, rounds: usize, two: bool) -> f64 {
 
 /// The Net's ping-pong with `threads` helper threads of one data socket each per comm;
 /// `receiver_driven`: comms whose receiver sends a notice for each receive it posts (the
-/// exported plugin's).
-fn net_ping_pong(size: usize, rounds: usize, threads: usize, receiver_driven: bool) -> f64 {
+/// exported plugin's); `posted_ahead`: each end's receive for the next round posted before
+/// it waits for this one, as a proxy posts receives for the messages announced (a receive
+/// then completes while another is queued behind it).
+fn net_ping_pong(size: usize, rounds: usize, threads: usize, receiver_driven: bool, posted_ahead: bool) -> f64 {
     let net = Arc::new(if receiver_driven { net(threads, 1, 4).receiver_driven() } else { net(threads, 1, 1) });
     let (mut to_echo, mut at_echo) = pair(&net);
     let (mut back, mut from_echo) = pair(&net);
-    let echo = {
-        let net = net.clone();
-        std::thread::spawn(move || {
-            let r_in = net.reg_mr(&mut at_echo, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
-            let r_out = net.reg_mr(&mut back, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
-            let mut buf = vec![0u8; size];
-            for tag in 0..rounds {
-                let posted = [RecvBuffer { data: buf.as_mut_ptr(), len: size, tag: tag as u32 }];
-                // SAFETY: buf outlives the request, waited for at once.
-                let mut r = unsafe { net.irecv(&mut at_echo, &posted, &[&r_in]) }.unwrap().unwrap();
-                spin(&net, &mut r);
-                // SAFETY: as above.
-                let mut s = unsafe { net.isend(&mut back, buf.as_ptr(), size, tag as u32, &r_out) }.unwrap().unwrap();
-                spin(&net, &mut s);
-            }
-            net.close_recv(at_echo).unwrap();
-            net.close_send(back).unwrap();
-        })
-    };
-    let r_out = net.reg_mr(&mut to_echo, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
-    let r_in = net.reg_mr(&mut from_echo, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
-    let data = vec![1u8; size];
-    let mut buf = vec![0u8; size];
-    let mut times = Vec::with_capacity(rounds);
-    for tag in 0..rounds {
-        let start = Instant::now();
-        let posted = [RecvBuffer { data: buf.as_mut_ptr(), len: size, tag: tag as u32 }];
-        // SAFETY: buffers outlive the requests, waited for at once.
-        let mut r = unsafe { net.irecv(&mut from_echo, &posted, &[&r_in]) }.unwrap().unwrap();
-        // SAFETY: as above.
-        let mut s = unsafe { net.isend(&mut to_echo, data.as_ptr(), size, tag as u32, &r_out) }.unwrap().unwrap();
-        spin(&net, &mut s);
-        spin(&net, &mut r);
-        times.push(start.elapsed());
-    }
-    echo.join().unwrap();
-    net.close_send(to_echo).unwrap();
-    net.close_recv(from_echo).unwrap();
-    median_half(times)
-}
-
-/// The Net's ping-pong (eager comms, no helper) with each end's receive for the next
-/// round posted before it waits for this one, as a proxy posts receives for the messages
-/// announced: a receive completes while another is queued behind it.
-fn net_ping_pong_posted_ahead(size: usize, rounds: usize) -> f64 {
-    let net = Arc::new(net(0, 1, 1));
-    let (mut to_echo, mut at_echo) = pair(&net);
-    let (mut back, mut from_echo) = pair(&net);
-    // Receives of round k go into buffer k % 2, posted a round ahead.
-    let post = move |net: &SocketNet, comm: &mut RecvComm, buffers: &mut [Vec<u8>; 2], round: usize, registration: &MrHandle| {
-        let buffer = &mut buffers[round % 2];
-        let posted = [RecvBuffer { data: buffer.as_mut_ptr(), len: size, tag: round as u32 }];
-        // SAFETY: the buffers outlive the requests, each waited for before its buffer is
-        // posted again two rounds later.
-        unsafe { net.irecv(comm, &posted, &[registration]) }.unwrap().unwrap()
+    let depth = 1 + posted_ahead as usize;
+    // Tops `posted` up to `depth` receives, from round `round` on: round k's into buffer k % 2.
+    let top_up = move |net: &SocketNet, comm: &mut RecvComm, posted: &mut VecDeque<Request>, buffers: &mut [Vec<u8>; 2], round: usize, registration: &MrHandle| {
+        while posted.len() < depth && round + posted.len() < rounds {
+            let k = round + posted.len();
+            let buffer = [RecvBuffer { data: buffers[k % 2].as_mut_ptr(), len: size, tag: k as u32 }];
+            // SAFETY: the buffers outlive the requests; each is waited for before its buffer
+            // is posted again, two rounds later.
+            posted.push_back(unsafe { net.irecv(comm, &buffer, &[registration]) }.unwrap().unwrap());
+        }
     };
     let echo = {
         let net = net.clone();
         std::thread::spawn(move || {
             let r_in = net.reg_mr(&mut at_echo, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
             let r_out = net.reg_mr(&mut back, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
-            let mut buffers = [vec![0u8; size], vec![0u8; size]];
-            let mut next = Some(post(&net, &mut at_echo, &mut buffers, 0, &r_in));
+            let (mut buffers, mut posted) = ([vec![0u8; size], vec![0u8; size]], VecDeque::new());
             for round in 0..rounds {
-                let mut r = next.take().expect("posted");
-                if round + 1 < rounds {
-                    next = Some(post(&net, &mut at_echo, &mut buffers, round + 1, &r_in));
-                }
-                spin(&net, &mut r);
-                // SAFETY: the buffer stays until this send is waited for, below.
+                top_up(&net, &mut at_echo, &mut posted, &mut buffers, round, &r_in);
+                spin(&net, &mut posted.pop_front().expect("posted"));
+                // SAFETY: the buffer is not posted again before this send is waited for.
                 let mut s = unsafe { net.isend(&mut back, buffers[round % 2].as_ptr(), size, round as u32, &r_out) }.unwrap().unwrap();
                 spin(&net, &mut s);
             }
@@ -563,15 +517,12 @@ fn net_ping_pong_posted_ahead(size: usize, rounds: usize) -> f64 {
     let r_out = net.reg_mr(&mut to_echo, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
     let r_in = net.reg_mr(&mut from_echo, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
     let data = vec![1u8; size];
-    let mut buffers = [vec![0u8; size], vec![0u8; size]];
+    let (mut buffers, mut posted) = ([vec![0u8; size], vec![0u8; size]], VecDeque::new());
     let mut times = Vec::with_capacity(rounds);
-    let mut next = Some(post(&net, &mut from_echo, &mut buffers, 0, &r_in));
     for round in 0..rounds {
         let start = Instant::now();
-        let mut r = next.take().expect("posted");
-        if round + 1 < rounds {
-            next = Some(post(&net, &mut from_echo, &mut buffers, round + 1, &r_in));
-        }
+        top_up(&net, &mut from_echo, &mut posted, &mut buffers, round, &r_in);
+        let mut r = posted.pop_front().expect("posted");
         // SAFETY: `data` outlives the request, waited for at once.
         let mut s = unsafe { net.isend(&mut to_echo, data.as_ptr(), size, round as u32, &r_out) }.unwrap().unwrap();
         spin(&net, &mut s);

@@ -312,7 +312,6 @@ impl SendState {
     }
 }
 
-/// Counts one message of `tag` against `tags`' clearances; whether there was one.
 /// Sends a message of `tag` ahead of its notice, where it may go ahead (`allowed`) and
 /// fewer than EAGER_MESSAGES are ahead already; whether it went.
 fn go_ahead(clearance: &mut Clearance, tag: u32, allowed: bool) -> bool {
@@ -323,6 +322,7 @@ fn go_ahead(clearance: &mut Clearance, tag: u32, allowed: bool) -> bool {
     true
 }
 
+/// Counts one message of `tag` against `tags`' clearances; whether there was one.
 fn take_clearance(tags: &mut HashMap<u32, u32>, tag: u32) -> bool {
     let Some(count) = tags.get_mut(&tag) else { return false };
     *count -= 1;
