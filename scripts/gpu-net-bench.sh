@@ -19,7 +19,10 @@
 # sets, "K=V K=V"; nccl-env-<name>: the machine's NCCL with them; oxccl-lib-<dir>: the
 # libnccl.so.2 in gpu-bin/<dir>, another build for an A/B),
 # NET_MAX (default 128M), NET_ITERS (20), NET_TIMEOUT (per run, 150 s), NET_ARGS (more
-# nccl-tests arguments, e.g. "-C 1": the host's time to issue a call), NET_TRACE (1: oxccl's
+# nccl-tests arguments, e.g. "-C 1": the host's time to issue a call), NET_CYCLES (default 1:
+# nccl-tests' -N, each size measured in that many cycles of NET_ITERS calls; the pictures and
+# compare-<tag>-<test>.txt take each size's median over them, which a cycle's stall does not
+# move), NET_TRACE (1: oxccl's
 # runs write their proxy timelines, OXCCL_PROXY_TRACE, under traces/<table>/, summarized by
 # scripts/proxy-trace-summary.py into trace-<table>.txt), NET_SAMPLE (1: each run's count
 # of runnable threads on the machine, which they are when more than the cores, and the CPU
@@ -27,6 +30,10 @@
 # runnable.txt), NET_PER_HOST
 # (default 1: ranks per posed host, consecutive ranks together; with as many GPUs as ranks
 # per host, a host's ranks reach each other over NVLink and the others over the network).
+# Where NET_LIBS holds an NCCL run (nccl, nccl-best, nccl-env-<name>), the first that
+# succeeded is the base of compare-<tag>-<test>.txt (scripts/net-compare.py): every
+# library's median time per size, and its time over the base's, geometric mean at 8-128 B,
+# 512 B-32 KiB and from 1 MiB (also in summary.txt).
 # NVLink multicast stays off; GPU clocks and modes are never touched.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -110,7 +117,7 @@ for n in ${NET_RANKS:-2 4}; do
   # Tables net-<n>r-..., or net-<n>r<per>h-... with several ranks to a posed host.
   if ((per_host > 1)); then ranks="${n}r${per_host}h" hosts="$((n / per_host)) hosts"; else ranks="${n}r" hosts="hosts"; fi
   for t in ${NET_TESTS:-all_reduce all_gather reduce_scatter broadcast alltoall sendrecv}; do
-    drawn=()
+    drawn=() ran=()
     for lib in ${NET_LIBS:-oxccl nccl nccl-best}; do
       env=(-x NCCL_NVLS_ENABLE -x XDG_CACHE_HOME -x NCCL_SOCKET_IFNAME=lo -x NET_GPUS="$gpus" -x NET_PER_HOST="$per_host")
       case $lib in
@@ -138,7 +145,7 @@ for n in ${NET_RANKS:-2 4}; do
       fi
       timeout "${NET_TIMEOUT:-150}" mpirun --allow-run-as-root --oversubscribe -np "$n" --bind-to none \
         --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo "${env[@]}" \
-        "$wrapper" "$build/${t}_perf" -b 8 -e "${NET_MAX:-128M}" -f 4 -c 1 -n "${NET_ITERS:-20}" -w 5 -g 1 ${NET_ARGS:-} > "$table" 2>&1
+        "$wrapper" "$build/${t}_perf" -b 8 -e "${NET_MAX:-128M}" -f 4 -c 1 -n "${NET_ITERS:-20}" -N "${NET_CYCLES:-1}" -w 5 -g 1 ${NET_ARGS:-} > "$table" 2>&1
       rc=$?
       [[ -n $sampler ]] && kill -TERM "$sampler" && wait "$sampler"
       wrong=$(grep -o "Out of bounds values : [0-9]*" "$table" | grep -o "[0-9]*$")
@@ -147,8 +154,20 @@ for n in ${NET_RANKS:-2 4}; do
         python3 "$here/../scripts/proxy-trace-summary.py" "$traces"/*.json > "$out/trace-net-$ranks-$t-$lib.txt" 2>&1 || echo "trace-net-$ranks-$t-$lib.txt: the summary failed" | tee -a "$out/summary.txt"
       fi
       ((rc == 0)) || status=1
-      ((rc == 0)) && drawn+=("$(label "$lib" "$table")=$(basename "$table")")
+      ((rc == 0)) && drawn+=("$(label "$lib" "$table")=$(basename "$table")") && ran+=("$lib")
     done
+    # Every library against the first NCCL run that succeeded.
+    base="" others=()
+    for lib in "${ran[@]}"; do
+      if [[ -z $base && $lib == nccl* ]]; then base=$lib; else others+=("$lib"); fi
+    done
+    if [[ -n $base && ${#others[@]} -gt 0 ]]; then
+      if python3 "$here/../scripts/net-compare.py" "$out" "$ranks" "$t" "$base" "${others[@]}" > "$out/compare-$ranks-$t.txt" 2>&1; then
+        sed -n '/^# time/,$p' "$out/compare-$ranks-$t.txt" | sed "s/^/$ranks $t: /" | tee -a "$out/summary.txt"
+      else
+        echo "compare-$ranks-$t.txt: net-compare.py failed (its message is in the file)" | tee -a "$out/summary.txt"
+      fi
+    fi
     # The picture, from inside $out so that its notes name the tables beside it.
     picture="net-$ranks-$t.svg"
     if [[ ! -x "$here/oxccl-plot" ]]; then

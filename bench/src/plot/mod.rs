@@ -140,10 +140,12 @@ pub fn compare(inputs: &[Input], options: &Options) -> Result<Chart> {
         }
         let skipped = table.rows.len() - points.len();
         let skipped = if skipped > 0 { format!(", {skipped} rows N/A") } else { String::new() };
-        notes.push(format!("{label}: {} {}, lines {}-{}{skipped}", table.origin, options.placement.name(), lines[0], lines[lines.len() - 1]));
+        let (points, cycles) = medians(points);
+        let cycles = if cycles > 1 { format!(", the median of {cycles} cycles per size") } else { String::new() };
+        notes.push(format!("{label}: {} {}, lines {}-{}{skipped}{cycles}", table.origin, options.placement.name(), lines[0], lines[lines.len() - 1]));
         series.push(Series { label: label.clone(), points });
         if let Some(name) = &table.baseline {
-            let points: Vec<Point> = table.rows.iter().filter_map(|r| r.baseline.map(|b| Point { bytes: r.bytes, time_us: b.time_us, busbw: b.busbw })).collect();
+            let (points, _) = medians(table.rows.iter().filter_map(|r| r.baseline.map(|b| Point { bytes: r.bytes, time_us: b.time_us, busbw: b.busbw })).collect());
             notes.push(format!("{name}, same run as {label}: {} baseline columns", table.origin));
             series.push(Series { label: format!("{name}, same run as {label}"), points });
         }
@@ -176,6 +178,34 @@ pub fn compare(inputs: &[Input], options: &Options) -> Result<Chart> {
 /// The distinct values, in first-seen order, joined by " / ".
 fn joined(values: impl Iterator<Item = String>) -> String {
     distinct(values).join(" / ")
+}
+
+/// One point per size, in the order sizes first appear: a size measured several times (the
+/// rows of nccl-tests' `-N` cycles, each its own pass over the sizes) gets the median of its
+/// times and of its bus bandwidths (of an even count, the mean of the middle two), so that
+/// one cycle's stall does not move the line. Also the most times a size was measured.
+fn medians(points: Vec<Point>) -> (Vec<Point>, usize) {
+    let mut sizes: Vec<(u64, Vec<f64>, Vec<f64>)> = Vec::new();
+    for p in points {
+        match sizes.iter_mut().find(|(bytes, _, _)| *bytes == p.bytes) {
+            Some((_, times, busbws)) => {
+                times.push(p.time_us);
+                busbws.push(p.busbw);
+            }
+            None => sizes.push((p.bytes, vec![p.time_us], vec![p.busbw])),
+        }
+    }
+    let cycles = sizes.iter().map(|(_, times, _)| times.len()).max().unwrap_or(0);
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let mid = v.len() / 2;
+        if v.len() % 2 == 0 {
+            (v[mid - 1] + v[mid]) / 2.0
+        } else {
+            v[mid]
+        }
+    };
+    (sizes.into_iter().map(|(bytes, times, busbws)| Point { bytes, time_us: median(times), busbw: median(busbws) }).collect(), cycles)
 }
 
 /// The values in first-seen order, each once.
@@ -222,6 +252,20 @@ mod tests {
         let titled = compare(&inputs[1..], &Options { title: Some("mine".into()), ..Options::default() }).unwrap();
         assert_eq!(titled.title, "mine");
         assert_eq!(titled.facts[..3], ["all_gather", "2 ranks", "1 GPU (NVIDIA H100 80GB HBM3) on h"]);
+    }
+
+    /// nccl-tests `-N 3`: each size three times, one cycle after another; a cycle's stall
+    /// (90 µs) does not move the median.
+    #[test]
+    fn sizes_measured_in_several_cycles_are_drawn_at_their_median() {
+        let rows = [(8, 20.0, 0.0, Some(0)), (1024, 30.0, 0.5, Some(0)), (8, 90.0, 0.0, Some(0)), (1024, 31.0, 0.4, Some(0)), (8, 21.0, 0.0, Some(0)), (1024, 29.0, 0.6, Some(0))];
+        let chart = compare(&[Input { label: "oxccl".into(), table: table("n3.txt", &rows, true) }], &Options::default()).unwrap();
+        assert_eq!(chart.series[0].points, [Point { bytes: 8, time_us: 21.0, busbw: 0.0 }, Point { bytes: 1024, time_us: 30.0, busbw: 0.5 }]);
+        // The baseline's columns too (times doubled, busbw halved plus the row's index).
+        assert_eq!(chart.series[1].points, [Point { bytes: 8, time_us: 42.0, busbw: 2.0 }, Point { bytes: 1024, time_us: 60.0, busbw: 3.2 }]);
+        assert_eq!(chart.notes[1], "oxccl: n3.txt out-of-place, lines 6-11, the median of 3 cycles per size");
+        let (even, cycles) = medians(vec![Point { bytes: 8, time_us: 1.0, busbw: 4.0 }, Point { bytes: 8, time_us: 3.0, busbw: 2.0 }]);
+        assert_eq!((even, cycles), (vec![Point { bytes: 8, time_us: 2.0, busbw: 3.0 }], 2));
     }
 
     #[test]
