@@ -10,7 +10,10 @@ receive step's "moved" stamp); then p's kernel ending and its next launch starti
 Kernel stamps are %globaltimer and proxy spans the host's clock: the two differ by an
 offset (about a millisecond was seen), so only "both notices" (the proxy's notice of the
 kernel's post plus the kernel's notice of the proxy's receive, one message) is an
-absolute duration; the single notices print with the offset in them. The proxy's times
+absolute duration; the single notices print with the offset in them. "Both notices" is then
+split by whether the peer kernel's receive step was polling when the data landed (its move
+took longer than its rank's shortest by more than ARRIVED_NS) or found the data there (a
+kernel that came late: its share is that wait, not a notice's). The proxy's times
 are microseconds since the epoch as doubles, so they are good to about 0.25 µs. Assumes launch k's
 message is message k of its link (one message a link a launch, as small calls have).
 Usage: kernel-hops.py KERNEL_RANK0.txt KERNEL_RANK1.txt PROXY_RANK0.json PROXY_RANK1.json"""
@@ -52,6 +55,11 @@ def kernel_launches(path):
     return launches
 
 
+# How much longer than its rank's shortest a receive step's move may take and still count as
+# having found its data there (the shortest is a read of the lines across PCIe).
+ARRIVED_NS = 500
+
+
 def proxy_spans(path):
     """{(link name, span name): {message number: (begin ns, end ns)}}."""
     with open(path) as f:
@@ -78,7 +86,24 @@ def main(argv):
         return 2
     kernels = [kernel_launches(argv[0]), kernel_launches(argv[1])]
     proxies = [proxy_spans(argv[2]), proxy_spans(argv[3])]
-    hops = {k: [] for k in ("kernel start -> send published", "published -> proxy saw it (+offset)", "proxy saw it -> Net send done", "Net send done -> peer's receive done", "peer's receive done -> peer kernel has it (-offset)", "both notices (no offset)", "kernel end -> next launch start")}
+    hops = {
+        k: []
+        for k in (
+            "kernel start -> send published",
+            "published -> proxy saw it (+offset)",
+            "proxy saw it -> Net send done",
+            "Net send done -> peer's receive done",
+            "peer's receive done -> peer kernel has it (-offset)",
+            "both notices (no offset)",
+            "  of which the peer kernel was waiting",
+            "  of which the data was there first",
+            "kernel end -> next launch start",
+        )
+    }
+    # A receive step whose move took its rank's shortest time (within ARRIVED_NS) found its
+    # lines there when it looked: its "notice" holds the time its kernel came late, not a
+    # notice's. One that took longer was polling when the data landed.
+    shortest = [min((l["recv"][1][2] - l["recv"][1][1] for l in ks.values() if l.get("recv")), default=0) for ks in kernels]
     for r in (0, 1):
         p = 1 - r
         waits = proxies[r].get((f"send to rank {p} channel 0", "wait for data"), {})
@@ -102,7 +127,10 @@ def main(argv):
                 has_it = peer["t0"] + peer["recv"][1][2]
                 hops["peer's receive done -> peer kernel has it (-offset)"].append(has_it - receives[k][1])
                 if k in waits:
-                    hops["both notices (no offset)"].append(waits[k][1] - published + has_it - receives[k][1])
+                    both = waits[k][1] - published + has_it - receives[k][1]
+                    hops["both notices (no offset)"].append(both)
+                    waited = peer["recv"][1][2] - peer["recv"][1][1] > shortest[p] + ARRIVED_NS
+                    hops["  of which the peer kernel was waiting" if waited else "  of which the data was there first"].append(both)
     print(f"{'hop (us)':44s} {'n':>4s}")
     for name, values in hops.items():
         print(summary(name, values))
