@@ -31,7 +31,7 @@
 # (default 1: ranks per posed host, consecutive ranks together; with as many GPUs as ranks
 # per host, a host's ranks reach each other over NVLink and the others over the network).
 # Where NET_LIBS holds an NCCL run (nccl, nccl-best, nccl-env-<name>), the first that
-# succeeded is the base of compare-<tag>-<test>.txt (scripts/net-compare.py): every
+# succeeded is the base of compare-<tag>-<test>.txt (`oxccl-plot --compare-to`): every
 # library's median time per size, and its time over the base's, geometric mean at 8-128 B,
 # 512 B-32 KiB and from 1 MiB (also in summary.txt).
 # NVLink multicast stays off; GPU clocks and modes are never touched.
@@ -117,7 +117,7 @@ for n in ${NET_RANKS:-2 4}; do
   # Tables net-<n>r-..., or net-<n>r<per>h-... with several ranks to a posed host.
   if ((per_host > 1)); then ranks="${n}r${per_host}h" hosts="$((n / per_host)) hosts"; else ranks="${n}r" hosts="hosts"; fi
   for t in ${NET_TESTS:-all_reduce all_gather reduce_scatter broadcast alltoall sendrecv}; do
-    drawn=() ran=()
+    drawn=() base=""
     for lib in ${NET_LIBS:-oxccl nccl nccl-best}; do
       env=(-x NCCL_NVLS_ENABLE -x XDG_CACHE_HOME -x NCCL_SOCKET_IFNAME=lo -x NET_GPUS="$gpus" -x NET_PER_HOST="$per_host")
       case $lib in
@@ -154,22 +154,15 @@ for n in ${NET_RANKS:-2 4}; do
         python3 "$here/../scripts/proxy-trace-summary.py" "$traces"/*.json > "$out/trace-net-$ranks-$t-$lib.txt" 2>&1 || echo "trace-net-$ranks-$t-$lib.txt: the summary failed" | tee -a "$out/summary.txt"
       fi
       ((rc == 0)) || status=1
-      ((rc == 0)) && drawn+=("$(label "$lib" "$table")=$(basename "$table")") && ran+=("$lib")
-    done
-    # Every library against the first NCCL run that succeeded.
-    base="" others=()
-    for lib in "${ran[@]}"; do
-      if [[ -z $base && $lib == nccl* ]]; then base=$lib; else others+=("$lib"); fi
-    done
-    if [[ -n $base && ${#others[@]} -gt 0 ]]; then
-      if python3 "$here/../scripts/net-compare.py" "$out" "$ranks" "$t" "$base" "${others[@]}" > "$out/compare-$ranks-$t.txt" 2>&1; then
-        sed -n '/^# time/,$p' "$out/compare-$ranks-$t.txt" | sed "s/^/$ranks $t: /" | tee -a "$out/summary.txt"
-      else
-        echo "compare-$ranks-$t.txt: net-compare.py failed (its message is in the file)" | tee -a "$out/summary.txt"
+      if ((rc == 0)); then
+        drawn+=("$(label "$lib" "$table")=$(basename "$table")")
+        # The first NCCL run that succeeded: the others' base.
+        [[ -z $base && $lib == nccl* ]] && base=$(label "$lib" "$table")
       fi
-    fi
-    # The picture, from inside $out so that its notes name the tables beside it.
-    picture="net-$ranks-$t.svg"
+    done
+    # The picture and the comparison, from inside $out so that their notes name the tables
+    # beside them.
+    picture="net-$ranks-$t.svg" compare="compare-$ranks-$t.txt"
     if [[ ! -x "$here/oxccl-plot" ]]; then
       echo "$picture: not drawn, no $here/oxccl-plot (scripts/gpu-build.sh builds it)" | tee -a "$out/summary.txt"
     elif ((${#drawn[@]} > 0)); then
@@ -178,6 +171,13 @@ for n in ${NET_RANKS:-2 4}; do
       else
         echo "$picture: oxccl-plot failed (its message is above)" | tee -a "$out/summary.txt"
         status=1
+      fi
+      if [[ -n $base ]] && ((${#drawn[@]} > 1)); then
+        if (cd "$out" && "$here/oxccl-plot" --compare-to "$base" "${drawn[@]}") > "$out/$compare" 2>>"$out/summary.txt"; then
+          sed -n '/^# time over/,$p' "$out/$compare" | sed "s/^/$ranks $t: /" | tee -a "$out/summary.txt"
+        else
+          echo "$compare: oxccl-plot failed (its message is above)" | tee -a "$out/summary.txt"
+        fi
       fi
     fi
   done

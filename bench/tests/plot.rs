@@ -165,3 +165,40 @@ fn tempdir(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// An nccl-tests table of `cycles` passes (`-N`), each row `(bytes, out-of-place µs,
+/// in-place µs)`, with 0 wrong elements.
+fn cycles_table(cycles: &[&[(u64, f64, f64)]]) -> String {
+    let mut text = String::from("# nccl-tests version 2.19.6\n#  size  count  type  redop  root  time  algbw  busbw  #wrong  time  algbw  busbw  #wrong\n");
+    for cycle in cycles {
+        for (bytes, out, inp) in *cycle {
+            text += &format!("  {bytes}  {}  float  none  -1  {out}  0.00  0.00  0  {inp}  0.00  0.00  0\n", bytes / 4);
+        }
+    }
+    text + "# Avg bus bandwidth    : 0.0\n"
+}
+
+/// `--compare-to`, as gpu-net-bench.sh runs it after each test: per size the median time
+/// over nccl-tests' `-N` cycles, and each table's time over the named one's.
+#[test]
+fn tables_are_compared_at_their_median_over_cycles() {
+    let dir = tempdir("compare");
+    // NCCL: 20 µs at 32 B and 40 at 1 MiB; oxccl half of that, but its second cycle stalls.
+    let nccl: &[(u64, f64, f64)] = &[(32, 20.0, 20.0), (1 << 20, 40.0, 40.0)];
+    let stalled: &[(u64, f64, f64)] = &[(32, 90.0, 95.0), (1 << 20, 400.0, 20.0)];
+    let fast: &[(u64, f64, f64)] = &[(32, 10.0, 10.0), (1 << 20, 20.0, 20.0)];
+    let (nccl_file, oxccl_file) = (dir.join("nccl.txt"), dir.join("oxccl.txt"));
+    std::fs::write(&nccl_file, cycles_table(&[nccl, nccl, nccl])).unwrap();
+    std::fs::write(&oxccl_file, cycles_table(&[fast, stalled, fast])).unwrap();
+    let (nccl_arg, oxccl_arg) = (format!("nccl={}", nccl_file.display()), format!("oxccl={}", oxccl_file.display()));
+    let out = plot(&["--compare-to", "nccl", &oxccl_arg, &nccl_arg]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(text.contains("the median of 3 cycle(s) per size"), "{text}");
+    assert!(text.contains("        32     10.00/10.00         20.00/20.00"), "{text}");
+    assert!(text.contains("oxccl: 8-128 B: x0.500 (2), 512 B-32 KiB: no sizes, from 1 MiB: x0.500 (2)"), "{text}");
+    // A label no table has is named, with the labels there are.
+    let out = plot(&["--compare-to", "mpi", &oxccl_arg, &nccl_arg]);
+    assert!(!out.status.success() && stderr(&out).contains("no table labelled 'mpi' to compare with (the labels: oxccl, nccl)"), "{}", stderr(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -5,7 +5,12 @@
 //! oxccl-plot --out all_reduce.svg oxccl=ar-oxccl.txt nccl=ar-nccl.txt "NCCL best=ar-nccl-best.txt"
 //! oxccl-plot --title "all_reduce, 2 ranks as hosts" --out ar.svg --in-place oxccl=ar-oxccl.txt
 //! oxccl-plot --out perf.svg perf-all_reduce.txt      # oxccl-perf's table: oxccl and its baseline
+//! oxccl-plot --compare-to nccl oxccl=ar-oxccl.txt nccl=ar-nccl.txt   # text: times and ratios
 //! ```
+//!
+//! A size measured several times (nccl-tests `-N` cycles) is drawn, and compared, at its
+//! median. `--compare-to LABEL` prints, instead of a picture, each size's time per table
+//! and every other table's time over LABEL's (`plot::ratios`).
 //!
 //! Each table is `LABEL=FILE` (the legend says LABEL; the file follows the last `=`) or a bare `FILE` (the legend says the
 //! file's name without its extension); `-` reads standard input. A table of oxccl-perf
@@ -25,8 +30,12 @@ use oxccl_bench::Error;
 #[command(name = "oxccl-plot", about = "Draws nccl-tests-style tables as one SVG: busbw and time per call against size, one line per table")]
 struct Args {
     /// Where to write the SVG (`-`: standard output).
-    #[arg(short, long)]
-    out: PathBuf,
+    #[arg(short, long, required_unless_present = "compare_to")]
+    out: Option<PathBuf>,
+    /// Print the times per size and each table's time over this label's table, as text on
+    /// standard output, instead of drawing.
+    #[arg(long, value_name = "LABEL", conflicts_with_all = ["out", "title", "in_place"])]
+    compare_to: Option<String>,
     /// The picture's title (default: the collective, ranks and machine the tables name).
     #[arg(short, long)]
     title: Option<String>,
@@ -53,13 +62,18 @@ fn main() -> ExitCode {
 
 fn run(args: Args) -> Result<(), Error> {
     let inputs = args.tables.iter().map(|table| read(table)).collect::<Result<Vec<_>, _>>()?;
+    if let Some(base) = &args.compare_to {
+        print!("{}", plot::ratios(&inputs, base, args.allow_wrong)?);
+        return Ok(());
+    }
     let options = Options { title: args.title, placement: if args.in_place { Placement::InPlace } else { Placement::OutOfPlace }, allow_wrong: args.allow_wrong };
     let svg = plot::compare(&inputs, &options)?.to_svg()?;
-    if args.out == Path::new("-") {
+    let out = args.out.expect("clap requires --out without --compare-to");
+    if out == Path::new("-") {
         print!("{svg}");
         return Ok(());
     }
-    std::fs::write(&args.out, svg).map_err(|source| Error::Io { path: args.out.display().to_string(), source })
+    std::fs::write(&out, svg).map_err(|source| Error::Io { path: out.display().to_string(), source })
 }
 
 /// One `LABEL=FILE` or `FILE` argument, read and parsed. The file is what follows the last

@@ -121,20 +121,7 @@ pub fn compare(inputs: &[Input], options: &Options) -> Result<Chart> {
     let mut series = Vec::new();
     let mut notes = Vec::new();
     for Input { label, table } in inputs {
-        let mut points = Vec::new();
-        let mut lines = Vec::new();
-        for row in &table.rows {
-            let Some(measured) = options.placement.of(row) else { continue };
-            if let (Some(wrong @ 1..), false) = (measured.wrong, options.allow_wrong) {
-                return Err(Error::Line {
-                    origin: table.origin.clone(),
-                    line: row.line,
-                    what: format!("{wrong} wrong elements {} at {} bytes: a picture of wrong results would mislead (oxccl-plot --allow-wrong draws it anyway)", options.placement.name(), row.bytes),
-                });
-            }
-            points.push(Point { bytes: row.bytes, time_us: measured.time_us, busbw: measured.busbw });
-            lines.push(row.line);
-        }
+        let (points, lines) = measured(table, options.placement, options.allow_wrong)?;
         if points.is_empty() {
             return Err(Error::File { origin: table.origin.clone(), what: format!("no {} columns to draw (every row says N/A)", options.placement.name()) });
         }
@@ -178,6 +165,98 @@ pub fn compare(inputs: &[Input], options: &Options) -> Result<Chart> {
 /// The distinct values, in first-seen order, joined by " / ".
 fn joined(values: impl Iterator<Item = String>) -> String {
     distinct(values).join(" / ")
+}
+
+/// `table`'s rows in `placement`'s columns as points, with their lines (rows saying N/A
+/// left out). An error for a row with wrong elements unless `allow_wrong`.
+fn measured(table: &Table, placement: Placement, allow_wrong: bool) -> Result<(Vec<Point>, Vec<usize>)> {
+    let (mut points, mut lines) = (Vec::new(), Vec::new());
+    for row in &table.rows {
+        let Some(measured) = placement.of(row) else { continue };
+        if let (Some(wrong @ 1..), false) = (measured.wrong, allow_wrong) {
+            return Err(Error::Line {
+                origin: table.origin.clone(),
+                line: row.line,
+                what: format!("{wrong} wrong elements {} at {} bytes: a picture of wrong results would mislead (oxccl-plot --allow-wrong draws it anyway)", placement.name(), row.bytes),
+            });
+        }
+        points.push(Point { bytes: row.bytes, time_us: measured.time_us, busbw: measured.busbw });
+        lines.push(row.line);
+    }
+    Ok((points, lines))
+}
+
+/// The size ranges [`ratios`] sums up, by name: the smallest calls (NCCL's LL and its
+/// sockets' one-write messages), the rest of the latency range, and bandwidth.
+pub const RATIO_RANGES: [(&str, u64, u64); 3] = [("8-128 B", 1, 128), ("512 B-32 KiB", 512, 32 << 10), ("from 1 MiB", 1 << 20, u64::MAX)];
+
+/// `inputs` against the one labelled `base`, as text: each size's median time over its
+/// cycles (nccl-tests `-N`), out-of-place / in-place, one column per input; then, for each
+/// other input, the geometric mean over both placements of its time over the base's in
+/// each of [`RATIO_RANGES`] (below 1: faster than the base), with the number of cells.
+///
+/// Errors: no input labelled `base`; a table with no rows in either placement; a row with
+/// wrong elements (unless `allow_wrong`).
+pub fn ratios(inputs: &[Input], base: &str, allow_wrong: bool) -> Result<String> {
+    use std::fmt::Write as _;
+    let Some(base_at) = inputs.iter().position(|i| i.label == base) else {
+        let labels: Vec<&str> = inputs.iter().map(|i| i.label.as_str()).collect();
+        return Err(Error::Chart { what: format!("no table labelled '{base}' to compare with (the labels: {})", labels.join(", ")) });
+    };
+    // Per input: (size, out-of-place µs, in-place µs), and the most cycles of a size.
+    let mut times: Vec<(Vec<(u64, f64, Option<f64>)>, usize)> = Vec::new();
+    for Input { table, .. } in inputs {
+        let (out, _) = measured(table, Placement::OutOfPlace, allow_wrong)?;
+        let (inp, _) = measured(table, Placement::InPlace, allow_wrong)?;
+        if out.is_empty() {
+            return Err(Error::File { origin: table.origin.clone(), what: "no rows to compare".into() });
+        }
+        let ((out, cycles), (inp, _)) = (medians(out), medians(inp));
+        times.push((out.iter().map(|p| (p.bytes, p.time_us, inp.iter().find(|q| q.bytes == p.bytes).map(|q| q.time_us))).collect(), cycles));
+    }
+    let cycles = times.iter().map(|(_, c)| *c).max().unwrap_or(1);
+    let mut text = format!("# time per call (us), out-of-place / in-place, the median of {cycles} cycle(s) per size\n");
+    let _ = writeln!(text, "{:>10} {}", "bytes", inputs.iter().map(|i| format!("{:>19}", tail(&i.label, 19))).collect::<Vec<_>>().join(" "));
+    for &(bytes, ..) in &times[base_at].0 {
+        let cells: Vec<String> = times
+            .iter()
+            .map(|(sizes, _)| match sizes.iter().find(|s| s.0 == bytes) {
+                Some(&(_, out, inp)) => format!("{out:9.2}/{}", inp.map_or(format!("{:>9}", "N/A"), |t| format!("{t:<9.2}"))),
+                None => " ".repeat(19),
+            })
+            .collect();
+        let _ = writeln!(text, "{bytes:>10} {}", cells.join(" "));
+    }
+    let _ = writeln!(text, "# time over {base}'s, geometric mean over both placements (cells)");
+    for (at, input) in inputs.iter().enumerate().filter(|&(at, _)| at != base_at) {
+        let parts: Vec<String> = RATIO_RANGES
+            .iter()
+            .map(|&(name, low, high)| {
+                let logs: Vec<f64> = times[at]
+                    .0
+                    .iter()
+                    .filter(|s| (low..=high).contains(&s.0))
+                    .filter_map(|&(bytes, out, inp)| times[base_at].0.iter().find(|b| b.0 == bytes).map(|&(_, b_out, b_in)| [(Some(out), Some(b_out)), (inp, b_in)]))
+                    .flatten()
+                    .filter_map(|(t, b)| Some((t?, b?)))
+                    .filter(|&(t, b)| t > 0.0 && b > 0.0)
+                    .map(|(t, b)| (t / b).ln())
+                    .collect();
+                match logs.len() {
+                    0 => format!("{name}: no sizes"),
+                    n => format!("{name}: x{:.3} ({n})", (logs.iter().sum::<f64>() / n as f64).exp()),
+                }
+            })
+            .collect();
+        let _ = writeln!(text, "{}: {}", input.label, parts.join(", "));
+    }
+    Ok(text)
+}
+
+/// The last `width` characters of `label` (a column's heading).
+fn tail(label: &str, width: usize) -> String {
+    let chars: Vec<char> = label.chars().collect();
+    chars[chars.len().saturating_sub(width)..].iter().collect()
 }
 
 /// One point per size, in the order sizes first appear: a size measured several times (the

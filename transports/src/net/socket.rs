@@ -140,8 +140,6 @@ pub struct Stats {
     /// Reads of a receiver-driven comm's control socket for notices (system calls), made
     /// by `isend` when neither a notice already read nor room ahead lets a message go.
     pub notice_reads: AtomicU64,
-    /// Reads of receive comms' control sockets (system calls, "would block" included).
-    pub control_reads: AtomicU64,
 }
 
 /// A copy of [`Stats`] at one moment.
@@ -161,7 +159,6 @@ pub struct StatsSnapshot {
     pub early_messages: u64,
     pub early_bytes: u64,
     pub notice_reads: u64,
-    pub control_reads: u64,
 }
 
 impl Stats {
@@ -182,7 +179,6 @@ impl Stats {
             early_messages: load(&self.early_messages),
             early_bytes: load(&self.early_bytes),
             notice_reads: load(&self.notice_reads),
-            control_reads: load(&self.control_reads),
         }
     }
 }

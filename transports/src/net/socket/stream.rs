@@ -111,6 +111,10 @@ pub(super) struct RecvState {
     /// more then, so the call does not read again just to hear "would block" (a receive
     /// completes while another is posted behind it, as a proxy posts them).
     drained: bool,
+    /// Reads of the control socket so far ("would block" included): the comm's own count,
+    /// not the net's shared [`Stats`], whose atomics every poll of every proxy thread would
+    /// otherwise hit.
+    pub(super) control_reads: u64,
     /// Sizes of requests whose headers all arrived that `test` has not collected yet.
     completed: HashMap<u64, Vec<usize>>,
     data: Option<DataPath>,
@@ -365,6 +369,7 @@ impl RecvState {
             stage: vec![0; STAGE_BYTES].into_boxed_slice(),
             staged: (0, 0),
             drained: false,
+            control_reads: 0,
             completed: HashMap::new(),
             data,
             failed: None,
@@ -595,7 +600,7 @@ impl RecvState {
                 return Ok(None);
             }
             let mut into = [IoSliceMut::new(&mut target[body.read..body.len]), IoSliceMut::new(&mut self.stage)];
-            self.stats.control_reads.fetch_add(1, Ordering::Relaxed);
+            self.control_reads += 1;
             match (&self.socket).read_vectored(&mut into) {
                 Ok(0) => return fail(&mut self.failed, "the sender closed the control connection".into()),
                 Ok(n) => {
@@ -630,7 +635,7 @@ impl RecvState {
             return Ok(false);
         }
         loop {
-            self.stats.control_reads.fetch_add(1, Ordering::Relaxed);
+            self.control_reads += 1;
             match (&self.socket).read(&mut self.stage) {
                 Ok(0) => return fail(&mut self.failed, "the sender closed the control connection".into()),
                 Ok(n) => {
