@@ -8,13 +8,19 @@ publishing it (the send step's last stamp) through r's proxy seeing it (the end 
 "wait for data"), the Net's send, p's proxy's receive ending, to p's kernel having it (the
 receive step's "moved" stamp); then p's kernel ending and its next launch starting.
 Kernel stamps are %globaltimer and proxy spans the host's clock: the two differ by an
-offset (about a millisecond was seen), so only "both notices" (the proxy's notice of the
-kernel's post plus the kernel's notice of the proxy's receive, one message) is an
-absolute duration; the single notices print with the offset in them. "Both notices" is then
+offset (about a millisecond was seen). A timeline whose launches carry a clock line (lane 0
+read the host's clock between two stamps after its end) pins it: the offset of each launch
+is the host's reading minus the middle of the two stamps, good to within half their
+difference (one read across PCIe). Then the two notices are printed apart, and the host's
+issuing of a launch (its "announced" span's start on the send link) to the kernel's start.
+Without clock lines only "both notices" (the proxy's notice of the kernel's post plus the
+kernel's notice of the proxy's receive, one message) is an absolute duration; the single
+notices print with the offset in them. "Both notices" is then
 split by whether the peer kernel's receive step was polling when the data landed (its move
 took longer than its rank's shortest by more than ARRIVED_NS) or found the data there (a
-kernel that came late: its share is that wait, not a notice's). The proxy's times
-are microseconds since the epoch as doubles, so they are good to about 0.25 µs. Assumes launch k's
+kernel that came late: its share is that wait, not a notice's). The proxy's times are its
+spans' integer ns (`begin_ns`, `end_ns`), or where a trace lacks them microseconds since
+the epoch as doubles, good to about 0.25 µs. Assumes launch k's
 message is message k of its link (one message a link a launch, as small calls have).
 Usage: kernel-hops.py KERNEL_RANK0.txt KERNEL_RANK1.txt PROXY_RANK0.json PROXY_RANK1.json"""
 
@@ -33,6 +39,12 @@ def kernel_launches(path):
             if m:
                 current = {"t0": int(m.group(2)), "steps": []}
                 launches[int(m.group(1))] = current
+                continue
+            m = re.match(r"  clock: host (\d+) ns read between \+(\d+) and \+(\d+)", line)
+            if m and current is not None:
+                host, g0, g1 = (int(x) for x in m.groups())
+                current["offset"] = host - (current["t0"] + (g0 + g1) // 2)
+                current["clock read"] = g1 - g0
                 continue
             m = re.match(r"  lane (\d+): \d+ step\(s\), start \S+, end \+?(\S+)", line)
             if m and current is not None:
@@ -67,8 +79,10 @@ def proxy_spans(path):
     names = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
     spans = {}
     for e in trace["traceEvents"]:
-        if e["ph"] == "X" and "number" in e.get("args", {}):
-            spans.setdefault((names.get(e["tid"]), e["name"]), {})[e["args"]["number"]] = (e["ts"] * 1000, (e["ts"] + e["dur"]) * 1000)
+        args = e.get("args", {})
+        if e["ph"] == "X" and "number" in args:
+            span = (args["begin_ns"], args["end_ns"]) if "end_ns" in args else (e["ts"] * 1000, (e["ts"] + e["dur"]) * 1000)
+            spans.setdefault((names.get(e["tid"]), e["name"]), {})[args["number"]] = span
     return spans
 
 
@@ -89,17 +103,36 @@ def main(argv):
     hops = {
         k: []
         for k in (
+            "launch issued -> kernel start",
             "kernel start -> send published",
-            "published -> proxy saw it (+offset)",
+            "published -> proxy saw it",
             "proxy saw it -> Net send done",
             "Net send done -> peer's receive done",
-            "peer's receive done -> peer kernel has it (-offset)",
-            "both notices (no offset)",
+            "peer's receive done -> peer kernel has it",
             "  of which the peer kernel was waiting",
             "  of which the data was there first",
+            "both notices (no offset)",
+            "  both, the peer kernel waiting",
+            "  both, the data there first",
             "kernel end -> next launch start",
+            "clock read across PCIe (offset's bound x2)",
         )
     }
+    # Each launch's offset (host clock minus kernel clock), or where a launch has none its
+    # rank's median; none at all: the single notices print with the offset in them.
+    offsets = []
+    for ks in kernels:
+        known = [l["offset"] for l in ks.values() if "offset" in l]
+        offsets.append(statistics.median_low(known) if known else None)
+        hops["clock read across PCIe (offset's bound x2)"] += [l["clock read"] for l in ks.values() if "clock read" in l]
+    pinned = all(o is not None for o in offsets)
+    if not pinned:
+        for name in list(hops):
+            if name.startswith(("launch issued", "published ->", "peer's receive done")) or name in ("  of which the peer kernel was waiting", "  of which the data was there first"):
+                del hops[name]
+        hops["published -> proxy saw it (+offset)"] = []
+        hops["peer's receive done -> peer kernel has it (-offset)"] = []
+    offset = lambda r, launch: launch.get("offset", offsets[r]) if pinned else 0
     # A receive step whose move took its rank's shortest time (within ARRIVED_NS) found its
     # lines there when it looked: its "notice" holds the time its kernel came late, not a
     # notice's. One that took longer was polling when the data landed.
@@ -108,29 +141,36 @@ def main(argv):
         p = 1 - r
         waits = proxies[r].get((f"send to rank {p} channel 0", "wait for data"), {})
         sends = proxies[r].get((f"send to rank {p} channel 0", "send"), {})
+        issued = proxies[r].get((f"send to rank {p} channel 0", "announced"), {})
         receives = proxies[p].get((f"receive from rank {r} channel 0", "receive"), {})
         for k, launch in sorted(kernels[r].items()):
             if launch.get("send") is None or launch["send"][0] != p:
                 continue
-            published = launch["t0"] + launch["send"][1][3]
+            published = launch["t0"] + launch["send"][1][3] + offset(r, launch)
             hops["kernel start -> send published"].append(launch["send"][1][3])
+            if pinned and k in issued:
+                hops["launch issued -> kernel start"].append(launch["t0"] + offset(r, launch) - issued[k][0])
             if k + 1 in kernels[r] and "end" in launch:
                 hops["kernel end -> next launch start"].append(kernels[r][k + 1]["t0"] - launch["t0"] - launch["end"])
             if k in waits:
-                hops["published -> proxy saw it (+offset)"].append(waits[k][1] - published)
+                hops["published -> proxy saw it" + ("" if pinned else " (+offset)")].append(waits[k][1] - published)
             if k in waits and k in sends:
                 hops["proxy saw it -> Net send done"].append(sends[k][1] - waits[k][1])
             if k in sends and k in receives:
                 hops["Net send done -> peer's receive done"].append(receives[k][1] - sends[k][1])
             peer = kernels[p].get(k)
             if k in receives and peer and peer.get("recv") and peer["recv"][0] == r:
-                has_it = peer["t0"] + peer["recv"][1][2]
-                hops["peer's receive done -> peer kernel has it (-offset)"].append(has_it - receives[k][1])
+                has_it = peer["t0"] + peer["recv"][1][2] + offset(p, peer)
+                waited = peer["recv"][1][2] - peer["recv"][1][1] > shortest[p] + ARRIVED_NS
+                hops["peer's receive done -> peer kernel has it" + ("" if pinned else " (-offset)")].append(has_it - receives[k][1])
+                if pinned:
+                    hops["  of which the peer kernel was waiting" if waited else "  of which the data was there first"].append(has_it - receives[k][1])
                 if k in waits:
                     both = waits[k][1] - published + has_it - receives[k][1]
                     hops["both notices (no offset)"].append(both)
-                    waited = peer["recv"][1][2] - peer["recv"][1][1] > shortest[p] + ARRIVED_NS
-                    hops["  of which the peer kernel was waiting" if waited else "  of which the data was there first"].append(both)
+                    hops["  both, the peer kernel waiting" if waited else "  both, the data there first"].append(both)
+    if pinned:
+        print("host clock - kernel clock (ms): " + ", ".join(f"rank {r} {o / 1e6:.6f}" for r, o in enumerate(offsets)))
     print(f"{'hop (us)':44s} {'n':>4s}")
     for name, values in hops.items():
         print(summary(name, values))

@@ -596,7 +596,18 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
       if (step_stamps) step_stamps[3] = ox_now();
     }
   }
-  if (stamps) stamps[1] = ox_now();
+  if (stamps) {
+    stamps[1] = ox_now();
+    // Lane 0 pins the timeline to the host's clock: the host word read between two
+    // readings of the timer. Storing what the load returned waits for it, and the second
+    // reading issues after that store.
+    if (lane == 0 && a.clock) {
+      unsigned long long* const clock = a.stamps + OX_TRACE_CLOCK;
+      clock[0] = ox_now();
+      *(volatile unsigned long long*)(clock + 1) = *a.clock;
+      clock[2] = ox_now();
+    }
+  }
 }
 
 // What a direct launch's mode asks of this rank, for ox_direct and ox_direct_ll128 alike:

@@ -268,6 +268,10 @@ pub struct DevArgs {
     pub ll: u32,
     /// The launch's timeline record ([`timeline`]) in mapped host memory, or 0: none kept.
     pub stamps: u64,
+    /// With `stamps`: a mapped host word that a host thread keeps at the host's clock (ns),
+    /// which lane 0 reads once at its end to pin the timeline's clock to the host's
+    /// ([`timeline::CLOCK`]); 0: not read.
+    pub clock: u64,
 }
 
 /// The executor kernel's timeline (`OXCCL_KERNEL_TRACE`): thread 0 of each of the first
@@ -275,15 +279,21 @@ pub struct DevArgs {
 /// start and end, then per step (the first [`timeline::STEPS`]) when it started, when its
 /// waits were over (the incoming slot full, the outgoing one free), when the data had
 /// moved (every thread past it) and when it was published (counters written). A lane's
-/// words: [start, end, then STAMPS per step]; the record holds LANES lanes.
+/// words: [start, end, then STAMPS per step]; the record holds LANES lanes, then
+/// [`timeline::CLOCK_WORDS`] words at [`timeline::CLOCK`] where thread 0 of lane 0, after its
+/// end, writes `%globaltimer`, the host clock word ([`DevArgs::clock`]) as it read it, and
+/// `%globaltimer` once that read came back: the host's clock was read between the two.
 pub mod timeline {
     pub const LANES: usize = 2;
     pub const STEPS: usize = 64;
     pub const STAMPS: usize = 4;
     /// u64 words of one lane.
     pub const LANE_WORDS: usize = 2 + STEPS * STAMPS;
+    /// Where a record's clock reading starts, and its words.
+    pub const CLOCK: usize = LANES * LANE_WORDS;
+    pub const CLOCK_WORDS: usize = 3;
     /// u64 words of one launch's record.
-    pub const RECORD_WORDS: usize = LANES * LANE_WORDS;
+    pub const RECORD_WORDS: usize = CLOCK + CLOCK_WORDS;
 }
 
 /// Arguments of the direct kernel (C: `OxDirect`), passed by value: a small collective in
@@ -469,6 +479,7 @@ fn structs() -> Vec<(&'static str, usize, Vec<Field>)> {
                 "unsigned int" scaled: u32,
                 "unsigned int" ll: u32,
                 "unsigned long long*" stamps: u64,
+                "const volatile unsigned long long*" clock: u64,
             }),
         ),
         (
@@ -538,7 +549,7 @@ pub fn header() -> String {
     let _ = writeln!(h, "#define OX_NO_CONN ({NO_CONN})");
     let _ = writeln!(h, "#define OX_RECV_BUFFER 0x{RECV_BUFFER:x}ull");
     // Name, value, C suffix: the bit masks and sizes unsigned, the status codes int.
-    let defines: [(&str, i64, &str); 17] = [
+    let defines: [(&str, i64, &str); 18] = [
         ("OX_CONN_HOST", conn::HOST.into(), "u"),
         ("OX_CONN_PEER_LL", conn::PEER_LL.into(), "u"),
         ("OX_LAUNCH_NET_LL", launch::NET_LL.into(), "u"),
@@ -547,6 +558,7 @@ pub fn header() -> String {
         ("OX_TRACE_STEPS", timeline::STEPS as i64, "u"),
         ("OX_TRACE_STAMPS", timeline::STAMPS as i64, "u"),
         ("OX_TRACE_LANE_WORDS", timeline::LANE_WORDS as i64, "u"),
+        ("OX_TRACE_CLOCK", timeline::CLOCK as i64, "u"),
         ("OX_ABORTED", status::ABORTED.into(), ""),
         ("OX_TIMED_OUT", status::TIMED_OUT.into(), ""),
         ("OX_PEER_LEFT", status::PEER_LEFT.into(), ""),

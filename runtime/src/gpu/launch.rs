@@ -45,6 +45,7 @@ impl Inner {
                 (true, false) => launch_bits::PEER_LL,
             },
             stamps: self.timeline.as_ref().map_or(0, |timeline| timeline.record(what(), lane_steps, labels)),
+            clock: self.timeline.as_ref().map_or(0, |timeline| timeline.clock()),
         };
         // SAFETY: the executor kernel takes one OxArgs; the plan's memory lives in the arena
         // until the launch has run, the buffers and stream are the caller's contract.

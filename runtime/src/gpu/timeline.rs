@@ -9,14 +9,24 @@
 //! publish. A launch still running when its record is reused (more than [`LAUNCHES`] in
 //! flight) can leave a mix of two launches' stamps; stamps of moments never reached are 0
 //! and print as `-`.
+//!
+//! To line the kernel's clock up with the proxy's timeline (`proxy::trace`, the host's clock),
+//! a thread of the timeline's own (`oxccl-clock`, spinning on a core while the timeline
+//! lives) keeps a mapped host word at the host's clock, ns since the Unix epoch on the
+//! proxy trace's scale; lane 0 of each launch reads it once after its end, between two
+//! readings of `%globaltimer`, and the file prints the three. The host's clock minus the
+//! middle of the two readings is the offset between the clocks, to within half their
+//! difference (one read across PCIe, about a microsecond).
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
 
-use oxccl_kernels::device::timeline::{LANES, LANE_WORDS, RECORD_WORDS, STAMPS, STEPS};
+use oxccl_kernels::device::timeline::{CLOCK, LANES, LANE_WORDS, RECORD_WORDS, STAMPS, STEPS};
 use parking_lot::Mutex;
 
 use super::driver::MappedHost;
@@ -36,6 +46,47 @@ pub(super) struct KernelTimeline {
     rank: usize,
     records: MappedHost,
     launches: Mutex<Launches>,
+    clock: HostClock,
+}
+
+/// A mapped host word kept at the host's clock by a thread of its own, until dropped.
+struct HostClock {
+    word: MappedHost,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl HostClock {
+    fn start() -> Result<HostClock> {
+        let word = MappedHost::zeroed(2)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let at = word.host() as usize;
+        let thread = std::thread::Builder::new()
+            .name("oxccl-clock".into())
+            .spawn({
+                let stop = stop.clone();
+                move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        for _ in 0..256 {
+                            // SAFETY: the word outlives the thread (joined on drop, before the
+                            // memory goes); the GPU only reads it.
+                            unsafe { std::ptr::write_volatile(at as *mut u64, crate::proxy::trace::epoch_nanos(Instant::now())) };
+                        }
+                    }
+                }
+            })
+            .map_err(|e| Error::Internal(format!("starting the kernel timeline's clock thread: {e}")))?;
+        Ok(HostClock { word, stop, thread: Some(thread) })
+    }
+}
+
+impl Drop for HostClock {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 #[derive(Default)]
@@ -99,7 +150,12 @@ impl KernelTimeline {
         // Created now, so that a bad path is an error at init rather than at the end.
         std::fs::write(&file, "").map_err(|e| Error::invalid(format!("OXCCL_KERNEL_TRACE={path}: cannot write {}: {e}", file.display())))?;
         let records = MappedHost::zeroed(LAUNCHES * RECORD_WORDS * 2)?;
-        Ok(KernelTimeline { file, rank, records, launches: Mutex::default() })
+        Ok(KernelTimeline { file, rank, records, launches: Mutex::default(), clock: HostClock::start()? })
+    }
+
+    /// The device address of the host clock word, for the launches' arguments (`DevArgs::clock`).
+    pub fn clock(&self) -> u64 {
+        self.clock.word.device
     }
 
     /// The device address of the next launch's record (cleared), and that launch noted as
@@ -152,6 +208,7 @@ pub(super) fn format<'a>(rank: usize, count: u64, kept: &[Launch], record: impl 
         LANES - 1
     );
     let _ = writeln!(out, "# per step: start, waits over (slots full / free), data moved, published");
+    let _ = writeln!(out, "# clock: the host's clock (ns since the Unix epoch, the proxy trace's) as lane 0 read it after its end, between two of its own stamps");
     // Per kind of launch: lane 0's waits, moves and publishes (ns) by step, and the steps' labels.
     type Phases<'l> = Vec<(String, Vec<[Vec<u64>; 3]>, &'l [String])>;
     let mut phases: Phases = Vec::new();
@@ -160,6 +217,10 @@ pub(super) fn format<'a>(rank: usize, count: u64, kept: &[Launch], record: impl 
         let origin = (0..LANES).filter_map(|lane| Some(words[lane * LANE_WORDS]).filter(|&t| t > 0)).min().unwrap_or(0);
         let at = |t: u64| if t == 0 { "-".to_string() } else { format!("+{}", t.saturating_sub(origin)) };
         let _ = writeln!(out, "launch {} {}: {} lane(s), started at {origin} ns", launch.seq, launch.what, launch.lanes);
+        let clock = &words[CLOCK..CLOCK + 3];
+        if clock.iter().all(|&t| t > 0) {
+            let _ = writeln!(out, "  clock: host {} ns read between {} and {}", clock[1], at(clock[0]), at(clock[2]));
+        }
         for (lane, &steps) in launch.lane_steps.iter().enumerate() {
             let lane_words = &words[lane * LANE_WORDS..(lane + 1) * LANE_WORDS];
             let _ = writeln!(out, "  lane {lane}: {steps} step(s), start {}, end {}", at(lane_words[0]), at(lane_words[1]));
@@ -265,41 +326,18 @@ mod tests {
     /// scripts/kernel-hops.py over two ranks' kernel timelines (this module's format) and
     /// proxy traces (`proxy::trace`'s) of one message each way a launch: the offset-free sum
     /// of both notices, the Net's part and the kernel's start to its send come out as the
-    /// stamps and spans put them, whatever the two clocks' offset.
+    /// stamps and spans put them, whatever the two clocks' offset; with the launches' clock
+    /// readings, each notice apart and the launch's issue to its start too.
     #[test]
     fn kernel_hops_joins_timelines_with_proxy_traces() {
-        use crate::proxy::trace::Recorder;
+        use crate::proxy::trace::{epoch_nanos, Recorder};
         use std::time::{Duration, Instant};
         let dir = std::env::temp_dir().join(format!("oxccl-kernel-hops-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let launches = 4u64;
         let base = 1_000_000_000u64;
-        let mut kernel_files = Vec::new();
-        for rank in 0..2usize {
-            let peer = 1 - rank;
-            let labels: Labels = Arc::from(vec![vec![format!("send >{peer} net"), format!("recv <{peer} net")]]);
-            let kept: Vec<Launch> = (0..launches).map(|seq| Launch { seq, what: "all_gather 64 B".into(), lanes: 1, lane_steps: vec![2], labels: labels.clone() }).collect();
-            // Both ranks' launch k start together: the send published 400 ns in, the peer's
-            // data there 12.4 us in (12 us after the other's send), the end 12.5 us in.
-            let records: Vec<Vec<u64>> = (0..launches)
-                .map(|k| {
-                    let t0 = base + k * 100_000;
-                    let mut words = vec![0u64; RECORD_WORDS];
-                    words[0] = t0;
-                    words[1] = t0 + 12_500;
-                    words[2..6].copy_from_slice(&[t0 + 100, t0 + 200, t0 + 300, t0 + 400]);
-                    words[6..10].copy_from_slice(&[t0 + 500, t0 + 600, t0 + 12_400, t0 + 12_450]);
-                    words
-                })
-                .collect();
-            let text = format(rank, launches, &kept, |launch| &records[launch.seq as usize]);
-            let file = dir.join(format!("kernel.rank{rank}.txt"));
-            std::fs::write(&file, text).unwrap();
-            kernel_files.push(file);
-        }
-        // The proxies: each message seen 1 us after a moment T_k, sent by 2 us, received at
-        // the peer by 5 us: both notices = (seen - received) + (peer's data - published)
-        // = -4 + 12 = 8 us; the Net 3 us.
+        // The proxies: launch k issued at T_k (the announcement's start), its message seen
+        // 4 us after T_k, sent by 5 us, received at the peer by 8 us.
         let t = Instant::now();
         let mut trace_files = Vec::new();
         for rank in 0..2usize {
@@ -310,29 +348,74 @@ mod tests {
             let recv = recorder.track(format!("receive from rank {peer} channel 0"));
             for k in 0..launches {
                 let at = |us: u64| t + Duration::from_micros(k * 100 + us);
-                recorder.span(send, "wait for data", at(0), at(1), k, 1, 64);
-                recorder.span(send, "send", at(1), at(2), k, 1, 64);
-                recorder.span(recv, "receive", at(0), at(5), k, 1, 64);
+                recorder.span(send, "announced", at(0), at(1), k, 1, 0);
+                recorder.span(send, "wait for data", at(1), at(4), k, 1, 64);
+                recorder.span(send, "send", at(4), at(5), k, 1, 64);
+                recorder.span(recv, "receive", at(0), at(8), k, 1, 64);
             }
             recorder.write().unwrap();
             trace_files.push(dir.join(format!("proxy{rank}.pid{}.comm0.rank{rank}.json", std::process::id())));
         }
-        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kernel-hops.py");
-        let output = std::process::Command::new("python3").arg(&script).args(&kernel_files).args(&trace_files).output().expect("python3 runs");
-        let text = String::from_utf8_lossy(&output.stdout);
-        assert!(output.status.success(), "{text}{}", String::from_utf8_lossy(&output.stderr));
-        let median = |hop: &str| -> f64 {
+        // The kernels: both ranks' launch k start together 3 us after T_k (host clock =
+        // kernel clock + `offset`), the send published 400 ns in, the peer's data there
+        // 12.4 us in, the end 12.5 us in; lane 0 reads the host's clock 1 us after its end
+        // in a read of 1 us.
+        let offset = epoch_nanos(t) + 3_000 - base;
+        let run = |clock: bool| -> String {
+            let mut kernel_files = Vec::new();
+            for rank in 0..2usize {
+                let peer = 1 - rank;
+                let labels: Labels = Arc::from(vec![vec![format!("send >{peer} net"), format!("recv <{peer} net")]]);
+                let kept: Vec<Launch> = (0..launches).map(|seq| Launch { seq, what: "all_gather 64 B".into(), lanes: 1, lane_steps: vec![2], labels: labels.clone() }).collect();
+                let records: Vec<Vec<u64>> = (0..launches)
+                    .map(|k| {
+                        let t0 = base + k * 100_000;
+                        let mut words = vec![0u64; RECORD_WORDS];
+                        words[0] = t0;
+                        words[1] = t0 + 12_500;
+                        words[2..6].copy_from_slice(&[t0 + 100, t0 + 200, t0 + 300, t0 + 400]);
+                        words[6..10].copy_from_slice(&[t0 + 500, t0 + 600, t0 + 12_400, t0 + 12_450]);
+                        if clock {
+                            words[CLOCK..CLOCK + 3].copy_from_slice(&[t0 + 13_500, t0 + 14_000 + offset, t0 + 14_500]);
+                        }
+                        words
+                    })
+                    .collect();
+                let text = format(rank, launches, &kept, |launch| &records[launch.seq as usize]);
+                assert_eq!(text.contains("  clock: host "), clock, "{text}");
+                let file = dir.join(format!("kernel{}.rank{rank}.txt", clock as u8));
+                std::fs::write(&file, text).unwrap();
+                kernel_files.push(file);
+            }
+            let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kernel-hops.py");
+            let output = std::process::Command::new("python3").arg(&script).args(&kernel_files).args(&trace_files).output().expect("python3 runs");
+            let text = String::from_utf8_lossy(&output.stdout).into_owned();
+            assert!(output.status.success(), "{text}{}", String::from_utf8_lossy(&output.stderr));
+            text
+        };
+        let median = |text: &str, hop: &str| -> f64 {
             let line = text.lines().find(|l| l.starts_with(hop)).unwrap_or_else(|| panic!("no {hop:?} in {text}"));
             let after = line.split("median").nth(1).expect("a median");
             after.split_whitespace().next().unwrap().parse().unwrap()
         };
-        // Proxy times are µs since the epoch as f64: about 0.25 µs apart at today's dates.
-        assert!((median("both notices") - 8.0).abs() < 0.3, "{text}");
-        assert!((median("Net send done") - 3.0).abs() < 0.3, "{text}");
-        assert!((median("kernel start -> send published") - 0.4).abs() < 0.01, "{text}");
-        assert!((median("kernel end -> next launch start") - 87.5).abs() < 0.01, "{text}");
-        // Every launch of both ranks counted (launch k's message is message k).
-        assert!(text.lines().any(|l| l.starts_with("both notices") && l.contains(&format!(" {} ", 2 * launches))), "{text}");
+        for clock in [false, true] {
+            let text = run(clock);
+            // Both notices = (seen - published) + (peer's data - received) = 0.6 + 7.4 us.
+            assert!((median(&text, "both notices") - 8.0).abs() < 0.01, "{text}");
+            assert!((median(&text, "Net send done") - 3.0).abs() < 0.01, "{text}");
+            assert!((median(&text, "kernel start -> send published") - 0.4).abs() < 0.01, "{text}");
+            assert!((median(&text, "kernel end -> next launch start") - 87.5).abs() < 0.01, "{text}");
+            // Every launch of both ranks counted (launch k's message is message k).
+            assert!(text.lines().any(|l| l.starts_with("both notices") && l.contains(&format!(" {} ", 2 * launches))), "{text}");
+            if clock {
+                assert!((median(&text, "published -> proxy saw it ") - 0.6).abs() < 0.01, "{text}");
+                assert!((median(&text, "peer's receive done -> peer kernel has it ") - 7.4).abs() < 0.01, "{text}");
+                assert!((median(&text, "launch issued -> kernel start") - 3.0).abs() < 0.01, "{text}");
+                assert!((median(&text, "clock read across PCIe") - 1.0).abs() < 0.01, "{text}");
+            } else {
+                assert!(text.contains("published -> proxy saw it (+offset)") && !text.contains("launch issued"), "{text}");
+            }
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -9,7 +9,9 @@
 //! chrome://tracing) per communicator and rank: `<path>.pid<pid>.comm<n>.rank<r>.json`,
 //! the rank as the trace's process and each link
 //! (and each proxy thread) a track of it. Times are microseconds since the Unix epoch, so
-//! that the files of ranks on one machine line up when opened together. A communicator
+//! that the files of ranks on one machine line up when opened together (a double holds
+//! them to about 0.25 µs: each span's `args` also carry its begin and end as integer ns,
+//! `begin_ns` and `end_ns`). A communicator
 //! keeps at most [`MAX_EVENTS`] events and says how many it dropped past that.
 
 use std::fmt::Write as _;
@@ -150,12 +152,14 @@ impl Recorder {
         for e in &events {
             let _ = write!(
                 out,
-                ",\n{{\"ph\":\"X\",\"name\":\"{}\",\"pid\":{pid},\"tid\":{},\"ts\":{:.3},\"dur\":{:.3},\"args\":{{\"number\":{},\"messages\":{},\"bytes\":{}}}}}",
+                ",\n{{\"ph\":\"X\",\"name\":\"{}\",\"pid\":{pid},\"tid\":{},\"ts\":{:.3},\"dur\":{:.3},\"args\":{{\"number\":{},\"begin_ns\":{},\"end_ns\":{},\"messages\":{},\"bytes\":{}}}}}",
                 e.name,
                 e.track,
                 micros(e.begin),
                 e.end.saturating_duration_since(e.begin).as_secs_f64() * 1e6,
                 e.number,
+                epoch_nanos(e.begin),
+                epoch_nanos(e.end),
                 e.messages,
                 e.bytes
             );
@@ -189,12 +193,19 @@ pub(crate) fn tracing() -> bool {
 
 /// `at` in microseconds since the Unix epoch.
 fn micros(at: Instant) -> f64 {
-    static ANCHOR: OnceLock<(Instant, f64)> = OnceLock::new();
-    let (instant, epoch) = *ANCHOR.get_or_init(|| (Instant::now(), SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1e6)));
+    epoch_nanos(at) as f64 / 1e3
+}
+
+/// `at` in nanoseconds since the Unix epoch: the system clock when the process first asked,
+/// moved on by the monotonic clock since, so that the proxy's spans and the host clock that
+/// the kernel timeline reads (`gpu::timeline`) share one scale.
+pub(crate) fn epoch_nanos(at: Instant) -> u64 {
+    static ANCHOR: OnceLock<(Instant, u64)> = OnceLock::new();
+    let (instant, epoch) = *ANCHOR.get_or_init(|| (Instant::now(), SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)));
     if at >= instant {
-        epoch + (at - instant).as_secs_f64() * 1e6
+        epoch + (at - instant).as_nanos() as u64
     } else {
-        epoch - (instant - at).as_secs_f64() * 1e6
+        epoch.saturating_sub((instant - at).as_nanos() as u64)
     }
 }
 
@@ -235,7 +246,10 @@ mod tests {
         assert!(recorder.file.to_str().unwrap().ends_with(&format!(".pid{}.comm7.rank3.json", std::process::id())));
         assert!(text.starts_with("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[") && text.trim_end().ends_with("]}"), "{text}");
         assert!(text.contains("\"name\":\"send to rank \\\"1\\\" channel 0\""), "{text}");
-        assert!(text.contains("\"name\":\"send\",\"pid\":3,\"tid\":0,") && text.contains("\"dur\":12.000,\"args\":{\"number\":4,\"messages\":1,\"bytes\":64}"), "{text}");
+        let (begin, end) = (epoch_nanos(t0), epoch_nanos(t0 + Duration::from_micros(12)));
+        assert_eq!(end - begin, 12_000);
+        let args = format!("\"dur\":12.000,\"args\":{{\"number\":4,\"begin_ns\":{begin},\"end_ns\":{end},\"messages\":1,\"bytes\":64}}");
+        assert!(text.contains("\"name\":\"send\",\"pid\":3,\"tid\":0,") && text.contains(&args), "{text}");
         std::fs::remove_dir_all(&dir).unwrap();
         let missing = Recorder::new(dir.join("gone/t").to_str().unwrap(), 7, 3).err().expect("a directory that does not exist");
         assert!(missing.to_string().contains("gone/t.pid") && missing.to_string().contains("No such file"), "{missing}");
