@@ -685,6 +685,9 @@ impl SendLink {
                         }
                         Some(None) => self.fifo.filled_slot(slot),
                     };
+                    // Traced: when the slot was found ready, before the Net's isend (which over
+                    // sockets may write the message at once).
+                    let found = self.shared.trace.is_some().then(Instant::now);
                     let sent = {
                         let mut comm = self.channel.comm.lock();
                         let (comm, memory) = (comm.as_mut().expect("connected"), self.memory.as_ref().expect("registered"));
@@ -697,12 +700,12 @@ impl SendLink {
                             self.requests.push_back(request);
                             self.core.sent();
                             busy = true;
-                            if self.shared.trace.is_some() {
-                                // Traced: the wait for this slot, and the send from now.
-                                let now = Instant::now();
-                                self.trace("wait for data", self.waiting_since.unwrap_or(now), now, message, len);
-                                self.posted.push_back((message, now, len));
-                                self.waiting_since = Some(now);
+                            if let Some(found) = found {
+                                // Traced: the wait for this slot, and the send from when it
+                                // was found ready (the isend and its completion).
+                                self.trace("wait for data", self.waiting_since.unwrap_or(found), found, message, len);
+                                self.posted.push_back((message, found, len));
+                                self.waiting_since = Some(Instant::now());
                             }
                         }
                         None => self.core.refused(),
