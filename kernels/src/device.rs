@@ -610,7 +610,7 @@ mod tests {
         for (name, value) in kind::ALL {
             assert!(h.contains(&format!("#define {name} {value}u")), "{name}");
         }
-        for s in ["struct OxStep {", "struct OxConn {", "struct OxArgs {", "sizeof(OxStep) == 32", "sizeof(OxConn) == 72", "sizeof(OxArgs) == 96", "sizeof(OxWatch) == 32", "#define OX_PEER_LEFT 3", "struct OxDirect {", "sizeof(OxDirect) == 144", "#define OX_DIRECT_BROADCAST 4u", "struct OxP2p {", "sizeof(OxP2p) == 112", "sizeof(OxP2pLane) == 16", "sizeof(OxP2pMsg) == 24", "#define OX_LANE_COPY 2u"] {
+        for s in ["struct OxStep {", "struct OxConn {", "struct OxArgs {", "sizeof(OxStep) == 32", "sizeof(OxConn) == 72", "sizeof(OxArgs) == 104", "sizeof(OxWatch) == 32", "#define OX_PEER_LEFT 3", "struct OxDirect {", "sizeof(OxDirect) == 144", "#define OX_DIRECT_BROADCAST 4u", "struct OxP2p {", "sizeof(OxP2p) == 112", "sizeof(OxP2pLane) == 16", "sizeof(OxP2pMsg) == 24", "#define OX_LANE_COPY 2u"] {
             assert!(h.contains(s), "{s} missing from:\n{h}");
         }
     }
