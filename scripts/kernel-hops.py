@@ -5,7 +5,8 @@ proxy's (OXCCL_PROXY_TRACE, runtime/src/proxy/trace.rs) of two ranks. For each l
 whose traced lane 0 has one network send and one network receive (the steps' labels say
 which: `>p net`, `<p net`), message k of rank r to its peer p is followed from r's kernel
 publishing it (the send step's last stamp) through r's proxy seeing it (the end of its
-"wait for data"), the Net's send, p's proxy's receive ending, to p's kernel having it (the
+"wait for data"), the Net's send (its isend apart where traced: over sockets the write),
+p's proxy's receive ending, to p's kernel having it (the
 receive step's "moved" stamp); then p's kernel ending and its next launch starting.
 Kernel stamps are %globaltimer and proxy spans the host's clock: the two differ by an
 offset (about a millisecond was seen). A timeline whose launches carry a clock line (lane 0
@@ -107,7 +108,9 @@ def main(argv):
             "kernel start -> send published",
             "published -> proxy saw it",
             "proxy saw it -> Net send done",
+            "  of which the isend",
             "Net send done -> peer's receive done",
+            "isend returned -> peer's receive done",
             "peer's receive done -> peer kernel has it",
             "  of which the peer kernel was waiting",
             "  of which the data was there first",
@@ -141,6 +144,7 @@ def main(argv):
         p = 1 - r
         waits = proxies[r].get((f"send to rank {p} channel 0", "wait for data"), {})
         sends = proxies[r].get((f"send to rank {p} channel 0", "send"), {})
+        isends = proxies[r].get((f"send to rank {p} channel 0", "isend"), {})
         issued = proxies[r].get((f"send to rank {p} channel 0", "announced"), {})
         receives = proxies[p].get((f"receive from rank {r} channel 0", "receive"), {})
         for k, launch in sorted(kernels[r].items()):
@@ -156,8 +160,12 @@ def main(argv):
                 hops["published -> proxy saw it" + ("" if pinned else " (+offset)")].append(waits[k][1] - published)
             if k in waits and k in sends:
                 hops["proxy saw it -> Net send done"].append(sends[k][1] - waits[k][1])
+            if k in isends:
+                hops["  of which the isend"].append(isends[k][1] - isends[k][0])
             if k in sends and k in receives:
                 hops["Net send done -> peer's receive done"].append(receives[k][1] - sends[k][1])
+            if k in isends and k in receives:
+                hops["isend returned -> peer's receive done"].append(receives[k][1] - isends[k][1])
             peer = kernels[p].get(k)
             if k in receives and peer and peer.get("recv") and peer["recv"][0] == r:
                 has_it = peer["t0"] + peer["recv"][1][2] + offset(p, peer)

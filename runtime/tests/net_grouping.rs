@@ -154,12 +154,14 @@ fn the_proxy_trace_records_every_message_of_every_link() {
         assert_eq!(count(&format!("\"name\":\"receive from rank {peer} channel 0\"")), 1, "{text}");
         assert_eq!(count("\"name\":\"send\",\"pid\""), 2 * calls, "rank {rank}: sends\n{text}");
         assert_eq!(count("\"name\":\"wait for data\",\"pid\""), 2 * calls, "rank {rank}: waits\n{text}");
+        assert_eq!(count("\"name\":\"isend\",\"pid\""), 2 * calls, "rank {rank}: isends\n{text}");
         assert_eq!(count("\"name\":\"receive\",\"pid\""), 2 * calls, "rank {rank}: receives\n{text}");
         // Each call announces its two messages to the send link and its two receives to the
         // receive link: one announcement a link a call.
         assert_eq!(count("\"name\":\"announced\",\"pid\""), 2 * calls, "rank {rank}: announcements\n{text}");
         assert_eq!(count("\"messages\":2,\"bytes\":0}"), 2 * calls, "rank {rank}: two messages an operation\n{text}");
-        assert_eq!(count("\"messages\":1,\"bytes\":2048}"), 6 * calls, "rank {rank}: every message is half the vector\n{text}");
+        // Wait, isend, send and receive: four spans a message.
+        assert_eq!(count("\"messages\":1,\"bytes\":2048}"), 8 * calls, "rank {rank}: every message is half the vector\n{text}");
     }
     // scripts/proxy-trace-summary.py reads them: a line per rank, link and kind of span.
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/proxy-trace-summary.py");
@@ -169,7 +171,7 @@ fn the_proxy_trace_records_every_message_of_every_link() {
             assert!(output.status.success(), "{}: {}\n{text}", script.display(), String::from_utf8_lossy(&output.stderr));
             for rank in 0..2 {
                 let peer = 1 - rank;
-                for (link, span, spans) in [("send to", "wait for data", 2 * calls), ("send to", "send", 2 * calls), ("send to", "announced", calls), ("receive from", "receive", 2 * calls), ("receive from", "announced", calls)] {
+                for (link, span, spans) in [("send to", "wait for data", 2 * calls), ("send to", "isend", 2 * calls), ("send to", "send", 2 * calls), ("send to", "announced", calls), ("receive from", "receive", 2 * calls), ("receive from", "announced", calls)] {
                     let prefix = format!("{rank:>4}  {link} rank {peer} channel 0 ");
                     let line = text.lines().find(|l| l.strip_prefix(&prefix).is_some_and(|rest| rest.trim_start().starts_with(&format!("{span} ")))).unwrap_or_else(|| panic!("rank {rank} {link} {span} in\n{text}"));
                     assert!(line.split_whitespace().any(|w| w == spans.to_string()), "{line}");

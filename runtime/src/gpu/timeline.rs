@@ -350,6 +350,7 @@ mod tests {
                 let at = |us: u64| t + Duration::from_micros(k * 100 + us);
                 recorder.span(send, "announced", at(0), at(1), k, 1, 0);
                 recorder.span(send, "wait for data", at(1), at(4), k, 1, 64);
+                recorder.span(send, "isend", at(4), at(4) + Duration::from_nanos(600), k, 1, 64);
                 recorder.span(send, "send", at(4), at(5), k, 1, 64);
                 recorder.span(recv, "receive", at(0), at(8), k, 1, 64);
             }
@@ -403,6 +404,8 @@ mod tests {
             // Both notices = (seen - published) + (peer's data - received) = 0.6 + 7.4 us.
             assert!((median(&text, "both notices") - 8.0).abs() < 0.01, "{text}");
             assert!((median(&text, "Net send done") - 3.0).abs() < 0.01, "{text}");
+            assert!((median(&text, "  of which the isend") - 0.6).abs() < 0.01, "{text}");
+            assert!((median(&text, "isend returned") - 3.4).abs() < 0.01, "{text}");
             assert!((median(&text, "kernel start -> send published") - 0.4).abs() < 0.01, "{text}");
             assert!((median(&text, "kernel end -> next launch start") - 87.5).abs() < 0.01, "{text}");
             // Every launch of both ranks counted (launch k's message is message k).

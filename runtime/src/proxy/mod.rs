@@ -701,11 +701,13 @@ impl SendLink {
                             self.core.sent();
                             busy = true;
                             if let Some(found) = found {
-                                // Traced: the wait for this slot, and the send from when it
-                                // was found ready (the isend and its completion).
+                                // Traced: the wait for this slot, the isend, and the send from
+                                // when the slot was found ready to its completion.
+                                let returned = Instant::now();
                                 self.trace("wait for data", self.waiting_since.unwrap_or(found), found, message, len);
+                                self.trace("isend", found, returned, message, len);
                                 self.posted.push_back((message, found, len));
-                                self.waiting_since = Some(Instant::now());
+                                self.waiting_since = Some(returned);
                             }
                         }
                         None => self.core.refused(),
