@@ -196,6 +196,8 @@ fn tables_are_compared_at_their_median_over_cycles() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(text.contains("the median of 3 cycle(s) per size"), "{text}");
     assert!(text.contains("        32     10.00/10.00         20.00/20.00"), "{text}");
+    // Columns by number, each named above the table.
+    assert!(text.contains("# [1] oxccl\n# [2] nccl\n     bytes                 [1]                 [2]\n"), "{text}");
     assert!(text.contains("oxccl: 8-128 B: x0.500 (2), 512 B-32 KiB: no sizes, from 1 MiB: x0.500 (2)"), "{text}");
     // A label no table has is named, with the labels there are.
     let out = plot(&["--compare-to", "mpi", &oxccl_arg, &nccl_arg]);

@@ -216,7 +216,11 @@ pub fn ratios(inputs: &[Input], base: &str, allow_wrong: bool) -> Result<String>
     }
     let cycles = times.iter().map(|(_, c)| *c).max().unwrap_or(1);
     let mut text = format!("# time per call (us), out-of-place / in-place, the median of {cycles} cycle(s) per size\n");
-    let _ = writeln!(text, "{:>10} {}", "bytes", inputs.iter().map(|i| format!("{:>19}", tail(&i.label, 19))).collect::<Vec<_>>().join(" "));
+    // Columns by number (labels are longer than a column), named above them.
+    for (at, input) in inputs.iter().enumerate() {
+        let _ = writeln!(text, "# [{}] {}", at + 1, input.label);
+    }
+    let _ = writeln!(text, "{:>10} {}", "bytes", (1..=inputs.len()).map(|n| format!("{:>19}", format!("[{n}]"))).collect::<Vec<_>>().join(" "));
     for &(bytes, ..) in &times[base_at].0 {
         let cells: Vec<String> = times
             .iter()
@@ -253,11 +257,6 @@ pub fn ratios(inputs: &[Input], base: &str, allow_wrong: bool) -> Result<String>
     Ok(text)
 }
 
-/// The last `width` characters of `label` (a column's heading).
-fn tail(label: &str, width: usize) -> String {
-    let chars: Vec<char> = label.chars().collect();
-    chars[chars.len().saturating_sub(width)..].iter().collect()
-}
 
 /// One point per size, in the order sizes first appear: a size measured several times (the
 /// rows of nccl-tests' `-N` cycles, each its own pass over the sizes) gets the median of its
