@@ -101,40 +101,36 @@ def main(argv):
         return 2
     kernels = [kernel_launches(argv[0]), kernel_launches(argv[1])]
     proxies = [proxy_spans(argv[2]), proxy_spans(argv[3])]
-    hops = {
-        k: []
-        for k in (
-            "launch issued -> kernel start",
-            "kernel start -> send published",
-            "published -> proxy saw it",
-            "proxy saw it -> Net send done",
-            "  of which the isend",
-            "Net send done -> peer's receive done",
-            "isend returned -> peer's receive done",
-            "peer's receive done -> peer kernel has it",
-            "  of which the peer kernel was waiting",
-            "  of which the data was there first",
-            "both notices (no offset)",
-            "  both, the peer kernel waiting",
-            "  both, the data there first",
-            "kernel end -> next launch start",
-            "clock read across PCIe (offset's bound x2)",
-        )
-    }
     # Each launch's offset (host clock minus kernel clock), or where a launch has none its
     # rank's median; none at all: the single notices print with the offset in them.
-    offsets = []
+    offsets, clock_reads = [], []
     for ks in kernels:
         known = [l["offset"] for l in ks.values() if "offset" in l]
         offsets.append(statistics.median_low(known) if known else None)
-        hops["clock read across PCIe (offset's bound x2)"] += [l["clock read"] for l in ks.values() if "clock read" in l]
+        clock_reads += [l["clock read"] for l in ks.values() if "clock read" in l]
     pinned = all(o is not None for o in offsets)
-    if not pinned:
-        for name in list(hops):
-            if name.startswith(("launch issued", "published ->", "peer's receive done")) or name in ("  of which the peer kernel was waiting", "  of which the data was there first"):
-                del hops[name]
-        hops["published -> proxy saw it (+offset)"] = []
-        hops["peer's receive done -> peer kernel has it (-offset)"] = []
+    saw = "published -> proxy saw it" + ("" if pinned else " (+offset)")
+    has = "peer's receive done -> peer kernel has it" + ("" if pinned else " (-offset)")
+    # The rows, in print order; those that need the clocks pinned only where they are.
+    rows = (
+        ("launch issued -> kernel start", pinned),
+        ("kernel start -> send published", True),
+        (saw, True),
+        ("proxy saw it -> Net send done", True),
+        ("  of which the isend", True),
+        ("Net send done -> peer's receive done", True),
+        ("isend returned -> peer's receive done", True),
+        (has, True),
+        ("  of which the peer kernel was waiting", pinned),
+        ("  of which the data was there first", pinned),
+        ("both notices (no offset)", True),
+        ("  both, the peer kernel waiting", True),
+        ("  both, the data there first", True),
+        ("kernel end -> next launch start", True),
+        ("clock read across PCIe (offset's bound x2)", True),
+    )
+    hops = {name: [] for name, shown in rows if shown}
+    hops["clock read across PCIe (offset's bound x2)"] = clock_reads
     offset = lambda r, launch: launch.get("offset", offsets[r]) if pinned else 0
     # A receive step whose move took its rank's shortest time (within ARRIVED_NS) found its
     # lines there when it looked: its "notice" holds the time its kernel came late, not a
@@ -157,7 +153,7 @@ def main(argv):
             if k + 1 in kernels[r] and "end" in launch:
                 hops["kernel end -> next launch start"].append(kernels[r][k + 1]["t0"] - launch["t0"] - launch["end"])
             if k in waits:
-                hops["published -> proxy saw it" + ("" if pinned else " (+offset)")].append(waits[k][1] - published)
+                hops[saw].append(waits[k][1] - published)
             if k in waits and k in sends:
                 hops["proxy saw it -> Net send done"].append(sends[k][1] - waits[k][1])
             if k in isends:
@@ -170,7 +166,7 @@ def main(argv):
             if k in receives and peer and peer.get("recv") and peer["recv"][0] == r:
                 has_it = peer["t0"] + peer["recv"][1][2] + offset(p, peer)
                 waited = peer["recv"][1][2] - peer["recv"][1][1] > shortest[p] + ARRIVED_NS
-                hops["peer's receive done -> peer kernel has it" + ("" if pinned else " (-offset)")].append(has_it - receives[k][1])
+                hops[has].append(has_it - receives[k][1])
                 if pinned:
                     hops["  of which the peer kernel was waiting" if waited else "  of which the data was there first"].append(has_it - receives[k][1])
                 if k in waits:

@@ -257,7 +257,6 @@ pub fn ratios(inputs: &[Input], base: &str, allow_wrong: bool) -> Result<String>
     Ok(text)
 }
 
-
 /// One point per size, in the order sizes first appear: a size measured several times (the
 /// rows of nccl-tests' `-N` cycles, each its own pass over the sizes) gets the median of its
 /// times and of its bus bandwidths (of an even count, the mean of the middle two), so that

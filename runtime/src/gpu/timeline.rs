@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use oxccl_kernels::device::timeline::{CLOCK, LANES, LANE_WORDS, RECORD_WORDS, STAMPS, STEPS};
+use oxccl_kernels::device::timeline::{CLOCK, CLOCK_WORDS, LANES, LANE_WORDS, RECORD_WORDS, STAMPS, STEPS};
 use parking_lot::Mutex;
 
 use super::driver::MappedHost;
@@ -217,7 +217,7 @@ pub(super) fn format<'a>(rank: usize, count: u64, kept: &[Launch], record: impl 
         let origin = (0..LANES).filter_map(|lane| Some(words[lane * LANE_WORDS]).filter(|&t| t > 0)).min().unwrap_or(0);
         let at = |t: u64| if t == 0 { "-".to_string() } else { format!("+{}", t.saturating_sub(origin)) };
         let _ = writeln!(out, "launch {} {}: {} lane(s), started at {origin} ns", launch.seq, launch.what, launch.lanes);
-        let clock = &words[CLOCK..CLOCK + 3];
+        let clock = &words[CLOCK..CLOCK + CLOCK_WORDS];
         if clock.iter().all(|&t| t > 0) {
             let _ = writeln!(out, "  clock: host {} ns read between {} and {}", clock[1], at(clock[0]), at(clock[2]));
         }
@@ -377,7 +377,7 @@ mod tests {
                         words[2..6].copy_from_slice(&[t0 + 100, t0 + 200, t0 + 300, t0 + 400]);
                         words[6..10].copy_from_slice(&[t0 + 500, t0 + 600, t0 + 12_400, t0 + 12_450]);
                         if clock {
-                            words[CLOCK..CLOCK + 3].copy_from_slice(&[t0 + 13_500, t0 + 14_000 + offset, t0 + 14_500]);
+                            words[CLOCK..CLOCK + CLOCK_WORDS].copy_from_slice(&[t0 + 13_500, t0 + 14_000 + offset, t0 + 14_500]);
                         }
                         words
                     })
