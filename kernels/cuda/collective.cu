@@ -307,7 +307,12 @@ __device__ int ox_ll_wait(const char* p, u32 flag, const OxWatch& w, u32 peer, u
 
 // The flag of the k-th message (k from 1): never 0, so memory not yet written never shows
 // it (oxccl_kernels::device::ll::flag).
-__device__ __forceinline__ u32 ox_ll_flag(u64 k) { return (u32)((k - 1) % 0xffffffffull + 1); }
+// Below 2^32 that is k itself: no 64-bit division where launches have sent fewer messages.
+__device__ __forceinline__ u32 ox_ll_flag(u64 k) { return k <= 0xffffffffull ? (u32)k : (u32)((k - 1) % 0xffffffffull + 1); }
+
+// The slot of message n in a FIFO of `slots`: a mask where `slots` is a power of two (the
+// runtime's are), sparing a 64-bit division (a subroutine of some hundred instructions).
+__device__ __forceinline__ u64 ox_slot(u64 n, u32 slots) { return (slots & (slots - 1)) == 0 ? n & (slots - 1) : n % slots; }
 
 // One step of the executor where a network FIFO runs LL (DevArgs::ll): as ox_move, line by
 // line. `in` is a slot to read, as LL lines flagged `flag_in` (in_ll: each thread waits
@@ -392,7 +397,14 @@ __device__ __forceinline__ bool ox_runs_ll(u32 ll, const OxConn& c) {
   return (c.flags & OX_CONN_HOST) ? (ll & OX_LAUNCH_NET_LL) != 0 : (ll & OX_LAUNCH_PEER_LL) && (c.flags & OX_CONN_PEER_LL);
 }
 
-extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) {
+// One lane of the executor (block `lane` of a launch over a plan). `Simple`: every kind of
+// step (ox_run). Without it (ox_run_ll), only steps that move over LL on one of their ends,
+// and local copies: a small call's plan (the runtime checks the plan before it picks this
+// entry, oxccl_kernels::device::ll_entry_fits; any other step stops the lane with
+// OX_MISPLANNED). Without the Simple moves the kernel is about half the code and keeps its
+// registers, and a small call's first send is published sooner.
+template <bool Simple>
+__device__ __forceinline__ void ox_lane(const OxArgs& a) {
   __shared__ int s_stop;
   // The lane's steps and their connections, OX_WINDOW at a time, loaded by all threads at
   // once (thread k step k and its two connections): a step then starts from shared memory,
@@ -458,13 +470,13 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
         // for message n + 1.
         if (t.recv != OX_NO_CONN) {
           const OxConn& c = w_recv[t_k];
-          const u64 slot = recv_n % c.slots;
+          const u64 slot = ox_slot(recv_n, c.slots);
           w_in[t_k] = ox_runs_ll(a.ll, c) ? c.ll_slots + slot * c.ll_slot_bytes : c.slots_base + slot * c.slot_bytes;
           w_flag_in[t_k] = ox_ll_flag(recv_n + 1);
         }
         if (t.send != OX_NO_CONN) {
           const OxConn& c = w_send[t_k];
-          const u64 slot = send_n % c.slots;
+          const u64 slot = ox_slot(send_n, c.slots);
           w_out[t_k] = ox_runs_ll(a.ll, c) ? c.ll_slots + slot * c.ll_slot_bytes : c.slots_base + slot * c.slot_bytes;
           w_flag_out[t_k] = ox_ll_flag(send_n + 1);
         }
@@ -519,7 +531,7 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
         at = c.peer;
         // The proxy reads the size only once it sees the tail (published after the data,
         // below): written now, it needs no fence of its own.
-        if (!why && !out_ll && c.sizes) c.sizes[n % c.slots] = s.bytes;
+        if (!why && !out_ll && c.sizes) c.sizes[ox_slot(n, c.slots)] = s.bytes;
       }
       if (why) ox_fail(a.watch, why, OX_KERNEL_RUN, lane, i - first, at);
       // Over the network the proxy wrote the slot from the CPU: order this block's reads
@@ -546,6 +558,9 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
     int why = 0;
     if (in_ll || out_ll) {
       why = ox_move_ll(dst, s_out, out_ll, s_in, in_ll, local, s.bytes, scale, a.scale, w_flag_in[k], w_flag_out[k], a.watch, in_ll ? in_conn.peer : 0);
+    } else if (!Simple) {
+      if (s.kind != OX_COPY) why = OX_MISPLANNED;
+      else if (local != dst || scale) ox_move(dst, 0, 0, local, s.bytes, scale, a.scale, false);
     } else {
       switch (s.kind) {
         case OX_SEND: ox_move(s_out, 0, 0, local, s.bytes, scale, a.scale, false); break;
@@ -609,6 +624,9 @@ extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) 
     }
   }
 }
+
+extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) { ox_lane<true>(a); }
+extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run_ll(const OxArgs a) { ox_lane<false>(a); }
 
 // What a direct launch's mode asks of this rank, for ox_direct and ox_direct_ll128 alike:
 // whom it sends to, whom it hears from, what it sends and where what it hears goes. It

@@ -85,6 +85,9 @@ impl Specialization {
 pub const COMBINE_INTO: &str = "ox_combine_into";
 /// The executor kernel: `(OxArgs)`, one block of [`THREADS`] threads per lane.
 pub const RUN: &str = "ox_run";
+/// The executor's LL entry: as [`RUN`], for plans whose steps all move over LL on some end
+/// or copy locally ([`crate::device::ll_entry_fits`]); about half of [`RUN`]'s code.
+pub const RUN_LL: &str = "ox_run_ll";
 /// The direct (LL, one hop) kernel for small collectives: `(OxDirect)`, blocks of
 /// [`THREADS`] threads.
 pub const DIRECT: &str = "ox_direct";

@@ -55,6 +55,9 @@ pub mod status {
     /// The peer waited for left the job normally (its `gone` flag is up) and what was
     /// waited for had not come: the ranks did not make the same calls.
     pub const PEER_LEFT: i32 = 3;
+    /// The executor's LL entry (`ox_run_ll`) met a step it cannot move: the runtime picked
+    /// it for a plan that [`super::ll_entry_fits`] does not fit (a bug in oxccl).
+    pub const MISPLANNED: i32 = 4;
     /// Ints of the status word: code, lane, step, kernel, the peer waited for.
     pub const WORDS: usize = 5;
     /// Which kernel stopped, in the status word's fourth int.
@@ -153,6 +156,27 @@ pub struct DevConn {
     /// [`conn`] bits.
     pub flags: u32,
     pub ll_slot_bytes: u32,
+}
+
+impl DevConn {
+    /// Whether this connection runs LL in a launch with [`DevArgs::ll`] bits `ll` (C:
+    /// `ox_runs_ll`).
+    pub fn runs_ll(&self, ll: u32) -> bool {
+        if self.flags & conn::HOST != 0 {
+            ll & launch::NET_LL != 0
+        } else {
+            ll & launch::PEER_LL != 0 && self.flags & conn::PEER_LL != 0
+        }
+    }
+}
+
+/// Whether the executor's LL entry (`ox_run_ll`, [`crate::cuda::RUN_LL`]) can run a plan of
+/// `steps` over `conns` in a launch with [`DevArgs::ll`] bits `ll`: every step moves over
+/// LL on one of its ends (the kernel's `in_ll || out_ll`) or is a local copy. Those are the
+/// only moves the entry has; what it is given besides stops it with [`status::MISPLANNED`].
+pub fn ll_entry_fits(steps: &[DevStep], conns: &[DevConn], ll: u32) -> bool {
+    let runs_ll = |end: i32| usize::try_from(end).ok().and_then(|i| conns.get(i)).is_some_and(|c| c.runs_ll(ll));
+    steps.iter().all(|s| runs_ll(s.recv) || runs_ll(s.send) || (s.kind == kind::COPY && s.recv == NO_CONN && s.send == NO_CONN))
 }
 
 /// `DevConn::flags` bits.
@@ -549,7 +573,7 @@ pub fn header() -> String {
     let _ = writeln!(h, "#define OX_NO_CONN ({NO_CONN})");
     let _ = writeln!(h, "#define OX_RECV_BUFFER 0x{RECV_BUFFER:x}ull");
     // Name, value, C suffix: the bit masks and sizes unsigned, the status codes int.
-    let defines: [(&str, i64, &str); 18] = [
+    let defines: [(&str, i64, &str); 19] = [
         ("OX_CONN_HOST", conn::HOST.into(), "u"),
         ("OX_CONN_PEER_LL", conn::PEER_LL.into(), "u"),
         ("OX_LAUNCH_NET_LL", launch::NET_LL.into(), "u"),
@@ -562,6 +586,7 @@ pub fn header() -> String {
         ("OX_ABORTED", status::ABORTED.into(), ""),
         ("OX_TIMED_OUT", status::TIMED_OUT.into(), ""),
         ("OX_PEER_LEFT", status::PEER_LEFT.into(), ""),
+        ("OX_MISPLANNED", status::MISPLANNED.into(), ""),
         ("OX_KERNEL_RUN", status::KERNEL_RUN.into(), ""),
         ("OX_KERNEL_DIRECT", status::KERNEL_DIRECT.into(), ""),
         ("OX_KERNEL_P2P_SEND", status::KERNEL_P2P_SEND.into(), ""),
@@ -605,12 +630,34 @@ mod tests {
     }
 
     #[test]
+    fn the_ll_entry_fits_plans_of_ll_moves_and_local_copies() {
+        let net = DevConn { flags: conn::HOST, ..Default::default() };
+        let peer_ll = DevConn { flags: conn::PEER_LL, ..Default::default() };
+        let peer = DevConn::default();
+        let conns = [net, peer_ll, peer];
+        let step = |kind, recv, send| DevStep { kind, recv, send, ..Default::default() };
+        let ring = [step(kind::COPY_SEND, NO_CONN, 0), step(kind::RECV, 0, NO_CONN), step(kind::COPY, NO_CONN, NO_CONN)];
+        assert!(ll_entry_fits(&ring, &conns, launch::NET_LL));
+        assert!(!ll_entry_fits(&ring, &conns, 0), "no connection runs LL without the launch's bits");
+        assert!(!ll_entry_fits(&ring, &conns, launch::PEER_LL), "network connections run LL only with NET_LL");
+        // One LL end is enough: the LL move reads (or writes) the other end plainly.
+        assert!(ll_entry_fits(&[step(kind::RECV_COPY_SEND, 2, 0)], &conns, launch::NET_LL));
+        // A step between GPUs of a host without LL slots moves Simple.
+        assert!(!ll_entry_fits(&[step(kind::RECV_REDUCE_SEND, 2, 2)], &conns, launch::NET_LL | launch::PEER_LL));
+        assert!(ll_entry_fits(&[step(kind::RECV_REDUCE_SEND, 1, 1)], &conns, launch::PEER_LL));
+        // A step with no connection that is not a copy needs the full entry; so does a bad index.
+        assert!(!ll_entry_fits(&[step(kind::SEND, NO_CONN, NO_CONN)], &conns, launch::NET_LL));
+        assert!(!ll_entry_fits(&[step(kind::SEND, NO_CONN, 7)], &conns, launch::NET_LL));
+        assert!(ll_entry_fits(&[], &conns, launch::NET_LL));
+    }
+
+    #[test]
     fn header_declares_every_kind_and_struct() {
         let h = header();
         for (name, value) in kind::ALL {
             assert!(h.contains(&format!("#define {name} {value}u")), "{name}");
         }
-        for s in ["struct OxStep {", "struct OxConn {", "struct OxArgs {", "sizeof(OxStep) == 32", "sizeof(OxConn) == 72", "sizeof(OxArgs) == 104", "sizeof(OxWatch) == 32", "#define OX_PEER_LEFT 3", "struct OxDirect {", "sizeof(OxDirect) == 144", "#define OX_DIRECT_BROADCAST 4u", "struct OxP2p {", "sizeof(OxP2p) == 112", "sizeof(OxP2pLane) == 16", "sizeof(OxP2pMsg) == 24", "#define OX_LANE_COPY 2u"] {
+        for s in ["struct OxStep {", "struct OxConn {", "struct OxArgs {", "sizeof(OxStep) == 32", "sizeof(OxConn) == 72", "sizeof(OxArgs) == 104", "sizeof(OxWatch) == 32", "#define OX_PEER_LEFT 3", "#define OX_MISPLANNED 4", "struct OxDirect {", "sizeof(OxDirect) == 144", "#define OX_DIRECT_BROADCAST 4u", "struct OxP2p {", "sizeof(OxP2p) == 112", "sizeof(OxP2pLane) == 16", "sizeof(OxP2pMsg) == 24", "#define OX_LANE_COPY 2u"] {
             assert!(h.contains(s), "{s} missing from:\n{h}");
         }
     }

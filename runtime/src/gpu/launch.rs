@@ -8,7 +8,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
-use oxccl_kernels::cuda::{Specialization, DIRECT, DIVIDE, P2P, RUN, THREADS, WAIT_HOST};
+use oxccl_kernels::cuda::{Specialization, DIRECT, DIVIDE, P2P, RUN, RUN_LL, THREADS, WAIT_HOST};
 use oxccl_kernels::device::{direct, launch as launch_bits, ll128, DevArgs, DevDirect, DevWatch, LL_LINE_BYTES, LL_LINE_DATA};
 
 use super::driver::{self, Device, DeviceMemory, Module};
@@ -27,7 +27,19 @@ impl Inner {
     /// As [`GpuBackend::enqueue`]: the buffers and stream are the caller's contract.
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn launch(&self, loaded: &Loaded, plan: &Plan, send: u64, recv: u64, scale: Option<f64>, ll: bool, stream: CUstream, what: &dyn Fn() -> String) -> Result<()> {
-        let &Plan::Steps { conns, bounds, steps, ref lane_steps, ref labels, .. } = plan else { return Err(Error::Internal("the executor kernel launched with a point-to-point LL plan".into())) };
+        let &Plan::Steps { conns, bounds, steps, ref lane_steps, ref labels, ll_entry, .. } = plan else { return Err(Error::Internal("the executor kernel launched with a point-to-point LL plan".into())) };
+        // LL runs on the network connections of a communicator across hosts (those between
+        // its GPUs of a host stay Simple), on all of them on one host.
+        let ll = match (ll, self.across_hosts()) {
+            (false, _) => 0,
+            (true, true) => launch_bits::NET_LL,
+            (true, false) => launch_bits::PEER_LL,
+        };
+        // The LL entry where it can run the plan (a small call's): half the code, and a small
+        // call's first send published 0.3-0.7 us sooner (docs/GPU.md).
+        let ll_entry = ll != 0 && ll_entry & (1 << ll) != 0;
+        let kernel = if ll_entry { &loaded.run_ll } else { &loaded.run };
+        let what = || if ll_entry { format!("{} [LL entry]", what()) } else { what() };
         let mut args = DevArgs {
             steps,
             bounds,
@@ -37,19 +49,13 @@ impl Inner {
             watch: self.watch(),
             scale: scale.unwrap_or(1.0),
             scaled: scale.is_some() as u32,
-            // LL runs on the network connections of a communicator across hosts (those between
-            // its GPUs of a host stay Simple), on all of them on one host.
-            ll: match (ll, self.across_hosts()) {
-                (false, _) => 0,
-                (true, true) => launch_bits::NET_LL,
-                (true, false) => launch_bits::PEER_LL,
-            },
+            ll,
             stamps: self.timeline.as_ref().map_or(0, |timeline| timeline.record(what(), lane_steps, labels)),
             clock: self.timeline.as_ref().map_or(0, |timeline| timeline.clock()),
         };
-        // SAFETY: the executor kernel takes one OxArgs; the plan's memory lives in the arena
-        // until the launch has run, the buffers and stream are the caller's contract.
-        unsafe { loaded.run.launch(lane_steps.len() as u32, THREADS, stream, &mut [(&mut args as *mut DevArgs).cast::<c_void>()]) }
+        // SAFETY: both entries take one OxArgs; the plan's memory lives in the arena until
+        // the launch has run, the buffers and stream are the caller's contract.
+        unsafe { kernel.launch(lane_steps.len() as u32, THREADS, stream, &mut [(&mut args as *mut DevArgs).cast::<c_void>()]) }
     }
 
     /// Launches the direct kernel: `bytes` per rank, one thread per LL line, or eight per
@@ -151,7 +157,7 @@ impl Inner {
         let compiled = self.toolchain.compile(spec, self.arch).map_err(|e| Error::from_kernels(format!("compiling the kernels for {}", self.arch), e))?;
         self.device.bind()?;
         let module = Module::load(&compiled.ptx)?;
-        let kernels = Arc::new(Loaded { run: module.function(RUN)?, direct: module.function(DIRECT)?, p2p: module.function(P2P)?, divide: module.function(DIVIDE)?, wait_host: module.function(WAIT_HOST)?, _module: module, _device: Device::open(self.device.ordinal as usize)? });
+        let kernels = Arc::new(Loaded { run: module.function(RUN)?, run_ll: module.function(RUN_LL)?, direct: module.function(DIRECT)?, p2p: module.function(P2P)?, divide: module.function(DIVIDE)?, wait_host: module.function(WAIT_HOST)?, _module: module, _device: Device::open(self.device.ordinal as usize)? });
         loaded.insert((self.device.ordinal, spec), kernels.clone());
         Ok(kernels)
     }

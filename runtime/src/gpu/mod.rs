@@ -45,7 +45,7 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
 use oxccl_kernels::cuda::{Specialization, Toolchain};
-use oxccl_kernels::device::{direct, status, DevConn, DevStep, DevWatch};
+use oxccl_kernels::device::{direct, launch as launch_bits, ll_entry_fits, status, DevConn, DevStep, DevWatch};
 
 use crate::algo::{self, Algorithm, Collective, Planned, Shape};
 use crate::call::PlanKey;
@@ -409,6 +409,8 @@ struct State {
 
 struct Loaded {
     run: Function,
+    /// The executor's LL entry, for plans of LL moves and local copies alone.
+    run_ll: Function,
     direct: Function,
     p2p: Function,
     divide: Function,
@@ -450,8 +452,9 @@ enum Plan {
     /// how many messages each of its network ends carries per launch (announced to the
     /// proxy before each launch); and each lane's steps (a lane a block).
     /// `labels`: what the traced lanes' first steps do, for the kernel timeline (empty
-    /// where none is kept).
-    Steps { conns: u64, bounds: u64, steps: u64, net: Vec<(algo::Link, Direction, u64)>, lane_steps: Vec<u32>, labels: timeline::Labels },
+    /// where none is kept). `ll_entry`: the `DevArgs::ll` bits of the launches that the
+    /// kernel's LL entry can run this plan in ([`ll_entry_fits`]), as a set: bit `1 << ll`.
+    Steps { conns: u64, bounds: u64, steps: u64, net: Vec<(algo::Link, Direction, u64)>, lane_steps: Vec<u32>, labels: timeline::Labels, ll_entry: u8 },
     /// For the point-to-point LL kernel: its lanes (`DevP2pLane`), then their messages.
     Messages { lanes: u32, at: u64, msgs: u64 },
 }
@@ -724,7 +727,8 @@ impl GpuBackend {
             }
         }
         let labels = if inner.timeline.is_some() { timeline::labels(encoded_lanes, |end| state.conns.is_net(end)) } else { Arc::from(Vec::new()) };
-        inner.store(state, key, &image, |base| Plan::Steps { conns: base, bounds: base + conn_bytes as u64, steps: base + (conn_bytes + bounds_bytes) as u64, net, lane_steps, labels })
+        let ll_entry = [launch_bits::NET_LL, launch_bits::PEER_LL].into_iter().filter(|&ll| ll_entry_fits(&encoded.steps, &table, ll)).fold(0, |set, ll| set | 1 << ll);
+        inner.store(state, key, &image, |base| Plan::Steps { conns: base, bounds: base + conn_bytes as u64, steps: base + (conn_bytes + bounds_bytes) as u64, net, lane_steps, labels, ll_entry })
     }
 
     /// Tells the proxy how many messages `plan`'s launch moves over each network end:
@@ -874,6 +878,7 @@ impl Inner {
         let KernelStop { code, peer, place } = stop;
         match *code {
             status::TIMED_OUT => Some(Error::Timeout { phase: format!("a GPU kernel's wait ({place})"), waited: self.timeout }),
+            status::MISPLANNED => Some(Error::Internal(format!("the executor's LL entry was launched over a plan with a step it cannot move ({place})"))),
             status::PEER_LEFT => Some(Error::PeerFailed {
                 rank: *peer,
                 reason: format!("rank {peer} left the job (destroyed its communicator) while this rank still waited for it in a GPU kernel ({place}): the ranks did not make the same calls"),

@@ -228,3 +228,33 @@ fn a_kernel_waiting_across_hosts_stops_on_abort_and_when_its_peer_leaves() {
         stop_each_wait(g, &[1 << 20, 16], stop, Hosts::Network);
     }
 }
+
+/// A small call's plan across hosts runs in the executor's LL entry (`ox_run_ll`: LL moves
+/// and local copies alone), a large one's in the full entry: the kernel timeline names the
+/// LL entry's launches. Every collective at 64 bytes and at 1 MiB a rank, 2 ranks as hosts,
+/// each call checked.
+#[test]
+fn small_calls_across_hosts_run_in_the_executors_ll_entry() {
+    let Some(g) = gpus() else { return };
+    warm_kernel_cache();
+    let dir = std::env::temp_dir().join(format!("oxccl-ll-entry-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let traced = config_with(&[("OXCCL_KERNEL_TRACE", dir.join("kernel").to_str().unwrap())]);
+    let devices = [0, 1 % g];
+    let cases = |n| [check::large_cases(n, 64), check::large_cases(n, 1 << 20)].concat().into_iter().filter(|c| c.dtype == DataType::Float32).collect();
+    run_matrix(init_on_separate_hosts(&devices, &traced), &devices, cases, Inputs::Exact, "threads, separate hosts, traced");
+    settle();
+    let launches: Vec<String> = std::fs::read_dir(&dir).unwrap().flat_map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap().lines().filter(|l| l.starts_with("launch ")).map(String::from).collect::<Vec<_>>()).collect();
+    // "launch 3 all_gather 76 B [LL entry]: 1 lane(s), started at ..."
+    let bytes = |line: &str| -> usize { line.split(' ').nth(3).unwrap().parse().unwrap_or_else(|_| panic!("no byte count in {line}")) };
+    let (ll, full): (Vec<&String>, Vec<&String>) = launches.iter().partition(|l| l.contains(" B [LL entry]: "));
+    eprintln!("launches in the LL entry: {}\nin the full entry: {}", ll.len(), full.len());
+    for l in &launches {
+        eprintln!("  {}", l.split(": ").next().unwrap());
+    }
+    assert!(ll.iter().any(|l| l.contains(" all_gather ")) && ll.iter().any(|l| l.contains(" reduce_scatter ")), "small calls did not run in the LL entry:\n{}", launches.join("\n"));
+    assert!(ll.iter().all(|l| bytes(l) < 1 << 20), "a 1 MiB call ran in the LL entry:\n{}", launches.join("\n"));
+    assert!(full.iter().any(|l| bytes(l) >= 1 << 20), "no 1 MiB call ran in the full entry:\n{}", launches.join("\n"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
