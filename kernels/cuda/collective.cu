@@ -404,7 +404,7 @@ __device__ __forceinline__ bool ox_runs_ll(u32 ll, const OxConn& c) {
 // OX_MISPLANNED). Without the Simple moves the kernel is about half the code and keeps its
 // registers, and a small call's first send is published sooner.
 template <bool Simple>
-__device__ __forceinline__ void ox_lane(const OxArgs& a) {
+__device__ __forceinline__ void ox_lane(const OxArgs& a, const OxStep* steps, const u32* bounds, const OxConn* conns) {
   __shared__ int s_stop;
   // The lane's steps and their connections, OX_WINDOW at a time, loaded by all threads at
   // once (thread k step k and its two connections): a step then starts from shared memory,
@@ -423,7 +423,7 @@ __device__ __forceinline__ void ox_lane(const OxArgs& a) {
   __shared__ char* w_out[OX_WINDOW];
   __shared__ u32 w_flag_in[OX_WINDOW], w_flag_out[OX_WINDOW];
   const u32 lane = blockIdx.x;
-  const u32 first = a.bounds[lane], end = a.bounds[lane + 1];
+  const u32 first = bounds[lane], end = bounds[lane + 1];
   // The timeline (DevArgs::stamps): thread 0 of the first lanes stamps the lane's start and
   // end and each of its first steps' four moments (oxccl_kernels::device::timeline).
   unsigned long long* const stamps = (a.stamps && lane < OX_TRACE_LANES && threadIdx.x == 0) ? a.stamps + lane * OX_TRACE_LANE_WORDS : 0;
@@ -438,15 +438,15 @@ __device__ __forceinline__ void ox_lane(const OxArgs& a) {
       const bool loads = t_k < OX_WINDOW && i + t_k < end;
       u64 recv_n = 0, send_n = 0;
       if (loads) {
-        const OxStep t = a.steps[i + t_k];
+        const OxStep t = steps[i + t_k];
         w_steps[t_k] = t;
         if (t.recv != OX_NO_CONN) {
-          const OxConn c = a.conns[t.recv];
+          const OxConn c = conns[t.recv];
           w_recv[t_k] = c;
           recv_n = *c.counter;
         }
         if (t.send != OX_NO_CONN) {
-          const OxConn c = a.conns[t.send];
+          const OxConn c = conns[t.send];
           w_send[t_k] = c;
           send_n = *c.counter;
           // Over the network, the last head a kernel read (beside the counter, loaded with
@@ -625,8 +625,26 @@ __device__ __forceinline__ void ox_lane(const OxArgs& a) {
   }
 }
 
-extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) { ox_lane<true>(a); }
-extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run_ll(const OxArgs a) { ox_lane<false>(a); }
+extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run(const OxArgs a) { ox_lane<true>(a, a.steps, a.bounds, a.conns); }
+
+// The LL entry's arguments (oxccl_kernels::device::ll_args): OxArgs, whose steps, bounds and
+// conns are then offsets into `image`, the plan's image (its connection table, bounds and
+// steps as uploaded) by value. The block reads its steps and their connections from its
+// parameters (the constant bank) instead of through three dependent loads from global
+// memory. A launch passes only the bytes its plan has, as NCCL's kernels take their work.
+struct OxArgsLl {
+  OxArgs args;
+  u32 image_bytes;
+  u32 pad;
+  uint4 image[OX_LL_IMAGE_BYTES / 16];
+};
+// No padding before the image (NVRTC has no offsetof): it starts where Rust puts it.
+static_assert(sizeof(OxArgsLl) == OX_LL_IMAGE_OFFSET + OX_LL_IMAGE_BYTES, "OxArgsLl's image is not where Rust puts it");
+
+extern "C" __global__ void __launch_bounds__(OX_THREADS) ox_run_ll(const __grid_constant__ OxArgsLl a) {
+  const char* const image = (const char*)a.image;
+  ox_lane<false>(a.args, (const OxStep*)(image + (u64)a.args.steps), (const u32*)(image + (u64)a.args.bounds), (const OxConn*)(image + (u64)a.args.conns));
+}
 
 // What a direct launch's mode asks of this rank, for ox_direct and ox_direct_ll128 alike:
 // whom it sends to, whom it hears from, what it sends and where what it hears goes. It

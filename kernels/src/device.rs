@@ -298,6 +298,39 @@ pub struct DevArgs {
     pub clock: u64,
 }
 
+/// The arguments of the executor's LL entry (C: `OxArgsLl`): a [`DevArgs`] whose `steps`,
+/// `bounds` and `conns` are offsets into the plan's image, which follows it by value (the
+/// connection table, bounds and steps as uploaded), so that the kernel reads its plan from
+/// its parameters instead of through dependent loads from global memory. Declared
+/// [`PARAM_BYTES`](ll_args::PARAM_BYTES) long, a launch passes only [`ll_args::buffer`]'s
+/// bytes (cuLaunchKernel's `extra`), as NCCL passes its kernels' work.
+pub mod ll_args {
+    use super::DevArgs;
+
+    /// Where the image starts: after the [`DevArgs`], the image's length (`u32`) and a pad.
+    pub const IMAGE_OFFSET: usize = std::mem::size_of::<DevArgs>() + 8;
+    /// The entry's declared parameter bytes: CUDA's classic 4 KiB limit.
+    pub const PARAM_BYTES: usize = 4096 - 16;
+    /// The largest image the entry takes; a larger plan runs in the full entry.
+    pub const IMAGE_BYTES: usize = PARAM_BYTES - IMAGE_OFFSET;
+
+    /// The parameter bytes of a launch of the LL entry over `image`, with `args` (whose plan
+    /// addresses are the image's offsets); `None` when the image is larger than
+    /// [`IMAGE_BYTES`].
+    pub fn buffer(args: &DevArgs, image: &[u8]) -> Option<Vec<u8>> {
+        if image.len() > IMAGE_BYTES {
+            return None;
+        }
+        let len = u32::try_from(image.len()).ok()?;
+        let mut bytes = Vec::with_capacity(IMAGE_OFFSET + image.len());
+        bytes.extend_from_slice(bytemuck::bytes_of(args));
+        bytes.extend_from_slice(&len.to_le_bytes());
+        bytes.extend_from_slice(&[0; 4]);
+        bytes.extend_from_slice(image);
+        Some(bytes)
+    }
+}
+
 /// The executor kernel's timeline (`OXCCL_KERNEL_TRACE`): thread 0 of each of the first
 /// [`timeline::LANES`] lanes writes `%globaltimer` (ns) into the launch's record: the lane's
 /// start and end, then per step (the first [`timeline::STEPS`]) when it started, when its
@@ -573,7 +606,7 @@ pub fn header() -> String {
     let _ = writeln!(h, "#define OX_NO_CONN ({NO_CONN})");
     let _ = writeln!(h, "#define OX_RECV_BUFFER 0x{RECV_BUFFER:x}ull");
     // Name, value, C suffix: the bit masks and sizes unsigned, the status codes int.
-    let defines: [(&str, i64, &str); 19] = [
+    let defines: [(&str, i64, &str); 21] = [
         ("OX_CONN_HOST", conn::HOST.into(), "u"),
         ("OX_CONN_PEER_LL", conn::PEER_LL.into(), "u"),
         ("OX_LAUNCH_NET_LL", launch::NET_LL.into(), "u"),
@@ -587,6 +620,8 @@ pub fn header() -> String {
         ("OX_TIMED_OUT", status::TIMED_OUT.into(), ""),
         ("OX_PEER_LEFT", status::PEER_LEFT.into(), ""),
         ("OX_MISPLANNED", status::MISPLANNED.into(), ""),
+        ("OX_LL_IMAGE_OFFSET", ll_args::IMAGE_OFFSET as i64, "u"),
+        ("OX_LL_IMAGE_BYTES", ll_args::IMAGE_BYTES as i64, "u"),
         ("OX_KERNEL_RUN", status::KERNEL_RUN.into(), ""),
         ("OX_KERNEL_DIRECT", status::KERNEL_DIRECT.into(), ""),
         ("OX_KERNEL_P2P_SEND", status::KERNEL_P2P_SEND.into(), ""),
@@ -649,6 +684,22 @@ mod tests {
         assert!(!ll_entry_fits(&[step(kind::SEND, NO_CONN, NO_CONN)], &conns, launch::NET_LL));
         assert!(!ll_entry_fits(&[step(kind::SEND, NO_CONN, 7)], &conns, launch::NET_LL));
         assert!(ll_entry_fits(&[], &conns, launch::NET_LL));
+    }
+
+    #[test]
+    fn the_ll_entrys_parameters_are_the_args_then_the_image() {
+        let args = DevArgs { steps: 7, bounds: 3, conns: 0, ..Default::default() };
+        let image: Vec<u8> = (0..224u32).map(|i| i as u8).collect();
+        let bytes = ll_args::buffer(&args, &image).unwrap();
+        assert_eq!(ll_args::IMAGE_OFFSET, 112);
+        assert_eq!(bytes.len(), ll_args::IMAGE_OFFSET + image.len());
+        assert_eq!(&bytes[..std::mem::size_of::<DevArgs>()], bytemuck::bytes_of(&args));
+        assert_eq!(&bytes[104..108], &224u32.to_le_bytes());
+        assert_eq!(&bytes[ll_args::IMAGE_OFFSET..], &image[..]);
+        // The declared parameters hold the largest image and stay within CUDA's 4 KiB.
+        assert!(ll_args::buffer(&args, &vec![0; ll_args::IMAGE_BYTES]).is_some());
+        assert!(ll_args::buffer(&args, &vec![0; ll_args::IMAGE_BYTES + 1]).is_none());
+        assert!(ll_args::PARAM_BYTES <= 4096 && ll_args::IMAGE_BYTES % 16 == 0);
     }
 
     #[test]

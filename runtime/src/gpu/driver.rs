@@ -560,6 +560,24 @@ impl Function {
         // the caller's contract.
         check(unsafe { sys::cuLaunchKernel(self.0, grid, 1, 1, block, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut()) }, || format!("launching a kernel of {grid} block(s)"))
     }
+
+    /// Launches a kernel whose parameters are the bytes of `params`, which may be fewer
+    /// than the kernel declares (cuLaunchKernel's `extra`: CU_LAUNCH_PARAM_BUFFER_POINTER and
+    /// _SIZE); the kernel must not read past them.
+    ///
+    /// # Safety
+    /// As [`Function::launch`]; `params` laid out as the kernel's parameters begin.
+    pub unsafe fn launch_bytes(&self, grid: u32, block: u32, stream: CUstream, params: &[u8]) -> Result<()> {
+        // cuda.h's CU_LAUNCH_PARAM_END, CU_LAUNCH_PARAM_BUFFER_POINTER, CU_LAUNCH_PARAM_BUFFER_SIZE.
+        const END: usize = 0;
+        const BUFFER_POINTER: usize = 1;
+        const BUFFER_SIZE: usize = 2;
+        let mut size = params.len();
+        let mut extra = [BUFFER_POINTER as *mut c_void, params.as_ptr().cast_mut().cast(), BUFFER_SIZE as *mut c_void, (&mut size as *mut usize).cast(), END as *mut c_void];
+        // SAFETY: a function of a loaded module; the driver copies `size` bytes from
+        // `params` before returning; the rest is the caller's contract.
+        check(unsafe { sys::cuLaunchKernel(self.0, grid, 1, 1, block, 1, 1, 0, stream, std::ptr::null_mut(), extra.as_mut_ptr()) }, || format!("launching a kernel of {grid} block(s) with {} bytes of parameters", params.len()))
+    }
 }
 
 /// A CUDA event (timing disabled) marking a point of a stream.

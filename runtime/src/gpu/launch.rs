@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
 use oxccl_kernels::cuda::{Specialization, DIRECT, DIVIDE, P2P, RUN, RUN_LL, THREADS, WAIT_HOST};
-use oxccl_kernels::device::{direct, launch as launch_bits, ll128, DevArgs, DevDirect, DevWatch, LL_LINE_BYTES, LL_LINE_DATA};
+use oxccl_kernels::device::{direct, launch as launch_bits, ll128, ll_args, DevArgs, DevDirect, DevWatch, LL_LINE_BYTES, LL_LINE_DATA};
 
 use super::driver::{self, Device, DeviceMemory, Module};
 use super::{CUstream, Inner, Loaded, Plan, DONE_WORD, REACHED_WORD};
@@ -27,7 +27,7 @@ impl Inner {
     /// As [`GpuBackend::enqueue`]: the buffers and stream are the caller's contract.
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn launch(&self, loaded: &Loaded, plan: &Plan, send: u64, recv: u64, scale: Option<f64>, ll: bool, stream: CUstream, what: &dyn Fn() -> String) -> Result<()> {
-        let &Plan::Steps { conns, bounds, steps, ref lane_steps, ref labels, ll_entry, .. } = plan else { return Err(Error::Internal("the executor kernel launched with a point-to-point LL plan".into())) };
+        let &Plan::Steps { conns, bounds, steps, ref lane_steps, ref labels, ll_entry, ref image, .. } = plan else { return Err(Error::Internal("the executor kernel launched with a point-to-point LL plan".into())) };
         // LL runs on the network connections of a communicator across hosts (those between
         // its GPUs of a host stay Simple), on all of them on one host.
         let ll = match (ll, self.across_hosts()) {
@@ -35,10 +35,9 @@ impl Inner {
             (true, true) => launch_bits::NET_LL,
             (true, false) => launch_bits::PEER_LL,
         };
-        // The LL entry where it can run the plan (a small call's): half the code, and a small
-        // call's first send published 0.3-0.7 us sooner (docs/GPU.md).
+        // The LL entry where it can run the plan (a small call's): half the code, the plan
+        // in its parameters, and a small call's first send published sooner (docs/GPU.md).
         let ll_entry = ll != 0 && ll_entry & (1 << ll) != 0;
-        let kernel = if ll_entry { &loaded.run_ll } else { &loaded.run };
         let what = || if ll_entry { format!("{} [LL entry]", what()) } else { what() };
         let mut args = DevArgs {
             steps,
@@ -53,9 +52,18 @@ impl Inner {
             stamps: self.timeline.as_ref().map_or(0, |timeline| timeline.record(what(), lane_steps, labels)),
             clock: self.timeline.as_ref().map_or(0, |timeline| timeline.clock()),
         };
-        // SAFETY: both entries take one OxArgs; the plan's memory lives in the arena until
-        // the launch has run, the buffers and stream are the caller's contract.
-        unsafe { kernel.launch(lane_steps.len() as u32, THREADS, stream, &mut [(&mut args as *mut DevArgs).cast::<c_void>()]) }
+        if ll_entry {
+            // The plan's addresses as offsets into its image, which the parameters carry.
+            (args.conns, args.bounds, args.steps) = (0, bounds - conns, steps - conns);
+            let params = ll_args::buffer(&args, image).ok_or_else(|| Error::Internal(format!("a plan image of {} bytes for the LL entry, which holds {}", image.len(), ll_args::IMAGE_BYTES)))?;
+            // SAFETY: ox_run_ll takes one OxArgsLl, which `params` begins (the plan's
+            // image whole: the kernel reads no further); the buffers and stream are the
+            // caller's contract.
+            return unsafe { loaded.run_ll.launch_bytes(lane_steps.len() as u32, THREADS, stream, &params) };
+        }
+        // SAFETY: ox_run takes one OxArgs; the plan's memory lives in the arena until the
+        // launch has run, the buffers and stream are the caller's contract.
+        unsafe { loaded.run.launch(lane_steps.len() as u32, THREADS, stream, &mut [(&mut args as *mut DevArgs).cast::<c_void>()]) }
     }
 
     /// Launches the direct kernel: `bytes` per rank, one thread per LL line, or eight per

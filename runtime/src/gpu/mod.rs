@@ -45,7 +45,7 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
 use oxccl_kernels::cuda::{Specialization, Toolchain};
-use oxccl_kernels::device::{direct, launch as launch_bits, ll_entry_fits, status, DevConn, DevStep, DevWatch};
+use oxccl_kernels::device::{direct, launch as launch_bits, ll_args, ll_entry_fits, status, DevConn, DevStep, DevWatch};
 
 use crate::algo::{self, Algorithm, Collective, Planned, Shape};
 use crate::call::PlanKey;
@@ -453,8 +453,11 @@ enum Plan {
     /// proxy before each launch); and each lane's steps (a lane a block).
     /// `labels`: what the traced lanes' first steps do, for the kernel timeline (empty
     /// where none is kept). `ll_entry`: the `DevArgs::ll` bits of the launches that the
-    /// kernel's LL entry can run this plan in ([`ll_entry_fits`]), as a set: bit `1 << ll`.
-    Steps { conns: u64, bounds: u64, steps: u64, net: Vec<(algo::Link, Direction, u64)>, lane_steps: Vec<u32>, labels: timeline::Labels, ll_entry: u8 },
+    /// kernel's LL entry can run this plan in ([`ll_entry_fits`]), as a set: bit `1 << ll`;
+    /// empty when the plan's image is larger than the entry's parameters hold
+    /// ([`ll_args::IMAGE_BYTES`]). `image`: the uploaded bytes (connections at 0, then bounds
+    /// and steps at their addresses' offsets from `conns`), for the LL entry's parameters.
+    Steps { conns: u64, bounds: u64, steps: u64, net: Vec<(algo::Link, Direction, u64)>, lane_steps: Vec<u32>, labels: timeline::Labels, ll_entry: u8, image: Box<[u8]> },
     /// For the point-to-point LL kernel: its lanes (`DevP2pLane`), then their messages.
     Messages { lanes: u32, at: u64, msgs: u64 },
 }
@@ -727,8 +730,10 @@ impl GpuBackend {
             }
         }
         let labels = if inner.timeline.is_some() { timeline::labels(encoded_lanes, |end| state.conns.is_net(end)) } else { Arc::from(Vec::new()) };
-        let ll_entry = [launch_bits::NET_LL, launch_bits::PEER_LL].into_iter().filter(|&ll| ll_entry_fits(&encoded.steps, &table, ll)).fold(0, |set, ll| set | 1 << ll);
-        inner.store(state, key, &image, |base| Plan::Steps { conns: base, bounds: base + conn_bytes as u64, steps: base + (conn_bytes + bounds_bytes) as u64, net, lane_steps, labels, ll_entry })
+        let small = image.len() <= ll_args::IMAGE_BYTES;
+        let ll_entry = [launch_bits::NET_LL, launch_bits::PEER_LL].into_iter().filter(|&ll| small && ll_entry_fits(&encoded.steps, &table, ll)).fold(0, |set, ll| set | 1 << ll);
+        let kept = if ll_entry != 0 { image.clone().into_boxed_slice() } else { Box::default() };
+        inner.store(state, key, &image, |base| Plan::Steps { conns: base, bounds: base + conn_bytes as u64, steps: base + (conn_bytes + bounds_bytes) as u64, net, lane_steps, labels, ll_entry, image: kept })
     }
 
     /// Tells the proxy how many messages `plan`'s launch moves over each network end:
