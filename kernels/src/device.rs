@@ -313,6 +313,8 @@ pub mod ll_args {
     pub const PARAM_BYTES: usize = 4096 - 16;
     /// The largest image the entry takes; a larger plan runs in the full entry.
     pub const IMAGE_BYTES: usize = PARAM_BYTES - IMAGE_OFFSET;
+    // Within CUDA's 4 KiB, and whole `uint4`s (the C array's element).
+    const _: () = assert!(PARAM_BYTES <= 4096 && IMAGE_BYTES % 16 == 0);
 
     /// The parameter bytes of a launch of the LL entry over `image`, with `args` (whose plan
     /// addresses are the image's offsets); `None` when the image is larger than
@@ -699,7 +701,6 @@ mod tests {
         // The declared parameters hold the largest image and stay within CUDA's 4 KiB.
         assert!(ll_args::buffer(&args, &vec![0; ll_args::IMAGE_BYTES]).is_some());
         assert!(ll_args::buffer(&args, &vec![0; ll_args::IMAGE_BYTES + 1]).is_none());
-        assert!(ll_args::PARAM_BYTES <= 4096 && ll_args::IMAGE_BYTES % 16 == 0);
     }
 
     #[test]
