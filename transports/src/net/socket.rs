@@ -140,6 +140,9 @@ pub struct Stats {
     /// Reads of a receiver-driven comm's control socket for notices (system calls), made
     /// by `isend` when neither a notice already read nor room ahead lets a message go.
     pub notice_reads: AtomicU64,
+    /// Bytes of message bodies read into a receive comm's stage with a header and then
+    /// copied into their buffers (the rest of a body is read straight into its buffer).
+    pub staged_body_bytes: AtomicU64,
 }
 
 /// A copy of [`Stats`] at one moment.
@@ -159,6 +162,7 @@ pub struct StatsSnapshot {
     pub early_messages: u64,
     pub early_bytes: u64,
     pub notice_reads: u64,
+    pub staged_body_bytes: u64,
 }
 
 impl Stats {
@@ -179,6 +183,7 @@ impl Stats {
             early_messages: load(&self.early_messages),
             early_bytes: load(&self.early_bytes),
             notice_reads: load(&self.notice_reads),
+            staged_body_bytes: load(&self.staged_body_bytes),
         }
     }
 }

@@ -8,7 +8,9 @@
 //! The sender writes header and bytes with one `sendmsg` (MSG_NOSIGNAL, so a peer that went
 //! away is an error, not a SIGPIPE in a C host program). The receiver reads what has
 //! arrived into a staging buffer of [`STAGE_BYTES`] (so that a small message's header and
-//! bytes, and the next messages', come in one read), picks the buffer of the oldest posted
+//! bytes, and the next messages', come in one read; after a message of [`STAGE_BYTES`] or
+//! more, only the next header, so that a stream of large messages is never copied out of
+//! the stage), picks the buffer of the oldest posted
 //! receive with the header's tag, and copies the bytes there, or deals the buffer's pieces
 //! to the data path; what is left of a message on the control socket once the stage is
 //! empty is read straight into its buffer, with what follows it into the stage in the same
@@ -111,6 +113,11 @@ pub(super) struct RecvState {
     /// more then, so the call does not read again just to hear "would block" (a receive
     /// completes while another is posted behind it, as a proxy posts them).
     drained: bool,
+    /// The last message was at least [`STAGE_BYTES`] long: a stream of large messages. Its
+    /// reads then ask the stage for no more than the next header, so that the next body
+    /// goes straight into its buffer too, never through the stage (a copy of up to
+    /// [`STAGE_BYTES`] a message; NCCL's socket transport reads its size word alone too).
+    bulk: bool,
     /// Reads of the control socket so far ("would block" included): the comm's own count,
     /// not the net's shared [`Stats`], whose atomics every poll of every proxy thread would
     /// otherwise hit.
@@ -369,6 +376,7 @@ impl RecvState {
             stage: vec![0; STAGE_BYTES].into_boxed_slice(),
             staged: (0, 0),
             drained: false,
+            bulk: false,
             control_reads: 0,
             completed: HashMap::new(),
             data,
@@ -485,6 +493,7 @@ impl RecvState {
                 }
                 self.body = None;
                 self.header_read = 0;
+                self.bulk = body.len >= STAGE_BYTES;
                 // A receive for it may have been posted while it arrived.
                 let tag = self.early.back().expect("just read").tag;
                 let Some((request, buffer, _)) = self.queue.iter().find_map(|r| free_buffer(r, tag)) else { continue };
@@ -509,6 +518,7 @@ impl RecvState {
             }
             self.body = None;
             self.header_read = 0;
+            self.bulk = body.len >= STAGE_BYTES;
             self.delivered(body.request, body.buffer, body.len);
         }
         Ok(())
@@ -590,6 +600,7 @@ impl RecvState {
                 self.staged.0 += n;
                 body.read += n;
                 self.stats.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
+                self.stats.staged_body_bytes.fetch_add(n as u64, Ordering::Relaxed);
                 continue;
             }
             // The stage is empty: the rest goes straight into the buffer and whatever follows
@@ -599,12 +610,14 @@ impl RecvState {
                 self.body = Some(body);
                 return Ok(None);
             }
-            let mut into = [IoSliceMut::new(&mut target[body.read..body.len]), IoSliceMut::new(&mut self.stage)];
+            // After a large body, only the next header: its body goes straight in too.
+            let stage = if body.len >= STAGE_BYTES { HEADER_BYTES } else { self.stage.len() };
+            let mut into = [IoSliceMut::new(&mut target[body.read..body.len]), IoSliceMut::new(&mut self.stage[..stage])];
             self.control_reads += 1;
             match (&self.socket).read_vectored(&mut into) {
                 Ok(0) => return fail(&mut self.failed, "the sender closed the control connection".into()),
                 Ok(n) => {
-                    self.drained = n < left + self.stage.len();
+                    self.drained = n < left + stage;
                     let rest = n.min(left);
                     body.read += rest;
                     self.staged = (0, n - rest);
@@ -628,19 +641,21 @@ impl RecvState {
         }
     }
 
-    /// Reads what has arrived into the empty stage; whether anything came.
+    /// Reads what has arrived into the empty stage (in a stream of large messages, at most
+    /// the rest of the header being read); whether anything came.
     fn fill(&mut self) -> Result<bool> {
         debug_assert_eq!(self.staged.0, self.staged.1, "the stage is refilled only once empty");
         if self.drained {
             return Ok(false);
         }
+        let want = if self.bulk { HEADER_BYTES - self.header_read } else { self.stage.len() };
         loop {
             self.control_reads += 1;
-            match (&self.socket).read(&mut self.stage) {
+            match (&self.socket).read(&mut self.stage[..want]) {
                 Ok(0) => return fail(&mut self.failed, "the sender closed the control connection".into()),
                 Ok(n) => {
                     self.staged = (0, n);
-                    self.drained = n < self.stage.len();
+                    self.drained = n < want;
                     return Ok(true);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
