@@ -237,10 +237,7 @@ fn a_kernel_waiting_across_hosts_stops_on_abort_and_when_its_peer_leaves() {
 fn small_calls_across_hosts_run_in_the_executors_ll_entry() {
     let Some(g) = gpus() else { return };
     warm_kernel_cache();
-    let dir = std::env::temp_dir().join(format!("oxccl-ll-entry-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let traced = config_with(&[("OXCCL_KERNEL_TRACE", dir.join("kernel").to_str().unwrap())]);
+    let (dir, traced) = kernel_traced("ll-entry");
     let devices = [0, 1 % g];
     let cases = |n| [check::large_cases(n, 64), check::large_cases(n, 1 << 20)].concat().into_iter().filter(|c| c.dtype == DataType::Float32).collect();
     run_matrix(init_on_separate_hosts(&devices, &traced), &devices, cases, Inputs::Exact, "threads, separate hosts, traced");

@@ -151,6 +151,16 @@ fn config_with(settings: &[(&str, &str)]) -> Config {
     c
 }
 
+/// A fresh directory `oxccl-<tag>-<pid>` under the temporary one, and [`config`] writing
+/// each communicator's kernel timeline there (OXCCL_KERNEL_TRACE); the caller removes it.
+fn kernel_traced(tag: &str) -> (std::path::PathBuf, Config) {
+    let dir = std::env::temp_dir().join(format!("oxccl-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let traced = config_with(&[("OXCCL_KERNEL_TRACE", dir.join("kernel").to_str().unwrap())]);
+    (dir, traced)
+}
+
 /// Across hosts, every call staged through host memory (OXCCL_GPU_ACROSS_HOSTS=staged).
 fn staged_config() -> Config {
     config_with(&[("OXCCL_GPU_ACROSS_HOSTS", "staged")])

@@ -160,10 +160,7 @@ fn the_executor_over_ll_between_gpus_matches_the_cpu_bit_for_bit() {
 fn the_kernel_timeline_stamps_every_step_in_order() {
     let Some(g) = gpus() else { return };
     warm_kernel_cache();
-    let dir = std::env::temp_dir().join(format!("oxccl-kernel-trace-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let traced = config_with(&[("OXCCL_KERNEL_TRACE", dir.join("kernel").to_str().unwrap())]);
+    let (dir, traced) = kernel_traced("kernel-trace");
     threads_with(2, g, |n| check::large_cases(n, 4 << 20).into_iter().filter(|c| c.collective == Collective::AllReduce && c.dtype == DataType::Float32).collect(), Inputs::Exact, &traced);
     settle();
     let files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
