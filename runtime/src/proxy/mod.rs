@@ -4,7 +4,9 @@
 //! FIFOs and the clock.
 //!
 //! Each link (the sending or the receiving end of a connection) is progressed by one
-//! thread, dealt in turn as links are made, so that the copies through the sockets of a
+//! thread, dealt in turn as links are made (each direction on its own, the send links
+//! starting half way round, so that a channel's two ends are on different threads:
+//! [`deal`]), so that the copies through the sockets of a
 //! rank's sends and receives, and of the ranks of one process, run on several cores (the
 //! proxy's own work over TCP, but for the pieces of large messages that the socket Net's
 //! helper threads move, NCCL_SOCKET_NTHREADS): `OXCCL_PROXY_THREADS` threads, by default one
@@ -230,9 +232,10 @@ impl NetLinks {
         Ok(self)
     }
 
-    /// The thread for a new link (the process's threads start with the first link).
-    fn next_proxy(&self) -> &'static Proxy {
-        self.proxies.get_or_init(|| proxies(self.threads)).next()
+    /// The thread for a new link of `direction` (the process's threads start with the
+    /// first link).
+    fn next_proxy(&self, direction: Direction) -> &'static Proxy {
+        self.proxies.get_or_init(|| proxies(self.threads)).next(direction)
     }
 
     /// The receiving side of a network link over `region`, which the proxy fills (the
@@ -267,7 +270,7 @@ impl NetLinks {
         let (handle, mut edge) = RecvLink::new(link, sender, self.net.clone(), self.context.clone(), device, region, Driver::Host, self.shared.clone(), Instant::now(), self.setup_timeout, true)?;
         let joining = Arc::new(Mutex::new(Vec::new()));
         edge.joining = Some(joining.clone());
-        let proxy = self.next_proxy();
+        let proxy = self.next_proxy(Direction::Recv);
         self.links.lock().insert((link, Direction::Recv), (edge.members[0].mailbox.clone(), proxy));
         groups.insert(key, (handle.clone(), Arc::downgrade(&joining), proxy));
         proxy.submit(Box::new(edge));
@@ -299,7 +302,7 @@ impl NetLinks {
         edge.ll = checked_ll(&edge.region, ll)?.map(LlLink::new);
         edge.origin = Some(origin);
         self.share(&mut edge, shared.then_some(origin));
-        self.next_proxy().submit(Box::new(edge));
+        self.next_proxy(Direction::Send).submit(Box::new(edge));
         Ok(())
     }
 
@@ -347,7 +350,7 @@ impl NetLinks {
     }
 
     fn submit(&self, link: Link, direction: Direction, mailbox: Mailbox, edge: Box<dyn Progress>) -> ProxyWaker {
-        let proxy = self.next_proxy();
+        let proxy = self.next_proxy(direction);
         self.links.lock().insert((link, direction), (mailbox, proxy));
         proxy.submit(edge);
         ProxyWaker(proxy)
@@ -1215,10 +1218,11 @@ impl ProxyWaker {
     }
 }
 
-/// The process's proxy threads, and the next to get a link.
+/// The process's proxy threads, and how many links of each direction they were dealt.
 struct Proxies {
     threads: Vec<Proxy>,
-    next: AtomicUsize,
+    /// Receive links dealt so far, and send links.
+    dealt: [AtomicUsize; 2],
 }
 
 /// One proxy thread, its queue of new links and the links it progresses. The links are
@@ -1244,7 +1248,7 @@ fn proxies(threads: usize) -> &'static Proxies {
     let proxies = PROXIES.get_or_init(|| {
         made = true;
         let threads = (0..threads.max(1)).map(|i| Proxy { index: i, queue: Inbox::new(), links: Mutex::new(Vec::new()), bell: AtomicU32::new(0), asleep: AtomicBool::new(false) }).collect();
-        Proxies { threads, next: AtomicUsize::new(0) }
+        Proxies { threads, dealt: [AtomicUsize::new(0), AtomicUsize::new(0)] }
     });
     if made {
         // Started once the static holds them (links queued meanwhile wait in their queue).
@@ -1260,10 +1264,27 @@ fn proxies(threads: usize) -> &'static Proxies {
 }
 
 impl Proxies {
-    /// The thread for the next link: each in turn.
-    fn next(&self) -> &Proxy {
-        &self.threads[self.next.fetch_add(1, Ordering::Relaxed) % self.threads.len()]
+    /// The thread for the next link of `direction` ([`deal`]).
+    fn next(&self, direction: Direction) -> &Proxy {
+        let dealt = self.dealt[usize::from(direction == Direction::Send)].fetch_add(1, Ordering::Relaxed);
+        &self.threads[deal(direction, dealt, self.threads.len())]
     }
+}
+
+/// The thread (of `threads`) for a process's link of `direction` that is the `dealt`-th of
+/// that direction: each direction's links in turn, the send links starting half way
+/// round, so that the send and the receive links that are made together (a channel's, to
+/// and from its ring neighbours) are on different threads wherever there are two. A
+/// thread moves one link's bytes at a time: with both ends of a channel on one thread, a
+/// message that arrives while the thread writes the channel's send to the socket (3-5 µs
+/// over loopback on the GPU machines, where the write carries it into the receiver's
+/// socket) waits for that write to end, on the way of every small exchange.
+fn deal(direction: Direction, dealt: usize, threads: usize) -> usize {
+    let start = match direction {
+        Direction::Recv => 0,
+        Direction::Send => (threads / 2).max(1),
+    };
+    (start + dealt) % threads
 }
 
 impl Proxy {
@@ -1431,7 +1452,27 @@ mod device_tests;
 
 #[cfg(test)]
 mod tests {
-    use super::default_threads;
+    use super::{deal, default_threads, Direction};
+
+    #[test]
+    fn a_channel_s_send_and_receive_links_go_to_different_threads() {
+        // A GPU communicator makes its receive links first, then its send links, a channel
+        // each: channel k's are the k-th of their direction.
+        for threads in 2..=8 {
+            for channel in 0..32 {
+                let (recv, send) = (deal(Direction::Recv, channel, threads), deal(Direction::Send, channel, threads));
+                assert!(recv < threads && send < threads);
+                assert_ne!(recv, send, "{threads} threads, channel {channel}");
+            }
+            // Each direction's links are spread over every thread.
+            for direction in [Direction::Recv, Direction::Send] {
+                let used: std::collections::BTreeSet<usize> = (0..threads).map(|k| deal(direction, k, threads)).collect();
+                assert_eq!(used.len(), threads);
+            }
+        }
+        assert_eq!(deal(Direction::Send, 5, 1), 0);
+        assert_eq!(deal(Direction::Recv, 5, 1), 0);
+    }
 
     #[test]
     fn default_threads_share_the_machine_s_cores_among_its_ranks() {
