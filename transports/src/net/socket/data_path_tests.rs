@@ -433,6 +433,43 @@ fn a_receive_completing_ahead_of_another_reads_the_socket_once() {
     assert!(buffers[0][..24] == first[..] && buffers[1][..40] == second[..]);
 }
 
+/// A small message is taken by a peek: its receive completes with its bytes still in the
+/// socket, so that Linux does not send their ACK from the read that takes them, and the
+/// comm's next call discards them. After a message over PEEK_BYTES (32 KiB) the next
+/// one is read, not peeked.
+#[test]
+fn a_small_message_is_peeked_and_discarded_by_the_next_call() {
+    let net = net(0, 1, 1);
+    let (mut send, mut recv) = pair(&net);
+    let (sent, received) = (net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap(), net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap());
+    let messages = [message(40, 24), message(41, 40 << 10), message(42, 40 << 10)];
+    let mut buffers = vec![vec![0u8; 64 << 10]; 3];
+    let mut receives: Vec<Request> = buffers
+        .iter_mut()
+        .enumerate()
+        // SAFETY: the buffers outlive the requests, waited for below.
+        .map(|(k, b)| unsafe { net.irecv(&mut recv, &[RecvBuffer { data: b.as_mut_ptr(), len: b.len(), tag: k as u32 }], &[&received]) }.unwrap().unwrap())
+        .collect();
+    let unread = |recv: &RecvComm| lock(&recv.get_ref::<SocketRecvComm>("receive comm").unwrap().0, "receive comm").unwrap().unread();
+    let mut send_and_take = |k: usize, receives: &mut Vec<Request>| {
+        // SAFETY: the message outlives the request, waited for at once.
+        let mut s = unsafe { net.isend(&mut send, messages[k].as_ptr(), messages[k].len(), k as u32, &sent) }.unwrap().unwrap();
+        wait(&net, &mut s);
+        assert_eq!(wait(&net, &mut receives[k]), vec![messages[k].len()]);
+    };
+    send_and_take(0, &mut receives);
+    assert_eq!(unread(&recv), 12 + 24, "the small message was not left in the socket");
+    // The next call, with nothing more arrived, discards it.
+    assert!(net.test(&mut receives[1]).unwrap().is_none());
+    assert_eq!(unread(&recv), 0, "the peeked message was not discarded");
+    // After a small message, a 40 KiB one is peeked too; after it, the next is read.
+    send_and_take(1, &mut receives);
+    assert_eq!(unread(&recv), 12 + (40 << 10));
+    send_and_take(2, &mut receives);
+    assert_eq!(unread(&recv), 0, "a message after one over 32 KiB was peeked");
+    assert!((0..3).all(|k| buffers[k][..messages[k].len()] == messages[k][..]), "a message arrived changed");
+}
+
 /// How many times `comm` read its control socket.
 fn control_reads(comm: &RecvComm) -> u64 {
     lock(&comm.get_ref::<SocketRecvComm>("receive comm").unwrap().0, "receive comm").unwrap().control_reads

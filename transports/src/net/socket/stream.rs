@@ -42,6 +42,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, IoSlice, IoSliceMut, Read};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -118,6 +119,18 @@ pub(super) struct RecvState {
     /// goes straight into its buffer too, never through the stage (a copy of up to
     /// [`STAGE_BYTES`] a message; NCCL's socket transport reads its size word alone too).
     bulk: bool,
+    /// The last message was at most [`PEEK_BYTES`] long: the next read of the empty stage
+    /// peeks (`MSG_PEEK`), leaving the bytes in the socket until the stage is used up and
+    /// the next progress call (or read) discards them ([`RecvState::settle`]). Linux sends
+    /// the acknowledgement of a small pushed segment from the read that empties the socket;
+    /// a peek does not, so the receive completes without it and the ACK goes out after the
+    /// caller took the message (over loopback it costs the read 2 µs: its transmission and
+    /// the sender's processing of it, docs/NET.md).
+    small: bool,
+    /// Bytes at the head of the socket that the stage holds as a peek (`stage[..peeked]`,
+    /// so `staged.1`); discarded from the socket once the stage is used up, before any
+    /// other read.
+    peeked: usize,
     /// Reads of the control socket so far ("would block" included): the comm's own count,
     /// not the net's shared [`Stats`], whose atomics every poll of every proxy thread would
     /// otherwise hit.
@@ -153,6 +166,11 @@ impl Early {
 
 /// The receiver's staging buffer: a small message and its header arrive in one read.
 const STAGE_BYTES: usize = 64 << 10;
+
+/// After a message of at most this many bytes the receiver peeks ([`RecvState::small`]):
+/// small calls' messages, whose time is latency; a stream of larger ones is read without
+/// the extra call a peek costs.
+const PEEK_BYTES: usize = 32 << 10;
 
 struct Incoming {
     id: u64,
@@ -377,6 +395,8 @@ impl RecvState {
             staged: (0, 0),
             drained: false,
             bulk: false,
+            small: true,
+            peeked: 0,
             control_reads: 0,
             completed: HashMap::new(),
             data,
@@ -479,6 +499,11 @@ impl RecvState {
             return Err(Error::Closed(reason.clone()));
         }
         self.drained = false;
+        // The last call's peek, used up: discarded now, with its ACK, after the caller took
+        // its messages (and before any message of this call is looked for).
+        if self.peeked > 0 && self.staged.0 == self.staged.1 {
+            self.settle()?;
+        }
         while !self.queue.is_empty() {
             let body = match self.body {
                 Some(body) => body,
@@ -493,7 +518,7 @@ impl RecvState {
                 }
                 self.body = None;
                 self.header_read = 0;
-                self.bulk = body.len >= STAGE_BYTES;
+                self.after(body.len);
                 // A receive for it may have been posted while it arrived.
                 let tag = self.early.back().expect("just read").tag;
                 let Some((request, buffer, _)) = self.queue.iter().find_map(|r| free_buffer(r, tag)) else { continue };
@@ -518,10 +543,48 @@ impl RecvState {
             }
             self.body = None;
             self.header_read = 0;
-            self.bulk = body.len >= STAGE_BYTES;
+            self.after(body.len);
             self.delivered(body.request, body.buffer, body.len);
         }
         Ok(())
+    }
+
+    /// Bytes the control socket holds unread (peeked ones included).
+    #[cfg(test)]
+    pub(super) fn unread(&self) -> usize {
+        let mut bytes: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int.
+        let r = unsafe { libc::ioctl(self.socket.as_raw_fd(), libc::FIONREAD, &mut bytes) };
+        assert_eq!(r, 0, "FIONREAD: {}", std::io::Error::last_os_error());
+        bytes as usize
+    }
+
+    /// Notes what the message just read (of `len` bytes) says of the next reads.
+    fn after(&mut self, len: usize) {
+        self.bulk = len >= STAGE_BYTES;
+        self.small = len <= PEEK_BYTES;
+    }
+
+    /// Discards the peeked bytes the stage was filled with (used up: the stage is empty)
+    /// from the socket; whether none is left there (a read may follow).
+    fn settle(&mut self) -> Result<bool> {
+        debug_assert_eq!(self.staged.0, self.staged.1, "a peek is discarded once used up");
+        while self.peeked > 0 {
+            self.control_reads += 1;
+            // SAFETY: MSG_TRUNC on a TCP socket drops up to `peeked` bytes without writing
+            // the buffer; the stage is valid for that many bytes all the same.
+            let n = unsafe { libc::recv(self.socket.as_raw_fd(), self.stage.as_mut_ptr().cast(), self.peeked, libc::MSG_TRUNC | libc::MSG_DONTWAIT) };
+            match n {
+                0 => return fail(&mut self.failed, "the sender closed the control connection".into()),
+                n if n > 0 => self.peeked -= (n as usize).min(self.peeked),
+                _ => match std::io::Error::last_os_error() {
+                    e if e.kind() == ErrorKind::Interrupted => {}
+                    // The peeked bytes are in the socket: it cannot have nothing to give.
+                    e => return fail(&mut self.failed, format!("discarding {} peeked bytes of the control connection failed: {e}", self.peeked)),
+                },
+            }
+        }
+        Ok(true)
     }
 
     /// Records that buffer `buffer` of receive `request` holds its message of `len` bytes
@@ -590,6 +653,12 @@ impl RecvState {
     fn read_body(&mut self, mut body: Body) -> Result<Option<Body>> {
         while body.read < body.len {
             let left = body.len - body.read;
+            // With the stage empty the rest is read from the socket: not in this call if a
+            // read came back short, and only once a used-up peek is discarded.
+            if self.staged.0 == self.staged.1 && (self.drained || !self.settle()?) {
+                self.body = Some(body);
+                return Ok(None);
+            }
             let target = match body.early {
                 true => &mut self.early.back_mut().expect("the early message being read").stage[..],
                 false => posted(&mut self.queue, body.request).buffers[body.buffer].0.as_mut_slice(),
@@ -606,10 +675,6 @@ impl RecvState {
             // The stage is empty: the rest goes straight into the buffer and whatever follows
             // it (the next headers, small messages) into the stage, in one call, so that no
             // byte of the body is copied twice.
-            if self.drained {
-                self.body = Some(body);
-                return Ok(None);
-            }
             // After a large body, only the next header: its body goes straight in too.
             let stage = if body.len >= STAGE_BYTES { HEADER_BYTES } else { self.stage.len() };
             let mut into = [IoSliceMut::new(&mut target[body.read..body.len]), IoSliceMut::new(&mut self.stage[..stage])];
@@ -645,17 +710,25 @@ impl RecvState {
     /// the rest of the header being read); whether anything came.
     fn fill(&mut self) -> Result<bool> {
         debug_assert_eq!(self.staged.0, self.staged.1, "the stage is refilled only once empty");
-        if self.drained {
+        if self.drained || !self.settle()? {
             return Ok(false);
         }
         let want = if self.bulk { HEADER_BYTES - self.header_read } else { self.stage.len() };
+        let peek = self.small && !self.bulk;
         loop {
             self.control_reads += 1;
-            match (&self.socket).read(&mut self.stage[..want]) {
+            let flags = if peek { libc::MSG_PEEK } else { 0 };
+            // SAFETY: the stage is valid for `want` bytes, written by the call.
+            let n = unsafe { libc::recv(self.socket.as_raw_fd(), self.stage.as_mut_ptr().cast(), want, flags | libc::MSG_DONTWAIT) };
+            let result = if n >= 0 { Ok(n as usize) } else { Err(std::io::Error::last_os_error()) };
+            match result {
                 Ok(0) => return fail(&mut self.failed, "the sender closed the control connection".into()),
                 Ok(n) => {
                     self.staged = (0, n);
                     self.drained = n < want;
+                    if peek {
+                        self.peeked = n;
+                    }
                     return Ok(true);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
