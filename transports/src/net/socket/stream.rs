@@ -120,16 +120,16 @@ pub(super) struct RecvState {
     /// [`STAGE_BYTES`] a message; NCCL's socket transport reads its size word alone too).
     bulk: bool,
     /// The last message was at most [`PEEK_BYTES`] long: the next read of the empty stage
-    /// peeks (`MSG_PEEK`), leaving the bytes in the socket until the stage is used up and
-    /// the next progress call (or read) discards them ([`RecvState::settle`]). Linux sends
-    /// the acknowledgement of a small pushed segment from the read that empties the socket;
-    /// a peek does not, so the receive completes without it and the ACK goes out after the
-    /// caller took the message (over loopback it costs the read 2 µs: its transmission and
-    /// the sender's processing of it, docs/NET.md).
+    /// peeks (`MSG_PEEK`), leaving the bytes in the socket; the read after it, once the
+    /// stage is used up, takes them out again ([`RecvState::fill`]). Linux sends the
+    /// acknowledgement of a small pushed segment from the read that empties the socket; a
+    /// peek does not, so the receive completes without it and the ACK goes out with the
+    /// next look for a message, after the caller took this one (over loopback it cost the
+    /// read 2 µs: its transmission and the sender's processing of it, docs/NET.md).
     small: bool,
-    /// Bytes at the head of the socket that the stage holds as a peek (`stage[..peeked]`,
-    /// so `staged.1`); discarded from the socket once the stage is used up, before any
-    /// other read.
+    /// Bytes at the head of the socket that the stage held as a peek, all used: the next
+    /// read of the stage skips them, a read into a buffer discards them first
+    /// ([`RecvState::settle`]).
     peeked: usize,
     /// Reads of the control socket so far ("would block" included): the comm's own count,
     /// not the net's shared [`Stats`], whose atomics every poll of every proxy thread would
@@ -499,11 +499,6 @@ impl RecvState {
             return Err(Error::Closed(reason.clone()));
         }
         self.drained = false;
-        // The last call's peek, used up: discarded now, with its ACK, after the caller took
-        // its messages (and before any message of this call is looked for).
-        if self.peeked > 0 && self.staged.0 == self.staged.1 {
-            self.settle()?;
-        }
         while !self.queue.is_empty() {
             let body = match self.body {
                 Some(body) => body,
@@ -707,14 +702,19 @@ impl RecvState {
     }
 
     /// Reads what has arrived into the empty stage (in a stream of large messages, at most
-    /// the rest of the header being read); whether anything came.
+    /// the rest of the header being read); whether anything came. After a peek the read
+    /// takes the peeked bytes out of the socket again, with what follows them: the one
+    /// call that looks for the next message also discards them and sends their ACK (by now
+    /// the caller took them), and a message that arrived behind them costs no call more
+    /// than without the peek.
     fn fill(&mut self) -> Result<bool> {
         debug_assert_eq!(self.staged.0, self.staged.1, "the stage is refilled only once empty");
-        if self.drained || !self.settle()? {
+        if self.drained || (self.bulk && !self.settle()?) {
             return Ok(false);
         }
+        let skip = self.peeked;
         let want = if self.bulk { HEADER_BYTES - self.header_read } else { self.stage.len() };
-        let peek = self.small && !self.bulk;
+        let peek = self.small && !self.bulk && skip == 0;
         loop {
             self.control_reads += 1;
             let flags = if peek { libc::MSG_PEEK } else { 0 };
@@ -723,13 +723,18 @@ impl RecvState {
             let result = if n >= 0 { Ok(n as usize) } else { Err(std::io::Error::last_os_error()) };
             match result {
                 Ok(0) => return fail(&mut self.failed, "the sender closed the control connection".into()),
+                Ok(n) if n < skip => {
+                    // Not all the peeked bytes again (a read never gives fewer than are
+                    // there, but it is told nothing of it): the rest is discarded next time.
+                    self.peeked -= n;
+                    self.drained = true;
+                    return Ok(false);
+                }
                 Ok(n) => {
-                    self.staged = (0, n);
+                    self.staged = (skip, n);
                     self.drained = n < want;
-                    if peek {
-                        self.peeked = n;
-                    }
-                    return Ok(true);
+                    self.peeked = if peek { n } else { 0 };
+                    return Ok(n > skip);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
