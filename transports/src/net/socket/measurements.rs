@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 /// Loopback throughput of one comm, one thread per end calling `test` as a proxy does:
 /// `cargo test --release -p oxccl-transports socket_throughput -- --ignored --nocapture`.
 /// `OXCCL_TEST_SOCKET_STREAMS` picks the settings (threads x sockets per thread, e.g.
-/// `0x0,1x1,2x2,4x4`), `OXCCL_TEST_SOCKET_SIZES` the message sizes in MiB.
+/// `0x0,1x1,2x2,4x4`), `OXCCL_TEST_SOCKET_SIZES` the message sizes in MiB (or KiB: `16K`).
 #[test]
 #[ignore = "a measurement, not a check"]
 fn socket_throughput() {
@@ -27,7 +27,12 @@ fn socket_throughput() {
             (threads.trim().parse().unwrap(), sockets.trim().parse().unwrap())
         })
         .collect();
-    let sizes: Vec<usize> = list("OXCCL_TEST_SOCKET_SIZES", "1,4,16,64,128").split(',').map(|mib| mib.trim().parse::<usize>().unwrap() << 20).collect();
+    // MiB, or KiB with a K after the number.
+    let size = |text: &str| match text.trim().strip_suffix('K') {
+        Some(kib) => kib.parse::<usize>().unwrap() << 10,
+        None => text.trim().parse::<usize>().unwrap() << 20,
+    };
+    let sizes: Vec<usize> = list("OXCCL_TEST_SOCKET_SIZES", "1,4,16,64,128").split(',').map(size).collect();
     let rounds: usize = list("OXCCL_TEST_SOCKET_ROUNDS", "3").parse().unwrap();
     println!("streams | message | GB/s, best of {rounds} rounds (each round: the rounds' rates)");
     for &size in &sizes {
@@ -37,7 +42,7 @@ fn socket_throughput() {
             let rates: Vec<f64> = (0..rounds).map(|_| throughput(threads, sockets, size, count, 4, Pinning::default())).collect();
             let best = rates.iter().copied().fold(0.0, f64::max);
             let each: Vec<String> = rates.iter().map(|rate| format!("{rate:.2}")).collect();
-            println!("{threads}x{sockets} | {} MiB | {best:.2} ({})", size >> 20, each.join(" "));
+            println!("{threads}x{sockets} | {} KiB | {best:.2} ({})", size >> 10, each.join(" "));
         }
     }
 }

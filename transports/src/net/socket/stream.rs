@@ -172,6 +172,10 @@ const STAGE_BYTES: usize = 64 << 10;
 /// the extra call a peek costs.
 const PEEK_BYTES: usize = 32 << 10;
 
+/// The most peeked bytes the next read of the stage takes again (a copy) rather than
+/// discarding them first (a call).
+const MERGE_BYTES: usize = 4 << 10;
+
 struct Incoming {
     id: u64,
     buffers: Vec<(LentBuffer, u32)>,
@@ -702,14 +706,15 @@ impl RecvState {
     }
 
     /// Reads what has arrived into the empty stage (in a stream of large messages, at most
-    /// the rest of the header being read); whether anything came. After a peek the read
-    /// takes the peeked bytes out of the socket again, with what follows them: the one
-    /// call that looks for the next message also discards them and sends their ACK (by now
-    /// the caller took them), and a message that arrived behind them costs no call more
-    /// than without the peek.
+    /// the rest of the header being read); whether anything came. After a peek of at most
+    /// [`MERGE_BYTES`] the read takes the peeked bytes out of the socket again, with what
+    /// follows them: the one call that looks for the next message also discards them and
+    /// sends their ACK (by now the caller took them), and a message that arrived behind
+    /// them costs no call more than without the peek. A longer peek (several messages that
+    /// followed each other) is discarded first, not copied again.
     fn fill(&mut self) -> Result<bool> {
         debug_assert_eq!(self.staged.0, self.staged.1, "the stage is refilled only once empty");
-        if self.drained || (self.bulk && !self.settle()?) {
+        if self.drained || ((self.bulk || self.peeked > MERGE_BYTES) && !self.settle()?) {
             return Ok(false);
         }
         let skip = self.peeked;
