@@ -470,6 +470,66 @@ fn a_small_message_is_peeked_and_discarded_by_the_next_call() {
     assert!((0..3).all(|k| buffers[k][..messages[k].len()] == messages[k][..]), "a message arrived changed");
 }
 
+/// Eager comms over random sequences of sizes around the receiver's peek limits (4 KiB
+/// taken again, 32 KiB peeked, 64 KiB the stage) and the data sockets' pieces, sends and
+/// receives posted at random paces so that peeks find whole messages, parts of one and
+/// several: every message arrives bit for bit.
+#[test]
+fn eager_comms_deliver_random_sizes_around_the_peek_limits() {
+    use proptest::prelude::*;
+    const SIZES: [usize; 12] = [0, 1, 20, 4084, 4096, 4097, 32 << 10, (32 << 10) + 1, (64 << 10) - 12, 64 << 10, (64 << 10) + 1, 200_000];
+    let traffic = (proptest::collection::vec(0..SIZES.len(), 1..40), proptest::collection::vec(any::<u8>(), 64), 0usize..2);
+    proptest!(ProptestConfig::with_cases(32), |((sizes, paces, threads) in traffic)| {
+        let net = net(threads, 1, 1);
+        let (mut send, mut recv) = pair(&net);
+        let (sent, received) = (net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap(), net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap());
+        let messages: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &size)| message(i, SIZES[size])).collect();
+        let mut buffers: Vec<Vec<u8>> = messages.iter().map(|m| vec![0xA5u8; m.len()]).collect();
+        let mut pace = paces.iter().cycle();
+        let (mut next_send, mut next_recv, mut receives_done) = (0, 0, 0);
+        let (mut sends_out, mut receives_out): (Vec<Request>, std::collections::VecDeque<(Request, usize)>) = (Vec::new(), Default::default());
+        let until = deadline();
+        while !sends_out.is_empty() || receives_done < messages.len() || next_send < messages.len() {
+            prop_assert!(Instant::now() < until, "stuck: {} sent, {} posted, {} received, threads {}", next_send, next_recv, receives_done, threads);
+            let p = *pace.next().unwrap();
+            // Up to 3 sends and 3 receives a turn, each at its own pace.
+            for _ in 0..(p & 3) {
+                if next_send < messages.len() {
+                    let m = &messages[next_send];
+                    // SAFETY: the messages outlive every request (waited for in this loop).
+                    if let Some(request) = unsafe { net.isend(&mut send, m.as_ptr(), m.len(), 0, &sent) }.unwrap() {
+                        sends_out.push(request);
+                        next_send += 1;
+                    }
+                }
+            }
+            for _ in 0..((p >> 2) & 3) {
+                if next_recv < messages.len() {
+                    let b = &mut buffers[next_recv];
+                    // SAFETY: the buffers outlive every request (waited for in this loop).
+                    if let Some(request) = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: b.as_mut_ptr(), len: b.len(), tag: 0 }], &[&received]) }.unwrap() {
+                        receives_out.push_back((request, next_recv));
+                        next_recv += 1;
+                    }
+                }
+            }
+            sends_out.retain_mut(|r| net.test(r).unwrap().is_none());
+            // The oldest receive first, sometimes a later one (tested while another waits).
+            let k = if p & 16 != 0 { receives_out.len().saturating_sub(1) } else { 0 };
+            if let Some((request, i)) = receives_out.get_mut(k) {
+                if let Some(got) = net.test(request).unwrap() {
+                    prop_assert_eq!(got, vec![messages[*i].len()]);
+                    receives_out.remove(k);
+                    receives_done += 1;
+                }
+            }
+        }
+        for (i, m) in messages.iter().enumerate() {
+            prop_assert!(buffers[i] == *m, "message {} of {} bytes arrived wrong (threads {})", i, m.len(), threads);
+        }
+    });
+}
+
 /// How many times `comm` read its control socket.
 fn control_reads(comm: &RecvComm) -> u64 {
     lock(&comm.get_ref::<SocketRecvComm>("receive comm").unwrap().0, "receive comm").unwrap().control_reads
