@@ -10,11 +10,12 @@
 //! arrived into a staging buffer of [`STAGE_BYTES`] (so that a small message's header and
 //! bytes, and the next messages', come in one read; after a message of [`STAGE_BYTES`] or
 //! more, only the next header, so that a stream of large messages is never copied out of
-//! the stage), picks the buffer of the oldest posted
-//! receive with the header's tag, and copies the bytes there, or deals the buffer's pieces
-//! to the data path; what is left of a message on the control socket once the stage is
-//! empty is read straight into its buffer, with what follows it into the stage in the same
-//! call (`readv`).
+//! the stage; after one of at most [`PEEK_BYTES`], a peek, so that Linux acknowledges the
+//! bytes with the next read, not the one that takes them: [`RecvState::small`]), picks the
+//! buffer of the oldest posted receive with the header's tag, and copies the bytes there,
+//! or deals the buffer's pieces to the data path; what is left of a message on the control
+//! socket once the stage is empty is read straight into its buffer, with what follows it
+//! into the stage in the same call (`readv`).
 //!
 //! A comm is eager or receiver-driven (the listener's choice, in its handle). Eager, the
 //! sender writes each message at once and the receiver matches it to the oldest posted
@@ -565,8 +566,8 @@ impl RecvState {
     }
 
     /// Discards the peeked bytes the stage was filled with (used up: the stage is empty)
-    /// from the socket; whether none is left there (a read may follow).
-    fn settle(&mut self) -> Result<bool> {
+    /// from the socket, so that a read may follow.
+    fn settle(&mut self) -> Result<()> {
         debug_assert_eq!(self.staged.0, self.staged.1, "a peek is discarded once used up");
         while self.peeked > 0 {
             self.control_reads += 1;
@@ -583,7 +584,7 @@ impl RecvState {
                 },
             }
         }
-        Ok(true)
+        Ok(())
     }
 
     /// Records that buffer `buffer` of receive `request` holds its message of `len` bytes
@@ -654,9 +655,12 @@ impl RecvState {
             let left = body.len - body.read;
             // With the stage empty the rest is read from the socket: not in this call if a
             // read came back short, and only once a used-up peek is discarded.
-            if self.staged.0 == self.staged.1 && (self.drained || !self.settle()?) {
-                self.body = Some(body);
-                return Ok(None);
+            if self.staged.0 == self.staged.1 {
+                if self.drained {
+                    self.body = Some(body);
+                    return Ok(None);
+                }
+                self.settle()?;
             }
             let target = match body.early {
                 true => &mut self.early.back_mut().expect("the early message being read").stage[..],
@@ -714,8 +718,11 @@ impl RecvState {
     /// followed each other) is discarded first, not copied again.
     fn fill(&mut self) -> Result<bool> {
         debug_assert_eq!(self.staged.0, self.staged.1, "the stage is refilled only once empty");
-        if self.drained || ((self.bulk || self.peeked > MERGE_BYTES) && !self.settle()?) {
+        if self.drained {
             return Ok(false);
+        }
+        if self.bulk || self.peeked > MERGE_BYTES {
+            self.settle()?;
         }
         let skip = self.peeked;
         let want = if self.bulk { HEADER_BYTES - self.header_read } else { self.stage.len() };
