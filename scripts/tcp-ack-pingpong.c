@@ -115,6 +115,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "mode 0, 1, 3 or 5 and a size of 1..%d bytes\n", MAX_SIZE);
     return 1;
   }
+  // Every wait here spins: a run that stalls (a peer thread gone) ends after a minute.
+  alarm(60);
   listener = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in at = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t len = sizeof at;

@@ -43,7 +43,6 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, IoSlice, IoSliceMut, Read};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -554,7 +553,7 @@ impl RecvState {
     pub(super) fn unread(&self) -> usize {
         let mut bytes: libc::c_int = 0;
         // SAFETY: FIONREAD writes one int.
-        let r = unsafe { libc::ioctl(self.socket.as_raw_fd(), libc::FIONREAD, &mut bytes) };
+        let r = unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&self.socket), libc::FIONREAD, &mut bytes) };
         assert_eq!(r, 0, "FIONREAD: {}", std::io::Error::last_os_error());
         bytes as usize
     }
@@ -571,17 +570,13 @@ impl RecvState {
         debug_assert_eq!(self.staged.0, self.staged.1, "a peek is discarded once used up");
         while self.peeked > 0 {
             self.control_reads += 1;
-            // SAFETY: MSG_TRUNC on a TCP socket drops up to `peeked` bytes without writing
-            // the buffer; the stage is valid for that many bytes all the same.
-            let n = unsafe { libc::recv(self.socket.as_raw_fd(), self.stage.as_mut_ptr().cast(), self.peeked, libc::MSG_TRUNC | libc::MSG_DONTWAIT) };
-            match n {
-                0 => return fail(&mut self.failed, "the sender closed the control connection".into()),
-                n if n > 0 => self.peeked -= (n as usize).min(self.peeked),
-                _ => match std::io::Error::last_os_error() {
-                    e if e.kind() == ErrorKind::Interrupted => {}
-                    // The peeked bytes are in the socket: it cannot have nothing to give.
-                    e => return fail(&mut self.failed, format!("discarding {} peeked bytes of the control connection failed: {e}", self.peeked)),
-                },
+            // MSG_TRUNC: a TCP socket drops the bytes without copying them.
+            match recv_into(&self.socket, &mut self.stage[..self.peeked], libc::MSG_TRUNC) {
+                Ok(0) => return fail(&mut self.failed, "the sender closed the control connection".into()),
+                Ok(n) => self.peeked -= n.min(self.peeked),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                // The peeked bytes are in the socket: it cannot have nothing to give.
+                Err(e) => return fail(&mut self.failed, format!("discarding {} peeked bytes of the control connection failed: {e}", self.peeked)),
             }
         }
         Ok(())
@@ -729,11 +724,7 @@ impl RecvState {
         let peek = self.small && !self.bulk && skip == 0;
         loop {
             self.control_reads += 1;
-            let flags = if peek { libc::MSG_PEEK } else { 0 };
-            // SAFETY: the stage is valid for `want` bytes, written by the call.
-            let n = unsafe { libc::recv(self.socket.as_raw_fd(), self.stage.as_mut_ptr().cast(), want, flags | libc::MSG_DONTWAIT) };
-            let result = if n >= 0 { Ok(n as usize) } else { Err(std::io::Error::last_os_error()) };
-            match result {
+            match recv_into(&self.socket, &mut self.stage[..want], if peek { libc::MSG_PEEK } else { 0 }) {
                 Ok(0) => return fail(&mut self.failed, "the sender closed the control connection".into()),
                 Ok(n) if n < skip => {
                     // Not all the peeked bytes again (a read never gives fewer than are
@@ -754,6 +745,14 @@ impl RecvState {
             }
         }
     }
+}
+
+/// `recv(2)` into `buf` with `flags` on the (non-blocking) socket, through socket2.
+fn recv_into(socket: &Socket, buf: &mut [u8], flags: libc::c_int) -> std::io::Result<usize> {
+    // SAFETY: `u8` and `MaybeUninit<u8>` have one layout, and `recv` writes only bytes,
+    // so the slice stays initialised.
+    let buf = unsafe { &mut *(buf as *mut [u8] as *mut [std::mem::MaybeUninit<u8>]) };
+    socket.recv_with_flags(buf, flags)
 }
 
 /// Marks a comm closed (its requests fail from now on), stops its helper threads and shuts
