@@ -140,6 +140,9 @@ pub struct Stats {
     /// Reads of a receiver-driven comm's control socket for notices (system calls), made
     /// by `isend` when neither a notice already read nor room ahead lets a message go.
     pub notice_reads: AtomicU64,
+    /// Writes of notices by a receiver-driven comm's receiver (system calls; it holds back
+    /// those whose messages may go ahead of them to write several at once).
+    pub notice_writes: AtomicU64,
     /// Bytes of message bodies read into a receive comm's stage with a header and then
     /// copied into their buffers (the rest of a body is read straight into its buffer).
     pub staged_body_bytes: AtomicU64,
@@ -162,6 +165,7 @@ pub struct StatsSnapshot {
     pub early_messages: u64,
     pub early_bytes: u64,
     pub notice_reads: u64,
+    pub notice_writes: u64,
     pub staged_body_bytes: u64,
 }
 
@@ -183,6 +187,7 @@ impl Stats {
             early_messages: load(&self.early_messages),
             early_bytes: load(&self.early_bytes),
             notice_reads: load(&self.notice_reads),
+            notice_writes: load(&self.notice_writes),
             staged_body_bytes: load(&self.staged_body_bytes),
         }
     }
@@ -436,8 +441,8 @@ impl Net for SocketNet {
             lent.push((unsafe { LentBuffer::new(buffer.data, buffer.len) }?, buffer.tag));
         }
         let (id, left) = recv.push(lent);
-        // The notice of a receiver-driven comm leaves at once: its sender waits for it (a
-        // failure is the comm's, reported by `test`).
+        // The notice of a receiver-driven comm leaves now if it is due (its sender may wait
+        // for it; a failure is the comm's, reported by `test`).
         recv.send_notices();
         drop(recv);
         self.stats.irecv_calls.fetch_add(1, Ordering::Relaxed);

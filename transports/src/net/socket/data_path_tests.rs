@@ -5,7 +5,7 @@
 
 use super::handshake::{decode_handle, Greeting};
 use super::helpers::{CALLER_PIECE_MAX, MIN_PIECE_BYTES};
-use super::stream::{EAGER_BYTES, EAGER_MESSAGES};
+use super::stream::{EAGER_BYTES, EAGER_MESSAGES, HELD_NOTICES, NOTICE_DELAY};
 use super::tests::{connect_and_accept, context, deadline, exchange_over, message, pair, pair_between, wait, wait_end, wait_error};
 use super::*;
 use std::io::Write;
@@ -287,6 +287,9 @@ fn small_messages_go_ahead_of_their_notices_on_a_receiver_driven_comm() {
         assert_eq!(wait(&net, &mut third), vec![0], "threads {threads}");
         // SAFETY: as above.
         let mut both = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: b2.as_mut_ptr(), len: b2.len(), tag: 2 }, RecvBuffer { data: b1.as_mut_ptr(), len: b1.len(), tag: 1 }], &[&received; 2]) }.unwrap().unwrap();
+        // Its notices and the first one, three in all (fewer than HELD_NOTICES), are held;
+        // its first test NOTICE_DELAY later writes them, paying off the messages sent ahead.
+        std::thread::sleep(NOTICE_DELAY);
         assert_eq!(wait(&net, &mut both), vec![5000, 100], "threads {threads}");
         assert!(buffers[1] == messages[1].1 && buffers[2][..100] == messages[0].1[..], "threads {threads}: a message in the wrong buffer");
         for request in &mut sends {
@@ -294,9 +297,10 @@ fn small_messages_go_ahead_of_their_notices_on_a_receiver_driven_comm() {
         }
         // Tags 1 and 2 were read while only tag 3's receive was posted: kept, and counted.
         let kept = net.stats().snapshot();
-        assert_eq!((kept.early_messages, kept.early_bytes, kept.sends_held), (2, 5100, 0), "threads {threads}");
+        assert_eq!((kept.early_messages, kept.early_bytes, kept.sends_held, kept.notice_writes), (2, 5100, 0, 1), "threads {threads}");
 
-        // EAGER_MESSAGES ahead of their notices at most; one receive posted lets one more go.
+        // EAGER_MESSAGES ahead of their notices at most; one receive posted lets one more go
+        // once its notice is written (held back: the comm's first call NOTICE_DELAY after).
         let count = EAGER_MESSAGES as usize + 1;
         let small: Vec<Vec<u8>> = (0..count).map(|k| message(10 + k, 64 + k)).collect();
         let mut sends = Vec::new();
@@ -311,6 +315,8 @@ fn small_messages_go_ahead_of_their_notices_on_a_receiver_driven_comm() {
         let mut receives = Vec::new();
         // SAFETY: as above.
         receives.push(unsafe { net.irecv(&mut recv, &[RecvBuffer { data: into[0].as_mut_ptr(), len: 128, tag: 9 }], &[&received]) }.unwrap().unwrap());
+        std::thread::sleep(NOTICE_DELAY);
+        assert_eq!(net.test(&mut receives[0]).unwrap(), Some(vec![64]), "threads {threads}: the early message");
         sends.push(send_when_cleared(&net, &mut send, &small[count - 1], 9, &sent));
         for buffer in &mut into[1..] {
             // SAFETY: as above.
@@ -348,6 +354,70 @@ fn small_messages_go_ahead_of_their_notices_on_a_receiver_driven_comm() {
         assert_eq!(wait(&net, &mut rb), vec![large.len()], "threads {threads}");
         wait(&net, &mut last);
         assert!(a[..10] == lead[..] && b == large, "threads {threads}: the large message in the wrong buffer");
+    }
+}
+
+/// A receiver-driven comm's receiver holds back the notices of buffers whose messages may
+/// go ahead of them: it writes them once HELD_NOTICES are held, at once with a buffer whose
+/// message needs its notice (over EAGER_BYTES, or in pieces where the comm has data
+/// sockets), or at the comm's first call NOTICE_DELAY after the oldest; until then a sender
+/// with no room ahead waits. Every byte checked.
+#[test]
+fn notices_are_held_back_until_several_or_one_needed_or_a_while() {
+    for threads in [0, 2] {
+        let net = net(threads, 2, 4).receiver_driven();
+        let (mut send, mut recv) = pair(&net);
+        let (sent, received) = (net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap(), net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap());
+        let writes = || net.stats().snapshot().notice_writes;
+        let mut buffers: Vec<Vec<u8>> = (0..HELD_NOTICES + 1).map(|_| vec![0u8; 256]).collect();
+        let mut post = |buffer: &mut Vec<u8>, tag: u32| {
+            // SAFETY: the buffers outlive the requests, waited for below.
+            unsafe { net.irecv(&mut recv, &[RecvBuffer { data: buffer.as_mut_ptr(), len: buffer.len(), tag }], &[&received]) }.unwrap().unwrap()
+        };
+        // HELD_NOTICES - 1 small receives: held; one more writes them all.
+        let before = writes();
+        let mut receives: Vec<Request> = buffers[..HELD_NOTICES].iter_mut().map(|b| post(b, 1)).collect();
+        let after = writes();
+        assert_eq!(after - before, 1, "threads {threads}: {HELD_NOTICES} notices written with {} writes", after - before);
+        // The sender uses its room ahead up to the limit, the posted receives' notices
+        // paying off as many; the next message waits for a notice of its own.
+        let messages: Vec<Vec<u8>> = (0..EAGER_MESSAGES as usize + HELD_NOTICES + 1).map(|k| message(50 + k, 100 + k)).collect();
+        let mut sends: Vec<Request> = messages[..EAGER_MESSAGES as usize + HELD_NOTICES].iter().map(|m| send_when_cleared(&net, &mut send, m, 1, &sent)).collect();
+        let last = &messages[EAGER_MESSAGES as usize + HELD_NOTICES];
+        // One small receive posted: its notice is held, and the sender waits.
+        receives.push(post(&mut buffers[HELD_NOTICES], 1));
+        for _ in 0..100 {
+            // SAFETY: a refused send keeps nothing.
+            assert!(unsafe { net.isend(&mut send, last.as_ptr(), last.len(), 1, &sent) }.unwrap().is_none(), "threads {threads}: went without the held notice");
+        }
+        // The receive's first test NOTICE_DELAY after writes it.
+        std::thread::sleep(NOTICE_DELAY);
+        let held = writes();
+        net.test(&mut receives[HELD_NOTICES]).unwrap();
+        assert_eq!(writes(), held + 1, "threads {threads}: the held notice not written after NOTICE_DELAY");
+        sends.push(send_when_cleared(&net, &mut send, last, 1, &sent));
+        // A receive whose message may not go ahead writes its notice (and those held) at once.
+        let long = if threads == 0 { EAGER_BYTES + 1 } else { MIN_PIECE_BYTES + 1 };
+        let mut large = vec![0u8; long];
+        let held = writes();
+        let mut large_receive = post(&mut large, 2);
+        assert_eq!(writes(), held + 1, "threads {threads}: a needed notice held back");
+        let large_message = message(60, long);
+        let mut large_send = send_when_cleared(&net, &mut send, &large_message, 2, &sent);
+        // The rest of tag 1's messages into receives posted now (the first two batches'
+        // receives took the first ones).
+        let mut late: Vec<Vec<u8>> = (0..messages.len() - HELD_NOTICES - 1).map(|_| vec![0u8; 256]).collect();
+        let mut later: Vec<Request> = late.iter_mut().map(|b| post(b, 1)).collect();
+        for (k, request) in receives.iter_mut().chain(later.iter_mut()).enumerate() {
+            assert_eq!(wait(&net, request), vec![100 + k], "threads {threads}, message {k}");
+        }
+        assert_eq!(wait(&net, &mut large_receive), vec![long], "threads {threads}");
+        for request in sends.iter_mut().chain([&mut large_send]) {
+            wait(&net, request);
+        }
+        let got: Vec<&[u8]> = buffers.iter().chain(late.iter()).enumerate().map(|(k, b)| &b[..100 + k]).collect();
+        assert!(got.iter().zip(&messages).all(|(g, m)| *g == &m[..]), "threads {threads}: messages of one tag out of order");
+        assert!(large == large_message, "threads {threads}: the large message corrupted");
     }
 }
 

@@ -33,6 +33,11 @@
 //! before a receive with a free buffer of its tag in a stage of its own until one is posted.
 //! The sender reads notices only when neither one already read nor room ahead lets a
 //! message go, so a small message's send costs no read of the socket while there is room.
+//! The receiver holds back the notices of buffers whose messages may go ahead of them
+//! ([`Notices`]): they are written together once [`HELD_NOTICES`] are held, with the first
+//! notice a message needs (a buffer over [`EAGER_BYTES`], or long enough to come in pieces),
+//! or at the comm's first call [`NOTICE_DELAY`] after the oldest was held; each write of a
+//! small segment costs the receiver a pass through the TCP stack.
 //! A message so never waits for the receiver to post (a small broadcast's receive is often
 //! posted after its send is ready: NCCL's proxy, told "later", yields its core).
 //!
@@ -45,6 +50,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, IoSlice, IoSliceMut, Read};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use socket2::Socket;
 
@@ -88,6 +94,15 @@ pub(super) const EAGER_BYTES: usize = 1 << 20;
 
 /// Tags in one notice at most (a receive's buffers: the Net's `max_recvs` is far below).
 const MAX_NOTICE_TAGS: usize = 4096;
+
+/// Notices of buffers whose messages may go ahead of them that the receiver holds back to
+/// write in one call: half the room ahead, so that a sender whose receiver posts a
+/// receive for each message it takes never runs out of room.
+pub(super) const HELD_NOTICES: usize = EAGER_MESSAGES as usize / 2;
+/// How long a held notice waits for others at most: written by the comm's first call after
+/// (a sender that used up its room ahead on messages not yet received, and waits for the
+/// notice of one whose receive is posted, waits that long).
+pub(super) const NOTICE_DELAY: Duration = Duration::from_micros(50);
 
 struct Outgoing {
     header: [u8; HEADER_BYTES],
@@ -141,13 +156,56 @@ pub(super) struct RecvState {
     failed: Option<String>,
     stats: Arc<Stats>,
     /// Receiver-driven: notices of posted receives not yet written (`None`: eager).
-    notices: Option<Vec<u8>>,
+    notices: Option<Notices>,
     /// Receiver-driven: messages that arrived ahead of a receive with a free buffer of
     /// their tag, oldest first.
     early: VecDeque<Early>,
     /// Stages of early messages handed over, kept for the next ones (at most
     /// [`EAGER_MESSAGES`]): a new one would be zeroed and faulted in at every use.
     spare: Vec<Vec<u8>>,
+}
+
+/// The notices a receiver-driven comm's receiver has not written yet.
+#[derive(Default)]
+struct Notices {
+    bytes: Vec<u8>,
+    /// Buffers noticed in `bytes` that are held back.
+    held: usize,
+    /// When the oldest of them was.
+    since: Option<Instant>,
+    /// `bytes` go out with the next write, however many: a buffer needs its notice before
+    /// its message goes, or enough were held, or the oldest held long enough.
+    due: bool,
+}
+
+impl Notices {
+    /// Adds the notice of a receive's `tags`; `needed`: one of its messages may not go
+    /// ahead of it.
+    fn add(&mut self, tags: impl ExactSizeIterator<Item = u32>, needed: bool) {
+        self.bytes.extend_from_slice(&(tags.len() as u32).to_le_bytes());
+        self.held += tags.len();
+        for tag in tags {
+            self.bytes.extend_from_slice(&tag.to_le_bytes());
+        }
+        self.since.get_or_insert_with(Instant::now);
+        self.due |= needed || self.held >= HELD_NOTICES;
+    }
+
+    /// Whether the notices not yet written go out now.
+    fn due(&mut self) -> bool {
+        if !self.due && !self.bytes.is_empty() {
+            self.due = self.since.is_some_and(|since| since.elapsed() >= NOTICE_DELAY);
+        }
+        self.due
+    }
+
+    /// `n` more bytes written.
+    fn written(&mut self, n: usize) {
+        self.bytes.drain(..n);
+        if self.bytes.is_empty() {
+            (self.held, self.since, self.due) = (0, None, false);
+        }
+    }
 }
 
 /// A message kept by the receiver until a receive with a free buffer of its tag is posted.
@@ -406,7 +464,7 @@ impl RecvState {
             data,
             failed: None,
             stats,
-            notices: cleared.then(Vec::new),
+            notices: cleared.then(Notices::default),
             early: VecDeque::new(),
             spare: Vec::new(),
         }
@@ -426,10 +484,8 @@ impl RecvState {
         // Every buffer gets a notice, also one an early message fills now: the sender
         // counts that notice against the message it sent ahead.
         if let Some(notices) = &mut self.notices {
-            notices.extend_from_slice(&(buffers.len() as u32).to_le_bytes());
-            for (_, tag) in &buffers {
-                notices.extend_from_slice(&tag.to_le_bytes());
-            }
+            let needed = buffers.iter().any(|(buffer, _)| buffer.len() > EAGER_BYTES || in_pieces(&self.data, buffer.len()));
+            notices.add(buffers.iter().map(|&(_, tag)| tag), needed);
         }
         // The newest early message may still be arriving (its body read in part): it is
         // handed over once whole (`read_control`). Counted afresh for every buffer: each
@@ -460,23 +516,26 @@ impl RecvState {
         (id, left)
     }
 
-    /// Writes what the control socket takes of the notices not yet written; a failure is
-    /// the comm's, reported by its next progress.
+    /// Writes what the control socket takes of the notices not yet written, where they are
+    /// due; a failure is the comm's, reported by its next progress.
     pub(super) fn send_notices(&mut self) {
         if self.failed.is_none() {
             let _ = self.write_notices();
         }
     }
 
-    /// Writes what the control socket takes of the notices not yet written.
+    /// Writes what the control socket takes of the notices not yet written, where they are
+    /// due.
     fn write_notices(&mut self) -> Result<()> {
         let Some(notices) = &mut self.notices else { return Ok(()) };
-        while !notices.is_empty() {
-            match self.socket.send_with_flags(notices, libc::MSG_NOSIGNAL) {
+        if !notices.due() {
+            return Ok(());
+        }
+        while !notices.bytes.is_empty() {
+            self.stats.notice_writes.fetch_add(1, Ordering::Relaxed);
+            match self.socket.send_with_flags(&notices.bytes, libc::MSG_NOSIGNAL) {
                 Ok(0) => return fail(&mut self.failed, "the control connection closed while sending a notice".into()),
-                Ok(n) => {
-                    notices.drain(..n);
-                }
+                Ok(n) => notices.written(n),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return fail(&mut self.failed, format!("sending a notice on the control connection failed: {e}")),
