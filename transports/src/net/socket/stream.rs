@@ -257,6 +257,12 @@ fn in_pieces(data: &Option<DataPath>, len: usize) -> bool {
     data.is_some() && len >= MIN_PIECE_BYTES
 }
 
+/// Whether a message of `len` bytes may go ahead of its notice on a receiver-driven comm
+/// with `data`: over the control socket, and at most [`EAGER_BYTES`].
+fn goes_ahead(data: &Option<DataPath>, len: usize) -> bool {
+    !in_pieces(data, len) && len <= EAGER_BYTES
+}
+
 impl SendState {
     /// A send comm over its sockets; receiver-driven when `cleared`.
     pub(super) fn new(socket: Socket, data: Option<DataPath>, stats: Arc<Stats>, cleared: bool) -> SendState {
@@ -269,7 +275,7 @@ impl SendState {
         if let Some(reason) = &self.failed {
             return Err(Error::Closed(reason.clone()));
         }
-        let ahead_allowed = !in_pieces(&self.data, len) && len <= EAGER_BYTES;
+        let ahead_allowed = goes_ahead(&self.data, len);
         let Some(clearance) = &mut self.clearance else { return Ok(true) };
         // Notices already read first, then room to go ahead: the socket is read only when
         // neither lets the message go, so a small message's send is not held up by a
@@ -484,7 +490,7 @@ impl RecvState {
         // Every buffer gets a notice, also one an early message fills now: the sender
         // counts that notice against the message it sent ahead.
         if let Some(notices) = &mut self.notices {
-            let needed = buffers.iter().any(|(buffer, _)| buffer.len() > EAGER_BYTES || in_pieces(&self.data, buffer.len()));
+            let needed = buffers.iter().any(|(buffer, _)| !goes_ahead(&self.data, buffer.len()));
             notices.add(buffers.iter().map(|&(_, tag)| tag), needed);
         }
         // The newest early message may still be arriving (its body read in part): it is
@@ -681,7 +687,7 @@ impl RecvState {
         let Some((request, buffer, capacity)) = self.queue.iter().take(searched).find_map(|r| free_buffer(r, tag)) else {
             // Receiver-driven, a message sent ahead of its notice waits here for its receive.
             let len = usize::try_from(len).unwrap_or(usize::MAX);
-            if self.notices.is_some() && !in_pieces(&self.data, len) && len <= EAGER_BYTES && self.early.len() < EAGER_MESSAGES as usize {
+            if self.notices.is_some() && goes_ahead(&self.data, len) && self.early.len() < EAGER_MESSAGES as usize {
                 let mut stage = self.spare.pop().unwrap_or_default();
                 if stage.len() < len {
                     stage.resize(len, 0);
