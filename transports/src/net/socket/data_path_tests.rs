@@ -5,7 +5,7 @@
 
 use super::handshake::{decode_handle, Greeting};
 use super::helpers::{CALLER_PIECE_MAX, MIN_PIECE_BYTES};
-use super::stream::{EAGER_BYTES, EAGER_MESSAGES, HELD_NOTICES, NOTICE_DELAY};
+use super::stream::{AHEAD_BYTES, AHEAD_MESSAGES, EAGER_BYTES, HELD_NOTICES, NOTICE_DELAY};
 use super::tests::{connect_and_accept, context, deadline, exchange_over, message, pair, pair_between, wait, wait_end, wait_error};
 use super::*;
 use std::io::Write;
@@ -261,7 +261,7 @@ fn only_shared_comms_wait_for_their_receives() {
 }
 
 /// On a receiver-driven comm, messages over the control socket of at most EAGER_BYTES go
-/// before their receives are posted, EAGER_MESSAGES of them at most ahead of their notices;
+/// before their receives are posted, AHEAD_MESSAGES of them at most ahead of their notices;
 /// the receiver keeps them until a receive with a free buffer of their tag comes, in any
 /// order of tags, and each later notice of a tag first pays off a message sent ahead of it
 /// (a message in pieces of that tag still waits for a notice of its own). Every byte checked.
@@ -299,36 +299,34 @@ fn small_messages_go_ahead_of_their_notices_on_a_receiver_driven_comm() {
         let kept = net.stats().snapshot();
         assert_eq!((kept.early_messages, kept.early_bytes, kept.sends_held, kept.notice_writes), (2, 5100, 0, 1), "threads {threads}");
 
-        // EAGER_MESSAGES ahead of their notices at most; one receive posted lets one more go
+        // AHEAD_MESSAGES ahead of their notices at most; one receive posted lets one more go
         // once its notice is written (held back: the comm's first call NOTICE_DELAY after).
-        let count = EAGER_MESSAGES as usize + 1;
-        let small: Vec<Vec<u8>> = (0..count).map(|k| message(10 + k, 64 + k)).collect();
+        let count = AHEAD_MESSAGES + 1;
+        let small: Vec<Vec<u8>> = (0..count).map(|k| message(10 + k, 64 + k % 64)).collect();
         let mut sends = Vec::new();
         for m in &small[..count - 1] {
             // SAFETY: as above.
             sends.push(unsafe { net.isend(&mut send, m.as_ptr(), m.len(), 9, &sent) }.unwrap().expect("within the limit"));
         }
         // SAFETY: a refused send keeps nothing.
-        assert!(unsafe { net.isend(&mut send, small[count - 1].as_ptr(), small[count - 1].len(), 9, &sent) }.unwrap().is_none(), "threads {threads}: more than EAGER_MESSAGES ahead");
+        assert!(unsafe { net.isend(&mut send, small[count - 1].as_ptr(), small[count - 1].len(), 9, &sent) }.unwrap().is_none(), "threads {threads}: more than AHEAD_MESSAGES ahead");
         assert_eq!(net.stats().snapshot().sends_held, 1, "threads {threads}: the refused send not counted");
         let mut into: Vec<Vec<u8>> = vec![vec![0u8; 128]; count];
-        let mut receives = Vec::new();
         // SAFETY: as above.
-        receives.push(unsafe { net.irecv(&mut recv, &[RecvBuffer { data: into[0].as_mut_ptr(), len: 128, tag: 9 }], &[&received]) }.unwrap().unwrap());
+        let mut first = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: into[0].as_mut_ptr(), len: 128, tag: 9 }], &[&received]) }.unwrap().unwrap();
         std::thread::sleep(NOTICE_DELAY);
-        assert_eq!(net.test(&mut receives[0]).unwrap(), Some(vec![64]), "threads {threads}: the early message");
+        assert_eq!(net.test(&mut first).unwrap(), Some(vec![64]), "threads {threads}: the early message");
         sends.push(send_when_cleared(&net, &mut send, &small[count - 1], 9, &sent));
-        for buffer in &mut into[1..] {
+        // One receive at a time (a comm takes MAX_REQUESTS), each from the early messages.
+        for (k, buffer) in into.iter_mut().enumerate().skip(1) {
             // SAFETY: as above.
-            receives.push(unsafe { net.irecv(&mut recv, &[RecvBuffer { data: buffer.as_mut_ptr(), len: 128, tag: 9 }], &[&received]) }.unwrap().unwrap());
-        }
-        for (k, request) in receives.iter_mut().enumerate() {
-            assert_eq!(wait(&net, request), vec![64 + k], "threads {threads}, message {k}");
+            let mut receive = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: buffer.as_mut_ptr(), len: 128, tag: 9 }], &[&received]) }.unwrap().unwrap();
+            assert_eq!(wait(&net, &mut receive), vec![64 + k % 64], "threads {threads}, message {k}");
         }
         for request in &mut sends {
             wait(&net, request);
         }
-        assert!((0..count).all(|k| into[k][..64 + k] == small[k][..]), "threads {threads}: messages of one tag out of order");
+        assert!((0..count).all(|k| into[k][..64 + k % 64] == small[k][..]), "threads {threads}: messages of one tag out of order");
 
         // A message that may not go ahead waits for a notice of its own, not the one that
         // pays off the small message of its tag sent before it.
@@ -381,9 +379,9 @@ fn notices_are_held_back_until_several_or_one_needed_or_a_while() {
         assert_eq!(after - before, 1, "threads {threads}: {HELD_NOTICES} notices written with {} writes", after - before);
         // The sender uses its room ahead up to the limit, the posted receives' notices
         // paying off as many; the next message waits for a notice of its own.
-        let messages: Vec<Vec<u8>> = (0..EAGER_MESSAGES as usize + HELD_NOTICES + 1).map(|k| message(50 + k, 100 + k)).collect();
-        let mut sends: Vec<Request> = messages[..EAGER_MESSAGES as usize + HELD_NOTICES].iter().map(|m| send_when_cleared(&net, &mut send, m, 1, &sent)).collect();
-        let last = &messages[EAGER_MESSAGES as usize + HELD_NOTICES];
+        let messages: Vec<Vec<u8>> = (0..AHEAD_MESSAGES + HELD_NOTICES + 1).map(|k| message(50 + k, 100 + k % 128)).collect();
+        let mut sends: Vec<Request> = messages[..AHEAD_MESSAGES + HELD_NOTICES].iter().map(|m| send_when_cleared(&net, &mut send, m, 1, &sent)).collect();
+        let last = &messages[AHEAD_MESSAGES + HELD_NOTICES];
         // One small receive posted: its notice is held, and the sender waits.
         receives.push(post(&mut buffers[HELD_NOTICES], 1));
         for _ in 0..100 {
@@ -407,22 +405,26 @@ fn notices_are_held_back_until_several_or_one_needed_or_a_while() {
         // The rest of tag 1's messages into receives posted now (the first two batches'
         // receives took the first ones).
         let mut late: Vec<Vec<u8>> = (0..messages.len() - HELD_NOTICES - 1).map(|_| vec![0u8; 256]).collect();
-        let mut later: Vec<Request> = late.iter_mut().map(|b| post(b, 1)).collect();
-        for (k, request) in receives.iter_mut().chain(later.iter_mut()).enumerate() {
-            assert_eq!(wait(&net, request), vec![100 + k], "threads {threads}, message {k}");
+        for (k, request) in receives.iter_mut().enumerate() {
+            assert_eq!(wait(&net, request), vec![100 + k % 128], "threads {threads}, message {k}");
+        }
+        // One receive at a time: a comm takes MAX_REQUESTS.
+        for (k, buffer) in late.iter_mut().enumerate().map(|(k, b)| (k + HELD_NOTICES + 1, b)) {
+            let mut receive = post(buffer, 1);
+            assert_eq!(wait(&net, &mut receive), vec![100 + k % 128], "threads {threads}, message {k}");
         }
         assert_eq!(wait(&net, &mut large_receive), vec![long], "threads {threads}");
         for request in sends.iter_mut().chain([&mut large_send]) {
             wait(&net, request);
         }
-        let got: Vec<&[u8]> = buffers.iter().chain(late.iter()).enumerate().map(|(k, b)| &b[..100 + k]).collect();
+        let got: Vec<&[u8]> = buffers.iter().chain(late.iter()).enumerate().map(|(k, b)| &b[..100 + k % 128]).collect();
         assert!(got.iter().zip(&messages).all(|(g, m)| *g == &m[..]), "threads {threads}: messages of one tag out of order");
         assert!(large == large_message, "threads {threads}: the large message corrupted");
     }
 }
 
 /// On a receiver-driven comm a small message goes ahead of its notice without a read of the
-/// control socket while fewer than EAGER_MESSAGES are ahead, even where its receive is
+/// control socket while there is room ahead, even where its receive is
 /// posted (the notices then wait in the socket): a small call's send is not held up by the
 /// reads. The next message reads them; they pay off the messages sent ahead, then clear
 /// the rest. Every byte checked.
@@ -431,18 +433,18 @@ fn small_sends_read_notices_only_when_no_room_is_left_ahead() {
     let net = net(0, 1, 4).receiver_driven();
     let (mut send, mut recv) = pair(&net);
     let (sent, received) = (net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap(), net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap());
-    let count = 2 * EAGER_MESSAGES as usize + 1;
-    let messages: Vec<Vec<u8>> = (0..count).map(|k| message(30 + k, 16 + k)).collect();
+    let count = AHEAD_MESSAGES + MAX_REQUESTS;
+    let messages: Vec<Vec<u8>> = (0..count).map(|k| message(30 + k, 16 + k % 48)).collect();
     let mut buffers = vec![vec![0u8; 64]; count];
-    // Every receive first: their notices are on their way to the sender before any send
-    // (a send with room ahead reads none, whether they have arrived or not).
-    let mut receives: Vec<Request> = buffers
+    // As many receives as a comm takes first: their notices are on their way to the sender
+    // before any send (a send with room ahead reads none, whether they have arrived or not).
+    let mut receives: Vec<Request> = buffers[..MAX_REQUESTS]
         .iter_mut()
         // SAFETY: the buffers outlive the requests, waited for below.
         .map(|b| unsafe { net.irecv(&mut recv, &[RecvBuffer { data: b.as_mut_ptr(), len: b.len(), tag: 7 }], &[&received]) }.unwrap().unwrap())
         .collect();
     let before = net.stats().snapshot().notice_reads;
-    let ahead = EAGER_MESSAGES as usize;
+    let ahead = AHEAD_MESSAGES;
     let mut sends = Vec::new();
     for m in &messages[..ahead] {
         // SAFETY: the messages outlive their requests, waited for below.
@@ -452,16 +454,74 @@ fn small_sends_read_notices_only_when_no_room_is_left_ahead() {
     for m in &messages[ahead..] {
         sends.push(send_when_cleared(&net, &mut send, m, 7, &sent));
     }
+    // The notices are read once the room is used up; they pay off as many messages ahead,
+    // which lets the rest go.
     let reads = net.stats().snapshot().notice_reads - before;
-    assert!((1..=4).contains(&reads), "{reads} reads of notices for {count} messages whose receives were all posted");
+    assert!((1..=2).contains(&reads), "{reads} reads of notices for {count} messages, {MAX_REQUESTS} of whose receives were posted");
     for (k, request) in receives.iter_mut().enumerate() {
-        assert_eq!(wait(&net, request), vec![16 + k], "message {k}");
+        assert_eq!(wait(&net, request), vec![16 + k % 48], "message {k}");
+    }
+    for (k, buffer) in buffers.iter_mut().enumerate().skip(MAX_REQUESTS) {
+        // SAFETY: as above.
+        let mut receive = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: buffer.as_mut_ptr(), len: buffer.len(), tag: 7 }], &[&received]) }.unwrap().unwrap();
+        assert_eq!(wait(&net, &mut receive), vec![16 + k % 48], "message {k}");
     }
     for request in &mut sends {
         wait(&net, request);
     }
-    assert!((0..count).all(|k| buffers[k][..16 + k] == messages[k][..]), "messages of one tag out of order");
+    assert!((0..count).all(|k| buffers[k][..16 + k % 48] == messages[k][..]), "messages of one tag out of order");
     assert_eq!(net.stats().snapshot().sends_held, 0, "no send had to wait");
+}
+
+/// The room ahead of a receiver-driven comm is counted in bytes too: AHEAD_BYTES / EAGER_BYTES
+/// of the largest messages that go ahead fill it, and the next message, however small,
+/// waits for a notice; a notice paying off one of them makes room for as many bytes again.
+/// Every byte checked.
+#[test]
+fn the_room_ahead_holds_so_many_bytes() {
+    // No data sockets: every message up to EAGER_BYTES goes over the control socket.
+    let net = net(0, 1, 4).receiver_driven();
+    let (mut send, mut recv) = pair(&net);
+    let (sent, received) = (net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap(), net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap());
+    let fill = AHEAD_BYTES / EAGER_BYTES;
+    let messages: Vec<Vec<u8>> = (0..fill).map(|k| message(70 + k, EAGER_BYTES)).collect();
+    let mut sends = Vec::new();
+    for m in &messages {
+        // SAFETY: the messages outlive their requests, waited for below.
+        sends.push(unsafe { net.isend(&mut send, m.as_ptr(), m.len(), 4, &sent) }.unwrap().expect("room ahead"));
+    }
+    let (tiny, last) = (message(90, 1), message(91, EAGER_BYTES));
+    for m in [&tiny, &last] {
+        // SAFETY: a refused send keeps nothing.
+        assert!(unsafe { net.isend(&mut send, m.as_ptr(), m.len(), 4, &sent) }.unwrap().is_none(), "{} bytes went with the room full", m.len());
+    }
+    let mut buffers = vec![vec![0u8; EAGER_BYTES]; fill + 1];
+    let mut receives: Vec<Request> = buffers
+        .iter_mut()
+        // SAFETY: the buffers outlive the requests, waited for below.
+        .map(|b| unsafe { net.irecv(&mut recv, &[RecvBuffer { data: b.as_mut_ptr(), len: b.len(), tag: 4 }], &[&received]) }.unwrap().unwrap())
+        .collect();
+    // The receives' notices (fill + 1 of them; the last held until NOTICE_DELAY) pay off
+    // the messages ahead and clear the last.
+    std::thread::sleep(NOTICE_DELAY);
+    net.test(&mut receives[fill]).unwrap();
+    sends.push(send_when_cleared(&net, &mut send, &last, 4, &sent));
+    // Sends and receives called in turn: the sender writes what the socket takes only when
+    // called.
+    let mut sizes: Vec<Option<Vec<usize>>> = vec![None; receives.len()];
+    let mut sent_all = vec![false; sends.len()];
+    let until = deadline();
+    while sizes.iter().any(Option::is_none) || sent_all.contains(&false) {
+        for (size, request) in sizes.iter_mut().zip(&mut receives).filter(|(size, _)| size.is_none()) {
+            *size = net.test(request).unwrap();
+        }
+        for (done, request) in sent_all.iter_mut().zip(&mut sends).filter(|(done, _)| !**done) {
+            *done = net.test(request).unwrap().is_some();
+        }
+        assert!(Instant::now() < until, "the messages never arrived");
+    }
+    assert!(sizes.iter().all(|s| s.as_deref() == Some(&[EAGER_BYTES][..])), "sizes {sizes:?}");
+    assert!(buffers.iter().zip(messages.iter().chain([&last])).all(|(b, m)| b == m), "a message corrupted or out of order");
 }
 
 /// A receive that completes while another is posted behind it (as a proxy posts them)

@@ -28,8 +28,9 @@
 //! sends to one receiver), none waiting in the stream for a receive not yet posted; a
 //! message goes to the oldest posted receive with a free buffer of its tag. Messages that go
 //! over the control socket, of at most [`EAGER_BYTES`], need no clearance on such a comm:
-//! up to [`EAGER_MESSAGES`] of them go ahead of their notices (each later notice of their tag
-//! pays one off before it clears another message), and the receiver keeps one that arrives
+//! they go ahead of their notices while the room ahead lasts ([`AHEAD_BYTES`] and
+//! [`AHEAD_MESSAGES`] for the messages not yet paid off; each later notice of their tag pays
+//! one off before it clears another message), and the receiver keeps one that arrives
 //! before a receive with a free buffer of its tag in a stage of its own until one is posted.
 //! The sender reads notices only when neither one already read nor room ahead lets a
 //! message go, so a small message's send costs no read of the socket while there is room.
@@ -81,24 +82,34 @@ pub(super) struct SendState {
 struct Clearance {
     tags: HashMap<u32, u32>,
     partial: Vec<u8>,
-    /// Messages of each tag sent ahead of their notices.
-    ahead: HashMap<u32, u32>,
+    /// The lengths of the messages of each tag sent ahead of their notices, oldest first
+    /// (a notice of the tag pays off the oldest).
+    ahead: HashMap<u32, VecDeque<usize>>,
+    /// Their count and bytes, all tags together.
+    ahead_messages: usize,
+    ahead_bytes: usize,
 }
 
-/// Messages a receiver-driven comm's sender may have sent ahead of their notices (NCCL's
-/// pipeline depth, NCCL_STEPS): at most that many are kept at the receiver.
-pub(super) const EAGER_MESSAGES: u32 = 8;
-/// The longest message that goes ahead of its notice (so the receiver keeps at most
-/// [`EAGER_MESSAGES`] × this for a comm; NCCL's largest network message is 512 KiB).
+/// The room ahead of a receiver-driven comm: the bytes of the messages its sender may have
+/// sent ahead of their notices, and so the most its receiver keeps as early messages (8 of
+/// NCCL's largest network message, 512 KiB, twice its pipeline depth NCCL_STEPS). Counted
+/// in bytes, not messages, so that small messages, whose time is latency, run far ahead: a
+/// small broadcast's root, faster than its receiver for the whole run, then never waits for
+/// a notice while the receiver has its messages to take.
+pub(super) const AHEAD_BYTES: usize = 8 << 20;
+/// The most messages ahead of their notices, whatever their size: the receiver keeps each
+/// early one in a stage of its own.
+pub(super) const AHEAD_MESSAGES: usize = 1024;
+/// The longest message that goes ahead of its notice.
 pub(super) const EAGER_BYTES: usize = 1 << 20;
 
 /// Tags in one notice at most (a receive's buffers: the Net's `max_recvs` is far below).
 const MAX_NOTICE_TAGS: usize = 4096;
 
 /// Notices of buffers whose messages may go ahead of them that the receiver holds back to
-/// write in one call: half the room ahead, so that a sender whose receiver posts a
-/// receive for each message it takes never runs out of room.
-pub(super) const HELD_NOTICES: usize = EAGER_MESSAGES as usize / 2;
+/// write in one call: half the fewest messages the room ahead holds, so that a sender whose
+/// receiver posts a receive for each message it takes never runs out of room.
+pub(super) const HELD_NOTICES: usize = AHEAD_BYTES / EAGER_BYTES / 2;
 /// How long a held notice waits for others at most: written by the comm's first call after
 /// (a sender that used up its room ahead on messages not yet received, and waits for the
 /// notice of one whose receive is posted, waits that long).
@@ -158,11 +169,14 @@ pub(super) struct RecvState {
     /// Receiver-driven: notices of posted receives not yet written (`None`: eager).
     notices: Option<Notices>,
     /// Receiver-driven: messages that arrived ahead of a receive with a free buffer of
-    /// their tag, oldest first.
+    /// their tag, oldest first, and their bytes.
     early: VecDeque<Early>,
+    early_bytes: usize,
     /// Stages of early messages handed over, kept for the next ones (at most
-    /// [`EAGER_MESSAGES`]): a new one would be zeroed and faulted in at every use.
+    /// [`SPARE_STAGES`], of [`AHEAD_BYTES`] together), and their bytes: a new one would be
+    /// zeroed and faulted in at every use.
     spare: Vec<Vec<u8>>,
+    spare_bytes: usize,
 }
 
 /// The notices a receiver-driven comm's receiver has not written yet.
@@ -221,6 +235,9 @@ impl Early {
         &self.stage[..self.len]
     }
 }
+
+/// Stages of early messages a receiver-driven comm keeps for the next ones at most.
+const SPARE_STAGES: usize = 64;
 
 /// The receiver's staging buffer: a small message and its header arrive in one read.
 const STAGE_BYTES: usize = 64 << 10;
@@ -282,12 +299,12 @@ impl SendState {
         // read (or two) of the control socket every time. Notices left unread pay off the
         // messages sent ahead once they are read, as they would have cleared them: the
         // receiver sees the same messages either way.
-        if take_clearance(&mut clearance.tags, tag) || go_ahead(clearance, tag, ahead_allowed) {
+        if take_clearance(&mut clearance.tags, tag) || clearance.go_ahead(tag, len, ahead_allowed) {
             return Ok(true);
         }
         self.read_notices()?;
         let clearance = self.clearance.as_mut().expect("receiver-driven");
-        Ok(take_clearance(&mut clearance.tags, tag) || go_ahead(clearance, tag, ahead_allowed))
+        Ok(take_clearance(&mut clearance.tags, tag) || clearance.go_ahead(tag, len, ahead_allowed))
     }
 
     /// Reads the notices that have arrived.
@@ -323,7 +340,7 @@ impl SendState {
             for i in 1..=count {
                 let tag = word(&clearance.partial[at..], i);
                 // A notice pays off a message of its tag sent ahead of it first.
-                if !take_clearance(&mut clearance.ahead, tag) {
+                if !clearance.pay_off(tag) {
                     *clearance.tags.entry(tag).or_default() += 1;
                 }
             }
@@ -409,14 +426,32 @@ impl SendState {
     }
 }
 
-/// Sends a message of `tag` ahead of its notice, where it may go ahead (`allowed`) and
-/// fewer than EAGER_MESSAGES are ahead already; whether it went.
-fn go_ahead(clearance: &mut Clearance, tag: u32, allowed: bool) -> bool {
-    if !allowed || clearance.ahead.values().sum::<u32>() >= EAGER_MESSAGES {
-        return false;
+impl Clearance {
+    /// Sends a message of `tag` and `len` bytes ahead of its notice, where it may go ahead
+    /// (`allowed`) and the room ahead holds it; whether it went.
+    fn go_ahead(&mut self, tag: u32, len: usize, allowed: bool) -> bool {
+        if !allowed || self.ahead_messages >= AHEAD_MESSAGES || self.ahead_bytes + len > AHEAD_BYTES {
+            return false;
+        }
+        self.ahead.entry(tag).or_default().push_back(len);
+        self.ahead_messages += 1;
+        self.ahead_bytes += len;
+        true
     }
-    *clearance.ahead.entry(tag).or_default() += 1;
-    true
+
+    /// Pays off the oldest message of `tag` sent ahead of its notice; whether there was one.
+    /// (The receiver keeps the newest of them at most, as its buffers of the tag take the
+    /// messages in order: what it keeps never exceeds what is counted here.)
+    fn pay_off(&mut self, tag: u32) -> bool {
+        let Some(lengths) = self.ahead.get_mut(&tag) else { return false };
+        let len = lengths.pop_front().expect("a tag's entry goes with its last message");
+        if lengths.is_empty() {
+            self.ahead.remove(&tag);
+        }
+        self.ahead_messages -= 1;
+        self.ahead_bytes -= len;
+        true
+    }
 }
 
 /// Counts one message of `tag` against `tags`' clearances; whether there was one.
@@ -472,7 +507,9 @@ impl RecvState {
             stats,
             notices: cleared.then(Notices::default),
             early: VecDeque::new(),
+            early_bytes: 0,
             spare: Vec::new(),
+            spare_bytes: 0,
         }
     }
 
@@ -500,7 +537,7 @@ impl RecvState {
         for (i, (buffer, tag)) in buffers.iter_mut().enumerate() {
             let whole = self.early.len() - arriving;
             let Some(at) = self.early.iter().take(whole).position(|early| early.tag == *tag) else { continue };
-            let early = self.early.remove(at).expect("found");
+            let early = self.take_early(at);
             let handed = hand_over(early.bytes(), buffer, *tag);
             self.recycle(early);
             match handed {
@@ -586,7 +623,7 @@ impl RecvState {
                 // A receive for it may have been posted while it arrived.
                 let tag = self.early.back().expect("just read").tag;
                 let Some((request, buffer, _)) = self.queue.iter().find_map(|r| free_buffer(r, tag)) else { continue };
-                let early = self.early.pop_back().expect("just read");
+                let early = self.take_early(self.early.len() - 1);
                 let handed = hand_over(early.bytes(), &mut posted(&mut self.queue, request).buffers[buffer].0, tag);
                 self.recycle(early);
                 match handed {
@@ -687,12 +724,14 @@ impl RecvState {
         let Some((request, buffer, capacity)) = self.queue.iter().take(searched).find_map(|r| free_buffer(r, tag)) else {
             // Receiver-driven, a message sent ahead of its notice waits here for its receive.
             let len = usize::try_from(len).unwrap_or(usize::MAX);
-            if self.notices.is_some() && goes_ahead(&self.data, len) && self.early.len() < EAGER_MESSAGES as usize {
+            if self.notices.is_some() && goes_ahead(&self.data, len) && self.early.len() < AHEAD_MESSAGES && self.early_bytes + len <= AHEAD_BYTES {
                 let mut stage = self.spare.pop().unwrap_or_default();
+                self.spare_bytes -= stage.len();
                 if stage.len() < len {
                     stage.resize(len, 0);
                 }
                 self.early.push_back(Early { tag, stage, len });
+                self.early_bytes += len;
                 self.stats.early_messages.fetch_add(1, Ordering::Relaxed);
                 self.stats.early_bytes.fetch_add(len as u64, Ordering::Relaxed);
                 return Ok(Some(Body { request: 0, buffer: 0, early: true, len, read: 0 }));
@@ -762,9 +801,18 @@ impl RecvState {
         Ok(Some(body))
     }
 
-    /// Keeps a handed-over early message's stage for the next one.
+    /// Takes the early message at `at` out of the comm's list.
+    fn take_early(&mut self, at: usize) -> Early {
+        let early = self.early.remove(at).expect("an early message");
+        self.early_bytes -= early.len;
+        early
+    }
+
+    /// Keeps a handed-over early message's stage for the next one, where the spare stages
+    /// have room for it.
     fn recycle(&mut self, early: Early) {
-        if self.spare.len() < EAGER_MESSAGES as usize {
+        if self.spare.len() < SPARE_STAGES && self.spare_bytes + early.stage.len() <= AHEAD_BYTES {
+            self.spare_bytes += early.stage.len();
             self.spare.push(early.stage);
         }
     }
