@@ -92,10 +92,11 @@ struct Clearance {
 
 /// The room ahead of a receiver-driven comm: the bytes of the messages its sender may have
 /// sent ahead of their notices, and so the most its receiver keeps as early messages (8 of
-/// NCCL's largest network message, 512 KiB, twice its pipeline depth NCCL_STEPS). Counted
-/// in bytes, not messages, so that small messages, whose time is latency, run far ahead: a
-/// small broadcast's root, faster than its receiver for the whole run, then never waits for
-/// a notice while the receiver has its messages to take.
+/// the longest that go ahead, [`EAGER_BYTES`]; 16 of NCCL's largest network message,
+/// 512 KiB, twice its pipeline depth NCCL_STEPS). Counted in bytes, not messages, so that
+/// small messages, whose time is latency, run far ahead: a small broadcast's root, faster
+/// than its receiver for the whole run, then never waits for a notice while the receiver
+/// has its messages to take.
 pub(super) const AHEAD_BYTES: usize = 8 << 20;
 /// The most messages ahead of their notices, whatever their size: the receiver keeps each
 /// early one in a stage of its own.
