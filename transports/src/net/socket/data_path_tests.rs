@@ -313,9 +313,9 @@ fn small_messages_go_ahead_of_their_notices_on_a_receiver_driven_comm() {
         assert_eq!(net.stats().snapshot().sends_held, 1, "threads {threads}: the refused send not counted");
         let mut into: Vec<Vec<u8>> = vec![vec![0u8; 128]; count];
         // SAFETY: as above.
-        let mut first = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: into[0].as_mut_ptr(), len: 128, tag: 9 }], &[&received]) }.unwrap().unwrap();
+        let mut oldest = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: into[0].as_mut_ptr(), len: 128, tag: 9 }], &[&received]) }.unwrap().unwrap();
         std::thread::sleep(NOTICE_DELAY);
-        assert_eq!(net.test(&mut first).unwrap(), Some(vec![64]), "threads {threads}: the early message");
+        assert_eq!(net.test(&mut oldest).unwrap(), Some(vec![64]), "threads {threads}: the early message");
         sends.push(send_when_cleared(&net, &mut send, &small[count - 1], 9, &sent));
         // One receive at a time (a comm takes MAX_REQUESTS), each from the early messages.
         for (k, buffer) in into.iter_mut().enumerate().skip(1) {
