@@ -46,10 +46,12 @@ fn requests_in_flight_are_those_the_abi_promises() {
     let max_recvs = net.properties(0).unwrap().max_recvs;
     let memory = net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
     let data = vec![5u8; 1 << 20];
-    let early = net.reg_mr(&mut send, data.as_ptr().cast_mut(), data.len(), MemoryKind::Host).unwrap();
+    // Longer than the messages that go ahead of their notices (1 MiB).
+    let long = vec![5u8; (1 << 20) + 1];
+    let early = net.reg_mr(&mut send, long.as_ptr().cast_mut(), long.len(), MemoryKind::Host).unwrap();
     // SAFETY: a refused send keeps nothing.
-    let refused = unsafe { net.isend(&mut send, data.as_ptr(), data.len(), 1, &early) }.unwrap();
-    assert!(refused.is_none(), "maxRecvs > 1: the plugin's comms are receiver-driven, a send waits for its receive (a NULL request)");
+    let refused = unsafe { net.isend(&mut send, long.as_ptr(), long.len(), 1, &early) }.unwrap();
+    assert!(refused.is_none(), "maxRecvs > 1: the plugin's comms are receiver-driven, a long send waits for its receive (a NULL request)");
     net.dereg_mr(&mut send, early).unwrap();
     let mut buffers = vec![vec![0u8; data.len()]; MAX_REQUESTS * max_recvs];
     // 32 receives of maxRecvs buffers (tags 1..), never tested: every receive stays in

@@ -200,7 +200,7 @@ fn send_when_cleared(net: &SocketNet, send: &mut SendComm, data: &[u8], tag: u32
 
 /// A receiver-driven comm (`max_recvs` > 1; every comm of a net made so, or a shared one)
 /// takes the messages of independent senders sharing it (PXN's relays) in any order: a
-/// message that may not go ahead of its notice (in pieces, or over EAGER_BYTES) goes only
+/// message that may not go ahead of its notice (over EAGER_BYTES) goes only
 /// once a posted receive has its tag, lands in the oldest such receive, and a receive
 /// completes as soon as its buffers are filled, before an older one that still waits; a
 /// tag never posted waits.
@@ -211,8 +211,8 @@ fn a_receiver_driven_comm_takes_interleaved_senders_in_any_order() {
         let net = net(threads, 2, 4).receiver_driven();
         let (mut send, mut recv) = pair(&net);
         let (sent, received) = (net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap(), net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap());
-        // In pieces where the comm has data sockets, else too long to go ahead.
-        let len = if threads == 0 { EAGER_BYTES + 3 } else { MIN_PIECE_BYTES + 3 };
+        // Too long to go ahead (in pieces where the comm has data sockets).
+        let len = EAGER_BYTES + 3;
         let (a0, a1, b0) = (message(0, len), message(1, len), message(2, len));
         // SAFETY: a refused send keeps nothing.
         assert!(unsafe { net.isend(&mut send, a0.as_ptr(), len, tag(0, 0), &sent) }.unwrap().is_none(), "nothing posted: the send waits");
@@ -260,11 +260,11 @@ fn only_shared_comms_wait_for_their_receives() {
     }
 }
 
-/// On a receiver-driven comm, messages over the control socket of at most EAGER_BYTES go
-/// before their receives are posted, AHEAD_MESSAGES of them at most ahead of their notices;
-/// the receiver keeps them until a receive with a free buffer of their tag comes, in any
-/// order of tags, and each later notice of a tag first pays off a message sent ahead of it
-/// (a message in pieces of that tag still waits for a notice of its own). Every byte checked.
+/// On a receiver-driven comm, messages of at most EAGER_BYTES go before their receives are
+/// posted, AHEAD_MESSAGES of them at most ahead of their notices; the receiver keeps them
+/// until a receive with a free buffer of their tag comes, in any order of tags, and each
+/// later notice of a tag first pays off a message sent ahead of it (a longer message of
+/// that tag still waits for a notice of its own). Every byte checked.
 #[test]
 fn small_messages_go_ahead_of_their_notices_on_a_receiver_driven_comm() {
     for threads in [0, 2] {
@@ -330,7 +330,7 @@ fn small_messages_go_ahead_of_their_notices_on_a_receiver_driven_comm() {
 
         // A message that may not go ahead waits for a notice of its own, not the one that
         // pays off the small message of its tag sent before it.
-        let large = message(20, if threads == 0 { EAGER_BYTES + 1 } else { MIN_PIECE_BYTES + 1 });
+        let large = message(20, EAGER_BYTES + 1);
         let lead = message(21, 10);
         // SAFETY: as above.
         let mut first = unsafe { net.isend(&mut send, lead.as_ptr(), lead.len(), 5, &sent) }.unwrap().expect("small goes ahead");
@@ -357,8 +357,8 @@ fn small_messages_go_ahead_of_their_notices_on_a_receiver_driven_comm() {
 
 /// A receiver-driven comm's receiver holds back the notices of buffers whose messages may
 /// go ahead of them: it writes them once HELD_NOTICES are held, at once with a buffer whose
-/// message needs its notice (over EAGER_BYTES, or in pieces where the comm has data
-/// sockets), or at the comm's first call NOTICE_DELAY after the oldest; until then a sender
+/// message needs its notice (over EAGER_BYTES), or at the comm's first call NOTICE_DELAY
+/// after the oldest; until then a sender
 /// with no room ahead waits. Every byte checked.
 #[test]
 fn notices_are_held_back_until_several_or_one_needed_or_a_while() {
@@ -395,7 +395,7 @@ fn notices_are_held_back_until_several_or_one_needed_or_a_while() {
         assert_eq!(writes(), held + 1, "threads {threads}: the held notice not written after NOTICE_DELAY");
         sends.push(send_when_cleared(&net, &mut send, last, 1, &sent));
         // A receive whose message may not go ahead writes its notice (and those held) at once.
-        let long = if threads == 0 { EAGER_BYTES + 1 } else { MIN_PIECE_BYTES + 1 };
+        let long = EAGER_BYTES + 1;
         let mut large = vec![0u8; long];
         let held = writes();
         let mut large_receive = post(&mut large, 2);
@@ -471,6 +471,45 @@ fn small_sends_read_notices_only_when_no_room_is_left_ahead() {
     }
     assert!((0..count).all(|k| buffers[k][..16 + k % 48] == messages[k][..]), "messages of one tag out of order");
     assert_eq!(net.stats().snapshot().sends_held, 0, "no send had to wait");
+}
+
+/// On a receiver-driven comm with data sockets, messages in pieces of at most EAGER_BYTES
+/// go ahead of their notices too: the receiver deals their pieces into stages of their own
+/// and hands each to the next receive with a free buffer of its tag, in order, also one
+/// posted while its pieces still arrive (that buffer is taken for it and filled once they
+/// are in). Every byte checked.
+#[test]
+fn messages_in_pieces_go_ahead_into_stages_of_their_own() {
+    let net = net(2, 2, 4).receiver_driven();
+    let (mut send, mut recv) = pair(&net);
+    let (sent, received) = (net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap(), net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap());
+    // Two of tag 1 (the first the longest that goes ahead), one of tag 2, then a small one of
+    // tag 3: every send goes before any receive is posted.
+    let messages = [(1u32, message(80, EAGER_BYTES)), (1, message(81, MIN_PIECE_BYTES + 5)), (2, message(82, 3 * MIN_PIECE_BYTES)), (3, message(83, 100))];
+    let mut sends = Vec::new();
+    for (tag, m) in &messages {
+        // SAFETY: the messages outlive their requests, waited for below.
+        sends.push(unsafe { net.isend(&mut send, m.as_ptr(), m.len(), *tag, &sent) }.unwrap().unwrap_or_else(|| panic!("tag {tag}, {} bytes waited for its receive", m.len())));
+    }
+    // Tag 3's receive reads the headers before it: the three in pieces become early
+    // messages. Tag 1's receives come at once after, most likely while pieces still arrive.
+    let mut buffers = [vec![0u8; 128], vec![0u8; EAGER_BYTES], vec![0u8; EAGER_BYTES], vec![0u8; EAGER_BYTES]];
+    let [b3, b1, b1_again, b2] = &mut buffers;
+    // SAFETY: the buffers outlive the requests, waited for below.
+    let mut third = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: b3.as_mut_ptr(), len: b3.len(), tag: 3 }], &[&received]) }.unwrap().unwrap();
+    assert_eq!(wait(&net, &mut third), vec![100]);
+    // SAFETY: as above.
+    let mut first = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: b1.as_mut_ptr(), len: b1.len(), tag: 1 }], &[&received]) }.unwrap().unwrap();
+    // SAFETY: as above.
+    let mut both = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: b2.as_mut_ptr(), len: b2.len(), tag: 2 }, RecvBuffer { data: b1_again.as_mut_ptr(), len: b1_again.len(), tag: 1 }], &[&received; 2]) }.unwrap().unwrap();
+    assert_eq!(wait(&net, &mut both), vec![3 * MIN_PIECE_BYTES, MIN_PIECE_BYTES + 5]);
+    assert_eq!(wait(&net, &mut first), vec![EAGER_BYTES]);
+    for request in &mut sends {
+        wait(&net, request);
+    }
+    assert!(buffers[1] == messages[0].1 && buffers[2][..MIN_PIECE_BYTES + 5] == messages[1].1[..] && buffers[3][..3 * MIN_PIECE_BYTES] == messages[2].1[..], "a message in the wrong buffer or corrupted");
+    let kept = net.stats().snapshot();
+    assert_eq!((kept.early_messages, kept.sends_held), (3, 0), "the three in pieces kept, no send waiting");
 }
 
 /// The room ahead of a receiver-driven comm is counted in bytes too: AHEAD_BYTES / EAGER_BYTES

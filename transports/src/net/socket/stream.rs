@@ -164,6 +164,8 @@ pub(super) struct RecvState {
     pub(super) control_reads: u64,
     /// Sizes of requests whose headers all arrived that `test` has not collected yet.
     completed: HashMap<u64, Vec<usize>>,
+    /// Declared before `early`: dropped first, so that its threads are joined before the
+    /// stages of early messages in pieces, which they may be writing, go.
     data: Option<DataPath>,
     failed: Option<String>,
     stats: Arc<Stats>,
@@ -173,6 +175,8 @@ pub(super) struct RecvState {
     /// their tag, oldest first, and their bytes.
     early: VecDeque<Early>,
     early_bytes: usize,
+    /// Early messages in pieces that took a buffer and wait for their pieces.
+    awaited: usize,
     /// Stages of early messages handed over, kept for the next ones (at most
     /// [`SPARE_STAGES`], of [`AHEAD_BYTES`] together), and their bytes: a new one would be
     /// zeroed and faulted in at every use.
@@ -229,11 +233,24 @@ struct Early {
     /// Its bytes, at the start of a stage that may be longer (a reused one).
     stage: Vec<u8>,
     len: usize,
+    /// A message in pieces: its pieces not yet in the stage (the data path writes them
+    /// there, and nobody else touches the stage until this is 0).
+    pieces: Option<Arc<AtomicUsize>>,
+    /// The buffer (receive id, index) taken for it while its pieces were still arriving.
+    receive: Option<(u64, usize)>,
 }
 
 impl Early {
+    /// Its bytes, once whole.
     fn bytes(&self) -> &[u8] {
+        debug_assert!(self.whole(), "an early message's bytes are read once all its pieces are in");
         &self.stage[..self.len]
+    }
+
+    /// Whether all its bytes are in the stage (a message over the control socket: once it
+    /// is no longer the one being read, which `push` and `read_control` see to).
+    fn whole(&self) -> bool {
+        self.pieces.as_ref().is_none_or(|left| left.load(Ordering::Acquire) == 0)
     }
 }
 
@@ -256,6 +273,8 @@ struct Incoming {
     id: u64,
     buffers: Vec<(LentBuffer, u32)>,
     sizes: Vec<Option<usize>>,
+    /// Buffers taken by early messages whose pieces are still arriving.
+    taken: Vec<bool>,
     left: Arc<AtomicUsize>,
 }
 
@@ -275,10 +294,10 @@ fn in_pieces(data: &Option<DataPath>, len: usize) -> bool {
     data.is_some() && len >= MIN_PIECE_BYTES
 }
 
-/// Whether a message of `len` bytes may go ahead of its notice on a receiver-driven comm
-/// with `data`: over the control socket, and at most [`EAGER_BYTES`].
-fn goes_ahead(data: &Option<DataPath>, len: usize) -> bool {
-    !in_pieces(data, len) && len <= EAGER_BYTES
+/// Whether a message of `len` bytes may go ahead of its notice on a receiver-driven comm:
+/// at most [`EAGER_BYTES`] (over the control socket or in pieces).
+fn goes_ahead(len: usize) -> bool {
+    len <= EAGER_BYTES
 }
 
 impl SendState {
@@ -293,7 +312,7 @@ impl SendState {
         if let Some(reason) = &self.failed {
             return Err(Error::Closed(reason.clone()));
         }
-        let ahead_allowed = goes_ahead(&self.data, len);
+        let ahead_allowed = goes_ahead(len);
         let Some(clearance) = &mut self.clearance else { return Ok(true) };
         // Notices already read first, then room to go ahead: the socket is read only when
         // neither lets the message go, so a small message's send is not held up by a
@@ -477,7 +496,7 @@ fn hand_over(bytes: &[u8], buffer: &mut LentBuffer, tag: u32) -> Result<usize> {
 
 /// The first free buffer of `tag` in `receive`: (its request id, index, capacity).
 fn free_buffer(receive: &Incoming, tag: u32) -> Option<(u64, usize, usize)> {
-    (0..receive.buffers.len()).find(|&i| receive.sizes[i].is_none() && receive.buffers[i].1 == tag).map(|i| (receive.id, i, receive.buffers[i].0.len()))
+    (0..receive.buffers.len()).find(|&i| receive.sizes[i].is_none() && !receive.taken[i] && receive.buffers[i].1 == tag).map(|i| (receive.id, i, receive.buffers[i].0.len()))
 }
 
 /// The posted receive numbered `id` (a receive stays queued until every message of it is in).
@@ -509,6 +528,7 @@ impl RecvState {
             notices: cleared.then(Notices::default),
             early: VecDeque::new(),
             early_bytes: 0,
+            awaited: 0,
             spare: Vec::new(),
             spare_bytes: 0,
         }
@@ -528,16 +548,26 @@ impl RecvState {
         // Every buffer gets a notice, also one an early message fills now: the sender
         // counts that notice against the message it sent ahead.
         if let Some(notices) = &mut self.notices {
-            let needed = buffers.iter().any(|(buffer, _)| !goes_ahead(&self.data, buffer.len()));
+            let needed = buffers.iter().any(|(buffer, _)| !goes_ahead(buffer.len()));
             notices.add(buffers.iter().map(|&(_, tag)| tag), needed);
         }
         // The newest early message may still be arriving (its body read in part): it is
         // handed over once whole (`read_control`). Counted afresh for every buffer: each
         // message taken moves it one place down.
+        // An early message whose pieces are still arriving takes its buffer now (so that
+        // the messages of a tag fill its buffers in order) and fills it once they are in
+        // (`hand_over_pieces`).
         let arriving = usize::from(matches!(self.body, Some(Body { early: true, .. })));
+        let mut taken = vec![false; buffers.len()];
         for (i, (buffer, tag)) in buffers.iter_mut().enumerate() {
-            let whole = self.early.len() - arriving;
-            let Some(at) = self.early.iter().take(whole).position(|early| early.tag == *tag) else { continue };
+            let read = self.early.len() - arriving;
+            let Some(at) = self.early.iter().take(read).position(|early| early.tag == *tag && early.receive.is_none()) else { continue };
+            if !self.early[at].whole() {
+                self.early[at].receive = Some((id, i));
+                self.awaited += 1;
+                taken[i] = true;
+                continue;
+            }
             let early = self.take_early(at);
             let handed = hand_over(early.bytes(), buffer, *tag);
             self.recycle(early);
@@ -555,7 +585,7 @@ impl RecvState {
         if sizes.iter().all(Option::is_some) {
             self.completed.insert(id, sizes.into_iter().map(|size| size.expect("all set")).collect());
         } else {
-            self.queue.push_back(Incoming { id, buffers, sizes, left: left.clone() });
+            self.queue.push_back(Incoming { id, buffers, sizes, taken, left: left.clone() });
         }
         (id, left)
     }
@@ -606,6 +636,7 @@ impl RecvState {
             return Err(Error::Closed(reason.clone()));
         }
         self.drained = false;
+        self.hand_over_pieces()?;
         while !self.queue.is_empty() {
             let body = match self.body {
                 Some(body) => body,
@@ -615,15 +646,20 @@ impl RecvState {
                 },
             };
             if body.early {
+                // (A message in pieces has no bytes on the control socket: `read` is `len`.)
                 if self.read_body(body)?.is_none() {
                     return Ok(());
                 }
                 self.body = None;
                 self.header_read = 0;
                 self.after(body.len);
-                // A receive for it may have been posted while it arrived.
+                // A receive for it may have been posted while it arrived (over the control
+                // socket: a message in pieces found no free buffer a moment ago).
                 let tag = self.early.back().expect("just read").tag;
                 let Some((request, buffer, _)) = self.queue.iter().find_map(|r| free_buffer(r, tag)) else { continue };
+                if !self.early.back().expect("just read").whole() {
+                    continue;
+                }
                 let early = self.take_early(self.early.len() - 1);
                 let handed = hand_over(early.bytes(), &mut posted(&mut self.queue, request).buffers[buffer].0, tag);
                 self.recycle(early);
@@ -725,17 +761,32 @@ impl RecvState {
         let Some((request, buffer, capacity)) = self.queue.iter().take(searched).find_map(|r| free_buffer(r, tag)) else {
             // Receiver-driven, a message sent ahead of its notice waits here for its receive.
             let len = usize::try_from(len).unwrap_or(usize::MAX);
-            if self.notices.is_some() && goes_ahead(&self.data, len) && self.early.len() < AHEAD_MESSAGES && self.early_bytes + len <= AHEAD_BYTES {
+            if self.notices.is_some() && goes_ahead(len) && self.early.len() < AHEAD_MESSAGES && self.early_bytes + len <= AHEAD_BYTES {
                 let mut stage = self.spare.pop().unwrap_or_default();
                 self.spare_bytes -= stage.len();
                 if stage.len() < len {
                     stage.resize(len, 0);
                 }
-                self.early.push_back(Early { tag, stage, len });
+                // A message in pieces: they go into the stage as into a posted buffer.
+                let pieces = match in_pieces(&self.data, len) {
+                    true => {
+                        let left = Arc::new(AtomicUsize::new(0));
+                        // SAFETY: the stage's first `len` bytes are lent to the data path
+                        // alone: nothing reads, moves or frees the stage's memory until its
+                        // pieces are in (`Early::whole`), or the data path stopped (`data`
+                        // is dropped before `early`).
+                        let lent = unsafe { LentBuffer::new(stage.as_mut_ptr(), len) }?;
+                        self.data.as_mut().expect("in pieces").recv(lent, len, &left)?;
+                        Some(left)
+                    }
+                    false => None,
+                };
+                let read = if pieces.is_some() { len } else { 0 };
+                self.early.push_back(Early { tag, stage, len, pieces, receive: None });
                 self.early_bytes += len;
                 self.stats.early_messages.fetch_add(1, Ordering::Relaxed);
                 self.stats.early_bytes.fetch_add(len as u64, Ordering::Relaxed);
-                return Ok(Some(Body { request: 0, buffer: 0, early: true, len, read: 0 }));
+                return Ok(Some(Body { request: 0, buffer: 0, early: true, len, read }));
             }
             let tags: Vec<u32> = self.queue.iter().take(searched).flat_map(|r| (0..r.buffers.len()).filter(|&i| r.sizes[i].is_none()).map(|i| r.buffers[i].1)).take(32).collect();
             return fail(&mut self.failed, format!("message with tag {tag} matches no free buffer of a posted receive (free tags {tags:?})"));
@@ -800,6 +851,31 @@ impl RecvState {
             }
         }
         Ok(Some(body))
+    }
+
+    /// Fills the buffers taken by early messages in pieces whose pieces are all in now.
+    fn hand_over_pieces(&mut self) -> Result<()> {
+        let mut at = 0;
+        while self.awaited > 0 && at < self.early.len() {
+            let (Some((request, buffer)), true) = (self.early[at].receive, self.early[at].whole()) else {
+                at += 1;
+                continue;
+            };
+            let early = self.take_early(at);
+            self.awaited -= 1;
+            let receive = posted(&mut self.queue, request);
+            receive.taken[buffer] = false;
+            let handed = hand_over(early.bytes(), &mut receive.buffers[buffer].0, early.tag);
+            self.recycle(early);
+            match handed {
+                Ok(len) => self.delivered(request, buffer, len),
+                Err(e) => {
+                    self.failed = Some(e.to_string());
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Takes the early message at `at` out of the comm's list.
