@@ -26,17 +26,19 @@
 //! notice cleared its tag (`isend` answers "later" until then): several independent
 //! senders' messages may then share the comm in any order (PXN's relays of several ranks'
 //! sends to one receiver), none waiting in the stream for a receive not yet posted; a
-//! message goes to the oldest posted receive with a free buffer of its tag. Messages that go
-//! over the control socket, of at most [`EAGER_BYTES`], need no clearance on such a comm:
-//! they go ahead of their notices while the room ahead lasts ([`AHEAD_BYTES`] and
-//! [`AHEAD_MESSAGES`] for the messages not yet paid off; each later notice of their tag pays
-//! one off before it clears another message), and the receiver keeps one that arrives
-//! before a receive with a free buffer of its tag in a stage of its own until one is posted.
+//! message goes to the oldest posted receive with a free buffer of its tag. Messages of at
+//! most [`EAGER_BYTES`] need no clearance on such a comm: they go ahead of their notices
+//! while the room ahead lasts ([`AHEAD_BYTES`] and [`AHEAD_MESSAGES`] for the messages not
+//! yet paid off; each later notice of their tag pays one off before it clears another
+//! message), and the receiver keeps one that arrives before a receive with a free buffer of
+//! its tag in a stage of its own until one is posted — a message in pieces too, whose pieces
+//! the data path writes into that stage (a receive posted while they arrive takes its
+//! buffer for it, filled once they are in).
 //! The sender reads notices only when neither one already read nor room ahead lets a
 //! message go, so a small message's send costs no read of the socket while there is room.
 //! The receiver holds back the notices of buffers whose messages may go ahead of them
 //! ([`Notices`]): they are written together once [`HELD_NOTICES`] are held, with the first
-//! notice a message needs (a buffer over [`EAGER_BYTES`], or long enough to come in pieces),
+//! notice a message needs (a buffer over [`EAGER_BYTES`]),
 //! or at the comm's first call [`NOTICE_DELAY`] after the oldest was held; each write of a
 //! small segment costs the receiver a pass through the TCP stack.
 //! A message so never waits for the receiver to post (a small broadcast's receive is often
