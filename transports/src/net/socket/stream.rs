@@ -553,12 +553,11 @@ impl RecvState {
             let needed = buffers.iter().any(|(buffer, _)| !goes_ahead(buffer.len()));
             notices.add(buffers.iter().map(|&(_, tag)| tag), needed);
         }
-        // The newest early message may still be arriving (its body read in part): it is
-        // handed over once whole (`read_control`). Counted afresh for every buffer: each
-        // message taken moves it one place down.
-        // An early message whose pieces are still arriving takes its buffer now (so that
-        // the messages of a tag fill its buffers in order) and fills it once they are in
-        // (`hand_over_pieces`).
+        // The newest early message may still be arriving on the control socket (its body
+        // read in part): it is handed over once read (`read_control`). Counted afresh for
+        // every buffer: each message taken moves it one place down. An early message whose
+        // pieces are still arriving takes its buffer now, so that the messages of a tag
+        // fill its buffers in order, and fills it once they are in (`hand_over_pieces`).
         let arriving = usize::from(matches!(self.body, Some(Body { early: true, .. })));
         let mut taken = vec![false; buffers.len()];
         for (i, (buffer, tag)) in buffers.iter_mut().enumerate() {
