@@ -186,6 +186,24 @@ fn lone_messages_move_on_the_caller_and_streams_on_the_helpers() {
 
 /// `isend`s `data` with `tag` on `send`, calling again while the net answers "later"
 /// (a receiver-driven comm's send waits for its receive to be posted).
+/// Tests `sends` and `receives` in turn until all are done (the sender writes what its
+/// socket takes only when called), within the test's deadline; the receives' sizes.
+fn wait_together(net: &SocketNet, sends: &mut [Request], receives: &mut [Request]) -> Vec<Vec<usize>> {
+    let (mut sizes, mut sent) = (vec![None; receives.len()], vec![false; sends.len()]);
+    let until = deadline();
+    while sizes.iter().any(Option::is_none) || sent.contains(&false) {
+        for (done, request) in sent.iter_mut().zip(sends.iter_mut()).filter(|(done, _)| !**done) {
+            *done = net.test(request).unwrap().is_some();
+        }
+        for (size, request) in sizes.iter_mut().zip(receives.iter_mut()).filter(|(size, _)| size.is_none()) {
+            *size = net.test(request).unwrap();
+        }
+        assert!(Instant::now() < until, "the messages did not all arrive");
+        std::thread::yield_now();
+    }
+    sizes.into_iter().map(|size| size.expect("all done")).collect()
+}
+
 fn send_when_cleared(net: &SocketNet, send: &mut SendComm, data: &[u8], tag: u32, registration: &MrHandle) -> Request {
     let until = deadline();
     loop {
@@ -545,21 +563,8 @@ fn the_room_ahead_holds_so_many_bytes() {
     std::thread::sleep(NOTICE_DELAY);
     net.test(&mut receives[fill]).unwrap();
     sends.push(send_when_cleared(&net, &mut send, &last, 4, &sent));
-    // Sends and receives called in turn: the sender writes what the socket takes only when
-    // called.
-    let mut sizes: Vec<Option<Vec<usize>>> = vec![None; receives.len()];
-    let mut sent_all = vec![false; sends.len()];
-    let until = deadline();
-    while sizes.iter().any(Option::is_none) || sent_all.contains(&false) {
-        for (size, request) in sizes.iter_mut().zip(&mut receives).filter(|(size, _)| size.is_none()) {
-            *size = net.test(request).unwrap();
-        }
-        for (done, request) in sent_all.iter_mut().zip(&mut sends).filter(|(done, _)| !**done) {
-            *done = net.test(request).unwrap().is_some();
-        }
-        assert!(Instant::now() < until, "the messages never arrived");
-    }
-    assert!(sizes.iter().all(|s| s.as_deref() == Some(&[EAGER_BYTES][..])), "sizes {sizes:?}");
+    let sizes = wait_together(&net, &mut sends, &mut receives);
+    assert!(sizes.iter().all(|s| s[..] == [EAGER_BYTES]), "sizes {sizes:?}");
     assert!(buffers.iter().zip(messages.iter().chain([&last])).all(|(b, m)| b == m), "a message corrupted or out of order");
 }
 
@@ -1063,20 +1068,8 @@ fn large_messages_after_a_large_one_skip_the_stage() {
     // SAFETY: the messages outlive their requests, waited for below.
     let mut sends: Vec<Request> = messages.iter().map(|m| unsafe { net.isend(&mut send, m.as_ptr(), m.len(), 3, &sent) }.unwrap().unwrap()).collect();
     let before = net.stats().snapshot().staged_body_bytes;
-    // Both ends progressed together: the sender writes what the socket takes when tested.
-    let (mut received_sizes, mut sent_done) = (vec![None; count], vec![false; count]);
-    let until = deadline();
-    while received_sizes.iter().any(Option::is_none) || sent_done.iter().any(|&d| !d) {
-        for (done, request) in sent_done.iter_mut().zip(&mut sends).filter(|(done, _)| !**done) {
-            *done = net.test(request).unwrap().is_some();
-        }
-        for (sizes, request) in received_sizes.iter_mut().zip(&mut receives).filter(|(sizes, _)| sizes.is_none()) {
-            *sizes = net.test(request).unwrap();
-        }
-        assert!(Instant::now() < until, "the messages did not all arrive");
-        std::thread::yield_now();
-    }
-    assert!(received_sizes.iter().all(|s| s.as_deref() == Some(&[size][..])), "sizes {received_sizes:?}");
+    let received_sizes = wait_together(&net, &mut sends, &mut receives);
+    assert!(received_sizes.iter().all(|s| s[..] == [size]), "sizes {received_sizes:?}");
     assert!((0..count).all(|k| buffers[k] == messages[k]), "a message arrived changed");
     // Only the first message may come partly through the stage (its header read with
     // whatever followed it).

@@ -177,7 +177,7 @@ pub(super) struct RecvState {
     /// their tag, oldest first, and their bytes.
     early: VecDeque<Early>,
     early_bytes: usize,
-    /// Early messages in pieces that took a buffer and wait for their pieces.
+    /// Early messages that took a buffer while they were still arriving.
     awaited: usize,
     /// Stages of early messages handed over, kept for the next ones (at most
     /// [`SPARE_STAGES`], of [`AHEAD_BYTES`] together), and their bytes: a new one would be
@@ -238,21 +238,14 @@ struct Early {
     /// A message in pieces: its pieces not yet in the stage (the data path writes them
     /// there, and nobody else touches the stage until this is 0).
     pieces: Option<Arc<AtomicUsize>>,
-    /// The buffer (receive id, index) taken for it while its pieces were still arriving.
+    /// The buffer (receive id, index) taken for it while it was still arriving.
     receive: Option<(u64, usize)>,
 }
 
 impl Early {
-    /// Its bytes, once whole.
+    /// Its bytes (once whole: [`RecvState::early_whole`]).
     fn bytes(&self) -> &[u8] {
-        debug_assert!(self.whole(), "an early message's bytes are read once all its pieces are in");
         &self.stage[..self.len]
-    }
-
-    /// Whether all its bytes are in the stage (a message over the control socket: once it
-    /// is no longer the one being read, which `push` and `read_control` see to).
-    fn whole(&self) -> bool {
-        self.pieces.as_ref().is_none_or(|left| left.load(Ordering::Acquire) == 0)
     }
 }
 
@@ -275,7 +268,7 @@ struct Incoming {
     id: u64,
     buffers: Vec<(LentBuffer, u32)>,
     sizes: Vec<Option<usize>>,
-    /// Buffers taken by early messages whose pieces are still arriving.
+    /// Buffers taken by early messages still arriving.
     taken: Vec<bool>,
     left: Arc<AtomicUsize>,
 }
@@ -553,17 +546,13 @@ impl RecvState {
             let needed = buffers.iter().any(|(buffer, _)| !goes_ahead(buffer.len()));
             notices.add(buffers.iter().map(|&(_, tag)| tag), needed);
         }
-        // The newest early message may still be arriving on the control socket (its body
-        // read in part): it is handed over once read (`read_control`). Counted afresh for
-        // every buffer: each message taken moves it one place down. An early message whose
-        // pieces are still arriving takes its buffer now, so that the messages of a tag
-        // fill its buffers in order, and fills it once they are in (`hand_over_pieces`).
-        let arriving = usize::from(matches!(self.body, Some(Body { early: true, .. })));
+        // An early message still arriving (its body read in part from the control socket,
+        // or its pieces) takes its buffer now, so that the messages of a tag fill its
+        // buffers in order, and fills it once whole (`hand_over_taken`).
         let mut taken = vec![false; buffers.len()];
         for (i, (buffer, tag)) in buffers.iter_mut().enumerate() {
-            let read = self.early.len() - arriving;
-            let Some(at) = self.early.iter().take(read).position(|early| early.tag == *tag && early.receive.is_none()) else { continue };
-            if !self.early[at].whole() {
+            let Some(at) = self.early.iter().position(|early| early.tag == *tag && early.receive.is_none()) else { continue };
+            if !self.early_whole(at) {
                 self.early[at].receive = Some((id, i));
                 self.awaited += 1;
                 taken[i] = true;
@@ -637,7 +626,7 @@ impl RecvState {
             return Err(Error::Closed(reason.clone()));
         }
         self.drained = false;
-        self.hand_over_pieces()?;
+        self.hand_over_taken()?;
         while !self.queue.is_empty() {
             let body = match self.body {
                 Some(body) => body,
@@ -654,23 +643,8 @@ impl RecvState {
                 self.body = None;
                 self.header_read = 0;
                 self.after(body.len);
-                // A receive for it may have been posted while it arrived (over the control
-                // socket: a message in pieces found no free buffer a moment ago).
-                let tag = self.early.back().expect("just read").tag;
-                let Some((request, buffer, _)) = self.queue.iter().find_map(|r| free_buffer(r, tag)) else { continue };
-                if !self.early.back().expect("just read").whole() {
-                    continue;
-                }
-                let early = self.take_early(self.early.len() - 1);
-                let handed = hand_over(early.bytes(), &mut posted(&mut self.queue, request).buffers[buffer].0, tag);
-                self.recycle(early);
-                match handed {
-                    Ok(len) => self.delivered(request, buffer, len),
-                    Err(e) => {
-                        self.failed = Some(e.to_string());
-                        return Err(e);
-                    }
-                }
+                // A receive posted while it arrived took a buffer for it.
+                self.hand_over_taken()?;
                 continue;
             }
             if in_pieces(&self.data, body.len) {
@@ -854,11 +828,18 @@ impl RecvState {
         Ok(Some(body))
     }
 
-    /// Fills the buffers taken by early messages in pieces whose pieces are all in now.
-    fn hand_over_pieces(&mut self) -> Result<()> {
+    /// Whether the early message at `at` is all in its stage: not the one whose body is
+    /// being read from the control socket (the newest), and its pieces, if any, all in.
+    fn early_whole(&self, at: usize) -> bool {
+        let reading = matches!(self.body, Some(Body { early: true, .. })) && at + 1 == self.early.len();
+        !reading && self.early[at].pieces.as_ref().is_none_or(|left| left.load(Ordering::Acquire) == 0)
+    }
+
+    /// Fills the buffers taken by early messages that are whole now.
+    fn hand_over_taken(&mut self) -> Result<()> {
         let mut at = 0;
         while self.awaited > 0 && at < self.early.len() {
-            let (Some((request, buffer)), true) = (self.early[at].receive, self.early[at].whole()) else {
+            let (Some((request, buffer)), true) = (self.early[at].receive, self.early_whole(at)) else {
                 at += 1;
                 continue;
             };
