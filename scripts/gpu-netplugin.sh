@@ -26,6 +26,9 @@
 #                                       sockets in use by both nets; per setting and test: the
 #                                       ratio over sizes of 1 MiB and more (geometric mean and
 #                                       minimum); at the end the same ratios as one table
+#   netplugin-pytorch-<net>.txt         with NETPLUGIN_PYTORCH=1, first: PyTorch's collectives
+#                                       (examples/pytorch/check_collectives.py, every element
+#                                       checked) over each net, two processes posing as hosts
 # Exits non-zero when a run fails, has wrong values, or a run's log does not show NCCL using
 # the plugin (plugin runs) or the threads and sockets the setting asks for. GPU clocks and modes are never touched; the MPS daemon this script
 # starts (with pipes in a directory of its own) is stopped at the end.
@@ -108,6 +111,29 @@ run() {
   note "[$setting] $t over $net (round $round): exit $rc, wrong ${wrong:-?}$named, streams: ${streams_seen:-none logged}"
   if ((rc != 0)) || [[ ${wrong:-x} != 0 ]]; then status=1; fi
 }
+
+# PyTorch's collectives over each net (NETPLUGIN_PYTORCH=1): its "nccl" backend, two
+# processes posing as hosts (POSE_HOSTS=1) on the GPU, every element checked.
+if [[ ${NETPLUGIN_PYTORCH:-0} == 1 ]]; then
+  for net in plugin socket; do
+    log="$out/netplugin-pytorch-$net.txt"
+    if [[ $net == plugin ]]; then
+      nets=(NCCL_NET_PLUGIN=oxccl NCCL_NET=oxccl "LD_LIBRARY_PATH=$plugin_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+    else
+      nets=(NCCL_NET_PLUGIN=none NCCL_NET=Socket)
+    fi
+    env "${nets[@]}" WORLD=2 POSE_HOSTS=1 timeout "${NCCL_TESTS_TIMEOUT:-300}" python3 "$here/../examples/pytorch/check_collectives.py" > "$log" 2>&1
+    rc=$?
+    named=""
+    if [[ $net == plugin ]]; then
+      if grep -q "NET/Plugin: Loaded net plugin oxccl" "$log" && grep -q "Using network oxccl" "$log"; then named=", NCCL log names oxccl: yes"; else named=", NCCL log names oxccl: NO"; status=1; fi
+    fi
+    # 2 ranks x 2 sizes x 7 collectives.
+    oks=$(grep -c ': ok ' "$log")
+    note "pytorch over $net: exit $rc, $oks checks passed (28 expected)$named"
+    if ((rc != 0 || oks != 28)); then status=1; fi
+  done
+fi
 
 # Out-of-place bus bandwidth by size from an nccl-tests output: "bytes busbw" lines.
 busbw() {

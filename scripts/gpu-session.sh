@@ -18,7 +18,8 @@
 #                 transport, two ranks posing as hosts on one GPU under MPS, once per socket
 #                 setting (NETPLUGIN_SOCKET_SETTINGS, default "default 4x4": both nets with
 #                 NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD unset, then 4 and 4), with
-#                 the ratios per setting in summary.txt (NETPLUGIN_TESTS, NETPLUGIN_ROUNDS)
+#                 the ratios per setting in summary.txt (NETPLUGIN_TESTS, NETPLUGIN_ROUNDS;
+#                 NETPLUGIN_PYTORCH=1: PyTorch's collectives over both nets first)
 #   timeline      oxccl-perf on every GPU there with the executor kernel's timeline kept
 #                 (OXCCL_KERNEL_TRACE): TIMELINE_COLLECTIVES (default all_reduce broadcast)
 #                 from TIMELINE_MIN to TIMELINE_MAX (512K, 2M), each rank's file under timeline/

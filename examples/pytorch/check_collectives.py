@@ -5,8 +5,10 @@ pair and all_to_all_single (even splits: ncclAlltoAll; uneven: PyTorch's group o
 and ncclRecv with every rank, itself included) on CUDA tensors and checks every element
 against values computed here, at two sizes: 1 Mi floats (oxccl's ring; blocks over the
 LL limit) and 777 floats (oxccl's one-hop LL path). WORLD sets the number of processes
-(default: one per GPU); with more processes than GPUs they share them (oxccl only: NCCL
-refuses two ranks on one GPU).
+(default: one per GPU); with more processes than GPUs they share them (oxccl; NCCL refuses
+two ranks on one GPU of one host). With POSE_HOSTS=1 each process is a host of its own to
+the library (NCCL_HOSTID), so that NCCL too takes two on one GPU and moves every byte
+between them over its network (a net plugin's, with NCCL_NET_PLUGIN).
 Run it with oxccl's library preloaded to exercise oxccl, and without to exercise NCCL:
 
     LD_PRELOAD=path/to/oxccl/libnccl.so.2 python3 examples/pytorch/check_collectives.py
@@ -23,6 +25,8 @@ import torch.multiprocessing as mp
 
 
 def run(rank: int, world: int, port: int) -> None:
+    if os.environ.get("POSE_HOSTS") == "1":
+        os.environ["NCCL_HOSTID"] = f"pytorch-host{rank}"
     gpu = rank % torch.cuda.device_count()
     torch.cuda.set_device(gpu)
     dev = torch.device("cuda", gpu)
