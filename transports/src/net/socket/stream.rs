@@ -267,10 +267,27 @@ const MERGE_BYTES: usize = 4 << 10;
 struct Incoming {
     id: u64,
     buffers: Vec<(LentBuffer, u32)>,
-    sizes: Vec<Option<usize>>,
-    /// Buffers taken by early messages still arriving.
-    taken: Vec<bool>,
+    slots: Vec<Slot>,
     left: Arc<AtomicUsize>,
+}
+
+/// What a posted buffer holds.
+#[derive(Clone, Copy)]
+enum Slot {
+    Free,
+    /// Taken by an early message still arriving.
+    Taken,
+    /// A message of this many bytes.
+    Filled(usize),
+}
+
+/// The sizes of a receive's messages once every buffer holds one (nothing allocated before).
+fn filled(slots: &[Slot]) -> Option<Vec<usize>> {
+    let len = |slot: &Slot| match *slot {
+        Slot::Filled(len) => Some(len),
+        Slot::Free | Slot::Taken => None,
+    };
+    slots.iter().all(|slot| len(slot).is_some()).then(|| slots.iter().filter_map(len).collect())
 }
 
 #[derive(Clone, Copy)]
@@ -491,7 +508,7 @@ fn hand_over(bytes: &[u8], buffer: &mut LentBuffer, tag: u32) -> Result<usize> {
 
 /// The first free buffer of `tag` in `receive`: (its request id, index, capacity).
 fn free_buffer(receive: &Incoming, tag: u32) -> Option<(u64, usize, usize)> {
-    (0..receive.buffers.len()).find(|&i| receive.sizes[i].is_none() && !receive.taken[i] && receive.buffers[i].1 == tag).map(|i| (receive.id, i, receive.buffers[i].0.len()))
+    (0..receive.buffers.len()).find(|&i| matches!(receive.slots[i], Slot::Free) && receive.buffers[i].1 == tag).map(|i| (receive.id, i, receive.buffers[i].0.len()))
 }
 
 /// The posted receive numbered `id` (a receive stays queued until every message of it is in).
@@ -538,7 +555,7 @@ impl RecvState {
     pub(super) fn push(&mut self, mut buffers: Vec<(LentBuffer, u32)>) -> (u64, Arc<AtomicUsize>) {
         let id = self.next_id;
         self.next_id += 1;
-        let mut sizes = vec![None; buffers.len()];
+        let mut slots = vec![Slot::Free; buffers.len()];
         let left = Arc::new(AtomicUsize::new(buffers.len()));
         // Every buffer gets a notice, also one an early message fills now: the sender
         // counts that notice against the message it sent ahead.
@@ -549,13 +566,12 @@ impl RecvState {
         // An early message still arriving (its body read in part from the control socket,
         // or its pieces) takes its buffer now, so that the messages of a tag fill its
         // buffers in order, and fills it once whole (`hand_over_taken`).
-        let mut taken = vec![false; buffers.len()];
         for (i, (buffer, tag)) in buffers.iter_mut().enumerate() {
             let Some(at) = self.early.iter().position(|early| early.tag == *tag && early.receive.is_none()) else { continue };
             if !self.early_whole(at) {
                 self.early[at].receive = Some((id, i));
                 self.awaited += 1;
-                taken[i] = true;
+                slots[i] = Slot::Taken;
                 continue;
             }
             let early = self.take_early(at);
@@ -563,7 +579,7 @@ impl RecvState {
             self.recycle(early);
             match handed {
                 Ok(len) => {
-                    sizes[i] = Some(len);
+                    slots[i] = Slot::Filled(len);
                     left.fetch_sub(1, Ordering::Release);
                 }
                 // The receive's test reports it (the comm failed).
@@ -572,10 +588,11 @@ impl RecvState {
                 }
             }
         }
-        if sizes.iter().all(Option::is_some) {
-            self.completed.insert(id, sizes.into_iter().map(|size| size.expect("all set")).collect());
-        } else {
-            self.queue.push_back(Incoming { id, buffers, sizes, taken, left: left.clone() });
+        match filled(&slots) {
+            Some(sizes) => {
+                self.completed.insert(id, sizes);
+            }
+            None => self.queue.push_back(Incoming { id, buffers, slots, left: left.clone() }),
         }
         (id, left)
     }
@@ -700,12 +717,12 @@ impl RecvState {
     /// (not counting a piece still on a data socket), completing the receive with its last.
     fn delivered(&mut self, request: u64, buffer: usize, len: usize) {
         let position = self.queue.iter().position(|r| r.id == request).expect("queued until its message is in");
-        let request = &mut self.queue[position];
-        request.sizes[buffer] = Some(len);
-        request.left.fetch_sub(1, Ordering::Release);
-        if request.sizes.iter().all(Option::is_some) {
-            let done = self.queue.remove(position).expect("queued");
-            self.completed.insert(done.id, done.sizes.into_iter().map(|size| size.expect("all set")).collect());
+        let receive = &mut self.queue[position];
+        receive.slots[buffer] = Slot::Filled(len);
+        receive.left.fetch_sub(1, Ordering::Release);
+        if let Some(sizes) = filled(&receive.slots) {
+            self.queue.remove(position);
+            self.completed.insert(request, sizes);
         }
     }
 
@@ -748,7 +765,7 @@ impl RecvState {
                         let left = Arc::new(AtomicUsize::new(0));
                         // SAFETY: the stage's first `len` bytes are lent to the data path
                         // alone: nothing reads, moves or frees the stage's memory until its
-                        // pieces are in (`Early::whole`), or the data path stopped (`data`
+                        // pieces are in (`RecvState::early_whole`), or the data path stopped (`data`
                         // is dropped before `early`).
                         let lent = unsafe { LentBuffer::new(stage.as_mut_ptr(), len) }?;
                         self.data.as_mut().expect("in pieces").recv(lent, len, &left)?;
@@ -763,7 +780,7 @@ impl RecvState {
                 self.stats.early_bytes.fetch_add(len as u64, Ordering::Relaxed);
                 return Ok(Some(Body { request: 0, buffer: 0, early: true, len, read }));
             }
-            let tags: Vec<u32> = self.queue.iter().take(searched).flat_map(|r| (0..r.buffers.len()).filter(|&i| r.sizes[i].is_none()).map(|i| r.buffers[i].1)).take(32).collect();
+            let tags: Vec<u32> = self.queue.iter().take(searched).flat_map(|r| (0..r.buffers.len()).filter(|&i| matches!(r.slots[i], Slot::Free)).map(|i| r.buffers[i].1)).take(32).collect();
             return fail(&mut self.failed, format!("message with tag {tag} matches no free buffer of a posted receive (free tags {tags:?})"));
         };
         if len > capacity as u64 {
@@ -845,9 +862,7 @@ impl RecvState {
             };
             let early = self.take_early(at);
             self.awaited -= 1;
-            let receive = posted(&mut self.queue, request);
-            receive.taken[buffer] = false;
-            let handed = hand_over(early.bytes(), &mut receive.buffers[buffer].0, early.tag);
+            let handed = hand_over(early.bytes(), &mut posted(&mut self.queue, request).buffers[buffer].0, early.tag);
             self.recycle(early);
             match handed {
                 Ok(len) => self.delivered(request, buffer, len),
