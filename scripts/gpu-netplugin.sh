@@ -62,11 +62,27 @@ export NCCL_TESTS_DEVICE=0 CUDA_VISIBLE_DEVICES="${NETPLUGIN_GPU:-0}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 args=(-b "${NCCL_TESTS_MIN:-8}" -e "${NCCL_TESTS_MAX:-64M}" -f "${NCCL_TESTS_FACTOR:-4}" -c 1 -n "${NCCL_TESTS_ITERS:-20}" -w 5 -g 1)
 
+# The environment that puts NCCL on net $1 (plugin or socket), into the array net_env:
+# NCCL_NET_PLUGIN and NCCL_NET, and for the plugin its folder first in LD_LIBRARY_PATH.
+net_env_of() {
+  if [[ $1 == plugin ]]; then
+    net_env=(NCCL_NET_PLUGIN=oxccl NCCL_NET=oxccl "LD_LIBRARY_PATH=$plugin_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+  else
+    net_env=(NCCL_NET_PLUGIN=none NCCL_NET=Socket)
+  fi
+}
+
+# Sets named to ", NCCL log names oxccl: yes" where NCCL's INFO lines in log $1 show the
+# plugin loaded and the network in use; else to "... NO", and the script fails.
+plugin_named() {
+  if grep -q "NET/Plugin: Loaded net plugin oxccl" "$1" && grep -q "Using network oxccl" "$1"; then named=", NCCL log names oxccl: yes"; else named=", NCCL log names oxccl: NO"; status=1; fi
+}
+
 # One run of test $1 over net $2 (plugin or socket), round $3, socket setting $4 (`default`
 # or TxS); its output file.
 run() {
   local t=$1 net=$2 round=$3 setting=$4 table="$out/netplugin-$4-$1-$2-$3.txt" rc
-  local path="${LD_LIBRARY_PATH:-}" threads="" sockets="" streams=()
+  local threads="" sockets="" streams=() net_env=()
   if [[ $setting != default ]]; then
     threads=${setting%x*} sockets=${setting#*x}
     export NCCL_SOCKET_NTHREADS=$threads NCCL_NSOCKS_PERTHREAD=$sockets
@@ -74,14 +90,9 @@ run() {
   else
     unset NCCL_SOCKET_NTHREADS NCCL_NSOCKS_PERTHREAD
   fi
-  if [[ $net == plugin ]]; then
-    path="$plugin_dir${path:+:$path}"
-    # The plugin's maxRecvs, where the caller sets it (8 unless set).
-    [[ -n ${OXCCL_NETPLUGIN_MAX_RECVS:-} ]] && streams+=(-x OXCCL_NETPLUGIN_MAX_RECVS)
-    export NCCL_NET_PLUGIN=oxccl NCCL_NET=oxccl
-  else
-    export NCCL_NET_PLUGIN=none NCCL_NET=Socket
-  fi
+  net_env_of "$net"
+  # The plugin's maxRecvs, where the caller sets it (8 unless set).
+  [[ $net == plugin && -n ${OXCCL_NETPLUGIN_MAX_RECVS:-} ]] && streams+=(-x OXCCL_NETPLUGIN_MAX_RECVS)
   local pair
   for pair in ${NETPLUGIN_ENV:-}; do
     export "${pair?}"
@@ -89,7 +100,7 @@ run() {
   done
   # Each rank its own host: NCCL_HOSTID from the rank, set in the rank's own shell.
   # shellcheck disable=SC2016  # expanded by that shell
-  LD_LIBRARY_PATH="$path" timeout "${NCCL_TESTS_TIMEOUT:-300}" mpirun --oversubscribe -np 2 ${NETPLUGIN_MPIRUN_ARGS:-} \
+  env "${net_env[@]}" timeout "${NCCL_TESTS_TIMEOUT:-300}" mpirun --oversubscribe -np 2 ${NETPLUGIN_MPIRUN_ARGS:-} \
     -x LD_LIBRARY_PATH -x NCCL_NET_PLUGIN -x NCCL_NET -x NCCL_NVLS_ENABLE -x NCCL_SOCKET_IFNAME -x NCCL_DEBUG \
     -x NCCL_DEBUG_SUBSYS -x NCCL_TESTS_DEVICE -x CUDA_VISIBLE_DEVICES -x CUDA_MPS_PIPE_DIRECTORY "${streams[@]}" \
     --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
@@ -98,8 +109,7 @@ run() {
   local wrong named="" streams_seen=""
   wrong=$(grep -o "Out of bounds values : [0-9]*" "$table" | grep -o "[0-9]*$")
   if [[ $net == plugin ]]; then
-    # NCCL's own INFO lines: the plugin loaded, and the network in use.
-    if grep -q "NET/Plugin: Loaded net plugin oxccl" "$table" && grep -q "Using network oxccl" "$table"; then named=", NCCL log names oxccl: yes"; else named=", NCCL log names oxccl: NO"; status=1; fi
+    plugin_named "$table"
     # The plugin's own line (through NCCL's logger): the threads and data sockets per comm.
     streams_seen=$(grep -o "[0-9]* helper thread(s) and [0-9]* data socket(s) per connection" "$table" | head -1)
     if [[ -n $threads ]] && [[ $streams_seen != "$threads helper thread(s) and $((threads * sockets)) data socket(s) per connection" ]]; then status=1; streams_seen="NOT THE SETTING: ${streams_seen:-no line}"; fi
@@ -117,17 +127,11 @@ run() {
 if [[ ${NETPLUGIN_PYTORCH:-0} == 1 ]]; then
   for net in plugin socket; do
     log="$out/netplugin-pytorch-$net.txt"
-    if [[ $net == plugin ]]; then
-      nets=(NCCL_NET_PLUGIN=oxccl NCCL_NET=oxccl "LD_LIBRARY_PATH=$plugin_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
-    else
-      nets=(NCCL_NET_PLUGIN=none NCCL_NET=Socket)
-    fi
-    env "${nets[@]}" WORLD=2 POSE_HOSTS=1 timeout "${NCCL_TESTS_TIMEOUT:-300}" python3 "$here/../examples/pytorch/check_collectives.py" > "$log" 2>&1
+    net_env_of "$net"
+    env "${net_env[@]}" WORLD=2 POSE_HOSTS=1 timeout "${NCCL_TESTS_TIMEOUT:-300}" python3 "$here/../examples/pytorch/check_collectives.py" > "$log" 2>&1
     rc=$?
     named=""
-    if [[ $net == plugin ]]; then
-      if grep -q "NET/Plugin: Loaded net plugin oxccl" "$log" && grep -q "Using network oxccl" "$log"; then named=", NCCL log names oxccl: yes"; else named=", NCCL log names oxccl: NO"; status=1; fi
-    fi
+    [[ $net == plugin ]] && plugin_named "$log"
     # 2 ranks x 2 sizes x 7 collectives.
     oks=$(grep -c ': ok ' "$log")
     note "pytorch over $net: exit $rc, $oks checks passed (28 expected)$named"
