@@ -145,10 +145,11 @@ pub unsafe fn finalize(context: Ptr) -> Outcome {
     let done = net.stats().snapshot();
     tracing::info!(
         target: "oxccl::net",
-        "so far in this process: {} messages sent, {} isend calls answered \"later\" for want of a notice, {} reads of notices; {} irecvs of {} buffers ({} grouped), {} writes of their notices; {} messages ({} bytes) arrived before their receives; {} bytes of bodies copied out of the receive stage",
+        "so far in this process: {} messages sent, {} isend calls answered \"later\" for want of a notice, {} reads of notices, {} asks for them; {} irecvs of {} buffers ({} grouped), {} writes of their notices; {} messages ({} bytes) arrived before their receives; {} bytes of bodies copied out of the receive stage",
         done.isend_calls,
         done.sends_held,
         done.notice_reads,
+        done.asks,
         done.irecv_calls,
         done.irecv_buffers,
         done.irecv_grouped,

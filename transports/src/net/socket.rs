@@ -140,6 +140,9 @@ pub struct Stats {
     /// Reads of a receiver-driven comm's control socket for notices (system calls), made
     /// by `isend` when neither a notice already read nor room ahead lets a message go.
     pub notice_reads: AtomicU64,
+    /// Times a receiver-driven comm's sender, its room ahead used up, asked the receiver
+    /// for the notices it held back (a header on the control socket).
+    pub asks: AtomicU64,
     /// Writes of notices by a receiver-driven comm's receiver (system calls; it holds back
     /// those whose messages may go ahead of them to write several at once).
     pub notice_writes: AtomicU64,
@@ -165,6 +168,7 @@ pub struct StatsSnapshot {
     pub early_messages: u64,
     pub early_bytes: u64,
     pub notice_reads: u64,
+    pub asks: u64,
     pub notice_writes: u64,
     pub staged_body_bytes: u64,
 }
@@ -187,6 +191,7 @@ impl Stats {
             early_messages: load(&self.early_messages),
             early_bytes: load(&self.early_bytes),
             notice_reads: load(&self.notice_reads),
+            asks: load(&self.asks),
             notice_writes: load(&self.notice_writes),
             staged_body_bytes: load(&self.staged_body_bytes),
         }

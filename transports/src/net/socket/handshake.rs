@@ -22,7 +22,7 @@ use crate::net::HANDLE_MAX_BYTES;
 use crate::{Error, Result};
 
 /// First bytes of listen handles and greetings: the format's name and version.
-const PROTOCOL: [u8; 4] = *b"OXS4";
+const PROTOCOL: [u8; 4] = *b"OXS5";
 /// Protocol (4), magic (u64 LE), comm (u64 LE), connection number (u8), data connections (u8).
 pub(super) const GREETING_BYTES: usize = 22;
 /// How long a comm's connections being made may take before `connect` gives up.

@@ -37,10 +37,13 @@
 //! The sender reads notices only when neither one already read nor room ahead lets a
 //! message go, so a small message's send costs no read of the socket while there is room.
 //! The receiver holds back the notices of buffers whose messages may go ahead of them
-//! ([`Notices`]): they are written together once [`HELD_NOTICES`] are held, with the first
-//! notice a message needs (a buffer over [`EAGER_BYTES`]),
-//! or at the comm's first call [`NOTICE_DELAY`] after the oldest was held; each write of a
-//! small segment costs the receiver a pass through the TCP stack.
+//! ([`Notices`]): they are written together once [`HELD_NOTICES`] or buffers of
+//! [`HELD_NOTICE_BYTES`] are held, with the first notice a message needs (a buffer over
+//! [`EAGER_BYTES`]), or once the sender asks: a sender whose room ahead is used up writes
+//! a header of length [`ASK`] on the control socket (once until notices come), and the
+//! receiver that reads it writes what it holds, and the next notices at once. Each write of
+//! a small segment costs the receiver a pass through the TCP stack; no notice waits on a
+//! clock.
 //! A message so never waits for the receiver to post (a small broadcast's receive is often
 //! posted after its send is ready: NCCL's proxy, told "later", yields its core).
 //!
@@ -53,7 +56,6 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, IoSlice, IoSliceMut, Read};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use socket2::Socket;
 
@@ -90,6 +92,8 @@ struct Clearance {
     /// Their count and bytes, all tags together.
     ahead_messages: usize,
     ahead_bytes: usize,
+    /// The room ran out and the sender asked for the notices held back; none read since.
+    asked: bool,
 }
 
 /// The room ahead of a receiver-driven comm: the bytes of the messages its sender may have
@@ -109,14 +113,16 @@ pub(super) const EAGER_BYTES: usize = 1 << 20;
 /// Tags in one notice at most (a receive's buffers: the Net's `max_recvs` is far below).
 const MAX_NOTICE_TAGS: usize = 4096;
 
-/// Notices of buffers whose messages may go ahead of them that the receiver holds back to
-/// write in one call: half the fewest messages the room ahead holds, so that a sender whose
-/// receiver posts a receive for each message it takes never runs out of room.
-pub(super) const HELD_NOTICES: usize = AHEAD_BYTES / EAGER_BYTES / 2;
-/// How long a held notice waits for others at most: written by the comm's first call after
-/// (a sender that used up its room ahead on messages not yet received, and waits for the
-/// notice of one whose receive is posted, waits that long).
-pub(super) const NOTICE_DELAY: Duration = Duration::from_micros(50);
+/// Notices of buffers whose messages may go ahead of them that the receiver holds back at
+/// most, to write in one call: a quarter of the messages the room ahead holds.
+pub(super) const HELD_NOTICES: usize = AHEAD_MESSAGES / 4;
+/// The most bytes of buffers whose notices the receiver holds back: a quarter of the room
+/// ahead, so that the messages it holds notices of, with as many again in flight, leave the
+/// sender room; where they do not, the sender asks for them ([`ASK`]).
+pub(super) const HELD_NOTICE_BYTES: usize = AHEAD_BYTES / 4;
+/// The length in a header that is no message: the sender's room ahead is used up, and it
+/// asks the receiver for the notices it holds back.
+const ASK: u64 = u64::MAX;
 
 struct Outgoing {
     header: [u8; HEADER_BYTES],
@@ -190,41 +196,33 @@ pub(super) struct RecvState {
 #[derive(Default)]
 struct Notices {
     bytes: Vec<u8>,
-    /// Buffers noticed in `bytes` that are held back.
+    /// Buffers noticed in `bytes` that are held back, and their bytes.
     held: usize,
-    /// When the oldest of them was.
-    since: Option<Instant>,
+    held_bytes: usize,
     /// `bytes` go out with the next write, however many: a buffer needs its notice before
-    /// its message goes, or enough were held, or the oldest held long enough.
+    /// its message goes, or enough were held, or the sender asked (then also the next
+    /// notice, if none is held).
     due: bool,
 }
 
 impl Notices {
-    /// Adds the notice of a receive's `tags`; `needed`: one of its messages may not go
-    /// ahead of it.
-    fn add(&mut self, tags: impl ExactSizeIterator<Item = u32>, needed: bool) {
-        self.bytes.extend_from_slice(&(tags.len() as u32).to_le_bytes());
-        self.held += tags.len();
-        for tag in tags {
+    /// Adds the notice of a receive's buffers (their tags and lengths); `needed`: one of its
+    /// messages may not go ahead of it.
+    fn add(&mut self, buffers: &[(LentBuffer, u32)], needed: bool) {
+        self.bytes.extend_from_slice(&(buffers.len() as u32).to_le_bytes());
+        for (buffer, tag) in buffers {
             self.bytes.extend_from_slice(&tag.to_le_bytes());
+            self.held_bytes += buffer.len();
         }
-        self.since.get_or_insert_with(Instant::now);
-        self.due |= needed || self.held >= HELD_NOTICES;
-    }
-
-    /// Whether the notices not yet written go out now.
-    fn due(&mut self) -> bool {
-        if !self.due && !self.bytes.is_empty() {
-            self.due = self.since.is_some_and(|since| since.elapsed() >= NOTICE_DELAY);
-        }
-        self.due
+        self.held += buffers.len();
+        self.due |= needed || self.held >= HELD_NOTICES || self.held_bytes >= HELD_NOTICE_BYTES;
     }
 
     /// `n` more bytes written.
     fn written(&mut self, n: usize) {
         self.bytes.drain(..n);
         if self.bytes.is_empty() {
-            (self.held, self.since, self.due) = (0, None, false);
+            (self.held, self.held_bytes, self.due) = (0, 0, false);
         }
     }
 }
@@ -336,7 +334,19 @@ impl SendState {
         }
         self.read_notices()?;
         let clearance = self.clearance.as_mut().expect("receiver-driven");
-        Ok(take_clearance(&mut clearance.tags, tag) || clearance.go_ahead(tag, len, ahead_allowed))
+        if take_clearance(&mut clearance.tags, tag) || clearance.go_ahead(tag, len, ahead_allowed) {
+            return Ok(true);
+        }
+        // No notice clears it and no room is left ahead: the receiver may hold notices back.
+        if ahead_allowed && !clearance.asked {
+            clearance.asked = true;
+            let mut header = [0u8; HEADER_BYTES];
+            header[4..].copy_from_slice(&ASK.to_le_bytes());
+            self.queue.push_back(Outgoing { header, data: None, written: 0, left: Arc::new(AtomicUsize::new(1)) });
+            self.stats.asks.fetch_add(1, Ordering::Relaxed);
+            self.write_control()?;
+        }
+        Ok(false)
     }
 
     /// Reads the notices that have arrived.
@@ -377,6 +387,7 @@ impl SendState {
                 }
             }
             at += 4 * (1 + count);
+            clearance.asked = false;
         }
         clearance.partial.drain(..at);
         Ok(())
@@ -561,7 +572,7 @@ impl RecvState {
         // counts that notice against the message it sent ahead.
         if let Some(notices) = &mut self.notices {
             let needed = buffers.iter().any(|(buffer, _)| !goes_ahead(buffer.len()));
-            notices.add(buffers.iter().map(|&(_, tag)| tag), needed);
+            notices.add(&buffers, needed);
         }
         // An early message still arriving (its body read in part from the control socket,
         // or its pieces) takes its buffer now, so that the messages of a tag fill its
@@ -609,7 +620,7 @@ impl RecvState {
     /// due.
     fn write_notices(&mut self) -> Result<()> {
         let Some(notices) = &mut self.notices else { return Ok(()) };
-        if !notices.due() {
+        if !notices.due {
             return Ok(());
         }
         while !notices.bytes.is_empty() {
@@ -634,7 +645,9 @@ impl RecvState {
     /// Reads as much as has arrived into the posted buffers, completing requests; an error
     /// if the comm failed (here or in its data path).
     pub(super) fn progress(&mut self) -> Result<()> {
-        let result = self.write_notices().and_then(|()| self.read_control());
+        // Notices due are written before the read and again after it (the sender may have
+        // asked for them).
+        let result = self.write_notices().and_then(|()| self.read_control()).and_then(|()| self.write_notices());
         check_data(result, &mut self.failed, self.data.as_ref())
     }
 
@@ -735,18 +748,29 @@ impl RecvState {
 
     /// Reads the next message's header and picks its buffer; `None` if not all here yet.
     fn read_header(&mut self) -> Result<Option<Body>> {
-        while self.header_read < HEADER_BYTES {
-            if self.staged.0 == self.staged.1 && !self.fill()? {
-                return Ok(None);
+        let (tag, len) = loop {
+            while self.header_read < HEADER_BYTES {
+                if self.staged.0 == self.staged.1 && !self.fill()? {
+                    return Ok(None);
+                }
+                let at = self.header_read;
+                let (start, n) = (self.staged.0, (HEADER_BYTES - at).min(self.staged.1 - self.staged.0));
+                self.header[at..at + n].copy_from_slice(&self.stage[start..start + n]);
+                self.staged.0 += n;
+                self.header_read += n;
             }
-            let at = self.header_read;
-            let (start, n) = (self.staged.0, (HEADER_BYTES - at).min(self.staged.1 - self.staged.0));
-            self.header[at..at + n].copy_from_slice(&self.stage[start..start + n]);
-            self.staged.0 += n;
-            self.header_read += n;
-        }
-        let tag = u32::from_le_bytes(self.header[..4].try_into().expect("4 bytes"));
-        let len = u64::from_le_bytes(self.header[4..].try_into().expect("8 bytes"));
+            let tag = u32::from_le_bytes(self.header[..4].try_into().expect("4 bytes"));
+            let len = u64::from_le_bytes(self.header[4..].try_into().expect("8 bytes"));
+            if len != ASK {
+                break (tag, len);
+            }
+            // The sender asks for the notices held back: they go with this call's next write.
+            self.header_read = 0;
+            match &mut self.notices {
+                Some(notices) => notices.due = true,
+                None => return fail(&mut self.failed, "the sender of an eager comm asked for notices".into()),
+            }
+        };
         // The oldest posted receive with a free buffer of this tag (eager: the oldest receive
         // of all, as messages and receives go in the same order).
         let searched = if self.notices.is_some() { self.queue.len() } else { 1 };
