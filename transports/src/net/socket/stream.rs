@@ -127,7 +127,7 @@ const ASK: u64 = u64::MAX;
 struct Outgoing {
     header: [u8; HEADER_BYTES],
     /// The bytes that follow the header on the control socket (none for a message that
-    /// goes over the data sockets).
+    /// goes over the data sockets, or an ask for notices).
     data: Option<LentBytes>,
     written: usize,
     left: Arc<AtomicUsize>,
