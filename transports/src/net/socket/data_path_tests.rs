@@ -5,7 +5,7 @@
 
 use super::handshake::{decode_handle, Greeting};
 use super::helpers::{CALLER_PIECE_MAX, MIN_PIECE_BYTES};
-use super::stream::{AHEAD_BYTES, AHEAD_MESSAGES, EAGER_BYTES, HELD_NOTICES, HELD_NOTICE_BYTES};
+use super::stream::{AHEAD_BYTES, AHEAD_MESSAGES, EAGER_BYTES, HELD_NOTICES, HELD_NOTICE_BYTES, WHOLE_BYTES_MAX};
 use super::tests::{connect_and_accept, context, deadline, exchange_over, message, pair, pair_between, wait, wait_end, wait_error};
 use super::*;
 use std::io::Write;
@@ -14,15 +14,17 @@ use std::time::{Duration, Instant};
 
 pub(super) const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
-/// Every size class: empty, small, around the smallest piece, odd, one piece per socket and
-/// more, 64 MiB.
-const SIZES: [usize; 14] = [
+/// Every size class: empty, small, around the smallest piece and the longest message sent
+/// whole, odd, one piece per socket and more, 64 MiB.
+const SIZES: [usize; 16] = [
     0,
     1,
     MIN_PIECE_BYTES - 1,
     MIN_PIECE_BYTES,
     MIN_PIECE_BYTES + 1,
     100_003,
+    WHOLE_BYTES_MAX,
+    WHOLE_BYTES_MAX + 1,
     3 * MIN_PIECE_BYTES + 7,
     (1 << 20) + 13,
     7,
@@ -139,14 +141,14 @@ fn every_request_the_abi_promises_is_taken() {
     assert!(buffers == messages, "a message arrived corrupted");
 }
 
-/// Lone messages (each waited for before the next is posted) of at most
-/// CALLER_PIECE_MAX are moved by the calling thread while the helpers sleep, not handed to
-/// a helper that must first be woken; longer ones, and a stream of messages in flight
-/// (more than the sockets' buffers hold), are left to the helpers, woken for them. Every
-/// byte checked.
+/// Lone messages (each waited for before the next is posted) in pieces of at most
+/// CALLER_PIECE_MAX (two, over two data sockets) are moved by the calling thread while the
+/// helpers sleep, not handed to a helper that must first be woken; longer pieces, and a
+/// stream of messages in flight (more than the sockets' buffers hold), are left to the
+/// helpers, woken for them. Every byte checked.
 #[test]
 fn lone_messages_move_on_the_caller_and_streams_on_the_helpers() {
-    let net = net(1, 1, 1);
+    let net = net(1, 2, 1);
     let (mut send, mut recv) = pair(&net);
     let registration = net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap();
     let mut exchange = |messages: &[Vec<u8>]| {
@@ -167,13 +169,13 @@ fn lone_messages_move_on_the_caller_and_streams_on_the_helpers() {
         assert!(buffers == messages, "a message arrived corrupted");
     };
     for m in 0..8 {
-        exchange(&[message(m, CALLER_PIECE_MAX)]);
+        exchange(&[message(m, 2 * CALLER_PIECE_MAX)]);
     }
     let lone = net.stats().snapshot();
     assert_eq!(lone.helper_threads, 2);
     assert!(lone.bytes_moved_by_caller > 0, "no byte of 8 lone messages moved by the caller: {lone:?}");
     for m in 0..4 {
-        exchange(&[message(m, CALLER_PIECE_MAX + 1)]);
+        exchange(&[message(m, 2 * CALLER_PIECE_MAX + 2)]);
     }
     let longer = net.stats().snapshot();
     assert_eq!(longer.bytes_moved_by_caller, lone.bytes_moved_by_caller, "the caller moved a piece longer than CALLER_PIECE_MAX: {longer:?}");
@@ -559,7 +561,7 @@ fn messages_in_pieces_go_ahead_into_stages_of_their_own() {
     let (sent, received) = (net.reg_mr(&mut send, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap(), net.reg_mr(&mut recv, std::ptr::null_mut(), 0, MemoryKind::Host).unwrap());
     // Two of tag 1 (the first the longest that goes ahead), one of tag 2, then a small one of
     // tag 3: every send goes before any receive is posted.
-    let messages = [(1u32, message(80, EAGER_BYTES)), (1, message(81, MIN_PIECE_BYTES + 5)), (2, message(82, 3 * MIN_PIECE_BYTES)), (3, message(83, 100))];
+    let messages = [(1u32, message(80, EAGER_BYTES)), (1, message(81, WHOLE_BYTES_MAX + 5)), (2, message(82, 3 * MIN_PIECE_BYTES)), (3, message(83, 100))];
     let mut sends = Vec::new();
     for (tag, m) in &messages {
         // SAFETY: the messages outlive their requests, waited for below.
@@ -576,12 +578,12 @@ fn messages_in_pieces_go_ahead_into_stages_of_their_own() {
     let mut first = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: b1.as_mut_ptr(), len: b1.len(), tag: 1 }], &[&received]) }.unwrap().unwrap();
     // SAFETY: as above.
     let mut both = unsafe { net.irecv(&mut recv, &[RecvBuffer { data: b2.as_mut_ptr(), len: b2.len(), tag: 2 }, RecvBuffer { data: b1_again.as_mut_ptr(), len: b1_again.len(), tag: 1 }], &[&received; 2]) }.unwrap().unwrap();
-    assert_eq!(wait(&net, &mut both), vec![3 * MIN_PIECE_BYTES, MIN_PIECE_BYTES + 5]);
+    assert_eq!(wait(&net, &mut both), vec![3 * MIN_PIECE_BYTES, WHOLE_BYTES_MAX + 5]);
     assert_eq!(wait(&net, &mut first), vec![EAGER_BYTES]);
     for request in &mut sends {
         wait(&net, request);
     }
-    assert!(buffers[1] == messages[0].1 && buffers[2][..MIN_PIECE_BYTES + 5] == messages[1].1[..] && buffers[3][..3 * MIN_PIECE_BYTES] == messages[2].1[..], "a message in the wrong buffer or corrupted");
+    assert!(buffers[1] == messages[0].1 && buffers[2][..WHOLE_BYTES_MAX + 5] == messages[1].1[..] && buffers[3][..3 * MIN_PIECE_BYTES] == messages[2].1[..], "a message in the wrong buffer or corrupted");
     let kept = net.stats().snapshot();
     assert_eq!((kept.early_messages, kept.sends_held), (3, 0), "the three in pieces kept, no send waiting");
 }
@@ -766,14 +768,14 @@ fn control_reads(comm: &RecvComm) -> u64 {
 }
 
 /// Receiver-driven comms, random traffic: messages of four tags and sizes on both sides of
-/// every limit (64 KiB pieces, EAGER_BYTES), sent in one order while the receives are
-/// posted in another (each tag's own order kept, in groups of 1 to 4 buffers), one thread
-/// driving both ends and retrying what the net answers "later"; every message lands whole
+/// every limit (in pieces over WHOLE_BYTES_MAX, going ahead up to EAGER_BYTES), sent in one
+/// order while the receives are posted in another (each tag's own order kept, in groups of
+/// 1 to 4 buffers), one thread driving both ends and retrying what the net answers "later"; every message lands whole
 /// in its tag's buffer of the same rank, and nothing waits for ever.
 #[test]
 fn receiver_driven_comms_deliver_random_traffic_in_any_posting_order() {
     use proptest::prelude::*;
-    const SIZES: [usize; 8] = [0, 10, 5000, MIN_PIECE_BYTES - 1, MIN_PIECE_BYTES + 1, 300_000, EAGER_BYTES, EAGER_BYTES + 1];
+    const SIZES: [usize; 8] = [0, 10, 5000, WHOLE_BYTES_MAX, WHOLE_BYTES_MAX + 1, 300_000, EAGER_BYTES, EAGER_BYTES + 1];
     let traffic = (proptest::collection::vec((0u32..4, 0..SIZES.len()), 1..20), proptest::collection::vec(any::<u8>(), 40), 0usize..2);
     proptest!(ProptestConfig::with_cases(24), |((sends, choices, threads) in traffic)| {
         let threads = threads * 2;

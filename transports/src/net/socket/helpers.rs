@@ -49,8 +49,9 @@ use super::Stats;
 use crate::net::lent::{LentBuffer, LentBytes};
 use crate::{Error, Result};
 
-/// The smallest piece a message is cut into: smaller messages go whole over the control
-/// socket (NCCL's NCCL_SOCKET_MIN_TASKSIZE default, 64 KiB).
+/// The smallest piece a message is cut into (NCCL's NCCL_SOCKET_MIN_TASKSIZE default,
+/// 64 KiB). Only messages longer than [`WHOLE_BYTES_MAX`](super::stream::WHOLE_BYTES_MAX)
+/// are cut: shorter ones go whole over the control socket.
 pub(super) const MIN_PIECE_BYTES: usize = 64 << 10;
 /// The longest piece the caller moves itself. Longer ones (a GPU network FIFO's 256 KiB
 /// slots, streamed) go faster on the helper threads, which copy while the caller (a proxy

@@ -4,7 +4,7 @@
 //!
 //! Wire format: each message is a 12-byte header (tag: u32 LE, length: u64 LE) on the
 //! control socket, followed there by the bytes unless the comm has data sockets and the
-//! message is at least [`MIN_PIECE_BYTES`] long: those go in pieces over the data sockets.
+//! message is longer than [`WHOLE_BYTES_MAX`]: those go in pieces over the data sockets.
 //! The sender writes header and bytes with one `sendmsg` (MSG_NOSIGNAL, so a peer that went
 //! away is an error, not a SIGPIPE in a C host program). The receiver reads what has
 //! arrived into a staging buffer of [`STAGE_BYTES`] (so that a small message's header and
@@ -59,7 +59,7 @@ use std::sync::Arc;
 
 use socket2::Socket;
 
-use super::helpers::{DataPath, MIN_PIECE_BYTES};
+use super::helpers::{DataPath, CALLER_PIECE_MAX};
 use super::Stats;
 use crate::net::lent::{LentBuffer, LentBytes};
 use crate::{Error, Result};
@@ -299,9 +299,22 @@ struct Body {
     read: usize,
 }
 
+/// The longest message that goes whole over the control socket of a comm that has data
+/// sockets too: the longest piece the caller would move itself ([`CALLER_PIECE_MAX`]). In
+/// one piece over a data socket such a message costs the receiver a header read on the
+/// control socket before its piece is dealt, and each end a helper thread's wake-up where
+/// the socket does not take the piece at once; whole, the callers move it in their own
+/// calls, as NCCL's socket transport moves every message by default. NCCL over the plugin
+/// with `mpirun --bind-to none` (a data socket per comm), on one H200 with two ranks posing
+/// as hosts, six rounds each: all_reduce, all_gather and reduce_scatter at 512 KiB (128 KiB
+/// messages) took 0.82-0.83x the time they took with messages in pieces from 64 KiB, at
+/// 1 MiB 0.85-0.94x, alltoall 0.78-0.92x at every size of 256 KiB-16 MiB; from 4 MiB (512
+/// KiB messages, in pieces either way) the three alike (docs/NET.md).
+pub(super) const WHOLE_BYTES_MAX: usize = CALLER_PIECE_MAX;
+
 /// Whether a message of `len` bytes goes over the data sockets of a comm with `data`.
 fn in_pieces(data: &Option<DataPath>, len: usize) -> bool {
-    data.is_some() && len >= MIN_PIECE_BYTES
+    data.is_some() && len > WHOLE_BYTES_MAX
 }
 
 /// Whether a message of `len` bytes may go ahead of its notice on a receiver-driven comm:
