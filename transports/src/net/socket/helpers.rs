@@ -13,7 +13,9 @@
 //! caller while that thread sleeps — once when it deals them (a send only when no earlier
 //! send of the comm is unfinished) and again on each later progress of the comm, one read
 //! or write a socket each time, never waiting for the lock, and only pieces of at most
-//! [`CALLER_PIECE_MAX`]. A lone message that the socket takes at once is so done without
+//! [`CALLER_PIECE_MAX`]. A lone message whose pieces the sockets take at once (one over
+//! CALLER_PIECE_MAX cut in pieces of at most that over several sockets: shorter messages do
+//! not come here, [`WHOLE_BYTES_MAX`](super::stream::WHOLE_BYTES_MAX)) is so done without
 //! waking a thread: waking one cost 22-32 µs a message (median) on a 64-core GPU machine and
 //! 2 ms on a 2-core VM whose cores the callers' polling held (docs/NET.md). Messages that
 //! follow each other, longer pieces, or pieces the socket does not take at once, are moved
