@@ -22,7 +22,10 @@ use crate::net::HANDLE_MAX_BYTES;
 use crate::{Error, Result};
 
 /// First bytes of listen handles and greetings: the format's name and version.
-const PROTOCOL: [u8; 4] = *b"OXS5";
+/// OXS6: messages of at most 128 KiB go whole over the control socket on a comm with data
+/// sockets (OXS5 sent them in pieces from 64 KiB: ends of both formats would disagree on
+/// where such a message's bytes are).
+const PROTOCOL: [u8; 4] = *b"OXS6";
 /// Protocol (4), magic (u64 LE), comm (u64 LE), connection number (u8), data connections (u8).
 pub(super) const GREETING_BYTES: usize = 22;
 /// How long a comm's connections being made may take before `connect` gives up.

@@ -366,6 +366,11 @@ fn handles_round_trip_and_garbage_is_refused() {
     let mut truncated = encode_handle(&Handle { addr: "[::1]:1".parse().unwrap(), magic: 1, streams: Streams { threads: 1, sockets: 1 }, cleared: false });
     truncated.pop();
     assert!(net.connect(&context, 0, &truncated).is_err());
+    // The format before (OXS5: messages in pieces from 64 KiB) is refused.
+    let mut older = encode_handle(&Handle { addr: "127.0.0.1:1".parse().unwrap(), magic: 1, streams: Streams { threads: 1, sockets: 1 }, cleared: true });
+    older[..4].copy_from_slice(b"OXS5");
+    let err = net_connect_error(&older);
+    assert!(err.contains("not a socket-net handle of this version"), "{err}");
 }
 
 #[test]
