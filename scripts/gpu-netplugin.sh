@@ -132,8 +132,7 @@ if [[ ${NETPLUGIN_PYTORCH:-0} == 1 ]]; then
     rc=$?
     named=""
     [[ $net == plugin ]] && plugin_named "$log"
-    # 2 ranks x 2 sizes x 7 collectives.
-    # Occurrences, not lines: the two processes' lines can share one.
+    # 2 ranks x 2 sizes x 7 collectives, counted as marks (the two processes' lines can share one).
     oks=$(grep -o ': ok ' "$log" | wc -l)
     note "pytorch over $net: exit $rc, $oks checks passed (28 expected)$named"
     if ((rc != 0 || oks != 28)); then status=1; fi

@@ -312,6 +312,14 @@ struct Body {
 /// KiB messages, in pieces either way) the three alike (docs/NET.md).
 pub(super) const WHOLE_BYTES_MAX: usize = CALLER_PIECE_MAX;
 
+/// A message's header on the control socket: its tag and length (or [`ASK`]).
+fn header(tag: u32, len: u64) -> [u8; HEADER_BYTES] {
+    let mut header = [0u8; HEADER_BYTES];
+    header[..4].copy_from_slice(&tag.to_le_bytes());
+    header[4..].copy_from_slice(&len.to_le_bytes());
+    header
+}
+
 /// Whether a message of `len` bytes goes over the data sockets of a comm with `data`.
 fn in_pieces(data: &Option<DataPath>, len: usize) -> bool {
     data.is_some() && len > WHOLE_BYTES_MAX
@@ -353,9 +361,7 @@ impl SendState {
         // No notice clears it and no room is left ahead: the receiver may hold notices back.
         if ahead_allowed && !clearance.asked {
             clearance.asked = true;
-            let mut header = [0u8; HEADER_BYTES];
-            header[4..].copy_from_slice(&ASK.to_le_bytes());
-            self.queue.push_back(Outgoing { header, data: None, written: 0, left: Arc::new(AtomicUsize::new(1)) });
+            self.queue.push_back(Outgoing { header: header(0, ASK), data: None, written: 0, left: Arc::new(AtomicUsize::new(1)) });
             self.stats.asks.fetch_add(1, Ordering::Relaxed);
             self.write_control()?;
         }
@@ -418,9 +424,7 @@ impl SendState {
         if let Some(reason) = &self.failed {
             return Err(Error::Closed(reason.clone()));
         }
-        let mut header = [0u8; HEADER_BYTES];
-        header[..4].copy_from_slice(&tag.to_le_bytes());
-        header[4..].copy_from_slice(&(data.len() as u64).to_le_bytes());
+        let header = header(tag, data.len() as u64);
         let left = Arc::new(AtomicUsize::new(1));
         let alone = self.queued() == 0;
         let data = match (in_pieces(&self.data, data.len()), &mut self.data) {
