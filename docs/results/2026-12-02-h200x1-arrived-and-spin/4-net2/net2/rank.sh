@@ -1,0 +1,4 @@
+#!/usr/bin/env bash
+export NCCL_HOSTID="host$((OMPI_COMM_WORLD_RANK / ${NET_PER_HOST:-1}))"
+export CUDA_VISIBLE_DEVICES=$((OMPI_COMM_WORLD_RANK % NET_GPUS)) NCCL_TESTS_DEVICE=0
+exec "$@"
