@@ -71,59 +71,27 @@ static void count(int which, ssize_t moved) {
   static ret (*real)(__VA_ARGS__); \
   if (!real) real = (ret(*)(__VA_ARGS__))dlsym(RTLD_NEXT, #fn)
 
-ssize_t send(int fd, const void *buf, size_t len, int flags) {
-  REAL(ssize_t, send, int, const void *, size_t, int);
-  ssize_t r = real(fd, buf, len, flags);
-  int saved = errno;
-  count(SEND, r);
-  errno = saved;
-  return r;
-}
+// A counted socket call: `fn` with parameters `params` (their types `types`, their names
+// `args`), counted as `which` by what it returned.
+#define COUNTED(fn, which, types, params, args) \
+  ssize_t fn params { \
+    REAL(ssize_t, fn, EXPAND types); \
+    ssize_t r = real args; \
+    int saved = errno; \
+    count(which, r); \
+    errno = saved; \
+    return r; \
+  }
+#define EXPAND(...) __VA_ARGS__
 
-ssize_t sendmsg(int fd, const struct msghdr *msg, int flags) {
-  REAL(ssize_t, sendmsg, int, const struct msghdr *, int);
-  ssize_t r = real(fd, msg, flags);
-  int saved = errno;
-  count(SENDMSG, r);
-  errno = saved;
-  return r;
-}
-
-ssize_t sendto(int fd, const void *buf, size_t len, int flags, const struct sockaddr *to, socklen_t tolen) {
-  REAL(ssize_t, sendto, int, const void *, size_t, int, const struct sockaddr *, socklen_t);
-  ssize_t r = real(fd, buf, len, flags, to, tolen);
-  int saved = errno;
-  count(SENDTO, r);
-  errno = saved;
-  return r;
-}
-
-ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *from, socklen_t *fromlen) {
-  REAL(ssize_t, recvfrom, int, void *, size_t, int, struct sockaddr *, socklen_t *);
-  ssize_t r = real(fd, buf, len, flags, from, fromlen);
-  int saved = errno;
-  count(RECVFROM, r);
-  errno = saved;
-  return r;
-}
-
-ssize_t recv(int fd, void *buf, size_t len, int flags) {
-  REAL(ssize_t, recv, int, void *, size_t, int);
-  ssize_t r = real(fd, buf, len, flags);
-  int saved = errno;
-  count(RECV, r);
-  errno = saved;
-  return r;
-}
-
-ssize_t recvmsg(int fd, struct msghdr *msg, int flags) {
-  REAL(ssize_t, recvmsg, int, struct msghdr *, int);
-  ssize_t r = real(fd, msg, flags);
-  int saved = errno;
-  count(RECVMSG, r);
-  errno = saved;
-  return r;
-}
+COUNTED(send, SEND, (int, const void *, size_t, int), (int fd, const void *buf, size_t len, int flags), (fd, buf, len, flags))
+COUNTED(sendto, SENDTO, (int, const void *, size_t, int, const struct sockaddr *, socklen_t),
+        (int fd, const void *buf, size_t len, int flags, const struct sockaddr *to, socklen_t tolen), (fd, buf, len, flags, to, tolen))
+COUNTED(sendmsg, SENDMSG, (int, const struct msghdr *, int), (int fd, const struct msghdr *msg, int flags), (fd, msg, flags))
+COUNTED(recv, RECV, (int, void *, size_t, int), (int fd, void *buf, size_t len, int flags), (fd, buf, len, flags))
+COUNTED(recvfrom, RECVFROM, (int, void *, size_t, int, struct sockaddr *, socklen_t *),
+        (int fd, void *buf, size_t len, int flags, struct sockaddr *from, socklen_t *fromlen), (fd, buf, len, flags, from, fromlen))
+COUNTED(recvmsg, RECVMSG, (int, struct msghdr *, int), (int fd, struct msghdr *msg, int flags), (fd, msg, flags))
 
 int sched_yield(void) {
   REAL(int, sched_yield, void);

@@ -23,7 +23,7 @@ for line in lines:
 def group(name, tid, pid):
     if tid == pid: return "main"
     if name.startswith("NCCL_Progress"): return "proxy"
-    return "other"
+    return None  # NCCL's other threads and CUDA's: at most 1% together, not shown
 
 # Per process: group -> [user %, kernel %, involuntary switches/s], over the last half of its life.
 shares = collections.defaultdict(list)
@@ -37,7 +37,9 @@ for pid, threads in byproc.items():
         a = next((x for x in s if x[0] >= w0), None); b = s[-1]
         if a is None or b[0] <= a[0]: continue
         dt = b[0] - a[0]
-        g = acc[group(b[4], tid, pid)]
+        name = group(b[4], tid, pid)
+        if name is None: continue
+        g = acc[name]
         g[0] += (b[1] - a[1]) / dt; g[1] += (b[2] - a[2]) / dt; g[2] += (b[3] - a[3]) / dt
     shares[meta[pid]].append(acc)
 

@@ -41,10 +41,13 @@ int main(int argc,char**argv){
   if(kind==0){src=(char*)aligned_alloc(4096,ring); dst=(char*)aligned_alloc(4096,ring);}
 #ifdef WITH_CUDA
   else { if(cudaHostAlloc((void**)&src,ring,cudaHostAllocMapped)||cudaHostAlloc((void**)&dst,ring,cudaHostAllocMapped)){printf("cudaHostAlloc failed\n");return 1;} }
+#else
+  else { printf("kind %d needs a build with -DWITH_CUDA\n",kind); return 1; }
 #endif
+  if(!src||!dst){printf("no memory for two rings of %zu bytes\n",ring);return 1;}
   memset(src,me+1,ring); memset(dst,0,ring);
   int p[2]; pipe(p); fcntl(p[0],F_SETPIPE_SZ,1<<20); fcntl(p[1],F_SETFL,O_NONBLOCK); fcntl(p[0],F_SETFL,O_NONBLOCK);
-  size_t slots=ring/size; long sent=0,recvd=0; size_t soff=0,roff=0; size_t inpipe=0, vmoff=0;
+  size_t slots=ring/size; long sent=0,recvd=0; size_t inpipe=0, vmoff=0;
   long total=(long)size*count; double t0=now(); long yields=0, calls=0;
   while(sent<total||recvd<total){
     int moved=0;
@@ -54,7 +57,7 @@ int main(int argc,char**argv){
       else {
         // keep the pipe fed with the current message's pages, then splice to the socket
         if(inpipe==0 && vmoff<size){ struct iovec v={base+vmoff,size-vmoff}; ssize_t r=vmsplice(p[1],&v,1,SPLICE_F_NONBLOCK); calls++; if(r>0){inpipe+=r;vmoff+=r;} else if(r<0&&errno!=EAGAIN){perror("vmsplice");exit(1);} }
-        if(inpipe>0){ ssize_t r=splice(p[0],0,fd,0,inpipe,SPLICE_F_NONBLOCK|SPLICE_F_MOVE|SPLICE_F_MORE*0); calls++; if(r>0){inpipe-=r;sent+=r;moved=1; if(inpipe==0&&vmoff==size) vmoff=0;} }
+        if(inpipe>0){ ssize_t r=splice(p[0],0,fd,0,inpipe,SPLICE_F_NONBLOCK|SPLICE_F_MOVE); calls++; if(r>0){inpipe-=r;sent+=r;moved=1; if(inpipe==0&&vmoff==size) vmoff=0;} }
       }
     }
     if(recvd<total){
