@@ -1,8 +1,10 @@
 //! The plugin's one net: oxccl's socket net on the interfaces `NCCL_SOCKET_IFNAME` and
 //! `NCCL_SOCKET_FAMILY` allow, one device per interface, taking `OXCCL_NETPLUGIN_MAX_RECVS`
 //! buffers per `irecv`, its comms moving large messages as `NCCL_SOCKET_NTHREADS` and
-//! `NCCL_NSOCKS_PERTHREAD` say (as NCCL's own socket transport reads them). It is built from the environment at the first `init` and lives as
-//! long as the process (NCCL never unloads a plugin it still uses).
+//! `NCCL_NSOCKS_PERTHREAD` say, their sockets' buffers as `NCCL_SOCKET_SNDBUF` and
+//! `NCCL_SOCKET_RCVBUF` say (all four as NCCL's own socket transport reads them). It is
+//! built from the environment at the first `init` and lives as long as the process (NCCL
+//! never unloads a plugin it still uses).
 //!
 //! Without `NCCL_SOCKET_IFNAME` the devices are chosen as NCCL's socket transport chooses
 //! them (`oxccl_transports::net::socket::choose_devices`, as for oxccl's internal net).
@@ -12,7 +14,7 @@ use std::sync::OnceLock;
 
 use oxccl_bootstrap::iface;
 use oxccl_bootstrap::Config;
-use oxccl_transports::net::socket::{choose_devices, SocketNet, StreamSettings};
+use oxccl_transports::net::socket::{choose_devices, SocketBuffers, SocketNet, StreamSettings};
 use oxccl_transports::net::{CommConfig, Context, Net};
 
 /// The plugin's state.
@@ -49,7 +51,7 @@ fn build() -> Result<Plugin, String> {
         .map(|d| (c_string(&d.name), d.pci_path.as_deref().map(c_string)))
         .collect();
     // Receiver-driven with several receives a call, as NCCL expects of such a net.
-    let net = SocketNet::with_devices(devices, config.netplugin_max_recvs).with_streams(StreamSettings::from_config(&config)).receiver_driven();
+    let net = SocketNet::with_devices(devices, config.netplugin_max_recvs).with_streams(StreamSettings::from_config(&config)).with_buffers(SocketBuffers::from_config(&config)).receiver_driven();
     let process_context = net.init(0, &CommConfig::default()).map_err(|e| e.to_string())?;
     let streams = net.streams(0).map_err(|e| e.to_string())?;
     tracing::info!(

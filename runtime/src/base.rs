@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use oxccl_bootstrap::{AbortFlag, Bootstrap, Config};
-use oxccl_transports::net::socket::{SocketDevice, SocketNet, StreamSettings};
+use oxccl_transports::net::socket::{SocketBuffers, SocketDevice, SocketNet, StreamSettings};
 use oxccl_transports::net::{self, Net};
 use parking_lot::Mutex;
 
@@ -67,7 +67,7 @@ impl Core {
     /// Net is chosen (a plugin or the socket Net) and initialized for this communicator.
     pub fn new(boot: Bootstrap, placement: Placement, config: &Config) -> Result<Arc<Core>> {
         let Placement { same_host, same_machine, same_process } = placement;
-        let socket = Arc::new(SocketNet::with_devices(socket_devices(&boot, config), config.socket_max_recvs).with_streams(StreamSettings::from_config(config).without_default_helpers()));
+        let socket = Arc::new(SocketNet::with_devices(socket_devices(&boot, config), config.socket_max_recvs).with_streams(StreamSettings::from_config(config).without_default_helpers()).with_buffers(SocketBuffers::from_config(config)));
         let chosen = net::open(&config.net_plugin, config.net.as_deref(), vec![socket.clone() as Arc<dyn Net>]).map_err(|e| Error::from_transport("choosing the network (NCCL_NET_PLUGIN, NCCL_NET)", e))?;
         let rails = gather_rails(&boot, chosen.as_ref(), &same_host, config)?;
         // Tells communicators apart in the Net's context (NCCL passes its comm hash).

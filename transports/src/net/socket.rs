@@ -6,7 +6,9 @@
 //! ([`helpers`]), as in NCCL's socket transport: `NCCL_SOCKET_NTHREADS` threads, each with
 //! `NCCL_NSOCKS_PERTHREAD` data connections ([`StreamSettings`]; the listening side's
 //! settings count, and travel in its handle). With 0 threads a comm is its control
-//! connection alone and starts no threads: whoever calls `test` moves every byte.
+//! connection alone and starts no threads: whoever calls `test` moves every byte. Every
+//! connection gets the SO_SNDBUF and SO_RCVBUF asked for ([`SocketBuffers`],
+//! `NCCL_SOCKET_SNDBUF` and `NCCL_SOCKET_RCVBUF`), each end its own.
 //!
 //! Handshake ([`handshake`]): the listen handle carries the listener's address, a random
 //! magic and its streams; each connection of a comm greets with that magic, its comm's
@@ -50,6 +52,7 @@ use super::{
 use crate::{Error, Result};
 pub use devices::{choose_devices, MAX_DEVICES};
 use handshake::{Accepted, Connecting, Listening};
+pub use handshake::SocketBuffers;
 use helpers::{DataPath, Direction};
 use stream::{RecvState, SendState};
 pub use streams::{StreamSettings, Streams, MAX_DATA_SOCKETS, MAX_THREADS, MIN_CORES_FOR_HELPERS};
@@ -63,6 +66,8 @@ pub struct SocketNet {
     /// Whether every comm is receiver-driven when `max_recvs` > 1 (the exported plugin:
     /// NCCL's nets of several receives are), or only shared ones ([`Net::listen_shared`]).
     receiver_driven: bool,
+    /// SO_SNDBUF and SO_RCVBUF of every connection this net makes or accepts.
+    buffers: SocketBuffers,
     stats: Arc<Stats>,
 }
 
@@ -213,7 +218,7 @@ impl SocketNet {
     /// per `irecv` (at least 1), its streams the automatic ones ([`StreamSettings`]).
     pub fn with_devices(devices: Vec<SocketDevice>, max_recvs: usize) -> SocketNet {
         let streams = devices.iter().map(|device| StreamSettings::default().resolve(device.vendor.as_deref(), host_cores()).0).collect();
-        SocketNet { devices, streams, max_recvs: max_recvs.max(1), receiver_driven: false, stats: Arc::default() }
+        SocketNet { devices, streams, max_recvs: max_recvs.max(1), receiver_driven: false, buffers: SocketBuffers::default(), stats: Arc::default() }
     }
 
     /// The same net with every comm receiver-driven when it takes several buffers a receive
@@ -228,7 +233,7 @@ impl SocketNet {
     fn listen_as(&self, context: &Context, device: usize, shared: bool) -> Result<(Vec<u8>, ListenComm)> {
         context.get::<SocketContext>()?;
         let ip = self.device(device)?.ip;
-        let (handle, listening) = Listening::bind(ip, self.streams[device], self.max_recvs > 1 && (shared || self.receiver_driven))?;
+        let (handle, listening) = Listening::bind(ip, self.streams[device], self.max_recvs > 1 && (shared || self.receiver_driven), self.buffers)?;
         Ok((handshake::encode_handle(&handle), Opaque::new(listening)))
     }
 
@@ -250,6 +255,17 @@ impl SocketNet {
         if let Some(streams) = self.streams.first() {
             tracing::info!(target: "oxccl::net", "NET/Socket: {} helper thread(s) and {} data socket(s) per connection", streams.threads, streams.sockets);
         }
+        self
+    }
+
+    /// The same net with `buffers` asked for every connection it makes or accepts
+    /// (NCCL_SOCKET_SNDBUF, NCCL_SOCKET_RCVBUF).
+    pub fn with_buffers(mut self, buffers: SocketBuffers) -> SocketNet {
+        if buffers != SocketBuffers::default() {
+            let say = |bytes: Option<usize>| bytes.map_or("the kernel's".to_string(), |b| format!("{b} bytes"));
+            tracing::info!(target: "oxccl::net", "NET/Socket: SO_SNDBUF {} and SO_RCVBUF {} asked for each connection", say(buffers.send), say(buffers.recv));
+        }
+        self.buffers = buffers;
         self
     }
 
@@ -362,7 +378,7 @@ impl Net for SocketNet {
         let mut connecting = lock(&context.get::<SocketContext>()?.connecting, "the communicator's pending connections")?;
         let mut attempt = match connecting.remove(handle) {
             Some(attempt) => attempt,
-            None => Connecting::start(local, &decoded)?,
+            None => Connecting::start(local, &decoded, self.buffers)?,
         };
         // On error the attempt is dropped: the next call starts afresh.
         if !attempt.progress()? {

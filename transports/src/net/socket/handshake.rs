@@ -39,6 +39,36 @@ const GREETING_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_ARRIVING: usize = 128;
 const MAX_GROUPS: usize = 64;
 
+/// SO_SNDBUF and SO_RCVBUF asked for every connection of a comm, control and data
+/// (NCCL_SOCKET_SNDBUF and NCCL_SOCKET_RCVBUF, which NCCL's socket transport applies to its
+/// sockets alike); `None`: the kernel's sizing. Each side applies its own: the connecting
+/// side before it connects, the listening side once it accepted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SocketBuffers {
+    pub send: Option<usize>,
+    pub recv: Option<usize>,
+}
+
+impl SocketBuffers {
+    /// NCCL_SOCKET_SNDBUF and NCCL_SOCKET_RCVBUF of `config`.
+    pub fn from_config(config: &oxccl_bootstrap::Config) -> SocketBuffers {
+        SocketBuffers { send: config.socket_send_buffer, recv: config.socket_recv_buffer }
+    }
+
+    fn apply(&self, socket: &Socket) -> Result<()> {
+        let too_big = |bytes: usize, name: &str| Error::InvalidArgument(format!("{name}={bytes}: more than setsockopt takes (2147483647 bytes)"));
+        if let Some(bytes) = self.send {
+            libc::c_int::try_from(bytes).map_err(|_| too_big(bytes, "NCCL_SOCKET_SNDBUF"))?;
+            socket.set_send_buffer_size(bytes).map_err(|e| Error::io(format!("setting SO_SNDBUF to {bytes} bytes (NCCL_SOCKET_SNDBUF)"), e))?;
+        }
+        if let Some(bytes) = self.recv {
+            libc::c_int::try_from(bytes).map_err(|_| too_big(bytes, "NCCL_SOCKET_RCVBUF"))?;
+            socket.set_recv_buffer_size(bytes).map_err(|e| Error::io(format!("setting SO_RCVBUF to {bytes} bytes (NCCL_SOCKET_RCVBUF)"), e))?;
+        }
+        Ok(())
+    }
+}
+
 /// What a listen handle says: where to connect, the magic to greet with, and how the
 /// listener wants the comm's data moved (its threads and data connections: the listening
 /// side decides, as in NCCL's socket transport), and whether its comms are receiver-driven
@@ -150,14 +180,14 @@ struct Attempt {
 impl Connecting {
     /// Starts the connections to `handle` from the device's address `local`: each bound to
     /// it (when of the same family), so that their traffic leaves by that device where the
-    /// host routes by source address (rails), as an RDMA NIC's does.
-    pub(super) fn start(local: IpAddr, handle: &Handle) -> Result<Connecting> {
+    /// host routes by source address (rails), as an RDMA NIC's does; each with `buffers`.
+    pub(super) fn start(local: IpAddr, handle: &Handle, buffers: SocketBuffers) -> Result<Connecting> {
         let mut random = [0u8; 8];
         getrandom::fill(&mut random).map_err(|e| Error::io("naming a comm", std::io::Error::other(e.to_string())))?;
         let comm = u64::from_le_bytes(random);
         let sockets = handle.streams.sockets as u8;
         let attempts = (0..=sockets)
-            .map(|number| Attempt::start(local, handle.addr, Greeting { magic: handle.magic, comm, number, sockets }))
+            .map(|number| Attempt::start(local, handle.addr, buffers, Greeting { magic: handle.magic, comm, number, sockets }))
             .collect::<Result<Vec<_>>>()?;
         Ok(Connecting { addr: handle.addr, started: Instant::now(), attempts })
     }
@@ -183,13 +213,14 @@ impl Connecting {
 }
 
 impl Attempt {
-    fn start(local: IpAddr, addr: SocketAddr, greeting: Greeting) -> Result<Attempt> {
+    fn start(local: IpAddr, addr: SocketAddr, buffers: SocketBuffers, greeting: Greeting) -> Result<Attempt> {
         let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(|e| Error::io("creating a socket", e))?;
         if local.is_ipv4() == addr.is_ipv4() && !local.is_unspecified() && local.is_loopback() == addr.ip().is_loopback() {
             socket.bind(&SocketAddr::new(local, 0).into()).map_err(|e| Error::io(format!("binding a connection to {addr} to the device's address {local}"), e))?;
         }
         socket.set_nonblocking(true).map_err(|e| Error::io("making a socket non-blocking", e))?;
         socket.set_tcp_nodelay(true).map_err(|e| Error::io("setting TCP_NODELAY", e))?;
+        buffers.apply(&socket)?;
         let connected = match socket.connect(&addr.into()) {
             Ok(()) => true,
             Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => false,
@@ -228,6 +259,7 @@ pub(super) struct Listening {
     magic: u64,
     streams: Streams,
     cleared: bool,
+    buffers: SocketBuffers,
     arriving: VecDeque<Arriving>,
     groups: VecDeque<Group>,
 }
@@ -258,15 +290,15 @@ pub(super) struct Accepted {
 
 impl Listening {
     /// Listens on `ip` for comms that move their data as `streams` says, receiver-driven
-    /// when `cleared`.
-    pub(super) fn bind(ip: IpAddr, streams: Streams, cleared: bool) -> Result<(Handle, Listening)> {
+    /// when `cleared`, their connections given `buffers` once accepted.
+    pub(super) fn bind(ip: IpAddr, streams: Streams, cleared: bool, buffers: SocketBuffers) -> Result<(Handle, Listening)> {
         let listener = TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| Error::io(format!("listening on {ip}"), e))?;
         listener.set_nonblocking(true).map_err(|e| Error::io("making the listener non-blocking", e))?;
         let addr = listener.local_addr().map_err(|e| Error::io("reading the listener's address", e))?;
         let mut random = [0u8; 8];
         getrandom::fill(&mut random).map_err(|e| Error::io("choosing a magic", std::io::Error::other(e.to_string())))?;
         let magic = u64::from_le_bytes(random);
-        let listening = Listening { listener, magic, streams, cleared, arriving: VecDeque::new(), groups: VecDeque::new() };
+        let listening = Listening { listener, magic, streams, cleared, buffers, arriving: VecDeque::new(), groups: VecDeque::new() };
         Ok((Handle { addr, magic, streams, cleared }, listening))
     }
 
@@ -352,6 +384,7 @@ impl Listening {
             return Ok(None);
         }
         arriving.socket.set_tcp_nodelay(true).map_err(|e| Error::io("setting TCP_NODELAY", e))?;
+        self.buffers.apply(&arriving.socket)?;
         *slot = Some((arriving.socket, arriving.peer));
         if group.connections.iter().any(Option::is_none) {
             return Ok(None);
