@@ -5,36 +5,14 @@
 
 mod common;
 
-use std::os::fd::{BorrowedFd, RawFd};
-
 use common::{exchange, library, pair};
+use oxccl_testkit::sockets::{connected_tcp_buffers, reported_buffer_size};
 use oxccl_testkit::CapturedLogs;
 use oxccl_transports::net::plugin;
 use oxccl_transports::net::Net;
 
 const SEND: usize = 96 << 10;
 const RECV: usize = 80 << 10;
-
-/// The process's connected TCP sockets (the plugin's comms: the test makes no others).
-fn connected_sockets() -> Vec<RawFd> {
-    std::fs::read_dir("/proc/self/fd")
-        .unwrap()
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<RawFd>().ok())
-        .filter(|&fd| {
-            // SAFETY: the descriptor is open for the length of this call (the test's only
-            // other thread does not close sockets), and a borrowed one is not closed.
-            let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-            let socket = socket2::SockRef::from(&fd);
-            socket.r#type().is_ok_and(|t| t == socket2::Type::STREAM) && socket.peer_addr().is_ok()
-        })
-        .collect()
-}
-
-/// What Linux reports for `asked` bytes: twice them, within the sysctl's maximum.
-fn reported(asked: usize, max: &str) -> usize {
-    let limit: usize = std::fs::read_to_string(format!("/proc/sys/net/core/{max}")).unwrap().trim().parse().unwrap();
-    2 * asked.min(limit)
-}
 
 #[test]
 fn every_connection_gets_the_socket_buffers_asked_for() {
@@ -45,14 +23,12 @@ fn every_connection_gets_the_socket_buffers_asked_for() {
     let (context, send, recv) = logs.during(|| pair(net.as_ref()));
     let line = format!("SO_SNDBUF {SEND} bytes and SO_RCVBUF {RECV} bytes asked for each connection");
     assert!(logs.lines().iter().any(|l| l.contains(&line)), "{line}: {:#?}", logs.lines());
-    let sockets = connected_sockets();
+    let sockets = connected_tcp_buffers();
     // Both ends of a control connection and a data connection (NCCL_SOCKET_NTHREADS=1).
     assert_eq!(sockets.len(), 4, "{sockets:?}");
-    for fd in sockets {
-        // SAFETY: as in connected_sockets: open, and only borrowed.
-        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
-        let socket = socket2::SockRef::from(&borrowed);
-        assert_eq!((socket.send_buffer_size().unwrap(), socket.recv_buffer_size().unwrap()), (reported(SEND, "wmem_max"), reported(RECV, "rmem_max")), "socket {fd}");
+    let asked = (reported_buffer_size(SEND, "wmem_max"), reported_buffer_size(RECV, "rmem_max"));
+    for (fd, send, recv) in sockets {
+        assert_eq!((send, recv), asked, "socket {fd}");
     }
     net.close_send(send).unwrap();
     net.close_recv(recv).unwrap();

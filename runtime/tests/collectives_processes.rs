@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use oxccl_runtime::{bootstrap::Config, Communicator};
 use oxccl_testkit::check as matrix;
+use oxccl_testkit::sockets::{connected_tcp_buffers, reported_buffer_size};
 
 /// What the children run, named by OXCCL_TEST_MATRIX.
 fn cases(which: &str, n: usize) -> Vec<matrix::Case> {
@@ -33,9 +34,23 @@ fn child() {
     let config = Config::from_env().unwrap();
     let comm = Communicator::from_env(&config).unwrap();
     let failures = matrix::run_cases(&comm, &cases(&which, comm.nranks()));
+    if std::env::var_os("OXCCL_TEST_SOCKET_BUFFERS").is_some() {
+        check_socket_buffers(&config, comm.nranks());
+    }
     comm.finalize().unwrap();
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures[..failures.len().min(20)].join("\n"));
     println!("rank {} of {}: {which} matrix ok", comm.rank(), comm.nranks());
+}
+
+/// Every rank's socket-net connections (one to and one from each peer at least, over the
+/// ring and the trees) have the buffers NCCL_SOCKET_SNDBUF and NCCL_SOCKET_RCVBUF ask for,
+/// as Linux reports them (twice, within the sysctl's maximum); the bootstrap's keep the
+/// kernel's.
+fn check_socket_buffers(config: &Config, nranks: usize) {
+    let asked = (reported_buffer_size(config.socket_send_buffer.unwrap(), "wmem_max"), reported_buffer_size(config.socket_recv_buffer.unwrap(), "rmem_max"));
+    let sockets = connected_tcp_buffers();
+    let matching = sockets.iter().filter(|&&(_, send, recv)| (send, recv) == asked).count();
+    assert!(matching >= 2 * (nranks - 1).min(2), "{matching} of the connected sockets {sockets:?} have {asked:?}");
 }
 
 fn child_command(which: &str, env: &[(&str, &str)]) -> Command {
@@ -60,6 +75,13 @@ fn spawned(n: u32, which: &str, env: &[(&str, &str)]) {
 }
 
 const NET: &[(&str, &str)] = &[("NCCL_SHM_DISABLE", "1"), ("OXCCL_SOCKET_MAX_RECVS", "8")];
+
+/// NCCL_SOCKET_SNDBUF and NCCL_SOCKET_RCVBUF reach the socket net's connections of oxccl's
+/// own runtime (each child reads them back from its sockets), and the matrix still passes.
+#[test]
+fn processes_over_the_socket_net_with_socket_buffers() {
+    spawned(3, "small", &[NET[0], NET[1], ("NCCL_SOCKET_SNDBUF", "98304"), ("NCCL_SOCKET_RCVBUF", "0x14000"), ("OXCCL_TEST_SOCKET_BUFFERS", "1")]);
+}
 
 #[test]
 fn processes_over_shared_memory() {

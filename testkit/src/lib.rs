@@ -1,7 +1,8 @@
 //! Helpers the test suites of several crates share: running a process under a hard
 //! timeout, so that a hang fails a test instead of stalling CI, and `mpirun` set up for
 //! loopback, the skip rule of the GPU tests, C libraries built for a test (net plugins),
-//! and simulated clusters of hosts as network namespaces ([`cluster`]). With the `check`
+//! simulated clusters of hosts as network namespaces ([`cluster`]), and the process's own
+//! sockets as the kernel describes them ([`sockets`]). With the `check`
 //! feature, the collectives' checker ([`check`]: the runtime's test matrix and its
 //! reference), which `oxccl-perf -c 1` uses too, the one use outside a test.
 
@@ -14,6 +15,7 @@
 pub mod check;
 pub mod cluster;
 mod logs;
+pub mod sockets;
 
 pub use logs::CapturedLogs;
 

@@ -8,6 +8,7 @@ use super::helpers::{CALLER_PIECE_MAX, MIN_PIECE_BYTES};
 use super::stream::{AHEAD_BYTES, AHEAD_MESSAGES, EAGER_BYTES, HELD_NOTICES, HELD_NOTICE_BYTES, WHOLE_BYTES_MAX};
 use super::tests::{connect_and_accept, context, deadline, exchange_over, message, pair, pair_between, wait, wait_end, wait_error};
 use super::*;
+use oxccl_testkit::sockets::reported_buffer_size;
 use std::io::Write;
 use std::net::{Ipv4Addr, TcpStream};
 use std::time::{Duration, Instant};
@@ -48,17 +49,10 @@ fn every_size(threads: usize, sockets_per_thread: usize, max_recvs: usize) {
     assert_eq!(net.stats().snapshot().helper_threads, 2 * threads as u64);
 }
 
-/// What Linux reports for a buffer size of `asked` bytes: twice it, within the sysctl's
-/// maximum (`/proc/sys/net/core/<max>`), which a setsockopt also doubles.
-fn reported_buffer(asked: usize, max: &str) -> usize {
-    let limit: usize = std::fs::read_to_string(format!("/proc/sys/net/core/{max}")).unwrap().trim().parse().unwrap();
-    2 * asked.min(limit)
-}
-
 #[test]
 fn socket_buffers_are_asked_for_every_connection_of_both_ends() {
     let buffers = SocketBuffers { send: Some(48 << 10), recv: Some(40 << 10) };
-    let (send, recv) = (reported_buffer(48 << 10, "wmem_max"), reported_buffer(40 << 10, "rmem_max"));
+    let (send, recv) = (reported_buffer_size(48 << 10, "wmem_max"), reported_buffer_size(40 << 10, "rmem_max"));
     let streams = Streams { threads: 2, sockets: 4 };
     let (handle, mut listening) = Listening::bind(LOOPBACK, streams, false, buffers).unwrap();
     let mut connecting = Connecting::start(LOOPBACK, &handle, buffers).unwrap();
