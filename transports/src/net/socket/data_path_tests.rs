@@ -86,7 +86,7 @@ fn socket_buffers_are_asked_for_every_connection_of_both_ends() {
 /// Small socket buffers (32 KiB asked, 64 KiB given: less than one of loopback's segments)
 /// make every write and read of a large message partial: every size still arrives bit for
 /// bit, over the control connection alone and over 2 x 2 data sockets. (At 4 KiB TCP waits
-/// on its timers between segments: 2.5 MB took 45 s on this VM.)
+/// on its timers between segments: `socket_buffer_sizes` in measurements.rs.)
 #[test]
 fn every_size_arrives_bit_for_bit_through_small_socket_buffers() {
     let small = SocketBuffers { send: Some(32 << 10), recv: Some(32 << 10) };

@@ -2,10 +2,11 @@
 //! `#[ignore]`d; run one with `cargo test --release -p oxccl-transports <name> -- --ignored
 //! --nocapture`): a comm's throughput by streams and message size, its one-way latency
 //! against plain TCP's, and its data path's CPU cost against plain TCP's with both ends on
-//! one core or two ranks each bound to a core of its own.
+//! one core or two ranks each bound to a core of its own, and the time a message takes
+//! through socket buffers of a given size.
 
 use super::data_path_tests::{net, LOOPBACK};
-use super::tests::{deadline, pair, pair_between, wait};
+use super::tests::{deadline, exchange_over, pair, pair_between, wait};
 use super::*;
 use std::collections::VecDeque;
 use std::io::Write;
@@ -63,6 +64,23 @@ struct Pinning {
 /// writes and reads the same messages with a 12-byte header each over non-blocking
 /// sockets, yielding when one would block, as the Net's callers here do:
 /// `cargo test --release -p oxccl-transports socket_cpu_cost -- --ignored --nocapture`.
+/// Time for 1 MiB in four messages of 256 KiB through a comm whose sockets were given
+/// `NCCL_SOCKET_SNDBUF` = `NCCL_SOCKET_RCVBUF` of 4 KiB to 256 KiB and the kernel's sizes,
+/// no helpers: `cargo test --release -p oxccl-transports socket_buffer_sizes -- --ignored
+/// --nocapture`. Small buffers make TCP wait on its timers (docs/NET.md).
+#[test]
+#[ignore = "a measurement, not a check"]
+fn socket_buffer_sizes() {
+    println!("SO_SNDBUF = SO_RCVBUF asked | ms for 1 MiB (4 x 256 KiB)");
+    for bytes in [Some(4 << 10), Some(8 << 10), Some(16 << 10), Some(32 << 10), Some(64 << 10), Some(128 << 10), Some(256 << 10), None] {
+        let net = Arc::new(net(0, 0, 1).with_buffers(SocketBuffers { send: bytes, recv: bytes }));
+        let start = Instant::now();
+        exchange_over(net, 1, &[256 << 10; 4]);
+        let label = bytes.map_or("kernel's".to_string(), |b| format!("{} KiB", b >> 10));
+        println!("{label:>27} | {:.1}", start.elapsed().as_secs_f64() * 1e3);
+    }
+}
+
 #[test]
 #[ignore = "a measurement, not a check"]
 fn socket_cpu_cost_on_one_core() {
