@@ -2,15 +2,17 @@
 """Socket buffer settings (docs/results/2026-12-03-h200x1-socket-buffers): per test and
 setting, each net's out-of-place busbw (geometric mean over rounds and sizes, 1-16 MiB), and
 plugin/sockets (geometric mean over sizes in each round; the mean of those, and the lowest
-and highest round). Reads <part>/buf-<setting>-<round>/netplugin-default-<test>-<net>-1.txt.
-Usage: buffers.py <part>, e.g. buffers.py 2-bytes."""
+and highest round). Reads <part>/buf-<setting>-<round>/netplugin-default-<test>-<net>-1.txt,
+or <part>/other-<round>/... (the kernel's sizes). Usage: buffers.py <part>, e.g.
+buffers.py 2-bytes."""
 import glob, math, os, re, sys
 from collections import defaultdict
 
 root = sys.argv[1] if len(sys.argv) > 1 else "."
 bw = defaultdict(dict)  # (setting, test, net, round) -> {bytes: busbw}
-for path in glob.glob(os.path.join(root, "buf-*-*/netplugin-default-*-*-1.txt")):
-    setting, rnd = re.search(r"buf-(.+)-(\d+)/", path).groups()
+for path in glob.glob(os.path.join(root, "*-*/netplugin-default-*-*-1.txt")):
+    folder = re.search(r"(?:buf-(.+)|other)-(\d+)/", path)
+    setting, rnd = folder.group(1) or "default", folder.group(2)
     test, net = re.search(r"netplugin-default-(\w+?)-(plugin|socket)-1\.txt$", path).groups()
     for line in open(path):
         f = line.split()
