@@ -56,17 +56,19 @@ impl SocketBuffers {
     }
 
     fn apply(&self, socket: &Socket) -> Result<()> {
-        let too_big = |bytes: usize, name: &str| Error::InvalidArgument(format!("{name}={bytes}: more than setsockopt takes (2147483647 bytes)"));
-        if let Some(bytes) = self.send {
-            libc::c_int::try_from(bytes).map_err(|_| too_big(bytes, "NCCL_SOCKET_SNDBUF"))?;
-            socket.set_send_buffer_size(bytes).map_err(|e| Error::io(format!("setting SO_SNDBUF to {bytes} bytes (NCCL_SOCKET_SNDBUF)"), e))?;
-        }
-        if let Some(bytes) = self.recv {
-            libc::c_int::try_from(bytes).map_err(|_| too_big(bytes, "NCCL_SOCKET_RCVBUF"))?;
-            socket.set_recv_buffer_size(bytes).map_err(|e| Error::io(format!("setting SO_RCVBUF to {bytes} bytes (NCCL_SOCKET_RCVBUF)"), e))?;
-        }
-        Ok(())
+        set_buffer(self.send, "SO_SNDBUF", "NCCL_SOCKET_SNDBUF", |bytes| socket.set_send_buffer_size(bytes))?;
+        set_buffer(self.recv, "SO_RCVBUF", "NCCL_SOCKET_RCVBUF", |bytes| socket.set_recv_buffer_size(bytes))
     }
+}
+
+/// Sets one buffer `option` (what `variable` asked) when asked; socket2 passes the size to
+/// setsockopt as an int, so a larger one is refused rather than wrapped.
+fn set_buffer(bytes: Option<usize>, option: &str, variable: &str, set: impl FnOnce(usize) -> std::io::Result<()>) -> Result<()> {
+    let Some(bytes) = bytes else { return Ok(()) };
+    if libc::c_int::try_from(bytes).is_err() {
+        return Err(Error::InvalidArgument(format!("{variable}={bytes}: more than setsockopt takes (2147483647 bytes)")));
+    }
+    set(bytes).map_err(|e| Error::io(format!("setting {option} to {bytes} bytes ({variable})"), e))
 }
 
 /// What a listen handle says: where to connect, the magic to greet with, and how the

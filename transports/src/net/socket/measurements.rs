@@ -57,13 +57,6 @@ struct Pinning {
     receiver_driven: bool,
 }
 
-/// CPU cost of the socket Net's data path against plain TCP: sender and receiver threads
-/// on one core, as a rank bound to one core runs both directions of its proxy on it
-/// (mpirun's binding of 2 ranks), so that the rate is that of the CPU work per byte of
-/// both ends together. 512 KiB messages (NCCL's network chunk), 4 in flight; plain TCP
-/// writes and reads the same messages with a 12-byte header each over non-blocking
-/// sockets, yielding when one would block, as the Net's callers here do:
-/// `cargo test --release -p oxccl-transports socket_cpu_cost -- --ignored --nocapture`.
 /// Time for 1 MiB in four messages of 256 KiB through a comm whose sockets were given
 /// `NCCL_SOCKET_SNDBUF` = `NCCL_SOCKET_RCVBUF` of 4 KiB to 256 KiB and the kernel's sizes,
 /// no helpers: `cargo test --release -p oxccl-transports socket_buffer_sizes -- --ignored
@@ -81,6 +74,13 @@ fn socket_buffer_sizes() {
     }
 }
 
+/// CPU cost of the socket Net's data path against plain TCP: sender and receiver threads
+/// on one core, as a rank bound to one core runs both directions of its proxy on it
+/// (mpirun's binding of 2 ranks), so that the rate is that of the CPU work per byte of
+/// both ends together. 512 KiB messages (NCCL's network chunk), 4 in flight; plain TCP
+/// writes and reads the same messages with a 12-byte header each over non-blocking
+/// sockets, yielding when one would block, as the Net's callers here do:
+/// `cargo test --release -p oxccl-transports socket_cpu_cost -- --ignored --nocapture`.
 #[test]
 #[ignore = "a measurement, not a check"]
 fn socket_cpu_cost_on_one_core() {
