@@ -11,7 +11,9 @@
 # for both nets, which both read them), each test (NETPLUGIN_TESTS), NETPLUGIN_ROUNDS rounds
 # (default 2; OXCCL_NETPLUGIN_MAX_RECVS, when set, goes to the plugin's ranks;
 # NETPLUGIN_ENV, "NAME=value ..." pairs, to both nets' ranks, e.g. NCCL_NET_SHARED_COMMS=0;
-# NETPLUGIN_MPIRUN_ARGS to mpirun, e.g. "--bind-to none"), each running NCCL over the plugin (NCCL_NET_PLUGIN=oxccl NCCL_NET=oxccl) and
+# NETPLUGIN_MPIRUN_ARGS to mpirun, e.g. "--bind-to none"; NETPLUGIN_RANK_WRAPPER, a
+# command each rank runs its test under, e.g. scripts/perf-rank.sh, with NETPLUGIN_RUN
+# naming the run as its output file does, <setting>-<test>-<net>-<round>), each running NCCL over the plugin (NCCL_NET_PLUGIN=oxccl NCCL_NET=oxccl) and
 # over its socket transport (NCCL_NET_PLUGIN=none NCCL_NET=Socket), in alternating order,
 # `-c 1` (results checked). Unset, NCCL's socket transport uses no helper thread (the proxy
 # thread moves every byte; NCCL 2.28's net_socket.cc) and the plugin 1 thread x 1 socket.
@@ -93,18 +95,22 @@ run() {
   net_env_of "$net"
   # The plugin's maxRecvs, where the caller sets it (8 unless set).
   [[ $net == plugin && -n ${OXCCL_NETPLUGIN_MAX_RECVS:-} ]] && streams+=(-x OXCCL_NETPLUGIN_MAX_RECVS)
+  export NETPLUGIN_RUN="$setting-$t-$net-$round"
+  streams+=(-x NETPLUGIN_RUN)
+  [[ -n ${NETPLUGIN_RANK_WRAPPER:-} ]] && streams+=(-x NETPLUGIN_RANK_WRAPPER)
   local pair
   for pair in ${NETPLUGIN_ENV:-}; do
     export "${pair?}"
     streams+=(-x "${pair%%=*}")
   done
-  # Each rank its own host: NCCL_HOSTID from the rank, set in the rank's own shell.
+  # Each rank its own host: NCCL_HOSTID from the rank, set in the rank's own shell (which
+  # also runs the test under NETPLUGIN_RANK_WRAPPER where one is given).
   # shellcheck disable=SC2016  # expanded by that shell
   env "${net_env[@]}" timeout "${NCCL_TESTS_TIMEOUT:-300}" mpirun --oversubscribe -np 2 ${NETPLUGIN_MPIRUN_ARGS:-} \
     -x LD_LIBRARY_PATH -x NCCL_NET_PLUGIN -x NCCL_NET -x NCCL_NVLS_ENABLE -x NCCL_SOCKET_IFNAME -x NCCL_DEBUG \
     -x NCCL_DEBUG_SUBSYS -x NCCL_TESTS_DEVICE -x CUDA_VISIBLE_DEVICES -x CUDA_MPS_PIPE_DIRECTORY "${streams[@]}" \
     --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
-    bash -c 'NCCL_HOSTID=netplugin-host$OMPI_COMM_WORLD_RANK exec "$@"' rank "$build/${t}_perf" "${args[@]}" > "$table" 2>&1
+    bash -c 'NCCL_HOSTID=netplugin-host$OMPI_COMM_WORLD_RANK exec ${NETPLUGIN_RANK_WRAPPER:-} "$@"' rank "$build/${t}_perf" "${args[@]}" > "$table" 2>&1
   rc=$?
   local wrong named="" streams_seen=""
   wrong=$(grep -o "Out of bounds values : [0-9]*" "$table" | grep -o "[0-9]*$")
