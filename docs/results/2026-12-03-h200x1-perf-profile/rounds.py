@@ -1,13 +1,13 @@
-"""Per test and size over the rounds of 2-rounds: geometric means of each net's bus bandwidth
-and of their ratio, with a 95% interval of the ratio's geometric mean (t over the rounds,
+"""Per test and size over the rounds of a part (2-rounds, 3-nobind): geometric means of each
+net's bus bandwidth and of their ratio, with a 95% interval of the ratio's geometric mean (t over the rounds,
 on a log scale).
-    python3 2-rounds.py [2-rounds]"""
+    python3 rounds.py [2-rounds | 3-nobind]"""
 import re, glob, math, statistics as st, sys, collections
 # Student's t, 97.5th percentile, by degrees of freedom (2.0 beyond the table).
 T = {4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 19: 2.093, 29: 2.045}
 data = collections.defaultdict(list)
 by_round = collections.defaultdict(lambda: collections.defaultdict(list))
-for f in glob.glob((sys.argv[1] if len(sys.argv) > 1 else "2-rounds") + '/round-*/netplugin-compare.txt'):
+for f in glob.glob((sys.argv[1] if len(sys.argv) > 1 else "2-rounds") + '/*round-*/netplugin-compare.txt'):
     test = None
     for line in open(f):
         m = re.match(r'# \[default\] (\S+):', line)
